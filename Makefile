@@ -1,0 +1,51 @@
+# wfm — Workload Fleet Manager. `make help` lists the targets.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin/wfm
+# Fuzz time per fuzz target in `make fuzz` (CI uses the default).
+FUZZTIME ?= 20s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: run
+run: build ## Run the server on http://localhost:8080 (own PostgreSQL unless DATABASE_URL is set)
+	exec ./$(BIN) $(ARGS)
+
+.PHONY: build
+build: ## Build bin/wfm
+	$(GO) build -o $(BIN) ./cmd/wfm
+
+.PHONY: test
+test: ## Run all tests (with the race detector) against a real PostgreSQL
+	$(GO) test -race -count=1 -timeout 10m ./...
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+.PHONY: generate
+generate: ## Regenerate api/ and sdk/ from openapi.yaml
+	$(GO) tool oapi-codegen -config api/config.yaml openapi.yaml
+	$(GO) tool oapi-codegen -config sdk/config.yaml openapi.yaml
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l . | grep -v '^.data/' || true); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: clean
+clean: ## Remove build output (keeps the local database in .data/)
+	rm -rf bin

@@ -1,0 +1,82 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/wfm-dev/wfm/internal/telemetry"
+)
+
+// statusRecorder remembers the status code a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusRecorder) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusRecorder) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// requestContext gives every request an id (the caller's X-Request-Id when it
+// is safe, a fresh one otherwise), echoes it, and records the access log line
+// and metrics by route pattern once the request is answered.
+func (s *Server) requestContext(m *telemetry.HTTPMetrics) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			id := r.Header.Get("X-Request-Id")
+			if !telemetry.ValidRequestID(id) {
+				id = telemetry.NewRequestID()
+			}
+			w.Header().Set("X-Request-Id", id)
+			ctx := telemetry.WithRequestID(r.Context(), id)
+			rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+			r = r.WithContext(ctx)
+			next.ServeHTTP(rec, r)
+
+			route := "unmatched"
+			if rc := chi.RouteContext(ctx); rc != nil && rc.RoutePattern() != "" {
+				route = rc.RoutePattern()
+			}
+			d := time.Since(start)
+			m.Observe(route, r.Method, rec.status, d)
+			s.log.DebugContext(ctx, "http request", "method", r.Method, "path", r.URL.Path, "route", route,
+				"status", rec.status, "duration_ms", float64(d.Microseconds())/1000)
+		})
+	}
+}
+
+// recoverer turns a panic in a handler into a logged 500 problem, so one bad
+// request cannot take the process down.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				err := fmt.Errorf("panic: %v\n%s", v, debug.Stack())
+				writeProblem(w, r, problemFromError(s.log, r, err))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

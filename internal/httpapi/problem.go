@@ -1,0 +1,154 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/telemetry"
+)
+
+// ProblemBase is the namespace of wfm's own problem types; the slug after
+// '#' is the domain error's Type. docs/problems.md documents each one.
+const ProblemBase = "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#"
+
+// problemContentType is the media type of RFC 9457 problem details.
+const problemContentType = "application/problem+json"
+
+// statusByCode is the one table from domain error codes to HTTP status.
+var statusByCode = map[lifecycle.Code]int{
+	lifecycle.EINVALID:         http.StatusUnprocessableEntity,
+	lifecycle.EMALFORMED:       http.StatusBadRequest,
+	lifecycle.ENOTFOUND:        http.StatusNotFound,
+	lifecycle.ECONFLICT:        http.StatusConflict,
+	lifecycle.EPRECONDITION:    http.StatusPreconditionFailed,
+	lifecycle.ETOOLARGE:        http.StatusRequestEntityTooLarge,
+	lifecycle.EUNAUTHORIZED:    http.StatusUnauthorized,
+	lifecycle.EFORBIDDEN:       http.StatusForbidden,
+	lifecycle.EUNAVAILABLE:     http.StatusServiceUnavailable,
+	lifecycle.EINTERNAL:        http.StatusInternalServerError,
+	lifecycle.EUNSUPPORTEDTYPE: http.StatusUnsupportedMediaType,
+	lifecycle.ENOTACCEPTABLE:   http.StatusNotAcceptable,
+}
+
+// problem is the body of an RFC 9457 answer. Extra members are merged in at
+// the top level, as RFC 9457 section 3.2 describes.
+type problem struct {
+	Type      string         `json:"type"`
+	Title     string         `json:"title"`
+	Status    int            `json:"status"`
+	Detail    string         `json:"detail,omitempty"`
+	Instance  string         `json:"instance,omitempty"`
+	RequestID string         `json:"requestId,omitempty"`
+	Errors    []fieldProblem `json:"errors,omitempty"`
+	Extra     map[string]any `json:"-"`
+}
+
+type fieldProblem struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func (p problem) MarshalJSON() ([]byte, error) {
+	type plain problem
+	base, err := json.Marshal(plain(p))
+	if err != nil || len(p.Extra) == 0 {
+		return base, err
+	}
+	merged := make(map[string]any, len(p.Extra)+8)
+	for k, v := range p.Extra {
+		merged[k] = v
+	}
+	var fixed map[string]any
+	if err := json.Unmarshal(base, &fixed); err != nil {
+		return nil, err
+	}
+	for k, v := range fixed { // standard members win over extras of the same name
+		merged[k] = v
+	}
+	return json.Marshal(merged)
+}
+
+// writeProblem writes p as application/problem+json, filling in the request
+// id and instance from r.
+func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
+	if p.Instance == "" && r != nil {
+		p.Instance = r.URL.Path
+	}
+	if r != nil {
+		p.RequestID = telemetry.RequestID(r.Context())
+	}
+	body, err := json.Marshal(p)
+	if err != nil { // cannot happen for the types above; never leave the client without an answer
+		body = []byte(`{"type":"` + ProblemBase + `internal","title":"Internal Server Error","status":500}`)
+		p.Status = http.StatusInternalServerError
+	}
+	h := w.Header()
+	h.Set("Content-Type", problemContentType)
+	h.Set("Cache-Control", "no-store")
+	h.Del("ETag")
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}
+
+// problemFromError turns any error into a problem. Domain errors keep their
+// type, message and fields; every other error becomes a 500 that shows no
+// internals (the details go to the log with the request id).
+func problemFromError(logger *slog.Logger, r *http.Request, err error) problem {
+	var de *lifecycle.Error
+	if !errors.As(err, &de) || de.Code == lifecycle.EINTERNAL {
+		logger.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "error", err)
+		return problem{Type: ProblemBase + "internal", Status: http.StatusInternalServerError,
+			Detail: "The server failed to answer this request. The request id identifies the details in the server log."}
+	}
+	status, ok := statusByCode[de.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	typ := de.Type
+	if typ == "" {
+		typ = string(de.Code)
+	}
+	p := problem{Type: ProblemBase + typ, Title: titleOf(typ, status), Status: status, Detail: de.Message, Extra: de.Extra}
+	for _, f := range de.Fields {
+		p.Errors = append(p.Errors, fieldProblem{Field: f.Pointer, Message: f.Detail})
+	}
+	return p
+}
+
+// titles gives a short human summary per problem type; types without an
+// entry fall back to the HTTP status text.
+var titles = map[string]string{
+	"not-found":           "Not found",
+	"method-not-allowed":  "Method not allowed",
+	"invalid-request":     "Invalid request",
+	"invalid-description": "Invalid application description",
+	"invalid-version":     "Invalid version",
+	"malformed":           "Malformed request",
+	"not-ready":           "Not ready",
+	"conflict":            "Conflict",
+	"too-large":           "Request too large",
+	"unsupported-type":    "Unsupported media type",
+	"not-acceptable":      "Not acceptable",
+	"version-exists":      "Version exists with different content",
+	"version-in-use":      "Version in use",
+	"precondition-failed": "Precondition failed",
+	"internal":            "Internal error",
+	"unauthorized":        "Unauthorized",
+	"forbidden":           "Forbidden",
+	"unavailable":         "Service unavailable",
+	"invalid":             "Invalid request",
+	"precondition":        "Precondition failed",
+}
+
+func titleOf(typ string, status int) string {
+	if t, ok := titles[typ]; ok {
+		return t
+	}
+	return http.StatusText(status)
+}

@@ -1,0 +1,127 @@
+// Package httpapi is the HTTP adapter of wfm: it routes, validates requests
+// against openapi.yaml, translates requests into service calls and results
+// (or domain errors) into responses. It holds no business rules.
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/swaggest/swgui/v5emb"
+
+	"github.com/wfm-dev/wfm"
+	"github.com/wfm-dev/wfm/api"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/telemetry"
+)
+
+// Config is what the HTTP adapter needs from its owner.
+type Config struct {
+	// Logger receives access and error logs; lines logged with a request's
+	// context carry its request id when the handler is a telemetry.ContextHandler.
+	Logger *slog.Logger
+	// Ready reports whether the server can serve: nil when the database is
+	// reachable and migrated.
+	Ready func(ctx context.Context) error
+	// Registry receives the HTTP metrics and is served at /metrics.
+	Registry *prometheus.Registry
+}
+
+// Server implements the generated strict server interface.
+type Server struct {
+	log   *slog.Logger
+	ready func(ctx context.Context) error
+}
+
+var _ api.StrictServerInterface = (*Server)(nil)
+
+// NewHandler returns the complete HTTP handler: the API from openapi.yaml
+// (validated against it), /openapi.yaml, Swagger UI at /docs/ and Prometheus
+// metrics at /metrics. Returns an error if the embedded contract cannot be
+// loaded or the metrics cannot be registered.
+func NewHandler(cfg Config) (http.Handler, error) {
+	if cfg.Logger == nil || cfg.Ready == nil || cfg.Registry == nil {
+		return nil, fmt.Errorf("httpapi: Logger, Ready and Registry are required")
+	}
+	spec, err := api.GetSwagger()
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: load embedded contract: %w", err)
+	}
+	spec.Servers = nil // requests are matched on paths only, whatever host serves them
+	metrics, err := telemetry.NewHTTPMetrics(cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: register metrics: %w", err)
+	}
+	s := &Server{log: cfg.Logger, ready: cfg.Ready}
+
+	r := chi.NewRouter()
+	r.Use(s.requestContext(metrics), s.recoverer)
+	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		for _, m := range allowedMethods(r, req.URL.Path) {
+			w.Header().Add("Allow", m)
+		}
+		writeProblem(w, req, methodNotAllowedProblem(req))
+	})
+
+	r.Get("/openapi.yaml", func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(wfm.OpenAPIYAML)
+	})
+	docs := v5emb.New("wfm API", "/openapi.yaml", "/docs/")
+	r.Get("/docs", http.RedirectHandler("/docs/", http.StatusMovedPermanently).ServeHTTP)
+	r.Mount("/docs/", docs)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+
+	strict := api.NewStrictHandlerWithOptions(s, nil, api.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
+			writeProblem(w, req, problem{Type: ProblemBase + "malformed", Title: titles["malformed"], Status: http.StatusBadRequest,
+				Detail: "The request body could not be read: " + err.Error()})
+		},
+		ResponseErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
+			writeProblem(w, req, problemFromError(s.log, req, err))
+		},
+	})
+	api.HandlerWithOptions(strict, api.ChiServerOptions{
+		BaseRouter:  r,
+		Middlewares: []api.MiddlewareFunc{s.requestValidator(spec)},
+		ErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
+			writeProblem(w, req, problem{Type: ProblemBase + "invalid-request", Title: titles["invalid-request"], Status: http.StatusBadRequest,
+				Detail: err.Error()})
+		},
+	})
+	return r, nil
+}
+
+// allowedMethods lists the methods the router serves for path, for the Allow
+// header of a 405 answer.
+func allowedMethods(r chi.Routes, path string) []string {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if r.Match(chi.NewRouteContext(), m, path) {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
+}
+
+// GetHealth answers liveness: the process serves HTTP.
+func (s *Server) GetHealth(ctx context.Context, _ api.GetHealthRequestObject) (api.GetHealthResponseObject, error) {
+	return api.GetHealth200JSONResponse{Status: "ok"}, nil
+}
+
+// GetReady answers readiness: the database is reachable and migrated.
+func (s *Server) GetReady(ctx context.Context, _ api.GetReadyRequestObject) (api.GetReadyResponseObject, error) {
+	if err := s.ready(ctx); err != nil {
+		s.log.WarnContext(ctx, "not ready", "error", err)
+		return nil, &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "not-ready",
+			Message: "The server cannot serve yet: its database is unreachable or not fully migrated."}
+	}
+	return api.GetReady200JSONResponse{Status: "ready"}, nil
+}

@@ -1,0 +1,177 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm"
+	"github.com/wfm-dev/wfm/internal/httpapi"
+	"github.com/wfm-dev/wfm/sdk"
+)
+
+// newTestServer serves the real handler (router, middleware, validator) with
+// the given readiness function.
+func newTestServer(t *testing.T, ready func(context.Context) error) *httptest.Server {
+	t.Helper()
+	h, err := httpapi.NewHandler(httpapi.Config{
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Ready:    ready,
+		Registry: prometheus.NewRegistry(),
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// problemBody is what every error answer must look like.
+type problemBody struct {
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Status    int    `json:"status"`
+	Detail    string `json:"detail"`
+	Instance  string `json:"instance"`
+	RequestID string `json:"requestId"`
+	Errors    []struct {
+		Field   string `json:"field"`
+		Message string `json:"message"`
+	} `json:"errors"`
+}
+
+func readProblem(t *testing.T, res *http.Response, wantStatus int) problemBody {
+	t.Helper()
+	defer res.Body.Close()
+	require.Equal(t, wantStatus, res.StatusCode)
+	require.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+	var p problemBody
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&p))
+	assert.Equal(t, wantStatus, p.Status, "status member")
+	assert.NotEmpty(t, p.Title)
+	assert.True(t, strings.HasPrefix(p.Type, httpapi.ProblemBase), "type %q in our namespace", p.Type)
+	assert.NotEmpty(t, p.RequestID)
+	assert.Equal(t, res.Header.Get("X-Request-Id"), p.RequestID)
+	return p
+}
+
+func TestHealthAndReadyWithGeneratedClient(t *testing.T) {
+	srv := newTestServer(t, func(context.Context) error { return nil })
+	c, err := sdk.NewClientWithResponses(srv.URL)
+	require.NoError(t, err)
+
+	h, err := c.GetHealthWithResponse(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, h.StatusCode())
+	assert.Equal(t, "ok", h.JSON200.Status)
+
+	r, err := c.GetReadyWithResponse(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, r.StatusCode())
+	assert.Equal(t, "ready", r.JSON200.Status)
+}
+
+func TestNotReadyIsProblem(t *testing.T) {
+	srv := newTestServer(t, func(context.Context) error { return errors.New("dial tcp 127.0.0.1:5: connection refused") })
+	res, err := http.Get(srv.URL + "/readyz")
+	require.NoError(t, err)
+	p := readProblem(t, res, http.StatusServiceUnavailable)
+	assert.Equal(t, httpapi.ProblemBase+"not-ready", p.Type)
+	assert.NotContains(t, p.Detail, "127.0.0.1", "no internals in the answer")
+}
+
+func TestRouterErrorsAreProblems(t *testing.T) {
+	srv := newTestServer(t, func(context.Context) error { return nil })
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		typ          string
+		allow        string
+	}{
+		{"GET", "/no-such-path", http.StatusNotFound, "not-found", ""},
+		{"GET", "/mgmt/v1/no-such-thing", http.StatusNotFound, "not-found", ""},
+		{"DELETE", "/healthz", http.StatusMethodNotAllowed, "method-not-allowed", "GET"},
+		{"POST", "/openapi.yaml", http.StatusMethodNotAllowed, "method-not-allowed", "GET"},
+	} {
+		t.Run(tc.method+tc.path, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+			require.NoError(t, err)
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			if tc.allow != "" {
+				assert.Contains(t, res.Header.Values("Allow"), tc.allow)
+			}
+			p := readProblem(t, res, tc.status)
+			assert.Equal(t, httpapi.ProblemBase+tc.typ, p.Type)
+			assert.Equal(t, tc.path, p.Instance)
+		})
+	}
+}
+
+func TestPanicIsInternalProblemWithoutInternals(t *testing.T) {
+	srv := newTestServer(t, func(context.Context) error { panic("secret internal detail") })
+	res, err := http.Get(srv.URL + "/readyz")
+	require.NoError(t, err)
+	p := readProblem(t, res, http.StatusInternalServerError)
+	assert.Equal(t, httpapi.ProblemBase+"internal", p.Type)
+	assert.NotContains(t, p.Detail, "secret")
+}
+
+func TestRequestIDIsEchoedOrReplaced(t *testing.T) {
+	srv := newTestServer(t, func(context.Context) error { return nil })
+	for _, tc := range []struct{ in, want string }{
+		{"abc-123", "abc-123"},
+		{"bad id with spaces", ""},
+		{strings.Repeat("x", 200), ""},
+	} {
+		req, _ := http.NewRequest("GET", srv.URL+"/healthz", nil)
+		req.Header.Set("X-Request-Id", tc.in)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		got := res.Header.Get("X-Request-Id")
+		if tc.want != "" {
+			assert.Equal(t, tc.want, got)
+		} else {
+			assert.NotEqual(t, tc.in, got)
+			assert.Len(t, got, 32)
+		}
+	}
+}
+
+func TestServesContractDocsAndMetrics(t *testing.T) {
+	srv := newTestServer(t, func(context.Context) error { return nil })
+
+	res, err := http.Get(srv.URL + "/openapi.yaml")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, wfm.OpenAPIYAML, body, "the contract byte for byte")
+
+	res, err = http.Get(srv.URL + "/docs/")
+	require.NoError(t, err)
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Contains(t, string(body), "swagger-ui")
+	assert.Contains(t, string(body), "/openapi.yaml")
+	assert.NotContains(t, string(body), "cdn", "Swagger UI must be served from the binary")
+
+	res, err = http.Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Contains(t, string(body), `wfm_http_requests_total{method="GET",route="/docs/*",status="200"} 1`)
+	assert.Contains(t, string(body), `route="/openapi.yaml"`)
+}

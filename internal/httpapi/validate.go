@@ -1,0 +1,171 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	nethttpmiddleware "github.com/oapi-codegen/nethttp-middleware"
+)
+
+// requestValidator returns the middleware that checks every request against
+// the contract before a handler sees it, answering problem+json with every
+// problem found at once.
+func (s *Server) requestValidator(spec *openapi3.T) func(http.Handler) http.Handler {
+	return nethttpmiddleware.OapiRequestValidatorWithOptions(spec, &nethttpmiddleware.Options{
+		Options: openapi3filter.Options{
+			MultiError:         true,
+			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
+		},
+		DoNotValidateServers:  true,
+		SilenceServersWarning: true,
+		ErrorHandlerWithOpts: func(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, opts nethttpmiddleware.ErrorHandlerOpts) {
+			writeProblem(w, r, s.validationProblem(r, err, opts.StatusCode))
+		},
+	})
+}
+
+// validationProblem translates a kin-openapi validation error.
+func (s *Server) validationProblem(r *http.Request, err error, suggested int) problem {
+	switch {
+	case errors.Is(err, routers.ErrPathNotFound):
+		return notFoundProblem(r)
+	case errors.Is(err, routers.ErrMethodNotAllowed):
+		return methodNotAllowedProblem(r)
+	}
+	var fields []fieldProblem
+	status := http.StatusBadRequest
+	collectRequestErrors(err, &fields, &status)
+	if len(fields) == 0 {
+		return problem{Type: ProblemBase + "invalid-request", Title: titles["invalid-request"], Status: status,
+			Detail: "The request does not match the API contract: " + err.Error()}
+	}
+	sort.SliceStable(fields, func(i, j int) bool { return fields[i].Field < fields[j].Field })
+	return problem{Type: ProblemBase + "invalid-request", Title: titles["invalid-request"], Status: status,
+		Detail: fmt.Sprintf("The request does not match the API contract (%d problem(s), listed in errors).", len(fields)),
+		Errors: fields}
+}
+
+// collectRequestErrors flattens kin-openapi's nested errors into field
+// problems. Parameters are named "query/<name>", "path/<name>" or
+// "header/<name>"; body problems are JSON pointers into the body.
+func collectRequestErrors(err error, out *[]fieldProblem, status *int) {
+	var multi openapi3.MultiError
+	if errors.As(err, &multi) {
+		for _, e := range multi {
+			collectRequestErrors(e, out, status)
+		}
+		return
+	}
+	var re *openapi3filter.RequestError
+	if !errors.As(err, &re) {
+		var se *openapi3.SchemaError
+		if errors.As(err, &se) {
+			*out = append(*out, fieldProblem{Field: pointerOf(se.JSONPointer()), Message: se.Reason})
+		}
+		return
+	}
+	switch {
+	case re.Parameter != nil:
+		field := re.Parameter.In + "/" + re.Parameter.Name
+		msgs := schemaReasons(re.Err)
+		if len(msgs) == 0 {
+			msg := re.Reason
+			if msg == "" && re.Err != nil {
+				msg = re.Err.Error()
+			}
+			msgs = []string{msg}
+		}
+		for _, m := range msgs {
+			*out = append(*out, fieldProblem{Field: field, Message: m})
+		}
+	case re.RequestBody != nil:
+		if errors.Is(re.Err, openapi3filter.ErrInvalidRequired) || re.Reason == "value is required but missing" {
+			*out = append(*out, fieldProblem{Field: "", Message: "a request body is required"})
+			return
+		}
+		var unsupported *openapi3filter.ParseError
+		if errors.As(re.Err, &unsupported) && unsupported.Kind == openapi3filter.KindUnsupportedFormat {
+			*status = http.StatusUnsupportedMediaType
+			*out = append(*out, fieldProblem{Field: "header/Content-Type", Message: re.Reason})
+			return
+		}
+		var se *openapi3.SchemaError
+		var multi openapi3.MultiError
+		if errors.As(re.Err, &multi) || errors.As(re.Err, &se) {
+			collectSchemaErrors(re.Err, out)
+			if *status == http.StatusBadRequest {
+				*status = http.StatusUnprocessableEntity
+			}
+			return
+		}
+		msg := re.Reason
+		if re.Err != nil {
+			msg = strings.TrimSpace(msg + ": " + re.Err.Error())
+		}
+		*out = append(*out, fieldProblem{Field: "", Message: msg})
+	default:
+		*out = append(*out, fieldProblem{Field: "", Message: re.Error()})
+	}
+}
+
+func collectSchemaErrors(err error, out *[]fieldProblem) {
+	var multi openapi3.MultiError
+	if errors.As(err, &multi) {
+		for _, e := range multi {
+			collectSchemaErrors(e, out)
+		}
+		return
+	}
+	var se *openapi3.SchemaError
+	if errors.As(err, &se) {
+		*out = append(*out, fieldProblem{Field: pointerOf(se.JSONPointer()), Message: se.Reason})
+		return
+	}
+	*out = append(*out, fieldProblem{Field: "", Message: err.Error()})
+}
+
+func schemaReasons(err error) []string {
+	var multi openapi3.MultiError
+	if errors.As(err, &multi) {
+		var r []string
+		for _, e := range multi {
+			r = append(r, schemaReasons(e)...)
+		}
+		return r
+	}
+	var se *openapi3.SchemaError
+	if errors.As(err, &se) {
+		return []string{se.Reason}
+	}
+	return nil
+}
+
+// pointerOf builds an RFC 6901 JSON pointer from path segments.
+func pointerOf(segs []string) string {
+	if len(segs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for _, s := range segs {
+		b.WriteByte('/')
+		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(s))
+	}
+	return b.String()
+}
+
+func notFoundProblem(r *http.Request) problem {
+	return problem{Type: ProblemBase + "not-found", Title: titles["not-found"], Status: http.StatusNotFound,
+		Detail: fmt.Sprintf("No resource matches %s %s.", r.Method, r.URL.Path)}
+}
+
+func methodNotAllowedProblem(r *http.Request) problem {
+	return problem{Type: ProblemBase + "method-not-allowed", Title: titles["method-not-allowed"], Status: http.StatusMethodNotAllowed,
+		Detail: fmt.Sprintf("%s %s is not allowed; the Allow header lists the methods that are.", r.Method, r.URL.Path)}
+}
