@@ -9,15 +9,91 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
+	"github.com/oapi-codegen/runtime"
 )
+
+// Defines values for ApplicationVersionMediaType.
+const (
+	Applicationjson ApplicationVersionMediaType = "application/json"
+	Applicationyaml ApplicationVersionMediaType = "application/yaml"
+)
+
+// Valid indicates whether the value is a known member of the ApplicationVersionMediaType enum.
+func (e ApplicationVersionMediaType) Valid() bool {
+	switch e {
+	case Applicationjson:
+		return true
+	case Applicationyaml:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DrainRulesOnTimeout.
+const (
+	Abort   DrainRulesOnTimeout = "abort"
+	Proceed DrainRulesOnTimeout = "proceed"
+)
+
+// Valid indicates whether the value is a known member of the DrainRulesOnTimeout enum.
+func (e DrainRulesOnTimeout) Valid() bool {
+	switch e {
+	case Abort:
+		return true
+	case Proceed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LifecycleRulesStrategies.
+const (
+	BlueGreen LifecycleRulesStrategies = "blueGreen"
+	Recreate  LifecycleRulesStrategies = "recreate"
+)
+
+// Valid indicates whether the value is a known member of the LifecycleRulesStrategies enum.
+func (e LifecycleRulesStrategies) Valid() bool {
+	switch e {
+	case BlueGreen:
+		return true
+	case Recreate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ParameterRulesOnUpgrade.
+const (
+	Keep  ParameterRulesOnUpgrade = "keep"
+	Reset ParameterRulesOnUpgrade = "reset"
+)
+
+// Valid indicates whether the value is a known member of the ParameterRulesOnUpgrade enum.
+func (e ParameterRulesOnUpgrade) Valid() bool {
+	switch e {
+	case Keep:
+		return true
+	case Reset:
+		return true
+	default:
+		return false
+	}
+}
 
 // Defines values for ProblemBackoffStrategy.
 const (
@@ -40,6 +116,88 @@ func (e ProblemBackoffStrategy) Valid() bool {
 	}
 }
 
+// Application defines model for Application.
+type Application struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Id Example: com-northstartida-digitron-orchestrator
+	Id string `json:"id"`
+
+	// LatestVersion The highest version that is not yanked (the highest version when all are yanked).
+	//
+	// Example: 1.2.1
+	LatestVersion string `json:"latestVersion"`
+
+	// Name `metadata.name` of the latest version.
+	//
+	// Example: Digitron orchestrator
+	Name string `json:"name"`
+
+	// VersionCount Example: 3
+	VersionCount int `json:"versionCount"`
+}
+
+// ApplicationList defines model for ApplicationList.
+type ApplicationList struct {
+	Items []Application `json:"items"`
+
+	// NextCursor Present when there are more items; pass it as `cursor`.
+	NextCursor *string `json:"nextCursor,omitempty"`
+}
+
+// ApplicationVersion defines model for ApplicationVersion.
+type ApplicationVersion struct {
+	// ApplicationId Example: com-northstartida-digitron-orchestrator
+	ApplicationId string    `json:"applicationId"`
+	CreatedAt     time.Time `json:"createdAt"`
+
+	// Description The application description as JSON (only when one version is read).
+	Description *json.RawMessage `json:"description,omitempty"`
+
+	// Digest `sha256:<hex>` of the description bytes exactly as posted.
+	Digest string `json:"digest"`
+
+	// Lifecycle The version's lifecycle rules with every default applied (see docs/lifecycle-extension.md).
+	Lifecycle LifecycleRules `json:"lifecycle"`
+
+	// MediaType How the description was posted.
+	MediaType ApplicationVersionMediaType `json:"mediaType"`
+
+	// Name Example: Digitron orchestrator
+	Name string `json:"name"`
+
+	// Version Canonical SemVer spelling.
+	//
+	// Example: 1.2.1
+	Version      string     `json:"version"`
+	Yanked       bool       `json:"yanked"`
+	YankedAt     *time.Time `json:"yankedAt,omitempty"`
+	YankedReason *string    `json:"yankedReason,omitempty"`
+}
+
+// ApplicationVersionMediaType How the description was posted.
+type ApplicationVersionMediaType string
+
+// ApplicationVersionList defines model for ApplicationVersionList.
+type ApplicationVersionList struct {
+	Items      []ApplicationVersion `json:"items"`
+	NextCursor *string              `json:"nextCursor,omitempty"`
+}
+
+// DrainRules defines model for DrainRules.
+type DrainRules struct {
+	OnTimeout DrainRulesOnTimeout `json:"onTimeout"`
+	Required  bool                `json:"required"`
+
+	// Timeout Go duration.
+	//
+	// Example: 10m0s
+	Timeout string `json:"timeout"`
+}
+
+// DrainRulesOnTimeout defines model for DrainRules.OnTimeout.
+type DrainRulesOnTimeout string
+
 // FieldProblem defines model for FieldProblem.
 type FieldProblem struct {
 	// Field JSON pointer into the request document (or `query/<name>`, `path/<name>`, `header/<name>` for parameters).
@@ -56,6 +214,35 @@ type Health struct {
 	// Status Example: ok
 	Status string `json:"status"`
 }
+
+// LifecycleRules The version's lifecycle rules with every default applied (see docs/lifecycle-extension.md).
+type LifecycleRules struct {
+	Drain *DrainRules `json:"drain,omitempty"`
+
+	// MinUpgradeFrom A direct upgrade to this version needs the installed version to be at least this. Absent - any older version.
+	//
+	// Example: 1.5.0
+	MinUpgradeFrom *string `json:"minUpgradeFrom,omitempty"`
+
+	// Parameters Per parameter, what an upgrade to this version does with the operator's value.
+	Parameters *map[string]ParameterRules `json:"parameters,omitempty"`
+	Rollback   RollbackRules              `json:"rollback"`
+
+	// Strategies Strategies this version supports; the first is its default.
+	Strategies []LifecycleRulesStrategies `json:"strategies"`
+}
+
+// LifecycleRulesStrategies defines model for LifecycleRules.Strategies.
+type LifecycleRulesStrategies string
+
+// ParameterRules defines model for ParameterRules.
+type ParameterRules struct {
+	// OnUpgrade keep - carry the operator's value over an upgrade; reset - take the new version's default.
+	OnUpgrade ParameterRulesOnUpgrade `json:"onUpgrade"`
+}
+
+// ParameterRulesOnUpgrade keep - carry the operator's value over an upgrade; reset - take the new version's default.
+type ParameterRulesOnUpgrade string
 
 // Problem RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
@@ -90,6 +277,74 @@ type Problem struct {
 
 // ProblemBackoffStrategy defines model for Problem.BackoffStrategy.
 type ProblemBackoffStrategy string
+
+// RollbackRules defines model for RollbackRules.
+type RollbackRules struct {
+	// Allowed May a deployment running this version go back to an older one. Absent in the description - false.
+	Allowed bool `json:"allowed"`
+
+	// MinVersion Example: 1.8.0
+	MinVersion *string `json:"minVersion,omitempty"`
+	Reason     *string `json:"reason,omitempty"`
+
+	// Window Go duration after installation during which a rollback is allowed. Absent - no limit.
+	//
+	// Example: 72h0m0s
+	Window *string `json:"window,omitempty"`
+}
+
+// YankRequest defines model for YankRequest.
+type YankRequest struct {
+	// Reason Example: CVE-2026-1234 in the bundled OpenSSL
+	Reason *string `json:"reason,omitempty"`
+}
+
+// ApplicationId defines model for ApplicationId.
+type ApplicationId = string
+
+// Cursor defines model for Cursor.
+type Cursor = string
+
+// IfNoneMatch defines model for IfNoneMatch.
+type IfNoneMatch = string
+
+// Limit defines model for Limit.
+type Limit = int
+
+// Version defines model for Version.
+type Version = string
+
+// ListApplicationsParams defines parameters for ListApplications.
+type ListApplicationsParams struct {
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CreateApplicationVersionJSONBody defines parameters for CreateApplicationVersion.
+type CreateApplicationVersionJSONBody = json.RawMessage
+
+// ListApplicationVersionsParams defines parameters for ListApplicationVersions.
+type ListApplicationVersionsParams struct {
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// GetApplicationVersionParams defines parameters for GetApplicationVersion.
+type GetApplicationVersionParams struct {
+	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
+}
+
+// CreateApplicationVersionJSONRequestBody defines body for CreateApplicationVersion for application/json ContentType.
+type CreateApplicationVersionJSONRequestBody = CreateApplicationVersionJSONBody
+
+// YankApplicationVersionJSONRequestBody defines body for YankApplicationVersion for application/json ContentType.
+type YankApplicationVersionJSONRequestBody = YankRequest
 
 // Getter for additional properties for Problem. Returns the specified
 // element and whether it was found
@@ -293,6 +548,30 @@ type ServerInterface interface {
 	// GetHealth Liveness — the process is up
 	// (GET /healthz)
 	GetHealth(w http.ResponseWriter, r *http.Request)
+	// ListApplications List applications, with their latest version
+	// (GET /mgmt/v1/applications)
+	ListApplications(w http.ResponseWriter, r *http.Request, params ListApplicationsParams)
+	// CreateApplicationVersion Add an application version from its description (margo.yaml)
+	// (POST /mgmt/v1/applications)
+	CreateApplicationVersion(w http.ResponseWriter, r *http.Request)
+	// GetApplication Get one application
+	// (GET /mgmt/v1/applications/{applicationId})
+	GetApplication(w http.ResponseWriter, r *http.Request, applicationId ApplicationId)
+	// ListApplicationVersions List an application's versions in SemVer order
+	// (GET /mgmt/v1/applications/{applicationId}/versions)
+	ListApplicationVersions(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, params ListApplicationVersionsParams)
+	// DeleteApplicationVersion Delete a version that no deployment uses
+	// (DELETE /mgmt/v1/applications/{applicationId}/versions/{version})
+	DeleteApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version)
+	// GetApplicationVersion Get one version, as JSON or as the original description bytes
+	// (GET /mgmt/v1/applications/{applicationId}/versions/{version})
+	GetApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version, params GetApplicationVersionParams)
+	// UnyankApplicationVersion Undo a yank
+	// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank)
+	UnyankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version)
+	// YankApplicationVersion Yank a version
+	// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank)
+	YankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version)
 	// GetReady Readiness — the database is reachable and migrated
 	// (GET /readyz)
 	GetReady(w http.ResponseWriter, r *http.Request)
@@ -305,6 +584,54 @@ type Unimplemented struct{}
 // GetHealth Liveness — the process is up
 // (GET /healthz)
 func (_ Unimplemented) GetHealth(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListApplications List applications, with their latest version
+// (GET /mgmt/v1/applications)
+func (_ Unimplemented) ListApplications(w http.ResponseWriter, r *http.Request, params ListApplicationsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateApplicationVersion Add an application version from its description (margo.yaml)
+// (POST /mgmt/v1/applications)
+func (_ Unimplemented) CreateApplicationVersion(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetApplication Get one application
+// (GET /mgmt/v1/applications/{applicationId})
+func (_ Unimplemented) GetApplication(w http.ResponseWriter, r *http.Request, applicationId ApplicationId) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListApplicationVersions List an application's versions in SemVer order
+// (GET /mgmt/v1/applications/{applicationId}/versions)
+func (_ Unimplemented) ListApplicationVersions(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, params ListApplicationVersionsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DeleteApplicationVersion Delete a version that no deployment uses
+// (DELETE /mgmt/v1/applications/{applicationId}/versions/{version})
+func (_ Unimplemented) DeleteApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetApplicationVersion Get one version, as JSON or as the original description bytes
+// (GET /mgmt/v1/applications/{applicationId}/versions/{version})
+func (_ Unimplemented) GetApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version, params GetApplicationVersionParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// UnyankApplicationVersion Undo a yank
+// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank)
+func (_ Unimplemented) UnyankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// YankApplicationVersion Yank a version
+// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank)
+func (_ Unimplemented) YankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -328,6 +655,311 @@ func (siw *ServerInterfaceWrapper) GetHealth(w http.ResponseWriter, r *http.Requ
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetHealth(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListApplications operation middleware
+func (siw *ServerInterfaceWrapper) ListApplications(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListApplicationsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListApplications(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateApplicationVersion operation middleware
+func (siw *ServerInterfaceWrapper) CreateApplicationVersion(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateApplicationVersion(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetApplication operation middleware
+func (siw *ServerInterfaceWrapper) GetApplication(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "applicationId" -------------
+	var applicationId ApplicationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "applicationId", chi.URLParam(r, "applicationId"), &applicationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "applicationId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetApplication(w, r, applicationId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListApplicationVersions operation middleware
+func (siw *ServerInterfaceWrapper) ListApplicationVersions(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "applicationId" -------------
+	var applicationId ApplicationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "applicationId", chi.URLParam(r, "applicationId"), &applicationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "applicationId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListApplicationVersionsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListApplicationVersions(w, r, applicationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteApplicationVersion operation middleware
+func (siw *ServerInterfaceWrapper) DeleteApplicationVersion(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "applicationId" -------------
+	var applicationId ApplicationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "applicationId", chi.URLParam(r, "applicationId"), &applicationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "applicationId", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "version" -------------
+	var version Version
+
+	err = runtime.BindStyledParameterWithOptions("simple", "version", chi.URLParam(r, "version"), &version, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "version", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteApplicationVersion(w, r, applicationId, version)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetApplicationVersion operation middleware
+func (siw *ServerInterfaceWrapper) GetApplicationVersion(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "applicationId" -------------
+	var applicationId ApplicationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "applicationId", chi.URLParam(r, "applicationId"), &applicationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "applicationId", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "version" -------------
+	var version Version
+
+	err = runtime.BindStyledParameterWithOptions("simple", "version", chi.URLParam(r, "version"), &version, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "version", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetApplicationVersionParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-None-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-None-Match")]; found {
+		var IfNoneMatch IfNoneMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-None-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-None-Match", valueList[0], &IfNoneMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-None-Match", Err: err})
+			return
+		}
+
+		params.IfNoneMatch = &IfNoneMatch
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetApplicationVersion(w, r, applicationId, version, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UnyankApplicationVersion operation middleware
+func (siw *ServerInterfaceWrapper) UnyankApplicationVersion(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "applicationId" -------------
+	var applicationId ApplicationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "applicationId", chi.URLParam(r, "applicationId"), &applicationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "applicationId", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "version" -------------
+	var version Version
+
+	err = runtime.BindStyledParameterWithOptions("simple", "version", chi.URLParam(r, "version"), &version, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "version", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UnyankApplicationVersion(w, r, applicationId, version)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// YankApplicationVersion operation middleware
+func (siw *ServerInterfaceWrapper) YankApplicationVersion(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "applicationId" -------------
+	var applicationId ApplicationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "applicationId", chi.URLParam(r, "applicationId"), &applicationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "applicationId", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "version" -------------
+	var version Version
+
+	err = runtime.BindStyledParameterWithOptions("simple", "version", chi.URLParam(r, "version"), &version, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "version", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.YankApplicationVersion(w, r, applicationId, version)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -465,6 +1097,30 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	}
 
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/applications", wrapper.ListApplications)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/applications", wrapper.CreateApplicationVersion)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/applications/{applicationId}", wrapper.GetApplication)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/applications/{applicationId}/versions", wrapper.ListApplicationVersions)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/mgmt/v1/applications/{applicationId}/versions/{version}", wrapper.DeleteApplicationVersion)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/applications/{applicationId}/versions/{version}", wrapper.GetApplicationVersion)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/applications/{applicationId}/versions/{version}/yank", wrapper.YankApplicationVersion)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/applications/{applicationId}/versions/{version}/unyank", wrapper.UnyankApplicationVersion)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealth)
 	})
 	r.Group(func(r chi.Router) {
@@ -503,6 +1159,688 @@ type GetHealthdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetHealthdefaultApplicationProblemPlusJSONResponse) VisitGetHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplicationsRequestObject struct {
+	Params ListApplicationsParams
+}
+
+type ListApplicationsResponseObject interface {
+	VisitListApplicationsResponse(w http.ResponseWriter) error
+}
+
+type ListApplications200JSONResponse ApplicationList
+
+func (response ListApplications200JSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplications400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListApplications400ApplicationProblemPlusJSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplicationsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListApplicationsdefaultApplicationProblemPlusJSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersionRequestObject struct {
+	JSONBody *CreateApplicationVersionJSONRequestBody
+	Body     io.Reader
+}
+
+type CreateApplicationVersionResponseObject interface {
+	VisitCreateApplicationVersionResponse(w http.ResponseWriter) error
+}
+
+type CreateApplicationVersion200ResponseHeaders struct {
+	ETag     string
+	Location string
+}
+
+type CreateApplicationVersion200JSONResponse struct {
+	Body    ApplicationVersion
+	Headers CreateApplicationVersion200ResponseHeaders
+}
+
+func (response CreateApplicationVersion200JSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersion201ResponseHeaders struct {
+	ETag     string
+	Location string
+}
+
+type CreateApplicationVersion201JSONResponse struct {
+	Body    ApplicationVersion
+	Headers CreateApplicationVersion201ResponseHeaders
+}
+
+func (response CreateApplicationVersion201JSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersion400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateApplicationVersion400ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersion409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateApplicationVersion409ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersion413ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateApplicationVersion413ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersion415ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateApplicationVersion415ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersion422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateApplicationVersion422ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateApplicationVersiondefaultApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplicationRequestObject struct {
+	ApplicationId ApplicationId `json:"applicationId"`
+}
+
+type GetApplicationResponseObject interface {
+	VisitGetApplicationResponse(w http.ResponseWriter) error
+}
+
+type GetApplication200ResponseHeaders struct {
+	ETag string
+}
+
+type GetApplication200JSONResponse struct {
+	Body    Application
+	Headers GetApplication200ResponseHeaders
+}
+
+func (response GetApplication200JSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplication404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetApplication404ApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplicationdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetApplicationdefaultApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplicationVersionsRequestObject struct {
+	ApplicationId ApplicationId `json:"applicationId"`
+	Params        ListApplicationVersionsParams
+}
+
+type ListApplicationVersionsResponseObject interface {
+	VisitListApplicationVersionsResponse(w http.ResponseWriter) error
+}
+
+type ListApplicationVersions200JSONResponse ApplicationVersionList
+
+func (response ListApplicationVersions200JSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplicationVersions400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListApplicationVersions400ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplicationVersions404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListApplicationVersions404ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplicationVersionsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListApplicationVersionsdefaultApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteApplicationVersionRequestObject struct {
+	ApplicationId ApplicationId `json:"applicationId"`
+	Version       Version       `json:"version"`
+}
+
+type DeleteApplicationVersionResponseObject interface {
+	VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error
+}
+
+type DeleteApplicationVersion204Response struct {
+}
+
+func (response DeleteApplicationVersion204Response) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteApplicationVersion404ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteApplicationVersion409ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteApplicationVersion409ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteApplicationVersion422ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteApplicationVersion422ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteApplicationVersiondefaultApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplicationVersionRequestObject struct {
+	ApplicationId ApplicationId `json:"applicationId"`
+	Version       Version       `json:"version"`
+	Params        GetApplicationVersionParams
+}
+
+type GetApplicationVersionResponseObject interface {
+	VisitGetApplicationVersionResponse(w http.ResponseWriter) error
+}
+
+type GetApplicationVersion200ResponseHeaders struct {
+	ETag string
+}
+
+type GetApplicationVersion200JSONResponse struct {
+	Body    ApplicationVersion
+	Headers GetApplicationVersion200ResponseHeaders
+}
+
+func (response GetApplicationVersion200JSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplicationVersion200ApplicationyamlResponse struct {
+	Body          io.Reader
+	Headers       GetApplicationVersion200ResponseHeaders
+	ContentLength int64
+}
+
+func (response GetApplicationVersion200ApplicationyamlResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "application/yaml")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type GetApplicationVersion304ResponseHeaders struct {
+	ETag string
+}
+
+type GetApplicationVersion304Response struct {
+	Headers GetApplicationVersion304ResponseHeaders
+}
+
+func (response GetApplicationVersion304Response) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(304)
+	return nil
+}
+
+type GetApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetApplicationVersion404ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplicationVersion406ApplicationProblemPlusJSONResponse Problem
+
+func (response GetApplicationVersion406ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(406)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplicationVersion422ApplicationProblemPlusJSONResponse Problem
+
+func (response GetApplicationVersion422ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetApplicationVersiondefaultApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnyankApplicationVersionRequestObject struct {
+	ApplicationId ApplicationId `json:"applicationId"`
+	Version       Version       `json:"version"`
+}
+
+type UnyankApplicationVersionResponseObject interface {
+	VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error
+}
+
+type UnyankApplicationVersion200JSONResponse ApplicationVersion
+
+func (response UnyankApplicationVersion200JSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnyankApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UnyankApplicationVersion404ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnyankApplicationVersion422ApplicationProblemPlusJSONResponse Problem
+
+func (response UnyankApplicationVersion422ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnyankApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UnyankApplicationVersiondefaultApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type YankApplicationVersionRequestObject struct {
+	ApplicationId ApplicationId `json:"applicationId"`
+	Version       Version       `json:"version"`
+	Body          *YankApplicationVersionJSONRequestBody
+}
+
+type YankApplicationVersionResponseObject interface {
+	VisitYankApplicationVersionResponse(w http.ResponseWriter) error
+}
+
+type YankApplicationVersion200JSONResponse ApplicationVersion
+
+func (response YankApplicationVersion200JSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type YankApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response YankApplicationVersion404ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type YankApplicationVersion422ApplicationProblemPlusJSONResponse Problem
+
+func (response YankApplicationVersion422ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type YankApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response YankApplicationVersiondefaultApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -573,6 +1911,30 @@ type StrictServerInterface interface {
 	// GetHealth Liveness — the process is up
 	// (GET /healthz)
 	GetHealth(ctx context.Context, request GetHealthRequestObject) (GetHealthResponseObject, error)
+	// ListApplications List applications, with their latest version
+	// (GET /mgmt/v1/applications)
+	ListApplications(ctx context.Context, request ListApplicationsRequestObject) (ListApplicationsResponseObject, error)
+	// CreateApplicationVersion Add an application version from its description (margo.yaml)
+	// (POST /mgmt/v1/applications)
+	CreateApplicationVersion(ctx context.Context, request CreateApplicationVersionRequestObject) (CreateApplicationVersionResponseObject, error)
+	// GetApplication Get one application
+	// (GET /mgmt/v1/applications/{applicationId})
+	GetApplication(ctx context.Context, request GetApplicationRequestObject) (GetApplicationResponseObject, error)
+	// ListApplicationVersions List an application's versions in SemVer order
+	// (GET /mgmt/v1/applications/{applicationId}/versions)
+	ListApplicationVersions(ctx context.Context, request ListApplicationVersionsRequestObject) (ListApplicationVersionsResponseObject, error)
+	// DeleteApplicationVersion Delete a version that no deployment uses
+	// (DELETE /mgmt/v1/applications/{applicationId}/versions/{version})
+	DeleteApplicationVersion(ctx context.Context, request DeleteApplicationVersionRequestObject) (DeleteApplicationVersionResponseObject, error)
+	// GetApplicationVersion Get one version, as JSON or as the original description bytes
+	// (GET /mgmt/v1/applications/{applicationId}/versions/{version})
+	GetApplicationVersion(ctx context.Context, request GetApplicationVersionRequestObject) (GetApplicationVersionResponseObject, error)
+	// UnyankApplicationVersion Undo a yank
+	// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank)
+	UnyankApplicationVersion(ctx context.Context, request UnyankApplicationVersionRequestObject) (UnyankApplicationVersionResponseObject, error)
+	// YankApplicationVersion Yank a version
+	// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank)
+	YankApplicationVersion(ctx context.Context, request YankApplicationVersionRequestObject) (YankApplicationVersionResponseObject, error)
 	// GetReady Readiness — the database is reachable and migrated
 	// (GET /readyz)
 	GetReady(ctx context.Context, request GetReadyRequestObject) (GetReadyResponseObject, error)
@@ -641,6 +2003,242 @@ func (sh *strictHandler) GetHealth(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// ListApplications operation middleware
+func (sh *strictHandler) ListApplications(w http.ResponseWriter, r *http.Request, params ListApplicationsParams) {
+	var request ListApplicationsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListApplications(ctx, request.(ListApplicationsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListApplications")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListApplicationsResponseObject); ok {
+		if err := validResponse.VisitListApplicationsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateApplicationVersion operation middleware
+func (sh *strictHandler) CreateApplicationVersion(w http.ResponseWriter, r *http.Request) {
+	var request CreateApplicationVersionRequestObject
+
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+
+		var body CreateApplicationVersionJSONRequestBody
+		if err := runtime.BindJSONBody(r, &body); err != nil {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+		request.JSONBody = &body
+
+	}
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/yaml") {
+		request.Body = r.Body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateApplicationVersion(ctx, request.(CreateApplicationVersionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateApplicationVersion")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateApplicationVersionResponseObject); ok {
+		if err := validResponse.VisitCreateApplicationVersionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetApplication operation middleware
+func (sh *strictHandler) GetApplication(w http.ResponseWriter, r *http.Request, applicationId ApplicationId) {
+	var request GetApplicationRequestObject
+
+	request.ApplicationId = applicationId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetApplication(ctx, request.(GetApplicationRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetApplication")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetApplicationResponseObject); ok {
+		if err := validResponse.VisitGetApplicationResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListApplicationVersions operation middleware
+func (sh *strictHandler) ListApplicationVersions(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, params ListApplicationVersionsParams) {
+	var request ListApplicationVersionsRequestObject
+
+	request.ApplicationId = applicationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListApplicationVersions(ctx, request.(ListApplicationVersionsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListApplicationVersions")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListApplicationVersionsResponseObject); ok {
+		if err := validResponse.VisitListApplicationVersionsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteApplicationVersion operation middleware
+func (sh *strictHandler) DeleteApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version) {
+	var request DeleteApplicationVersionRequestObject
+
+	request.ApplicationId = applicationId
+	request.Version = version
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteApplicationVersion(ctx, request.(DeleteApplicationVersionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteApplicationVersion")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteApplicationVersionResponseObject); ok {
+		if err := validResponse.VisitDeleteApplicationVersionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetApplicationVersion operation middleware
+func (sh *strictHandler) GetApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version, params GetApplicationVersionParams) {
+	var request GetApplicationVersionRequestObject
+
+	request.ApplicationId = applicationId
+	request.Version = version
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetApplicationVersion(ctx, request.(GetApplicationVersionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetApplicationVersion")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetApplicationVersionResponseObject); ok {
+		if err := validResponse.VisitGetApplicationVersionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// UnyankApplicationVersion operation middleware
+func (sh *strictHandler) UnyankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version) {
+	var request UnyankApplicationVersionRequestObject
+
+	request.ApplicationId = applicationId
+	request.Version = version
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UnyankApplicationVersion(ctx, request.(UnyankApplicationVersionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UnyankApplicationVersion")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UnyankApplicationVersionResponseObject); ok {
+		if err := validResponse.VisitUnyankApplicationVersionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// YankApplicationVersion operation middleware
+func (sh *strictHandler) YankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version) {
+	var request YankApplicationVersionRequestObject
+
+	request.ApplicationId = applicationId
+	request.Version = version
+
+	var body YankApplicationVersionJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.YankApplicationVersion(ctx, request.(YankApplicationVersionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "YankApplicationVersion")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(YankApplicationVersionResponseObject); ok {
+		if err := validResponse.VisitYankApplicationVersionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // GetReady operation middleware
 func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 	var request GetReadyRequestObject
@@ -670,32 +2268,77 @@ func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"rFb/bty4EX6VAa/A2a5W0vrHtd78ZRySOxdJasRGr0A3wM5KI4kXkdSRlDfbwwJ9iD5hn6QYUvt7U6ft",
-	"/WV5Sc4MZ77v4/erKIzqjCbtnZj8Kiy5zmhH4Z8Ha+YtKf4sjPakPX9i17WyQC+Nzrq44/c/O6N5zRUN",
-	"KeSv31mqxER8k23jZ3HVZeu4q9UqESW5wsqOw4mJuNPw4c33cHt98wcYgqeCtw1nOfQbSW25U1tnTUfW",
-	"y1h0xav8sR/4T49/fg+dkdqTBam9Ad8QWPqlJ+ehNEWvSHs4MxZmv/Rkl9m0z/OrQqOi8EWzBGYd+ubk",
-	"QkNYkj1egspY6NCiIk/WnaciEfQZVdeSmIhMkccSPWbPZB0XmgiFn9+Srn0jJuP88joRftnxXuet1LVY",
-	"JUKRc1gT33Ebaipa9OT8VIB0oI0HhEdSfyELXx97lQjuiLRUisnfhlZuE37cHDDzn6nwXMyPhC3HOxyD",
-	"8+h7t1+j+bRfw9XlSxUMUU4l3gEAlqXkMWP7sFODtz0dwusQW1CSR9m6BBbSN/AObW2+dUCfPWnuGShS",
-	"c7IOzmaWvF3ivA3jDv/cVZ7sIxVGl26WTPVsjsUnU1WP3qKneskbyVpj3ewcUJewqNS3MVRA3X05O0/h",
-	"nbG0SaNwCdh1hDYAx3VUyEoWU72ul9vgXkHRSmYUqN55kLXejeEbWkJpAgY+abNIpzz6/ekcVBrGpHvF",
-	"LddGk0hEJT9TGcAa2Sux3RnDFoyxgftzfm/Amt4TKPRFQw5+eP0EmTYj1xfNiDmU7gPhOr/97kTs2Lxj",
-	"Lr9+JrvcjDBMbofMCRAWDbSmQE8lzJeAsMf+M0bBd7f5OLBRelLuJcXak5xVqP0+nhvneb4pHa3FJa9L",
-	"7Tzq4oCjey3gHhur0IuJ6K0cWarIEp/Za81lfv3HE63ZQOi4O087uibLBLB1BqQOLZr9dfQhLo3uyxlE",
-	"1QrYHDY4ss9koTX1wYjGl6fLOOABl6OklorBtG0MN74muznCPOKtw/LcmJZQ8/IJ3bjOr0MpMejN7W2y",
-	"TTHOTybx0rd0CEoPlel1edDfm1PIiz/sHm+879wky2rpm36eFkZli0qNSnrmv9m8NfNModRZaQq3fhdd",
-	"qspvtPGjdeKvmfjN+EVZDKvrWyZfVslVgGJljkGyqBS/ExglD34y9lNrsIQ3LZGHd6ixJpvCvYcGHfiF",
-	"gQoLcgnMjW8gxppTCQ1Zmkz1VF8E+FxclPQsC4K7h/uLC+g1w2uWYSez5/GMVdbSiPmFXs5b2nL3oIxY",
-	"QHiR7x7upxpgnOZpPrJFepVAgW0bmT1kwzqo4dlPb96tpfEcDANZ9b7HFp7ePr7a1qj2ou/UqWrlY6Gs",
-	"viyY6I11gSDYe6OC60n5vlGDgkKFRh77Fjibfckqse4/7Co6lFRJHe+0qNRUt/KZ1mX979CLdoQzDHbk",
-	"VejAdkbQO3JTvX73LNXSebJUDmWdbZJz7FTxvtTYOlu/THt3G4VDx1nP4xPUyoK0C7xih8Rur8OiodFl",
-	"motE9Lbd4dlisUgxLId8w1mXvb3//vX7x9fhzJboAc//+sc/vwBkkYi1CZqIPB3Hs6YjjZ0UE3GV5ukV",
-	"P5Lom6A9WRNszd/5uyZ/zJ877Rb82F7mOaCD1uia/3J3O2sKci5KqYMfn54eApFKQ9GYedMXEfVs/ebo",
-	"iLU2ok0azZoufiA/OKtk35Nf5vl/8ONrH77Rra0RY/e18dEvvXdD7hMG/WnnhtJB36XRBVTYt/5LYTc3",
-	"2LH+iXC9UmiXYiLeymfSHJFH6A8zsNJh7Vj4TOfERz6bWcJy+XXzWTSk99oNOKwyrykQWck6dh/YRZUl",
-	"DS+idDCXGu0SpJvq0GoqX8FNfgVnu4xOAmFgxmIfSpudg/EN2YV0FOF/NOAPvO+3m29I+1uMONQF3kQE",
-	"h/ne5Ff/xWz/bzxwBXIPEJvRSVYpLBp2EGF+cXLBqx6gZLX55RAdDwO8IsuD2AfRmGPLrm1AhrFsXn18",
-	"A5iig2px+NXH1b8DAAD//w==",
+	"3HvrctvGkv+rdOGcKkv+AyRFSU5MfdLfsR1tyYnKVnI2a2oXQ6AJTATMwDMDUTwuVu1D7BPuk2zNBVeC",
+	"usVHObufRAFz6enrr7sHX72I5wVnyJT0Zl+9FEmMwvx8e0kS/TdGGQlaKMqZN/M+KcFZAsgUVWtQJAG+",
+	"BJUiCCwESmSK6JEjz/cEfimpwNibKVGi78koxZzoJdW6QG/mSSUoS7zNxvfOeUTsDv0Nf/l43mwheSki",
+	"fNziG98riCA5Knew06LIqN3uLN7esPUaaAx7H4hI+AsJ4b9/JsHfJ8Hr4OrrgT+dTDZ/Dfc1KXhL8iLT",
+	"e0Y8DxgXKpWKCEVjEsQ0oZpjARdRilIJorjwfI/qnQqiUs/3GMn1ZNIh664T5uT2HFmiUm82nUz08ZRC",
+	"oVfcJtHzB7j9phSSi+2j/1yQLyVCZF7DUvAcCBQCbygvJRQkQc0HhrfKrhCOqqN8KVGsm7PYFbwdRB8f",
+	"TLtEnwb/Zun+j+Dq5TDJZ8ufOMMPREWpXs1sapW12fVsGehBgR21Y/ODyfRoaINzmlO1zZJzIhKUCliZ",
+	"L1BoTaQKcwmUGZXUPNnFhMys2CYjxiUpM6WJmPiaKJqXuTc7Nv9RZv87qKmjTGGCwpD3Kwo5aB+n8Anz",
+	"X1HAjR1xAuHBaBICYbH5pX9rggy5Uv9wA7uqezCajg6GFdONf6hKHky/N6ep//eHTFKgLDiTaCzyQvBF",
+	"hrn+GXGmkBlBtAxiXNgR/+93aXnQ7PxXgUtv5v1l3DiysX0rx9W6Zsce2xh8fPcGXh8dfwdu8ZFhtJvb",
+	"cxT630LwAoWiluZIIFEYnxpSl1zkRHkzLyYKA0Vz3FZi36PG2zzFXWwtlRGFUu1UissUIaWJXqISN6iU",
+	"KKASGFewJuwaY9hTA+NWKTIgWQZEoBu4P6wrW1RZhekTE+aoSEwUGen3YeXN7RGGtfEHxwe4jw9u9hte",
+	"Wp2plzgctKJGgT9raTiK++zsLeu3ZH1VL8sXv2OkNA0tNTmnUm2rivEYnR93KW1b6zb1dkQIsjY8rr3v",
+	"NqcvbAS2IlQpCjRCzLlA67ZOoCBSAlVAJIRR48S3/WGHVYbue87eUsbu8Uk/3n4TC3iC/XWY9dUjcUz1",
+	"b5JdtOi1nm3bnFqngNZbzch/+fTzT7DHWba2nOesdrLa4AQSa0Fd7vnebZDwwD3Ujm30kaw+oJQkQUMu",
+	"1ZFnwJ5kSqbHr2bzcjI5jFK8NT8aw2pTt1grlIC3JFLZWtNacKkw1tS0ArBb8PMkeE2C5dXXV0dDwMH3",
+	"MrrEaB1leJ8On1cDP5YZSj01x5iSS7Ng/zw/8tUW3asOqch0YPzciQhrkmee33lkgsPVHX7p6Q5mm+o3",
+	"hHFGI5JV8VcWmGWUJQ/0ldaztgDrgvMMCWvePUa17YyPSFx8vNue+1CzifBO59ryqp1kY3E19W2VeJh7",
+	"+MYesnI69zrKpzq4HwShzGrxFtWcXdIceWkjT6WjCy40hwrBI8R4UB+brYekr5pFuyr3nkNcijq/ainZ",
+	"JJ/Ie714/bvZwm+dYej07yhmcQuddc+/1G+3yTTusOA67gqgTHGXvH0pdbyPeVTmOkjtcQGhgcxj68m0",
+	"mjlX5kOoMejgC4v6t1/BkgtoMr0eZhlXIGTcKPt9WYG2AuuNO75j7uDC3KvgFOlh8Aes3ZONZWWz4ZAw",
+	"fkSSqXRbDFIRVcoujfy6S8Ph9D4K3CpDG/e8+SDadCd/IaH2CCD0cFhRlQLeoFiDy39sLNX4UyJqhZDj",
+	"elKAtwqZQYR5vD+aM2tKrePG2iLvcxEts92YbOSXIhEkxneC50M5VEwFRgpKOwqMzlJZR3GGGEujxpRJ",
+	"RbIM4wZXc1ggEAUZEqnMvBGcLgwQC4CwNfAsbnSjHx6OR5Mhh94tWQxDlXuSn2qFmg09sIgtc/FhpdMD",
+	"wnayIOaVLDUbNBE6ZL6QcEOyErfhjVYvnmULEl3fR+lHN64m1MRjTOiQsn2q33Xpk2VRcKHkiaFvSYU0",
+	"2Q5VslI7k6dX8aVy1wJtWPN8b5GV+F4gDmOIbnjZMp6a4Naxh2ypJ5WBmOI0dfvk14gFBBARIdaDQgB+",
+	"g6IlwxPQ+YDWQkWubQGA4aplqi3GVPzQm5hMX6Ia4EPv3A21g2dtAsfDsXY/K4cYFaGZ9K3yVdW42k1A",
+	"jvkChYS9UKASa7LITJgw/5wuFYpPGHEWy9Cfs1DLhS+XTonWeiAKwYUM903FZLXMX9ilTLQ6i8P9EXzQ",
+	"+VO1TU7W2n8hESbgyAIjuqTRnFX0ajbIE4gyqpUc8lIrYsLaa6gU1xBzEzuuGV8NubkepW2dZZxpfV3S",
+	"WxPM8dYaFCXZoOZaBnbjw08cBC8VQk6UBsDw/u0ljBkPZBmlgY69o24AOZq8fjWwtmXetq6+Nf6+Yknt",
+	"NhxbfUASpZDxSANKWKyBQAc17GktePV6crDfMdq7nEgHqmwM7Wd23sFkMtmGh8aRs6gX2zss0Dyu0Hcp",
+	"aCBwiQL1HL9bgz36fgfIMyo0HDArPERjH0gmeVVRDP81+GhfBWdxCBbtGN10AyQKbeYZT3oiMoW3ATJ6",
+	"dmDKdVWxcbJdJnFTtB0N49MBvHE0OWrXM1+/btczJ4ObKKoy7CulgiUvWdzj7/Grnf64PT1VqpCz8Tih",
+	"Ki0Xo4jn49UyD2K80X/Hi4wvxjmhbGwQh9NNOcrjvzCugmrjh0jcFLDv9ozKpk72lP5d6Kob/barJ1nG",
+	"VzigRB+0I4IYi4yvDaAWJWOUJd2wmHDQi+twTphDIpxhjVCcUrVz7wCWJJPtkN4Sfk7bhZ42kPl+GMiI",
+	"XTmp760oi/nqzjwHyNJmEQZ1uepLqReAVUqjFAhU4VZHe8esFv5iHEwdvgu7vpumD0qZKuYPye03wq6d",
+	"pe6OcIaTfdfesKSh6M2vb4PpZPoqOJgeHlVSWZQs1lDz5wLZp0/nD0sreoRujK9b8m02r5a54ZmNqfA3",
+	"Lq4zTmJ4lyEq+EAYSVCM4ExBSiSoFYcliVD6sOAqdRqzwBhSFDibszl7aYh++TLGGxohnF6cvXwJJdMq",
+	"F45JQcc3B6EO4wID7cCJoosMm+DQI8MSYDT79OJszgBMNyMQ0ejQh8iC8IVOKsxuJDHhdu9v7z5UsXff",
+	"AqK8VCXJ4PL800lDY95ZvUVnnuTKEqrDewWxpPHApFQ8t/m3Pq8NciYEGkZutxRgL9zVxdDA4qINGTQa",
+	"o8yeabXM5yyjN1iR9XTfZvNkvYPLk0+cwVcyglKinLMKWAlMqFQoMHZk7dWb67VHuR434iIZV9CnczZT",
+	"z5Tbu7pULqMRMmkct+sunRYkSjGYGu9RiqzlyFer1YiY12Y/N1eOz8/evP3p01szp4kkRp//+z//a4ci",
+	"t8pcM28yOrBzeYGMFNSbeYejyejQlkVTY6Xj1OTbf9e/Exwox5wyudJobjqZAJGQcZbov6YtKHiEUtpY",
+	"LeHHy8sLY0gmidKoT/EyslofE0UWxLpbq22uTu69R+VS/l67bDqZ3NEq+73vW5oKgcevvY3/wOaZ23ug",
+	"d3bZOiGVUBYjCzNdc3N42foEra6c78kyz4lYezPvnN4g0ytqEar+DtpTk0SanKOQ3pWeW5nquHV62ZJW",
+	"l5vnVKrT9sBujv15mOpmyNg2iDf+vQNd0XFz9SSxPUw4/Z7TgJR+ZrY9DXzZbl5IH7iIjX0v1kBjI7sj",
+	"S9oD5fYNZC1Vj6YqClDRawy2JB8RRTKeeFcb3yv4UGvkggiJ1lffkIzGeqU6wO3o4Pjw2+mHc+DCpCC+",
+	"mSwVF1j1yQgDmuel0oh4zipg5Zot7UW1R7NcVRJCGoc+mOKCBWXdsZyZUbZOUZWG5qxVStOK37RO3cPQ",
+	"N+0kTZYrOe7Zdr8ebLv9+yMbi7spmOlDFVzofIso4CxC2DuaTn3j5SGkzDAsaDEm3Hd5mpFNN0Mb6R0u",
+	"uKzPZm4WONUGkhBq6Kcx5gXXz2bGTdax3jA4bh38JfxAlwZsq3oZHYAJA7yldp9OT21ZSoxncDR5DaF7",
+	"EZiRMoQ990Ca9mctPBeDun7hjSn/DLQU6gzu//N4/SjDvavY8age4Mbfbnl1UCMpqCN3BjcHc0bjGaSY",
+	"ZTxYcZHFc1bpz0zjJ62fM/hRv9dBUr+HiqkzmHsHo8ncm7MmpbgQfEkzlGZ2YDRlBsbOJepHAL0Ng87L",
+	"xiPM7AO9iCXCzKkeAjT4eNY8BKOxkiou1jPgEZ2Nx+7oBgD11tDDb2jvLLtvAR19f/zdqx1XU9q3XDbP",
+	"48XrRtZQuKWuhdvc0dBuKdOeYF2Zki2zfynpDclaRnSi4UaqrSdKCUtsP3Xglt8QmW7Y2IzpXdK7a3w9",
+	"zhxmOjl4doZhl1Nx/Cec+7Ex9Wjy+nHjDw4fOf74ceOn0+fEBKdxrJ19O0ZWMjQXEW0hv6lS7NlERPvE",
+	"/UGMsAshjr922t+bnYjxPbYBo/c8fmCXPrcWf7ImW608ek6pvkdlrsOQDiMHAd2jwHj3Du/m6qHCrrq/",
+	"cmdWd85X7dtwFqDtObBVCIwwRhbhzMGtQESjgxBsvltfuGz+PTCQrA2kjCKbaxb+nFl8yBkomqNf3ctb",
+	"ZiSxBQdwrLQXT7eaq0OAppfo/Fod+P9KvtO+SHJP2lMJ+0k5zjNbis2JOg7wRV3GNfeNnQ6a7O2fw4jG",
+	"X92vjbWjDNVA3/KjxepW+zt4nbKglBjCKqUZmlZ5q5y9Z9D/ukZ1mgXtevcLCSnV4Ge9P2emUC9BcaDq",
+	"xJiRTt4okwpJPIIfNGlVqpKRln3r5Jj1UkN9DNnP2IZMzSy7K3foWMLRNlvs5Cr/PvrHYoXnjeX2aEC6",
+	"d48Zb4u3lKZZPqTFg375jUsKGSZcUec0U8HLJIXwNIqwUOEMwr6LCe0lZ3egfSCuaKdaGLH6rmTO6vx0",
+	"6IYnZRC20+OT7m4aiYSd9duLNFcw54yq1v1G2COdge5pvam0lQxbpFCc74/grY4l3e9tTIleBwi+YnMm",
+	"7Uc6oQ77mszOhxENjYeToyGt7uKeRqUf51zaH2w8c2jYmTjf+ZHQzhziD+GtwyHTv9z6Xqruw/dk9axY",
+	"72jy6p/Zq1RY0onFr21EBwprcVzQhDKSbd+B/kcEzPuhUa2QfyS2jkumA5ppDT8XuU2BtesbfjGkPCTi",
+	"Tf68pN83XV/OEhQOUT8tyD6vev/CYg7EEPyH8tkhDfoT9ad/09KlOPW1PUXWBt0WGYnQlHzrem+DFmxJ",
+	"37YHHOjzYVGqVinYTGW4atcvpV9dhXP9W1vMZwqFud+uEFJeGAyo92cM4/r+o7kDBb8Rdq1JIT2658zW",
+	"uM1HH2VhGw32hhORw2Dxt92G87Qy8102076csNn+4O5PN8/V/yLD1LxssOxO2zTV2Id1i6vvs+rmbw3J",
+	"tJbau9I5TdwVGMwXGMfoLoBRCQvKiFgDlXPmblKfwPHkEPba9wuqxg7jKjCkhfvAVYpiRSXugH0f9bhv",
+	"1202236LhrOhSyd3pp9udOZ4cvicOqApoJ32dC06+4VXlJKFyWFjJzn7nUW3Z72pn9z10XnrjXSfn0PY",
+	"VDtD1yy1V1V5YTtNENaloRAkRvrpftUbMElH1QXzXSEhqNrAdZXEKEX1BbfTbe31+x8Z2r68vR5h3K65",
+	"bbEgGWFRpcTt76rkqFlXc2JztfmfAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

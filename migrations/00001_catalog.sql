@@ -10,11 +10,10 @@ CREATE TABLE application_versions (
     application_id text        NOT NULL REFERENCES applications (id) ON DELETE CASCADE,
     -- canonical SemVer spelling ("1.0" is stored as "1.0.0")
     version        text        NOT NULL CHECK (length(version) BETWEEN 5 AND 128),
-    -- sort keys; prerelease ordering is finished in Go (SemVer rules)
-    major          bigint      NOT NULL CHECK (major >= 0),
-    minor          bigint      NOT NULL CHECK (minor >= 0),
-    patch          bigint      NOT NULL CHECK (patch >= 0),
-    prerelease     text        NOT NULL DEFAULT '',
+    -- lifecycle.Version.SortKey: byte order is SemVer precedence
+    sort_key       text        COLLATE "C" NOT NULL,
+    -- metadata.name, for listings
+    name           text        NOT NULL,
     digest         text        NOT NULL CHECK (digest ~ '^sha256:[0-9a-f]{64}$'),
     media_type     text        NOT NULL CHECK (media_type IN ('application/yaml', 'application/json')),
     raw            bytea       NOT NULL,
@@ -27,8 +26,8 @@ CREATE TABLE application_versions (
     CHECK (yanked = (yanked_at IS NOT NULL))
 );
 
-CREATE INDEX application_versions_order
-    ON application_versions (application_id, major DESC, minor DESC, patch DESC);
+CREATE UNIQUE INDEX application_versions_order
+    ON application_versions (application_id, sort_key);
 
 -- +goose Down
 DROP TABLE application_versions;

@@ -4,6 +4,7 @@
 package sdk
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +12,84 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/oapi-codegen/runtime"
 )
+
+// Defines values for ApplicationVersionMediaType.
+const (
+	Applicationjson ApplicationVersionMediaType = "application/json"
+	Applicationyaml ApplicationVersionMediaType = "application/yaml"
+)
+
+// Valid indicates whether the value is a known member of the ApplicationVersionMediaType enum.
+func (e ApplicationVersionMediaType) Valid() bool {
+	switch e {
+	case Applicationjson:
+		return true
+	case Applicationyaml:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DrainRulesOnTimeout.
+const (
+	Abort   DrainRulesOnTimeout = "abort"
+	Proceed DrainRulesOnTimeout = "proceed"
+)
+
+// Valid indicates whether the value is a known member of the DrainRulesOnTimeout enum.
+func (e DrainRulesOnTimeout) Valid() bool {
+	switch e {
+	case Abort:
+		return true
+	case Proceed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LifecycleRulesStrategies.
+const (
+	BlueGreen LifecycleRulesStrategies = "blueGreen"
+	Recreate  LifecycleRulesStrategies = "recreate"
+)
+
+// Valid indicates whether the value is a known member of the LifecycleRulesStrategies enum.
+func (e LifecycleRulesStrategies) Valid() bool {
+	switch e {
+	case BlueGreen:
+		return true
+	case Recreate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ParameterRulesOnUpgrade.
+const (
+	Keep  ParameterRulesOnUpgrade = "keep"
+	Reset ParameterRulesOnUpgrade = "reset"
+)
+
+// Valid indicates whether the value is a known member of the ParameterRulesOnUpgrade enum.
+func (e ParameterRulesOnUpgrade) Valid() bool {
+	switch e {
+	case Keep:
+		return true
+	case Reset:
+		return true
+	default:
+		return false
+	}
+}
 
 // Defines values for ProblemBackoffStrategy.
 const (
@@ -34,6 +112,88 @@ func (e ProblemBackoffStrategy) Valid() bool {
 	}
 }
 
+// Application defines model for Application.
+type Application struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Id Example: com-northstartida-digitron-orchestrator
+	Id string `json:"id"`
+
+	// LatestVersion The highest version that is not yanked (the highest version when all are yanked).
+	//
+	// Example: 1.2.1
+	LatestVersion string `json:"latestVersion"`
+
+	// Name `metadata.name` of the latest version.
+	//
+	// Example: Digitron orchestrator
+	Name string `json:"name"`
+
+	// VersionCount Example: 3
+	VersionCount int `json:"versionCount"`
+}
+
+// ApplicationList defines model for ApplicationList.
+type ApplicationList struct {
+	Items []Application `json:"items"`
+
+	// NextCursor Present when there are more items; pass it as `cursor`.
+	NextCursor *string `json:"nextCursor,omitempty"`
+}
+
+// ApplicationVersion defines model for ApplicationVersion.
+type ApplicationVersion struct {
+	// ApplicationId Example: com-northstartida-digitron-orchestrator
+	ApplicationId string    `json:"applicationId"`
+	CreatedAt     time.Time `json:"createdAt"`
+
+	// Description The application description as JSON (only when one version is read).
+	Description *json.RawMessage `json:"description,omitempty"`
+
+	// Digest `sha256:<hex>` of the description bytes exactly as posted.
+	Digest string `json:"digest"`
+
+	// Lifecycle The version's lifecycle rules with every default applied (see docs/lifecycle-extension.md).
+	Lifecycle LifecycleRules `json:"lifecycle"`
+
+	// MediaType How the description was posted.
+	MediaType ApplicationVersionMediaType `json:"mediaType"`
+
+	// Name Example: Digitron orchestrator
+	Name string `json:"name"`
+
+	// Version Canonical SemVer spelling.
+	//
+	// Example: 1.2.1
+	Version      string     `json:"version"`
+	Yanked       bool       `json:"yanked"`
+	YankedAt     *time.Time `json:"yankedAt,omitempty"`
+	YankedReason *string    `json:"yankedReason,omitempty"`
+}
+
+// ApplicationVersionMediaType How the description was posted.
+type ApplicationVersionMediaType string
+
+// ApplicationVersionList defines model for ApplicationVersionList.
+type ApplicationVersionList struct {
+	Items      []ApplicationVersion `json:"items"`
+	NextCursor *string              `json:"nextCursor,omitempty"`
+}
+
+// DrainRules defines model for DrainRules.
+type DrainRules struct {
+	OnTimeout DrainRulesOnTimeout `json:"onTimeout"`
+	Required  bool                `json:"required"`
+
+	// Timeout Go duration.
+	//
+	// Example: 10m0s
+	Timeout string `json:"timeout"`
+}
+
+// DrainRulesOnTimeout defines model for DrainRules.OnTimeout.
+type DrainRulesOnTimeout string
+
 // FieldProblem defines model for FieldProblem.
 type FieldProblem struct {
 	// Field JSON pointer into the request document (or `query/<name>`, `path/<name>`, `header/<name>` for parameters).
@@ -50,6 +210,35 @@ type Health struct {
 	// Status Example: ok
 	Status string `json:"status"`
 }
+
+// LifecycleRules The version's lifecycle rules with every default applied (see docs/lifecycle-extension.md).
+type LifecycleRules struct {
+	Drain *DrainRules `json:"drain,omitempty"`
+
+	// MinUpgradeFrom A direct upgrade to this version needs the installed version to be at least this. Absent - any older version.
+	//
+	// Example: 1.5.0
+	MinUpgradeFrom *string `json:"minUpgradeFrom,omitempty"`
+
+	// Parameters Per parameter, what an upgrade to this version does with the operator's value.
+	Parameters *map[string]ParameterRules `json:"parameters,omitempty"`
+	Rollback   RollbackRules              `json:"rollback"`
+
+	// Strategies Strategies this version supports; the first is its default.
+	Strategies []LifecycleRulesStrategies `json:"strategies"`
+}
+
+// LifecycleRulesStrategies defines model for LifecycleRules.Strategies.
+type LifecycleRulesStrategies string
+
+// ParameterRules defines model for ParameterRules.
+type ParameterRules struct {
+	// OnUpgrade keep - carry the operator's value over an upgrade; reset - take the new version's default.
+	OnUpgrade ParameterRulesOnUpgrade `json:"onUpgrade"`
+}
+
+// ParameterRulesOnUpgrade keep - carry the operator's value over an upgrade; reset - take the new version's default.
+type ParameterRulesOnUpgrade string
 
 // Problem RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
@@ -84,6 +273,74 @@ type Problem struct {
 
 // ProblemBackoffStrategy defines model for Problem.BackoffStrategy.
 type ProblemBackoffStrategy string
+
+// RollbackRules defines model for RollbackRules.
+type RollbackRules struct {
+	// Allowed May a deployment running this version go back to an older one. Absent in the description - false.
+	Allowed bool `json:"allowed"`
+
+	// MinVersion Example: 1.8.0
+	MinVersion *string `json:"minVersion,omitempty"`
+	Reason     *string `json:"reason,omitempty"`
+
+	// Window Go duration after installation during which a rollback is allowed. Absent - no limit.
+	//
+	// Example: 72h0m0s
+	Window *string `json:"window,omitempty"`
+}
+
+// YankRequest defines model for YankRequest.
+type YankRequest struct {
+	// Reason Example: CVE-2026-1234 in the bundled OpenSSL
+	Reason *string `json:"reason,omitempty"`
+}
+
+// ApplicationId defines model for ApplicationId.
+type ApplicationId = string
+
+// Cursor defines model for Cursor.
+type Cursor = string
+
+// IfNoneMatch defines model for IfNoneMatch.
+type IfNoneMatch = string
+
+// Limit defines model for Limit.
+type Limit = int
+
+// Version defines model for Version.
+type Version = string
+
+// ListApplicationsParams defines parameters for ListApplications.
+type ListApplicationsParams struct {
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CreateApplicationVersionJSONBody defines parameters for CreateApplicationVersion.
+type CreateApplicationVersionJSONBody = json.RawMessage
+
+// ListApplicationVersionsParams defines parameters for ListApplicationVersions.
+type ListApplicationVersionsParams struct {
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// GetApplicationVersionParams defines parameters for GetApplicationVersion.
+type GetApplicationVersionParams struct {
+	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
+}
+
+// CreateApplicationVersionJSONRequestBody defines body for CreateApplicationVersion for application/json ContentType.
+type CreateApplicationVersionJSONRequestBody = CreateApplicationVersionJSONBody
+
+// YankApplicationVersionJSONRequestBody defines body for YankApplicationVersion for application/json ContentType.
+type YankApplicationVersionJSONRequestBody = YankRequest
 
 // Getter for additional properties for Problem. Returns the specified
 // element and whether it was found
@@ -363,6 +620,99 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListApplications List applications, with their latest version
+	//
+	// Corresponds with GET /mgmt/v1/applications (the `ListApplications` operationId).
+	ListApplications(ctx context.Context, params *ListApplicationsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateApplicationVersionWithBody Add an application version from its description (margo.yaml)
+	//
+	// Parses and validates a Margo application description, YAML or JSON, and stores it as an immutable
+	// version of the application named by its `id`, creating the application on its first version.
+	// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
+	//
+	// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+	// * Posting the same content again is idempotent: 200 with the stored version.
+	// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
+	CreateApplicationVersionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateApplicationVersion Add an application version from its description (margo.yaml)
+	//
+	// Parses and validates a Margo application description, YAML or JSON, and stores it as an immutable
+	// version of the application named by its `id`, creating the application on its first version.
+	// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
+	//
+	// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+	// * Posting the same content again is idempotent: 200 with the stored version.
+	// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
+	CreateApplicationVersion(ctx context.Context, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetApplication Get one application
+	//
+	// Corresponds with GET /mgmt/v1/applications/{applicationId} (the `GetApplication` operationId).
+	GetApplication(ctx context.Context, applicationId ApplicationId, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListApplicationVersions List an application's versions in SemVer order
+	//
+	// Lowest version first (SemVer precedence: `1.0.0-rc.1` < `1.0.0` < `1.10.0`), each with its digest,
+	// creation time, yanked flag and a summary of its lifecycle rules.
+	//
+	// Corresponds with GET /mgmt/v1/applications/{applicationId}/versions (the `ListApplicationVersions` operationId).
+	ListApplicationVersions(ctx context.Context, applicationId ApplicationId, params *ListApplicationVersionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteApplicationVersion Delete a version that no deployment uses
+	//
+	// Refused with 409 `version-in-use` while any deployment (or any revision in a deployment's history)
+	// refers to it; yank it instead. Deleting the last version of an application deletes the application.
+	//
+	// Corresponds with DELETE /mgmt/v1/applications/{applicationId}/versions/{version} (the `DeleteApplicationVersion` operationId).
+	DeleteApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetApplicationVersion Get one version, as JSON or as the original description bytes
+	//
+	// Content negotiation through `Accept`: `application/json` (the default) answers the version resource
+	// with the description as JSON in `description`; `application/yaml` answers the description exactly as
+	// it was posted (a description posted as JSON is valid YAML too). Each representation has its own
+	// strong `ETag`; `If-None-Match` answers 304.
+	//
+	// Corresponds with GET /mgmt/v1/applications/{applicationId}/versions/{version} (the `GetApplicationVersion` operationId).
+	GetApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, params *GetApplicationVersionParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UnyankApplicationVersion Undo a yank
+	//
+	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank (the `UnyankApplicationVersion` operationId).
+	UnyankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// YankApplicationVersionWithBody Yank a version
+	//
+	// A yanked version stays in place for existing deployments and their history, but is refused for new
+	// deployments, upgrades and as an intermediate hop of a planned upgrade path. Yanking a yanked version
+	// again only updates the reason.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
+	YankApplicationVersionWithBody(ctx context.Context, applicationId ApplicationId, version Version, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// YankApplicationVersion Yank a version
+	//
+	// A yanked version stays in place for existing deployments and their history, but is refused for new
+	// deployments, upgrades and as an intermediate hop of a planned upgrade path. Yanking a yanked version
+	// again only updates the reason.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
+	YankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetReady Readiness — the database is reachable and migrated
 	//
 	// Answers 200 when the database answers and every migration embedded in this binary is
@@ -379,6 +729,199 @@ type ClientInterface interface {
 // Corresponds with GET /healthz (the `GetHealth` operationId).
 func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetHealthRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListApplications List applications, with their latest version
+//
+// Corresponds with GET /mgmt/v1/applications (the `ListApplications` operationId).
+func (c *Client) ListApplications(ctx context.Context, params *ListApplicationsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListApplicationsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateApplicationVersionWithBody Add an application version from its description (margo.yaml)
+//
+// Parses and validates a Margo application description, YAML or JSON, and stores it as an immutable
+// version of the application named by its `id`, creating the application on its first version.
+// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
+//
+// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+// * Posting the same content again is idempotent: 200 with the stored version.
+// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
+func (c *Client) CreateApplicationVersionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateApplicationVersionRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateApplicationVersion Add an application version from its description (margo.yaml)
+//
+// Parses and validates a Margo application description, YAML or JSON, and stores it as an immutable
+// version of the application named by its `id`, creating the application on its first version.
+// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
+//
+// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+// * Posting the same content again is idempotent: 200 with the stored version.
+// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
+func (c *Client) CreateApplicationVersion(ctx context.Context, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateApplicationVersionRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetApplication Get one application
+//
+// Corresponds with GET /mgmt/v1/applications/{applicationId} (the `GetApplication` operationId).
+func (c *Client) GetApplication(ctx context.Context, applicationId ApplicationId, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetApplicationRequest(c.Server, applicationId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListApplicationVersions List an application's versions in SemVer order
+//
+// Lowest version first (SemVer precedence: `1.0.0-rc.1` < `1.0.0` < `1.10.0`), each with its digest,
+// creation time, yanked flag and a summary of its lifecycle rules.
+//
+// Corresponds with GET /mgmt/v1/applications/{applicationId}/versions (the `ListApplicationVersions` operationId).
+func (c *Client) ListApplicationVersions(ctx context.Context, applicationId ApplicationId, params *ListApplicationVersionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListApplicationVersionsRequest(c.Server, applicationId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteApplicationVersion Delete a version that no deployment uses
+//
+// Refused with 409 `version-in-use` while any deployment (or any revision in a deployment's history)
+// refers to it; yank it instead. Deleting the last version of an application deletes the application.
+//
+// Corresponds with DELETE /mgmt/v1/applications/{applicationId}/versions/{version} (the `DeleteApplicationVersion` operationId).
+func (c *Client) DeleteApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteApplicationVersionRequest(c.Server, applicationId, version)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetApplicationVersion Get one version, as JSON or as the original description bytes
+//
+// Content negotiation through `Accept`: `application/json` (the default) answers the version resource
+// with the description as JSON in `description`; `application/yaml` answers the description exactly as
+// it was posted (a description posted as JSON is valid YAML too). Each representation has its own
+// strong `ETag`; `If-None-Match` answers 304.
+//
+// Corresponds with GET /mgmt/v1/applications/{applicationId}/versions/{version} (the `GetApplicationVersion` operationId).
+func (c *Client) GetApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, params *GetApplicationVersionParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetApplicationVersionRequest(c.Server, applicationId, version, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UnyankApplicationVersion Undo a yank
+//
+// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank (the `UnyankApplicationVersion` operationId).
+func (c *Client) UnyankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUnyankApplicationVersionRequest(c.Server, applicationId, version)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// YankApplicationVersionWithBody Yank a version
+//
+// A yanked version stays in place for existing deployments and their history, but is refused for new
+// deployments, upgrades and as an intermediate hop of a planned upgrade path. Yanking a yanked version
+// again only updates the reason.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
+func (c *Client) YankApplicationVersionWithBody(ctx context.Context, applicationId ApplicationId, version Version, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewYankApplicationVersionRequestWithBody(c.Server, applicationId, version, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// YankApplicationVersion Yank a version
+//
+// A yanked version stays in place for existing deployments and their history, but is refused for new
+// deployments, upgrades and as an intermediate hop of a planned upgrade path. Yanking a yanked version
+// again only updates the reason.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
+func (c *Client) YankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewYankApplicationVersionRequest(c.Server, applicationId, version, body)
 	if err != nil {
 		return nil, err
 	}
@@ -430,6 +973,411 @@ func NewGetHealthRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewListApplicationsRequest constructs an http.Request for the ListApplications method
+func NewListApplicationsRequest(server string, params *ListApplicationsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/applications")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateApplicationVersionRequest calls the generic CreateApplicationVersion builder with application/json body
+func NewCreateApplicationVersionRequest(server string, body CreateApplicationVersionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateApplicationVersionRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateApplicationVersionRequestWithBody constructs an http.Request for the CreateApplicationVersion method, with any body, and a specified content type
+func NewCreateApplicationVersionRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/applications")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetApplicationRequest constructs an http.Request for the GetApplication method
+func NewGetApplicationRequest(server string, applicationId ApplicationId) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "applicationId", applicationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/applications/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListApplicationVersionsRequest constructs an http.Request for the ListApplicationVersions method
+func NewListApplicationVersionsRequest(server string, applicationId ApplicationId, params *ListApplicationVersionsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "applicationId", applicationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/applications/%s/versions", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteApplicationVersionRequest constructs an http.Request for the DeleteApplicationVersion method
+func NewDeleteApplicationVersionRequest(server string, applicationId ApplicationId, version Version) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "applicationId", applicationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "version", version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/applications/%s/versions/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetApplicationVersionRequest constructs an http.Request for the GetApplicationVersion method
+func NewGetApplicationVersionRequest(server string, applicationId ApplicationId, version Version, params *GetApplicationVersionParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "applicationId", applicationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "version", version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/applications/%s/versions/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfNoneMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewUnyankApplicationVersionRequest constructs an http.Request for the UnyankApplicationVersion method
+func NewUnyankApplicationVersionRequest(server string, applicationId ApplicationId, version Version) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "applicationId", applicationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "version", version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/applications/%s/versions/%s/unyank", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewYankApplicationVersionRequest calls the generic YankApplicationVersion builder with application/json body
+func NewYankApplicationVersionRequest(server string, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewYankApplicationVersionRequestWithBody(server, applicationId, version, "application/json", bodyReader)
+}
+
+// NewYankApplicationVersionRequestWithBody constructs an http.Request for the YankApplicationVersion method, with any body, and a specified content type
+func NewYankApplicationVersionRequestWithBody(server string, applicationId ApplicationId, version Version, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "applicationId", applicationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "version", version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/applications/%s/versions/%s/yank", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -514,6 +1462,111 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error)
 
+	// ListApplicationsWithResponse List applications, with their latest version
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/applications (the `ListApplications` operationId).
+	ListApplicationsWithResponse(ctx context.Context, params *ListApplicationsParams, reqEditors ...RequestEditorFn) (*ListApplicationsResponse, error)
+
+	// CreateApplicationVersionWithBodyWithResponse Add an application version from its description (margo.yaml)
+	//
+	// Parses and validates a Margo application description, YAML or JSON, and stores it as an immutable
+	// version of the application named by its `id`, creating the application on its first version.
+	// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
+	//
+	// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+	// * Posting the same content again is idempotent: 200 with the stored version.
+	// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
+	CreateApplicationVersionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error)
+
+	// CreateApplicationVersionWithResponse Add an application version from its description (margo.yaml)
+	//
+	// Parses and validates a Margo application description, YAML or JSON, and stores it as an immutable
+	// version of the application named by its `id`, creating the application on its first version.
+	// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
+	//
+	// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+	// * Posting the same content again is idempotent: 200 with the stored version.
+	// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
+	CreateApplicationVersionWithResponse(ctx context.Context, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error)
+
+	// GetApplicationWithResponse Get one application
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/applications/{applicationId} (the `GetApplication` operationId).
+	GetApplicationWithResponse(ctx context.Context, applicationId ApplicationId, reqEditors ...RequestEditorFn) (*GetApplicationResponse, error)
+
+	// ListApplicationVersionsWithResponse List an application's versions in SemVer order
+	//
+	// Lowest version first (SemVer precedence: `1.0.0-rc.1` < `1.0.0` < `1.10.0`), each with its digest,
+	// creation time, yanked flag and a summary of its lifecycle rules.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/applications/{applicationId}/versions (the `ListApplicationVersions` operationId).
+	ListApplicationVersionsWithResponse(ctx context.Context, applicationId ApplicationId, params *ListApplicationVersionsParams, reqEditors ...RequestEditorFn) (*ListApplicationVersionsResponse, error)
+
+	// DeleteApplicationVersionWithResponse Delete a version that no deployment uses
+	//
+	// Refused with 409 `version-in-use` while any deployment (or any revision in a deployment's history)
+	// refers to it; yank it instead. Deleting the last version of an application deletes the application.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /mgmt/v1/applications/{applicationId}/versions/{version} (the `DeleteApplicationVersion` operationId).
+	DeleteApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*DeleteApplicationVersionResponse, error)
+
+	// GetApplicationVersionWithResponse Get one version, as JSON or as the original description bytes
+	//
+	// Content negotiation through `Accept`: `application/json` (the default) answers the version resource
+	// with the description as JSON in `description`; `application/yaml` answers the description exactly as
+	// it was posted (a description posted as JSON is valid YAML too). Each representation has its own
+	// strong `ETag`; `If-None-Match` answers 304.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/applications/{applicationId}/versions/{version} (the `GetApplicationVersion` operationId).
+	GetApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, params *GetApplicationVersionParams, reqEditors ...RequestEditorFn) (*GetApplicationVersionResponse, error)
+
+	// UnyankApplicationVersionWithResponse Undo a yank
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank (the `UnyankApplicationVersion` operationId).
+	UnyankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*UnyankApplicationVersionResponse, error)
+
+	// YankApplicationVersionWithBodyWithResponse Yank a version
+	//
+	// A yanked version stays in place for existing deployments and their history, but is refused for new
+	// deployments, upgrades and as an intermediate hop of a planned upgrade path. Yanking a yanked version
+	// again only updates the reason.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
+	YankApplicationVersionWithBodyWithResponse(ctx context.Context, applicationId ApplicationId, version Version, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error)
+
+	// YankApplicationVersionWithResponse Yank a version
+	//
+	// A yanked version stays in place for existing deployments and their history, but is refused for new
+	// deployments, upgrades and as an intermediate hop of a planned upgrade path. Yanking a yanked version
+	// again only updates the reason.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
+	YankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error)
+
 	// GetReadyWithResponse Readiness — the database is reachable and migrated
 	//
 	// Answers 200 when the database answers and every migration embedded in this binary is
@@ -567,6 +1620,567 @@ func (r GetHealthResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetHealthResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListApplicationsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ApplicationList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListApplicationsResponse) GetJSON200() *ApplicationList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListApplicationsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListApplicationsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListApplicationsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListApplicationsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListApplicationsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListApplicationsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateApplicationVersionResponse200Headers the declared response headers of an HTTP 200 response for CreateApplicationVersion
+type CreateApplicationVersionResponse200Headers struct {
+	ETag     string
+	Location string
+}
+
+// CreateApplicationVersionResponse201Headers the declared response headers of an HTTP 201 response for CreateApplicationVersion
+type CreateApplicationVersionResponse201Headers struct {
+	ETag     string
+	Location string
+}
+
+type CreateApplicationVersionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ApplicationVersion
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *ApplicationVersion
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CreateApplicationVersionResponse200Headers
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateApplicationVersionResponse201Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateApplicationVersionResponse) GetJSON200() *ApplicationVersion {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateApplicationVersionResponse) GetJSON201() *ApplicationVersion {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateApplicationVersionResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateApplicationVersionResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateApplicationVersionResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateApplicationVersionResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateApplicationVersionResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateApplicationVersionResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateApplicationVersionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateApplicationVersionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateApplicationVersionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateApplicationVersionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetApplicationResponse200Headers the declared response headers of an HTTP 200 response for GetApplication
+type GetApplicationResponse200Headers struct {
+	ETag string
+}
+
+type GetApplicationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Application
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetApplicationResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetApplicationResponse) GetJSON200() *Application {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetApplicationResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetApplicationResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetApplicationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetApplicationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetApplicationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetApplicationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListApplicationVersionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ApplicationVersionList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListApplicationVersionsResponse) GetJSON200() *ApplicationVersionList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListApplicationVersionsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListApplicationVersionsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListApplicationVersionsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListApplicationVersionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListApplicationVersionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListApplicationVersionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListApplicationVersionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteApplicationVersionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteApplicationVersionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r DeleteApplicationVersionResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DeleteApplicationVersionResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteApplicationVersionResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteApplicationVersionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteApplicationVersionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteApplicationVersionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteApplicationVersionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetApplicationVersionResponse200Headers the declared response headers of an HTTP 200 response for GetApplicationVersion
+type GetApplicationVersionResponse200Headers struct {
+	ETag string
+}
+
+// GetApplicationVersionResponse304Headers the declared response headers of an HTTP 304 response for GetApplicationVersion
+type GetApplicationVersionResponse304Headers struct {
+	ETag string
+}
+
+type GetApplicationVersionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ApplicationVersion
+	// YAML200 the response for an HTTP 200 `application/yaml` response
+	YAML200 *string
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON406 the response for an HTTP 406 `application/problem+json` response
+	ApplicationproblemJSON406 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetApplicationVersionResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *GetApplicationVersionResponse304Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetApplicationVersionResponse) GetJSON200() *ApplicationVersion {
+	return r.JSON200
+}
+
+// GetYAML200 returns the response for an HTTP 200 `application/yaml` response
+func (r GetApplicationVersionResponse) GetYAML200() *string {
+	return r.YAML200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetApplicationVersionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON406 returns the response for an HTTP 406 `application/problem+json` response
+func (r GetApplicationVersionResponse) GetApplicationproblemJSON406() *Problem {
+	return r.ApplicationproblemJSON406
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetApplicationVersionResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetApplicationVersionResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetApplicationVersionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetApplicationVersionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetApplicationVersionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetApplicationVersionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UnyankApplicationVersionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ApplicationVersion
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UnyankApplicationVersionResponse) GetJSON200() *ApplicationVersion {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UnyankApplicationVersionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r UnyankApplicationVersionResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UnyankApplicationVersionResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UnyankApplicationVersionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UnyankApplicationVersionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UnyankApplicationVersionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UnyankApplicationVersionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type YankApplicationVersionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ApplicationVersion
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r YankApplicationVersionResponse) GetJSON200() *ApplicationVersion {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r YankApplicationVersionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r YankApplicationVersionResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r YankApplicationVersionResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r YankApplicationVersionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r YankApplicationVersionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r YankApplicationVersionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r YankApplicationVersionResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -643,6 +2257,171 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEdit
 	return ParseGetHealthResponse(rsp)
 }
 
+// ListApplicationsWithResponse List applications, with their latest version
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/applications (the `ListApplications` operationId).
+func (c *ClientWithResponses) ListApplicationsWithResponse(ctx context.Context, params *ListApplicationsParams, reqEditors ...RequestEditorFn) (*ListApplicationsResponse, error) {
+	rsp, err := c.ListApplications(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListApplicationsResponse(rsp)
+}
+
+// CreateApplicationVersionWithBodyWithResponse Add an application version from its description (margo.yaml)
+//
+// Parses and validates a Margo application description, YAML or JSON, and stores it as an immutable
+// version of the application named by its `id`, creating the application on its first version.
+// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
+//
+// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+// * Posting the same content again is idempotent: 200 with the stored version.
+// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
+func (c *ClientWithResponses) CreateApplicationVersionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error) {
+	rsp, err := c.CreateApplicationVersionWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateApplicationVersionResponse(rsp)
+}
+
+// CreateApplicationVersionWithResponse Add an application version from its description (margo.yaml)
+//
+// Parses and validates a Margo application description, YAML or JSON, and stores it as an immutable
+// version of the application named by its `id`, creating the application on its first version.
+// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
+//
+// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+// * Posting the same content again is idempotent: 200 with the stored version.
+// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
+func (c *ClientWithResponses) CreateApplicationVersionWithResponse(ctx context.Context, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error) {
+	rsp, err := c.CreateApplicationVersion(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateApplicationVersionResponse(rsp)
+}
+
+// GetApplicationWithResponse Get one application
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/applications/{applicationId} (the `GetApplication` operationId).
+func (c *ClientWithResponses) GetApplicationWithResponse(ctx context.Context, applicationId ApplicationId, reqEditors ...RequestEditorFn) (*GetApplicationResponse, error) {
+	rsp, err := c.GetApplication(ctx, applicationId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetApplicationResponse(rsp)
+}
+
+// ListApplicationVersionsWithResponse List an application's versions in SemVer order
+//
+// Lowest version first (SemVer precedence: `1.0.0-rc.1` < `1.0.0` < `1.10.0`), each with its digest,
+// creation time, yanked flag and a summary of its lifecycle rules.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/applications/{applicationId}/versions (the `ListApplicationVersions` operationId).
+func (c *ClientWithResponses) ListApplicationVersionsWithResponse(ctx context.Context, applicationId ApplicationId, params *ListApplicationVersionsParams, reqEditors ...RequestEditorFn) (*ListApplicationVersionsResponse, error) {
+	rsp, err := c.ListApplicationVersions(ctx, applicationId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListApplicationVersionsResponse(rsp)
+}
+
+// DeleteApplicationVersionWithResponse Delete a version that no deployment uses
+//
+// Refused with 409 `version-in-use` while any deployment (or any revision in a deployment's history)
+// refers to it; yank it instead. Deleting the last version of an application deletes the application.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /mgmt/v1/applications/{applicationId}/versions/{version} (the `DeleteApplicationVersion` operationId).
+func (c *ClientWithResponses) DeleteApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*DeleteApplicationVersionResponse, error) {
+	rsp, err := c.DeleteApplicationVersion(ctx, applicationId, version, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteApplicationVersionResponse(rsp)
+}
+
+// GetApplicationVersionWithResponse Get one version, as JSON or as the original description bytes
+//
+// Content negotiation through `Accept`: `application/json` (the default) answers the version resource
+// with the description as JSON in `description`; `application/yaml` answers the description exactly as
+// it was posted (a description posted as JSON is valid YAML too). Each representation has its own
+// strong `ETag`; `If-None-Match` answers 304.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/applications/{applicationId}/versions/{version} (the `GetApplicationVersion` operationId).
+func (c *ClientWithResponses) GetApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, params *GetApplicationVersionParams, reqEditors ...RequestEditorFn) (*GetApplicationVersionResponse, error) {
+	rsp, err := c.GetApplicationVersion(ctx, applicationId, version, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetApplicationVersionResponse(rsp)
+}
+
+// UnyankApplicationVersionWithResponse Undo a yank
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank (the `UnyankApplicationVersion` operationId).
+func (c *ClientWithResponses) UnyankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*UnyankApplicationVersionResponse, error) {
+	rsp, err := c.UnyankApplicationVersion(ctx, applicationId, version, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUnyankApplicationVersionResponse(rsp)
+}
+
+// YankApplicationVersionWithBodyWithResponse Yank a version
+//
+// A yanked version stays in place for existing deployments and their history, but is refused for new
+// deployments, upgrades and as an intermediate hop of a planned upgrade path. Yanking a yanked version
+// again only updates the reason.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
+func (c *ClientWithResponses) YankApplicationVersionWithBodyWithResponse(ctx context.Context, applicationId ApplicationId, version Version, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error) {
+	rsp, err := c.YankApplicationVersionWithBody(ctx, applicationId, version, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseYankApplicationVersionResponse(rsp)
+}
+
+// YankApplicationVersionWithResponse Yank a version
+//
+// A yanked version stays in place for existing deployments and their history, but is refused for new
+// deployments, upgrades and as an intermediate hop of a planned upgrade path. Yanking a yanked version
+// again only updates the reason.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
+func (c *ClientWithResponses) YankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error) {
+	rsp, err := c.YankApplicationVersion(ctx, applicationId, version, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseYankApplicationVersionResponse(rsp)
+}
+
 // GetReadyWithResponse Readiness — the database is reachable and migrated
 //
 // Answers 200 when the database answers and every migration embedded in this binary is
@@ -679,6 +2458,489 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListApplicationsResponse parses an HTTP response from a ListApplicationsWithResponse call
+func ParseListApplicationsResponse(rsp *http.Response) (*ListApplicationsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListApplicationsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ApplicationList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateApplicationVersionResponse parses an HTTP response from a CreateApplicationVersionWithResponse call
+func ParseCreateApplicationVersionResponse(rsp *http.Response) (*CreateApplicationVersionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateApplicationVersionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ApplicationVersion
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest ApplicationVersion
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CreateApplicationVersionResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 201:
+		var headers CreateApplicationVersionResponse201Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers201 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetApplicationResponse parses an HTTP response from a GetApplicationWithResponse call
+func ParseGetApplicationResponse(rsp *http.Response) (*GetApplicationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetApplicationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Application
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetApplicationResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListApplicationVersionsResponse parses an HTTP response from a ListApplicationVersionsWithResponse call
+func ParseListApplicationVersionsResponse(rsp *http.Response) (*ListApplicationVersionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListApplicationVersionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ApplicationVersionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteApplicationVersionResponse parses an HTTP response from a DeleteApplicationVersionWithResponse call
+func ParseDeleteApplicationVersionResponse(rsp *http.Response) (*DeleteApplicationVersionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteApplicationVersionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetApplicationVersionResponse parses an HTTP response from a GetApplicationVersionWithResponse call
+func ParseGetApplicationVersionResponse(rsp *http.Response) (*GetApplicationVersionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetApplicationVersionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ApplicationVersion
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "yaml") && rsp.StatusCode == 200:
+		var dest string
+		if err := yaml.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.YAML200 = &dest
+
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON406 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetApplicationVersionResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers GetApplicationVersionResponse304Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers304 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseUnyankApplicationVersionResponse parses an HTTP response from a UnyankApplicationVersionWithResponse call
+func ParseUnyankApplicationVersionResponse(rsp *http.Response) (*UnyankApplicationVersionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UnyankApplicationVersionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ApplicationVersion
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseYankApplicationVersionResponse parses an HTTP response from a YankApplicationVersionWithResponse call
+func ParseYankApplicationVersionResponse(rsp *http.Response) (*YankApplicationVersionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &YankApplicationVersionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ApplicationVersion
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -2,7 +2,12 @@ package httpapi
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"sync"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
 	"runtime/debug"
 	"time"
 
@@ -78,5 +83,39 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 			}
 		}()
 		next.ServeHTTP(w, r)
+	})
+}
+
+// limitBody bounds every request body; reading past the bound fails with
+// *http.MaxBytesError, which the error paths answer with 413.
+func limitBody(n int64) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength > n {
+				writeProblem(w, r, problemFromError(nil, r, bodyReadError(&http.MaxBytesError{Limit: n})))
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, n)
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+var bodyDecodersOnce sync.Once
+
+// registerBodyDecoders makes the request validator see an application/yaml
+// body as the text it is: kin-openapi's registry is process-wide, and its
+// default YAML decoder would expand hostile documents (alias bombs) before
+// our bounded parser sees them. The contract declares YAML bodies as strings;
+// internal/margo parses them with limits.
+func registerBodyDecoders() {
+	bodyDecodersOnce.Do(func() {
+		openapi3filter.RegisterBodyDecoder("application/yaml", func(r io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+			b, err := io.ReadAll(r)
+			if err != nil {
+				return nil, err
+			}
+			return string(b), nil
+		})
 	})
 }

@@ -102,7 +102,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
 func problemFromError(logger *slog.Logger, r *http.Request, err error) problem {
 	var de *lifecycle.Error
 	if !errors.As(err, &de) || de.Code == lifecycle.EINTERNAL {
-		logger.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "error", err)
+		if logger != nil {
+			logger.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "error", err)
+		}
 		return problem{Type: ProblemBase + "internal", Status: http.StatusInternalServerError,
 			Detail: "The server failed to answer this request. The request id identifies the details in the server log."}
 	}
@@ -124,26 +126,26 @@ func problemFromError(logger *slog.Logger, r *http.Request, err error) problem {
 // titles gives a short human summary per problem type; types without an
 // entry fall back to the HTTP status text.
 var titles = map[string]string{
-	"not-found":           "Not found",
-	"method-not-allowed":  "Method not allowed",
-	"invalid-request":     "Invalid request",
-	"invalid-description": "Invalid application description",
-	"invalid-version":     "Invalid version",
-	"malformed":           "Malformed request",
-	"not-ready":           "Not ready",
-	"conflict":            "Conflict",
-	"too-large":           "Request too large",
-	"unsupported-type":    "Unsupported media type",
-	"not-acceptable":      "Not acceptable",
-	"version-exists":      "Version exists with different content",
-	"version-in-use":      "Version in use",
-	"precondition-failed": "Precondition failed",
-	"internal":            "Internal error",
-	"unauthorized":        "Unauthorized",
-	"forbidden":           "Forbidden",
-	"unavailable":         "Service unavailable",
-	"invalid":             "Invalid request",
-	"precondition":        "Precondition failed",
+	"not-found":              "Not found",
+	"method-not-allowed":     "Method not allowed",
+	"invalid-request":        "Invalid request",
+	"invalid-description":    "Invalid application description",
+	"invalid-version":        "Invalid version",
+	"malformed":              "Malformed request",
+	"not-ready":              "Not ready",
+	"conflict":               "Conflict",
+	"too-large":              "Request too large",
+	"unsupported-media-type": "Unsupported media type",
+	"not-acceptable":         "Not acceptable",
+	"version-exists":         "Version exists with different content",
+	"version-in-use":         "Version in use",
+	"precondition-failed":    "Precondition failed",
+	"internal":               "Internal error",
+	"unauthorized":           "Unauthorized",
+	"forbidden":              "Forbidden",
+	"unavailable":            "Service unavailable",
+	"invalid":                "Invalid request",
+	"precondition":           "Precondition failed",
 }
 
 func titleOf(typ string, status int) string {

@@ -5,6 +5,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/wfm-dev/wfm"
 	"github.com/wfm-dev/wfm/api"
+	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/telemetry"
 )
@@ -30,12 +32,21 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Registry receives the HTTP metrics and is served at /metrics.
 	Registry *prometheus.Registry
+	// Catalog serves the application catalog.
+	Catalog *catalog.Service
+	// MaxBodyBytes bounds every request body; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
 }
+
+// DefaultMaxBodyBytes bounds request bodies when Config.MaxBodyBytes is 0:
+// one application description of up to 1 MiB plus room for JSON escaping.
+const DefaultMaxBodyBytes = 2 << 20
 
 // Server implements the generated strict server interface.
 type Server struct {
-	log   *slog.Logger
-	ready func(ctx context.Context) error
+	log     *slog.Logger
+	ready   func(ctx context.Context) error
+	catalog *catalog.Service
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -45,9 +56,13 @@ var _ api.StrictServerInterface = (*Server)(nil)
 // metrics at /metrics. Returns an error if the embedded contract cannot be
 // loaded or the metrics cannot be registered.
 func NewHandler(cfg Config) (http.Handler, error) {
-	if cfg.Logger == nil || cfg.Ready == nil || cfg.Registry == nil {
-		return nil, fmt.Errorf("httpapi: Logger, Ready and Registry are required")
+	if cfg.Logger == nil || cfg.Ready == nil || cfg.Registry == nil || cfg.Catalog == nil {
+		return nil, fmt.Errorf("httpapi: Logger, Ready, Registry and Catalog are required")
 	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	registerBodyDecoders()
 	spec, err := api.GetSwagger()
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: load embedded contract: %w", err)
@@ -57,10 +72,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: register metrics: %w", err)
 	}
-	s := &Server{log: cfg.Logger, ready: cfg.Ready}
+	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog}
 
 	r := chi.NewRouter()
-	r.Use(s.requestContext(metrics), s.recoverer)
+	r.Use(s.requestContext(metrics), s.recoverer, limitBody(cfg.MaxBodyBytes))
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		for _, m := range allowedMethods(r, req.URL.Path) {
@@ -79,10 +94,15 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	r.Mount("/docs/", docs)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
 
-	strict := api.NewStrictHandlerWithOptions(s, nil, api.StrictHTTPServerOptions{
+	strict := api.NewStrictHandlerWithOptions(s, []api.StrictMiddlewareFunc{withRequest}, api.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				writeProblem(w, req, problemFromError(s.log, req, bodyReadError(err)))
+				return
+			}
 			writeProblem(w, req, problem{Type: ProblemBase + "malformed", Title: titles["malformed"], Status: http.StatusBadRequest,
-				Detail: "The request body could not be read: " + err.Error()})
+				Detail: "The request body could not be decoded: " + err.Error()})
 		},
 		ResponseErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
 			writeProblem(w, req, problemFromError(s.log, req, err))
@@ -92,8 +112,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		BaseRouter:  r,
 		Middlewares: []api.MiddlewareFunc{s.requestValidator(spec)},
 		ErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
-			writeProblem(w, req, problem{Type: ProblemBase + "invalid-request", Title: titles["invalid-request"], Status: http.StatusBadRequest,
-				Detail: err.Error()})
+			writeProblem(w, req, paramProblem(req, err))
 		},
 	})
 	return r, nil

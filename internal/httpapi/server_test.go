@@ -10,13 +10,17 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wfm-dev/wfm"
+	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/httpapi"
+	"github.com/wfm-dev/wfm/internal/pgtest"
+	"github.com/wfm-dev/wfm/internal/postgres"
 	"github.com/wfm-dev/wfm/sdk"
 )
 
@@ -24,10 +28,12 @@ import (
 // the given readiness function.
 func newTestServer(t *testing.T, ready func(context.Context) error) *httptest.Server {
 	t.Helper()
+	pool := pgtest.New(t)
 	h, err := httpapi.NewHandler(httpapi.Config{
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Ready:    ready,
 		Registry: prometheus.NewRegistry(),
+		Catalog:  catalog.NewService(postgres.NewCatalogStore(pool), time.Now),
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)

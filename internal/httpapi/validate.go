@@ -12,6 +12,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	nethttpmiddleware "github.com/oapi-codegen/nethttp-middleware"
+
+	"github.com/wfm-dev/wfm/api"
 )
 
 // requestValidator returns the middleware that checks every request against
@@ -24,6 +26,7 @@ func (s *Server) requestValidator(spec *openapi3.T) func(http.Handler) http.Hand
 			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
 		},
 		DoNotValidateServers:  true,
+		DiscardValidatedValue: true, // handlers decode the raw body themselves (exact bytes are stored)
 		SilenceServersWarning: true,
 		ErrorHandlerWithOpts: func(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, opts nethttpmiddleware.ErrorHandlerOpts) {
 			writeProblem(w, r, s.validationProblem(r, err, opts.StatusCode))
@@ -47,7 +50,14 @@ func (s *Server) validationProblem(r *http.Request, err error, suggested int) pr
 			Detail: "The request does not match the API contract: " + err.Error()}
 	}
 	sort.SliceStable(fields, func(i, j int) bool { return fields[i].Field < fields[j].Field })
-	return problem{Type: ProblemBase + "invalid-request", Title: titles["invalid-request"], Status: status,
+	typ := "invalid-request"
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		typ = "too-large"
+	case http.StatusUnsupportedMediaType:
+		typ = "unsupported-media-type"
+	}
+	return problem{Type: ProblemBase + typ, Title: titles[typ], Status: status,
 		Detail: fmt.Sprintf("The request does not match the API contract (%d problem(s), listed in errors).", len(fields)),
 		Errors: fields}
 }
@@ -56,8 +66,7 @@ func (s *Server) validationProblem(r *http.Request, err error, suggested int) pr
 // problems. Parameters are named "query/<name>", "path/<name>" or
 // "header/<name>"; body problems are JSON pointers into the body.
 func collectRequestErrors(err error, out *[]fieldProblem, status *int) {
-	var multi openapi3.MultiError
-	if errors.As(err, &multi) {
+	if multi, ok := err.(openapi3.MultiError); ok { // a list of request errors: keep each one's context
 		for _, e := range multi {
 			collectRequestErrors(e, out, status)
 		}
@@ -86,14 +95,22 @@ func collectRequestErrors(err error, out *[]fieldProblem, status *int) {
 			*out = append(*out, fieldProblem{Field: field, Message: m})
 		}
 	case re.RequestBody != nil:
+		var mbe *http.MaxBytesError
+		if errors.As(re.Err, &mbe) {
+			*status = http.StatusRequestEntityTooLarge
+			*out = append(*out, fieldProblem{Field: "", Message: fmt.Sprintf("the request body exceeds %d bytes", mbe.Limit)})
+			return
+		}
 		if errors.Is(re.Err, openapi3filter.ErrInvalidRequired) || re.Reason == "value is required but missing" {
 			*out = append(*out, fieldProblem{Field: "", Message: "a request body is required"})
 			return
 		}
 		var unsupported *openapi3filter.ParseError
-		if errors.As(re.Err, &unsupported) && unsupported.Kind == openapi3filter.KindUnsupportedFormat {
+		// kin-openapi reports an undeclared Content-Type only by this reason text.
+		if (re.Err == nil && strings.HasPrefix(re.Reason, "header Content-Type has unexpected value")) ||
+			(errors.As(re.Err, &unsupported) && unsupported.Kind == openapi3filter.KindUnsupportedFormat) {
 			*status = http.StatusUnsupportedMediaType
-			*out = append(*out, fieldProblem{Field: "header/Content-Type", Message: re.Reason})
+			*out = append(*out, fieldProblem{Field: "header/Content-Type", Message: "this operation does not take " + strconvQuote(re.Input.Request.Header.Get("Content-Type"))})
 			return
 		}
 		var se *openapi3.SchemaError
@@ -168,4 +185,42 @@ func notFoundProblem(r *http.Request) problem {
 func methodNotAllowedProblem(r *http.Request) problem {
 	return problem{Type: ProblemBase + "method-not-allowed", Title: titles["method-not-allowed"], Status: http.StatusMethodNotAllowed,
 		Detail: fmt.Sprintf("%s %s is not allowed; the Allow header lists the methods that are.", r.Method, r.URL.Path)}
+}
+
+func strconvQuote(s string) string { return fmt.Sprintf("%q", s) }
+
+// paramProblem translates the generated router's parameter binding errors
+// (a value that does not even parse as the declared type).
+func paramProblem(r *http.Request, err error) problem {
+	name, msg := "", err.Error()
+	var (
+		invalid  *api.InvalidParamFormatError
+		required *api.RequiredParamError
+		header   *api.RequiredHeaderError
+		many     *api.TooManyValuesForParamError
+		unmarsh  *api.UnmarshalingParamError
+	)
+	switch {
+	case errors.As(err, &invalid):
+		name, msg = invalid.ParamName, "not a valid value of the declared type"
+	case errors.As(err, &required):
+		name, msg = required.ParamName, "required"
+	case errors.As(err, &header):
+		name, msg = header.ParamName, "required"
+	case errors.As(err, &many):
+		name, msg = many.ParamName, "given more than once"
+	case errors.As(err, &unmarsh):
+		name, msg = unmarsh.ParamName, "not a valid value of the declared type"
+	}
+	field := ""
+	if name != "" {
+		field = "path/" + name
+		if r.URL.Query().Has(name) {
+			field = "query/" + name
+		} else if r.Header.Get(name) != "" {
+			field = "header/" + name
+		}
+	}
+	return problem{Type: ProblemBase + "invalid-request", Title: titles["invalid-request"], Status: http.StatusBadRequest,
+		Detail: "A parameter does not match the API contract.", Errors: []fieldProblem{{Field: field, Message: msg}}}
 }

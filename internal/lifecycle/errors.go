@@ -14,18 +14,18 @@ type Code string
 
 // Error codes. Every exported function documents which ones it returns.
 const (
-	EINVALID         Code = "invalid"          // well-formed input that breaks a rule (HTTP 422)
-	EMALFORMED       Code = "malformed"        // input that cannot be parsed (HTTP 400)
-	ENOTFOUND        Code = "not-found"        // the named thing does not exist (HTTP 404)
-	ECONFLICT        Code = "conflict"         // conflicts with the current state (HTTP 409)
-	EPRECONDITION    Code = "precondition"     // If-Match did not match (HTTP 412)
-	ETOOLARGE        Code = "too-large"        // input exceeds a size bound (HTTP 413)
-	EUNAUTHORIZED    Code = "unauthorized"     // no or bad credentials (HTTP 401)
-	EFORBIDDEN       Code = "forbidden"        // credentials lack the right (HTTP 403)
-	EUNAVAILABLE     Code = "unavailable"      // a dependency is down (HTTP 503)
-	EINTERNAL        Code = "internal"         // a bug or an unexpected failure (HTTP 500)
-	EUNSUPPORTEDTYPE Code = "unsupported-type" // unsupported media type (HTTP 415)
-	ENOTACCEPTABLE   Code = "not-acceptable"   // no acceptable representation (HTTP 406)
+	EINVALID         Code = "invalid"                // well-formed input that breaks a rule (HTTP 422)
+	EMALFORMED       Code = "malformed"              // input that cannot be parsed (HTTP 400)
+	ENOTFOUND        Code = "not-found"              // the named thing does not exist (HTTP 404)
+	ECONFLICT        Code = "conflict"               // conflicts with the current state (HTTP 409)
+	EPRECONDITION    Code = "precondition"           // If-Match did not match (HTTP 412)
+	ETOOLARGE        Code = "too-large"              // input exceeds a size bound (HTTP 413)
+	EUNAUTHORIZED    Code = "unauthorized"           // no or bad credentials (HTTP 401)
+	EFORBIDDEN       Code = "forbidden"              // credentials lack the right (HTTP 403)
+	EUNAVAILABLE     Code = "unavailable"            // a dependency is down (HTTP 503)
+	EINTERNAL        Code = "internal"               // a bug or an unexpected failure (HTTP 500)
+	EUNSUPPORTEDTYPE Code = "unsupported-media-type" // unsupported media type (HTTP 415)
+	ENOTACCEPTABLE   Code = "not-acceptable"         // no acceptable representation (HTTP 406)
 )
 
 // FieldError names one problem with one part of an input, located by a JSON

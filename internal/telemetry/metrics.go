@@ -83,7 +83,9 @@ func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.pool.Stat()
 	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	k := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v) }
+	k := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
 	g(c.acquired, float64(s.AcquiredConns()))
 	g(c.idle, float64(s.IdleConns()))
 	g(c.total, float64(s.TotalConns()))

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/pglaunch"
+	"github.com/wfm-dev/wfm/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("WFM_TEST_RUN_SERVER") == "1" {
+		// Re-executed by TestSIGKILLLeavesNoPostgres: be the server.
+		if err := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-data-dir", os.Getenv("WFM_TEST_DATA_DIR")}, envWithout("DATABASE_URL"), os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(pgtest.Main(m))
+}
+
+// envWithout is the process environment minus the named variables.
+func envWithout(names ...string) func(string) string {
+	return func(k string) string {
+		for _, n := range names {
+			if k == n {
+				return ""
+			}
+		}
+		return os.Getenv(k)
+	}
+}
+
+func envWith(kv map[string]string) func(string) string {
+	return func(k string) string {
+		if v, ok := kv[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	}
+}
+
+var listenLine = regexp.MustCompile(`wfm listening on (http://\S+) `)
+
+// startServer runs the server in the background and returns its base URL and
+// a function that stops it and returns run's result.
+func startServer(t *testing.T, args []string, getenv func(string) string) (string, func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), getenv, pw, io.Discard)
+		pw.CloseWithError(fmt.Errorf("run returned: %v", err))
+		done <- err
+	}()
+	base := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := listenLine.FindStringSubmatch(sc.Text()); m != nil {
+				base <- m[1]
+			}
+		}
+		close(base)
+	}()
+	var url string
+	select {
+	case u, ok := <-base:
+		if !ok {
+			t.Fatalf("server ended before listening: %v", <-done)
+		}
+		url = u
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("server did not start listening within 60s")
+	}
+	var stopped bool
+	var result error
+	stop := func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			result = <-done
+		}
+		return result
+	}
+	t.Cleanup(func() { _ = stop() })
+	return url, stop
+}
+
+func getStatus(t *testing.T, url string) (int, string, map[string]any) {
+	t.Helper()
+	res, err := http.Get(url)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&body)
+	return res.StatusCode, res.Header.Get("Content-Type"), body
+}
+
+func TestServesWithDatabaseURL(t *testing.T) {
+	base, stop := startServer(t, nil, envWith(map[string]string{"DATABASE_URL": pgtest.URL(t)}))
+
+	status, _, body := getStatus(t, base+"/readyz")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "ready", body["status"])
+	status, ct, body := getStatus(t, base+"/no-such-path")
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Equal(t, "application/problem+json", ct)
+	assert.Equal(t, float64(404), body["status"])
+	status, _, _ = getStatus(t, base+"/docs/")
+	assert.Equal(t, http.StatusOK, status)
+
+	require.NoError(t, stop(), "a cancelled run shuts down cleanly")
+	_, err := http.Get(base + "/healthz")
+	assert.Error(t, err, "nothing listens after shutdown")
+}
+
+func TestReadinessFailsWhenDatabaseIsGone(t *testing.T) {
+	bin, err := pglaunch.FindBinaries(os.Getenv)
+	require.NoError(t, err)
+	pg, err := pglaunch.Start(t.Context(), pglaunch.Options{BinDir: bin, DataDir: filepath.Join(reachableTempDir(t), "pg")})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg.Stop() })
+
+	base, _ := startServer(t, nil, envWith(map[string]string{"DATABASE_URL": pg.URL("postgres")}))
+	status, _, _ := getStatus(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, status)
+
+	require.NoError(t, pg.Stop())
+	status, ct, body := getStatus(t, base+"/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Equal(t, "application/problem+json", ct)
+	assert.Contains(t, body["type"], "#not-ready")
+	status, _, _ = getStatus(t, base+"/healthz")
+	assert.Equal(t, http.StatusOK, status, "liveness does not depend on the database")
+}
+
+func TestPrivatePostgresStartsReusesAndStops(t *testing.T) {
+	dataDir := reachableTempDir(t)
+	env := envWithout("DATABASE_URL")
+	pidFile := filepath.Join(dataDir, "postgres", "postmaster.pid")
+
+	for round := range 2 { // the second round reuses the data folder
+		base, stop := startServer(t, []string{"-data-dir", dataDir}, env)
+		status, _, _ := getStatus(t, base+"/readyz")
+		require.Equal(t, http.StatusOK, status, "round %d", round)
+		pid := postmasterPID(t, pidFile)
+		require.NoError(t, stop())
+		assert.NoFileExists(t, pidFile, "postgres shut down cleanly")
+		assert.False(t, processAlive(pid), "postgres %d still running after the server stopped", pid)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-log-level", "loud"},
+		{"-log-format", "xml"},
+		{"extra"},
+	} {
+		err := run(t.Context(), args, envWithout(), io.Discard, io.Discard)
+		assert.Error(t, err, "%v", args)
+	}
+	err := run(t.Context(), nil, envWith(map[string]string{"DATABASE_URL": "", "PG_BIN": "/nonexistent", "PATH": "/nonexistent"}), io.Discard, io.Discard)
+	if err != nil { // the machine's /usr/lib/postgresql may still supply binaries; then this is not the case under test
+		assert.NotContains(t, err.Error(), "panic")
+	}
+}
+
+// TestSIGKILLLeavesNoPostgres kills the server process outright and checks
+// that its private PostgreSQL dies with it.
+func TestSIGKILLLeavesNoPostgres(t *testing.T) {
+	dataDir := reachableTempDir(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "WFM_TEST_RUN_SERVER=1", "WFM_TEST_DATA_DIR="+dataDir)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = io.Discard
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	sc := bufio.NewScanner(out)
+	listening := false
+	for sc.Scan() {
+		if listenLine.MatchString(sc.Text()) {
+			listening = true
+			break
+		}
+	}
+	require.True(t, listening, "server did not start")
+	pid := postmasterPID(t, filepath.Join(dataDir, "postgres", "postmaster.pid"))
+	require.True(t, processAlive(pid))
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	deadline := time.Now().Add(15 * time.Second)
+	for processAlive(pid) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.False(t, processAlive(pid), "postgres %d outlived its killed parent", pid)
+}
+
+// reachableTempDir is t.TempDir opened up so that the postgres OS user can
+// reach a data folder inside it when the tests run as root.
+func reachableTempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	return dir
+}
+
+func postmasterPID(t *testing.T, file string) int {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	require.NoError(t, err)
+	return pid
+}
+
+// processAlive reports whether pid runs and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}

@@ -1,0 +1,97 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/wfm-dev/wfm/api"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+type requestKey struct{}
+
+// withRequest is a strict middleware that makes the *http.Request reachable
+// from handlers, for the few headers the contract cannot declare (Accept).
+func withRequest(f api.StrictHandlerFunc, _ string) api.StrictHandlerFunc {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, req any) (any, error) {
+		return f(context.WithValue(ctx, requestKey{}, r), w, r, req)
+	}
+}
+
+func requestFrom(ctx context.Context) *http.Request {
+	r, _ := ctx.Value(requestKey{}).(*http.Request)
+	return r
+}
+
+// negotiate picks the offer the Accept header prefers (RFC 9110 section
+// 12.5.1). An empty header accepts the first offer. Returns false when the
+// header accepts none of the offers.
+func negotiate(accept string, offers ...string) (string, bool) {
+	if strings.TrimSpace(accept) == "" {
+		return offers[0], true
+	}
+	best, bestQ, bestSpecific := "", -1.0, -1
+	for _, part := range strings.Split(accept, ",") {
+		fields := strings.Split(part, ";")
+		mt := strings.ToLower(strings.TrimSpace(fields[0]))
+		q := 1.0
+		for _, p := range fields[1:] {
+			k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+			if strings.EqualFold(strings.TrimSpace(k), "q") {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					q = f
+				}
+			}
+		}
+		if q <= 0 {
+			continue
+		}
+		for _, o := range offers {
+			specific := -1
+			switch {
+			case mt == o:
+				specific = 2
+			case mt == strings.SplitN(o, "/", 2)[0]+"/*":
+				specific = 1
+			case mt == "*/*":
+				specific = 0
+			}
+			if specific < 0 {
+				continue
+			}
+			if q > bestQ || (q == bestQ && specific > bestSpecific) {
+				best, bestQ, bestSpecific = o, q, specific
+			}
+		}
+	}
+	return best, best != ""
+}
+
+// etagMatches implements If-None-Match's weak comparison (RFC 9110 section
+// 13.1.2): "*" or any listed tag equal to etag, W/ prefixes ignored.
+func etagMatches(header, etag string) bool {
+	header = strings.TrimSpace(header)
+	if header == "*" {
+		return true
+	}
+	strip := func(t string) string { return strings.TrimPrefix(strings.TrimSpace(t), "W/") }
+	for _, t := range strings.Split(header, ",") {
+		if strip(t) == strip(etag) {
+			return true
+		}
+	}
+	return false
+}
+
+// bodyReadError classifies a failure to read a request body.
+func bodyReadError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return &lifecycle.Error{Code: lifecycle.ETOOLARGE, Type: "too-large",
+			Message: "The request body exceeds " + strconv.FormatInt(mbe.Limit, 10) + " bytes."}
+	}
+	return &lifecycle.Error{Code: lifecycle.EMALFORMED, Type: "malformed", Message: "The request body could not be read."}
+}

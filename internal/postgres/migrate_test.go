@@ -1,0 +1,142 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/pgtest"
+	"github.com/wfm-dev/wfm/internal/postgres"
+	"github.com/wfm-dev/wfm/migrations"
+)
+
+func open(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := postgres.Open(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func queryInt(t *testing.T, pool *pgxpool.Pool, sql string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), sql).Scan(&n))
+	return n
+}
+
+func embeddedCount(t *testing.T) int {
+	t.Helper()
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, names)
+	return len(names)
+}
+
+func TestMigrateEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := open(t, pgtest.EmptyURL(t))
+
+	require.ErrorIs(t, postgres.Check(ctx, pool), postgres.ErrPendingMigrations, "Check before Migrate")
+	require.NoError(t, postgres.Migrate(ctx, pool))
+	require.NoError(t, postgres.Check(ctx, pool), "Check after Migrate")
+	for _, table := range []string{"applications", "application_versions"} {
+		var exists bool
+		require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists))
+		assert.True(t, exists, "table %s after Migrate", table)
+	}
+	// goose records version 0 when it creates its table, then one row per migration.
+	rows := queryInt(t, pool, "SELECT count(*) FROM goose_db_version")
+	assert.Equal(t, embeddedCount(t)+1, rows)
+
+	require.NoError(t, postgres.Migrate(ctx, pool), "second Migrate")
+	assert.Equal(t, rows, queryInt(t, pool, "SELECT count(*) FROM goose_db_version"), "rows after a second Migrate")
+}
+
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.EmptyURL(t)
+	// Two pools, as two server processes starting at once would have.
+	pools := []*pgxpool.Pool{open(t, url), open(t, url)}
+	errs := make([]error, len(pools))
+	var wg sync.WaitGroup
+	for i, pool := range pools {
+		wg.Go(func() { errs[i] = postgres.Migrate(ctx, pool) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "Migrate #%d", i)
+	}
+	require.NoError(t, postgres.Check(ctx, pools[0]))
+	assert.Equal(t, embeddedCount(t)+1, queryInt(t, pools[0], "SELECT count(*) FROM goose_db_version"),
+		"each migration recorded once")
+}
+
+func TestCheckMissingMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t)
+	require.NoError(t, postgres.Check(ctx, pool))
+
+	// A version newer than this binary knows (a newer replica migrated
+	// first) keeps it ready.
+	_, err := pool.Exec(ctx, "INSERT INTO goose_db_version (version_id, is_applied) VALUES (999999999, true)")
+	require.NoError(t, err)
+	require.NoError(t, postgres.Check(ctx, pool), "Check with an extra, newer version")
+
+	_, err = pool.Exec(ctx, "DELETE FROM goose_db_version WHERE version_id = (SELECT min(version_id) FROM goose_db_version WHERE version_id > 0)")
+	require.NoError(t, err)
+	require.ErrorIs(t, postgres.Check(ctx, pool), postgres.ErrPendingMigrations, "Check with a missing version")
+}
+
+func TestCheckUnreachable(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), fmt.Sprintf("postgres://postgres@127.0.0.1:%d/wfm?sslmode=disable&connect_timeout=5", closedPort(t)))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	err = postgres.Check(context.Background(), pool)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, postgres.ErrPendingMigrations)
+}
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+
+	pool := open(t, url)
+	assert.EqualValues(t, 10, pool.Config().MaxConns)
+	for setting, want := range map[string]string{"statement_timeout": "30s", "application_name": "wfm"} {
+		var got string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting($1)", setting).Scan(&got))
+		assert.Equal(t, want, got, "setting %s", setting)
+	}
+
+	pool = open(t, url+"&statement_timeout=5s&pool_max_conns=3")
+	assert.EqualValues(t, 3, pool.Config().MaxConns, "pool_max_conns from the URL")
+	var got string
+	require.NoError(t, pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
+	assert.Equal(t, "5s", got, "statement_timeout from the URL")
+
+	_, err := postgres.Open(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/wfm?sslmode=disable", closedPort(t)))
+	require.Error(t, err, "Open on a closed port")
+}
+
+// closedPort returns a loopback port nothing listens on (it was free a moment ago).
+func closedPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return port
+}
