@@ -19,7 +19,8 @@ import (
 	"github.com/wfm-dev/wfm/sdk"
 )
 
-const examples = "../../../shared/reference/margo/examples/"
+// examples are byte-identical copies of Margo's examples (shared/reference/margo/examples).
+const examples = "../margo/testdata/"
 
 func readExample(t *testing.T, name string) []byte {
 	t.Helper()
