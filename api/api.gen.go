@@ -21,6 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
 	"github.com/oapi-codegen/runtime"
+	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
 // Defines values for ApplicationVersionMediaType.
@@ -35,6 +36,93 @@ func (e ApplicationVersionMediaType) Valid() bool {
 	case Applicationjson:
 		return true
 	case Applicationyaml:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeploymentBundleRefMediaType.
+const (
+	ApplicationvndMargoBundleV1TarGzip DeploymentBundleRefMediaType = "application/vnd.margo.bundle.v1+tar+gzip"
+)
+
+// Valid indicates whether the value is a known member of the DeploymentBundleRefMediaType enum.
+func (e DeploymentBundleRefMediaType) Valid() bool {
+	switch e {
+	case ApplicationvndMargoBundleV1TarGzip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeploymentState.
+const (
+	DeploymentStateDraining      DeploymentState = "draining"
+	DeploymentStateFailed        DeploymentState = "failed"
+	DeploymentStateInstalled     DeploymentState = "installed"
+	DeploymentStateInstalling    DeploymentState = "installing"
+	DeploymentStatePending       DeploymentState = "pending"
+	DeploymentStateReconfiguring DeploymentState = "reconfiguring"
+	DeploymentStateRemoved       DeploymentState = "removed"
+	DeploymentStateRemoving      DeploymentState = "removing"
+	DeploymentStateRollingBack   DeploymentState = "rolling-back"
+	DeploymentStateUpgrading     DeploymentState = "upgrading"
+)
+
+// Valid indicates whether the value is a known member of the DeploymentState enum.
+func (e DeploymentState) Valid() bool {
+	switch e {
+	case DeploymentStateDraining:
+		return true
+	case DeploymentStateFailed:
+		return true
+	case DeploymentStateInstalled:
+		return true
+	case DeploymentStateInstalling:
+		return true
+	case DeploymentStatePending:
+		return true
+	case DeploymentStateReconfiguring:
+		return true
+	case DeploymentStateRemoved:
+		return true
+	case DeploymentStateRemoving:
+		return true
+	case DeploymentStateRollingBack:
+		return true
+	case DeploymentStateUpgrading:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeviceState.
+const (
+	DeviceStateFailed     DeviceState = "failed"
+	DeviceStateInstalled  DeviceState = "installed"
+	DeviceStateInstalling DeviceState = "installing"
+	DeviceStatePending    DeviceState = "pending"
+	DeviceStateRemoved    DeviceState = "removed"
+	DeviceStateRemoving   DeviceState = "removing"
+)
+
+// Valid indicates whether the value is a known member of the DeviceState enum.
+func (e DeviceState) Valid() bool {
+	switch e {
+	case DeviceStateFailed:
+		return true
+	case DeviceStateInstalled:
+		return true
+	case DeviceStateInstalling:
+		return true
+	case DeviceStatePending:
+		return true
+	case DeviceStateRemoved:
+		return true
+	case DeviceStateRemoving:
 		return true
 	default:
 		return false
@@ -116,6 +204,135 @@ func (e ProblemBackoffStrategy) Valid() bool {
 	}
 }
 
+// Defines values for RevisionOperation.
+const (
+	Install     RevisionOperation = "install"
+	Reconfigure RevisionOperation = "reconfigure"
+	Remove      RevisionOperation = "remove"
+	Rollback    RevisionOperation = "rollback"
+	Upgrade     RevisionOperation = "upgrade"
+)
+
+// Valid indicates whether the value is a known member of the RevisionOperation enum.
+func (e RevisionOperation) Valid() bool {
+	switch e {
+	case Install:
+		return true
+	case Reconfigure:
+		return true
+	case Remove:
+		return true
+	case Rollback:
+		return true
+	case Upgrade:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RevisionOutcome.
+const (
+	RevisionOutcomeActive     RevisionOutcome = "active"
+	RevisionOutcomeFailed     RevisionOutcome = "failed"
+	RevisionOutcomePending    RevisionOutcome = "pending"
+	RevisionOutcomeSuperseded RevisionOutcome = "superseded"
+)
+
+// Valid indicates whether the value is a known member of the RevisionOutcome enum.
+func (e RevisionOutcome) Valid() bool {
+	switch e {
+	case RevisionOutcomeActive:
+		return true
+	case RevisionOutcomeFailed:
+		return true
+	case RevisionOutcomePending:
+		return true
+	case RevisionOutcomeSuperseded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StatusExtensionPhase.
+const (
+	StatusExtensionPhaseDrained     StatusExtensionPhase = "drained"
+	StatusExtensionPhaseDraining    StatusExtensionPhase = "draining"
+	StatusExtensionPhaseStartingNew StatusExtensionPhase = "starting-new"
+	StatusExtensionPhaseSwitching   StatusExtensionPhase = "switching"
+	StatusExtensionPhaseVerifying   StatusExtensionPhase = "verifying"
+)
+
+// Valid indicates whether the value is a known member of the StatusExtensionPhase enum.
+func (e StatusExtensionPhase) Valid() bool {
+	switch e {
+	case StatusExtensionPhaseDrained:
+		return true
+	case StatusExtensionPhaseDraining:
+		return true
+	case StatusExtensionPhaseStartingNew:
+		return true
+	case StatusExtensionPhaseSwitching:
+		return true
+	case StatusExtensionPhaseVerifying:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TransitionCause.
+const (
+	Deadline           TransitionCause = "deadline"
+	DeviceUnregistered TransitionCause = "device-unregistered"
+	Operation          TransitionCause = "operation"
+	Operator           TransitionCause = "operator"
+	Report             TransitionCause = "report"
+)
+
+// Valid indicates whether the value is a known member of the TransitionCause enum.
+func (e TransitionCause) Valid() bool {
+	switch e {
+	case Deadline:
+		return true
+	case DeviceUnregistered:
+		return true
+	case Operation:
+		return true
+	case Operator:
+		return true
+	case Report:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WFMClientStatus.
+const (
+	Accepted WFMClientStatus = "accepted"
+	Retired  WFMClientStatus = "retired"
+)
+
+// Valid indicates whether the value is a known member of the WFMClientStatus enum.
+func (e WFMClientStatus) Valid() bool {
+	switch e {
+	case Accepted:
+		return true
+	case Retired:
+		return true
+	default:
+		return false
+	}
+}
+
+// AcceptClientRequest defines model for AcceptClientRequest.
+type AcceptClientRequest struct {
+	// Id Example: plant-alfa-agent
+	Id ClientId `json:"id"`
+}
+
 // Application defines model for Application.
 type Application struct {
 	CreatedAt time.Time `json:"createdAt"`
@@ -184,6 +401,153 @@ type ApplicationVersionList struct {
 	NextCursor *string              `json:"nextCursor,omitempty"`
 }
 
+// ClientId Example: plant-alfa-agent
+type ClientId = string
+
+// ComponentStatus defines model for ComponentStatus.
+type ComponentStatus struct {
+	Error *StatusError `json:"error,omitempty"`
+	Name  string       `json:"name"`
+	State DeviceState  `json:"state"`
+}
+
+// CreateDeploymentRequest Example: {"applicationId":"com-northstartida-digitron-orchestrator","clientId":"plant-alfa-agent","deviceId":"edge-01","parameters":{"pollFrequency":60},"version":"1.2.1"}
+type CreateDeploymentRequest struct {
+	ApplicationId string `json:"applicationId"`
+
+	// ClientId Example: plant-alfa-agent
+	ClientId ClientId `json:"clientId"`
+	DeviceId DeviceId `json:"deviceId"`
+
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters *ParameterValues `json:"parameters,omitempty"`
+
+	// ProfileId A deployment profile of the description; omitted - the first one the device can run.
+	ProfileId *string `json:"profileId,omitempty"`
+	Version   string  `json:"version"`
+}
+
+// Deployment defines model for Deployment.
+type Deployment struct {
+	// AdoptedManifestVersion The newest adoptedManifestVersion the device reported for this deployment.
+	AdoptedManifestVersion *uint64 `json:"adoptedManifestVersion,omitempty"`
+	ApplicationId          string  `json:"applicationId"`
+
+	// ClientId Example: plant-alfa-agent
+	ClientId  ClientId           `json:"clientId"`
+	CreatedAt time.Time          `json:"createdAt"`
+	DeviceId  DeviceId           `json:"deviceId"`
+	Id        openapi_types.UUID `json:"id"`
+
+	// InstalledRevision The newest revision the device confirmed installed, if any.
+	InstalledRevision *int `json:"installedRevision,omitempty"`
+
+	// ManifestVersion The client manifestVersion that first published the desired revision (or the removal).
+	ManifestVersion *uint64 `json:"manifestVersion,omitempty"`
+
+	// Parameters Effective parameter values of the desired revision.
+	Parameters map[string]interface{} `json:"parameters"`
+	ProfileId  string                 `json:"profileId"`
+
+	// Revision The number of the desired revision.
+	Revision int `json:"revision"`
+
+	// State pending: desired revision published, not yet adopted; installing: first install being applied;
+	// installed: the device runs the desired revision; draining / upgrading / reconfiguring /
+	// rolling-back: an operation in progress; failed: the device reported failure (or a deadline passed);
+	// removing / removed: deleted, the device removes it / confirmed gone.
+	State          DeploymentState `json:"state"`
+	StateChangedAt time.Time       `json:"stateChangedAt"`
+	StateReason    string          `json:"stateReason"`
+	UpdatedAt      time.Time       `json:"updatedAt"`
+
+	// Version The version of the desired revision.
+	Version string `json:"version"`
+}
+
+// DeploymentBundleRef The single archive holding every ApplicationDeployment document of the manifest; `null` (never
+// omitted) when there are no deployments. (rc.3 lists `bundle.mediaType`, `bundle.digest` and
+// `bundle.url` as required members of the manifest; see docs/margo-errata.md.)
+type DeploymentBundleRef struct {
+	Digest    string                       `json:"digest"`
+	MediaType DeploymentBundleRefMediaType `json:"mediaType"`
+	SizeBytes *int                         `json:"sizeBytes,omitempty"`
+	Url       string                       `json:"url"`
+}
+
+// DeploymentBundleRefMediaType defines model for DeploymentBundleRef.MediaType.
+type DeploymentBundleRefMediaType string
+
+// DeploymentList defines model for DeploymentList.
+type DeploymentList struct {
+	Items      []Deployment `json:"items"`
+	NextCursor *string      `json:"nextCursor,omitempty"`
+}
+
+// DeploymentManifestRef defines model for DeploymentManifestRef.
+type DeploymentManifestRef struct {
+	DeploymentId string `json:"deploymentId"`
+	Digest       string `json:"digest"`
+	SizeBytes    *int   `json:"sizeBytes,omitempty"`
+	Url          string `json:"url"`
+}
+
+// DeploymentState pending: desired revision published, not yet adopted; installing: first install being applied;
+// installed: the device runs the desired revision; draining / upgrading / reconfiguring /
+// rolling-back: an operation in progress; failed: the device reported failure (or a deadline passed);
+// removing / removed: deleted, the device removes it / confirmed gone.
+type DeploymentState string
+
+// DeploymentStatusManifest defines model for DeploymentStatusManifest.
+type DeploymentStatusManifest = json.RawMessage
+
+// Device defines model for Device.
+type Device struct {
+	// Capabilities The last capabilities document the device reported.
+	Capabilities json.RawMessage `json:"capabilities"`
+
+	// ClientId Example: plant-alfa-agent
+	ClientId  ClientId  `json:"clientId"`
+	CreatedAt time.Time `json:"createdAt"`
+	Id        DeviceId  `json:"id"`
+
+	// Labels Effective labels (reported, overridden by the operator's).
+	Labels map[string]interface{} `json:"labels"`
+
+	// OperatorLabels Label keys (1-253 chars) to values (strings up to 256 chars).
+	OperatorLabels Labels `json:"operatorLabels"`
+
+	// Registered false after the device unregistered (DELETE /api/v1/capabilities) until it reports again.
+	Registered     bool                   `json:"registered"`
+	ReportedLabels map[string]interface{} `json:"reportedLabels"`
+	UpdatedAt      time.Time              `json:"updatedAt"`
+}
+
+// DeviceCapabilitiesManifest Margo rc.3 DeviceCapabilitiesManifest. Besides `properties` and `labels`, only vendor extension
+// objects named `x-<name>-extensions` are allowed (rc.3 expresses that with `patternProperties`, which
+// OpenAPI 3.0 lacks; wfm enforces it and answers 422 naming the member).
+//
+// Example: {"labels":{"site":"plant-alfa"},"properties":{"cpus":[{"architecture":"amd64","cores":4}],"id":"edge-01","memory":"16Gi","modelNumber":"NS-100","serialNumber":"SN-0001","storage":"128Gi","supportedDeploymentTypes":["compose","helm"],"supportedRuntimes":["oci"],"vendor":"Northstar"}}
+type DeviceCapabilitiesManifest = json.RawMessage
+
+// DeviceId defines model for DeviceId.
+type DeviceId = string
+
+// DeviceLabels defines model for DeviceLabels.
+type DeviceLabels struct {
+	// Labels Label keys (1-253 chars) to values (strings up to 256 chars).
+	Labels Labels `json:"labels"`
+}
+
+// DeviceList defines model for DeviceList.
+type DeviceList struct {
+	Items      []Device `json:"items"`
+	NextCursor *string  `json:"nextCursor,omitempty"`
+}
+
+// DeviceState defines model for DeviceState.
+type DeviceState string
+
 // DrainRules defines model for DrainRules.
 type DrainRules struct {
 	OnTimeout DrainRulesOnTimeout `json:"onTimeout"`
@@ -215,6 +579,15 @@ type Health struct {
 	Status string `json:"status"`
 }
 
+// HistoryList defines model for HistoryList.
+type HistoryList struct {
+	Items      []Transition `json:"items"`
+	NextCursor *string      `json:"nextCursor,omitempty"`
+}
+
+// Labels Label keys (1-253 chars) to values (strings up to 256 chars).
+type Labels map[string]string
+
 // LifecycleRules The version's lifecycle rules with every default applied (see docs/lifecycle-extension.md).
 type LifecycleRules struct {
 	Drain *DrainRules `json:"drain,omitempty"`
@@ -235,6 +608,10 @@ type LifecycleRules struct {
 // LifecycleRulesStrategies defines model for LifecycleRules.Strategies.
 type LifecycleRulesStrategies string
 
+// ManifestVersion Monotonically increasing unsigned 64-bit integer in [1, 2^64-1], one sequence per WFM client; the
+// first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
+type ManifestVersion = uint64
+
 // ParameterRules defines model for ParameterRules.
 type ParameterRules struct {
 	// OnUpgrade keep - carry the operator's value over an upgrade; reset - take the new version's default.
@@ -243,6 +620,9 @@ type ParameterRules struct {
 
 // ParameterRulesOnUpgrade keep - carry the operator's value over an upgrade; reset - take the new version's default.
 type ParameterRulesOnUpgrade string
+
+// ParameterValues Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+type ParameterValues map[string]interface{}
 
 // Problem RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
@@ -278,6 +658,39 @@ type Problem struct {
 // ProblemBackoffStrategy defines model for Problem.BackoffStrategy.
 type ProblemBackoffStrategy string
 
+// Revision defines model for Revision.
+type Revision struct {
+	ApplicationId string    `json:"applicationId"`
+	CreatedAt     time.Time `json:"createdAt"`
+
+	// Digest sha256 of the rendered ApplicationDeployment YAML.
+	Digest string `json:"digest"`
+
+	// ManifestVersion The client manifestVersion that first published this revision.
+	ManifestVersion *uint64                `json:"manifestVersion,omitempty"`
+	Operation       RevisionOperation      `json:"operation"`
+	Outcome         RevisionOutcome        `json:"outcome"`
+	Parameters      map[string]interface{} `json:"parameters"`
+	ProfileId       string                 `json:"profileId"`
+	Revision        int                    `json:"revision"`
+	Version         string                 `json:"version"`
+
+	// Yaml The rendered ApplicationDeployment YAML (only when one revision is read).
+	Yaml *string `json:"yaml,omitempty"`
+}
+
+// RevisionOperation defines model for Revision.Operation.
+type RevisionOperation string
+
+// RevisionOutcome defines model for Revision.Outcome.
+type RevisionOutcome string
+
+// RevisionList defines model for RevisionList.
+type RevisionList struct {
+	Items      []Revision `json:"items"`
+	NextCursor *string    `json:"nextCursor,omitempty"`
+}
+
 // RollbackRules defines model for RollbackRules.
 type RollbackRules struct {
 	// Allowed May a deployment running this version go back to an older one. Absent in the description - false.
@@ -293,6 +706,97 @@ type RollbackRules struct {
 	Window *string `json:"window,omitempty"`
 }
 
+// StatusError defines model for StatusError.
+type StatusError struct {
+	Code    *string `json:"code,omitempty"`
+	Message *string `json:"message,omitempty"`
+	Source  *string `json:"source,omitempty"`
+}
+
+// StatusExtension wfm's optional status members for drain-aware agents (design section 6).
+type StatusExtension struct {
+	Healthy  *bool                 `json:"healthy,omitempty"`
+	InFlight *int                  `json:"inFlight,omitempty"`
+	Message  *string               `json:"message,omitempty"`
+	Phase    *StatusExtensionPhase `json:"phase,omitempty"`
+}
+
+// StatusExtensionPhase defines model for StatusExtension.Phase.
+type StatusExtensionPhase string
+
+// StatusReport defines model for StatusReport.
+type StatusReport struct {
+	AdoptedManifestVersion uint64    `json:"adoptedManifestVersion"`
+	ReceivedAt             time.Time `json:"receivedAt"`
+
+	// Report The report as the device sent it (components included).
+	Report json.RawMessage `json:"report"`
+
+	// Stale true when the report was older than one already seen and changed nothing.
+	Stale bool        `json:"stale"`
+	State DeviceState `json:"state"`
+}
+
+// Transition defines model for Transition.
+type Transition struct {
+	At    time.Time       `json:"at"`
+	Cause TransitionCause `json:"cause"`
+
+	// From pending: desired revision published, not yet adopted; installing: first install being applied;
+	// installed: the device runs the desired revision; draining / upgrading / reconfiguring /
+	// rolling-back: an operation in progress; failed: the device reported failure (or a deadline passed);
+	// removing / removed: deleted, the device removes it / confirmed gone.
+	From     *DeploymentState `json:"from,omitempty"`
+	Reason   string           `json:"reason"`
+	Revision *int             `json:"revision,omitempty"`
+
+	// To pending: desired revision published, not yet adopted; installing: first install being applied;
+	// installed: the device runs the desired revision; draining / upgrading / reconfiguring /
+	// rolling-back: an operation in progress; failed: the device reported failure (or a deadline passed);
+	// removing / removed: deleted, the device removes it / confirmed gone.
+	To DeploymentState `json:"to"`
+}
+
+// TransitionCause defines model for Transition.Cause.
+type TransitionCause string
+
+// UnsignedAppStateManifest Example: {"bundle":{"digest":"sha256:b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4","mediaType":"application/vnd.margo.bundle.v1+tar+gzip","sizeBytes":1234,"url":"/api/v1/bundles/sha256:b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4"},"deployments":[{"deploymentId":"a3e2f5dc-912e-494f-8395-52cf3769bc06","digest":"sha256:a4e01b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8","sizeBytes":2048,"url":"/api/v1/deployments/a3e2f5dc-912e-494f-8395-52cf3769bc06/sha256:a4e01b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8"}],"manifestVersion":3}
+type UnsignedAppStateManifest struct {
+	// Bundle The single archive holding every ApplicationDeployment document of the manifest; `null` (never
+	// omitted) when there are no deployments. (rc.3 lists `bundle.mediaType`, `bundle.digest` and
+	// `bundle.url` as required members of the manifest; see docs/margo-errata.md.)
+	Bundle      *DeploymentBundleRef    `json:"bundle"`
+	Deployments []DeploymentManifestRef `json:"deployments"`
+
+	// ManifestVersion Monotonically increasing unsigned 64-bit integer in [1, 2^64-1], one sequence per WFM client; the
+	// first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
+	ManifestVersion ManifestVersion `json:"manifestVersion"`
+}
+
+// WFMClient defines model for WFMClient.
+type WFMClient struct {
+	CreatedAt   time.Time `json:"createdAt"`
+	DeviceCount *int      `json:"deviceCount,omitempty"`
+
+	// Id Example: plant-alfa-agent
+	Id ClientId `json:"id"`
+
+	// ManifestVersion The client's current state manifest version.
+	ManifestVersion uint64          `json:"manifestVersion"`
+	RetiredAt       *time.Time      `json:"retiredAt,omitempty"`
+	Status          WFMClientStatus `json:"status"`
+	UpdatedAt       time.Time       `json:"updatedAt"`
+}
+
+// WFMClientStatus defines model for WFMClient.Status.
+type WFMClientStatus string
+
+// WFMClientList defines model for WFMClientList.
+type WFMClientList struct {
+	Items      []WFMClient `json:"items"`
+	NextCursor *string     `json:"nextCursor,omitempty"`
+}
+
 // YankRequest defines model for YankRequest.
 type YankRequest struct {
 	// Reason Example: CVE-2026-1234 in the bundled OpenSSL
@@ -302,17 +806,47 @@ type YankRequest struct {
 // ApplicationId defines model for ApplicationId.
 type ApplicationId = string
 
+// ClientIdPath Example: plant-alfa-agent
+type ClientIdPath = ClientId
+
 // Cursor defines model for Cursor.
 type Cursor = string
 
+// DeploymentIdPath defines model for DeploymentIdPath.
+type DeploymentIdPath = string
+
+// DeviceIdPath defines model for DeviceIdPath.
+type DeviceIdPath = DeviceId
+
+// DigestPath defines model for DigestPath.
+type DigestPath = string
+
+// IfMatch defines model for IfMatch.
+type IfMatch = string
+
 // IfNoneMatch defines model for IfNoneMatch.
 type IfNoneMatch = string
+
+// LabelSelector defines model for LabelSelector.
+type LabelSelector = string
 
 // Limit defines model for Limit.
 type Limit = int
 
 // Version defines model for Version.
 type Version = string
+
+// GetBundleParams defines parameters for GetBundle.
+type GetBundleParams struct {
+	// IfNoneMatch Quoted ETag (same as digest) previously returned for this bundle.
+	IfNoneMatch *string `json:"If-None-Match,omitempty"`
+}
+
+// GetStateManifestParams defines parameters for GetStateManifest.
+type GetStateManifestParams struct {
+	// IfNoneMatch ETag of the last successfully synced manifest.
+	IfNoneMatch *string `json:"If-None-Match,omitempty"`
+}
 
 // ListApplicationsParams defines parameters for ListApplications.
 type ListApplicationsParams struct {
@@ -340,11 +874,92 @@ type GetApplicationVersionParams struct {
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
 }
 
+// ListClientsParams defines parameters for ListClients.
+type ListClientsParams struct {
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListDeploymentsParams defines parameters for ListDeployments.
+type ListDeploymentsParams struct {
+	ApplicationId *string          `form:"applicationId,omitempty" json:"applicationId,omitempty"`
+	Version       *string          `form:"version,omitempty" json:"version,omitempty"`
+	ClientId      *ClientId        `form:"clientId,omitempty" json:"clientId,omitempty"`
+	DeviceId      *DeviceId        `form:"deviceId,omitempty" json:"deviceId,omitempty"`
+	State         *DeploymentState `form:"state,omitempty" json:"state,omitempty"`
+
+	// LabelSelector Comma-separated requirements, all of which must hold: `key=value`, `key!=value`, `key` (present),
+	// `!key` (absent). Matches a device's effective labels.
+	LabelSelector *LabelSelector `form:"labelSelector,omitempty" json:"labelSelector,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// DeleteDeploymentParams defines parameters for DeleteDeployment.
+type DeleteDeploymentParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// ListHistoryParams defines parameters for ListHistory.
+type ListHistoryParams struct {
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListRevisionsParams defines parameters for ListRevisions.
+type ListRevisionsParams struct {
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListDevicesParams defines parameters for ListDevices.
+type ListDevicesParams struct {
+	ClientId *ClientId `form:"clientId,omitempty" json:"clientId,omitempty"`
+
+	// LabelSelector Comma-separated requirements, all of which must hold: `key=value`, `key!=value`, `key` (present),
+	// `!key` (absent). Matches a device's effective labels.
+	LabelSelector *LabelSelector `form:"labelSelector,omitempty" json:"labelSelector,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// PutDeviceCapabilitiesJSONRequestBody defines body for PutDeviceCapabilities for application/json ContentType.
+type PutDeviceCapabilitiesJSONRequestBody = DeviceCapabilitiesManifest
+
+// PostDeploymentStatusJSONRequestBody defines body for PostDeploymentStatus for application/json ContentType.
+type PostDeploymentStatusJSONRequestBody = DeploymentStatusManifest
+
 // CreateApplicationVersionJSONRequestBody defines body for CreateApplicationVersion for application/json ContentType.
 type CreateApplicationVersionJSONRequestBody = CreateApplicationVersionJSONBody
 
 // YankApplicationVersionJSONRequestBody defines body for YankApplicationVersion for application/json ContentType.
 type YankApplicationVersionJSONRequestBody = YankRequest
+
+// AcceptClientJSONRequestBody defines body for AcceptClient for application/json ContentType.
+type AcceptClientJSONRequestBody = AcceptClientRequest
+
+// PutDeviceLabelsJSONRequestBody defines body for PutDeviceLabels for application/json ContentType.
+type PutDeviceLabelsJSONRequestBody = DeviceLabels
+
+// CreateDeploymentJSONRequestBody defines body for CreateDeployment for application/json ContentType.
+type CreateDeploymentJSONRequestBody = CreateDeploymentRequest
 
 // Getter for additional properties for Problem. Returns the specified
 // element and whether it was found
@@ -545,6 +1160,24 @@ func (a Problem) MarshalJSON() ([]byte, error) {
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
+	// GetBundle Retrieve a deployment bundle by its content digest
+	// (GET /api/v1/bundles/{digest})
+	GetBundle(w http.ResponseWriter, r *http.Request, digest DigestPath, params GetBundleParams)
+	// DeleteDeviceCapabilities Remove device (Unregister)
+	// (DELETE /api/v1/capabilities/{deviceId})
+	DeleteDeviceCapabilities(w http.ResponseWriter, r *http.Request, deviceId DeviceIdPath)
+	// PutDeviceCapabilities Report or update device capabilities
+	// (PUT /api/v1/capabilities/{deviceId})
+	PutDeviceCapabilities(w http.ResponseWriter, r *http.Request, deviceId DeviceIdPath)
+	// GetStateManifest Retrieve the complete desired state for all workloads assigned to a device
+	// (GET /api/v1/deployments)
+	GetStateManifest(w http.ResponseWriter, r *http.Request, params GetStateManifestParams)
+	// PostDeploymentStatus Report deployment status
+	// (POST /api/v1/deployments/{deploymentId}/status)
+	PostDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath)
+	// GetDeploymentYAML Retrieve an individual ApplicationDeployment YAML file
+	// (GET /api/v1/deployments/{deploymentId}/{digest})
+	GetDeploymentYAML(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, digest DigestPath)
 	// GetHealth Liveness — the process is up
 	// (GET /healthz)
 	GetHealth(w http.ResponseWriter, r *http.Request)
@@ -572,6 +1205,51 @@ type ServerInterface interface {
 	// YankApplicationVersion Yank a version
 	// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank)
 	YankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version)
+	// ListClients List WFM clients (device agents identified by mTLS)
+	// (GET /mgmt/v1/clients)
+	ListClients(w http.ResponseWriter, r *http.Request, params ListClientsParams)
+	// AcceptClient Accept a client (or accept a retired one again)
+	// (POST /mgmt/v1/clients)
+	AcceptClient(w http.ResponseWriter, r *http.Request)
+	// GetClient Get one client
+	// (GET /mgmt/v1/clients/{clientId})
+	GetClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath)
+	// GetDevice Get one device
+	// (GET /mgmt/v1/clients/{clientId}/devices/{deviceId})
+	GetDevice(w http.ResponseWriter, r *http.Request, clientId ClientIdPath, deviceId DeviceIdPath)
+	// PutDeviceLabels Set the operator labels of a device
+	// (PUT /mgmt/v1/clients/{clientId}/devices/{deviceId}/labels)
+	PutDeviceLabels(w http.ResponseWriter, r *http.Request, clientId ClientIdPath, deviceId DeviceIdPath)
+	// RetireClient Retire a client
+	// (POST /mgmt/v1/clients/{clientId}/retire)
+	RetireClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath)
+	// ListDeployments List deployments
+	// (GET /mgmt/v1/deployments)
+	ListDeployments(w http.ResponseWriter, r *http.Request, params ListDeploymentsParams)
+	// CreateDeployment Deploy an application version to a device
+	// (POST /mgmt/v1/deployments)
+	CreateDeployment(w http.ResponseWriter, r *http.Request)
+	// DeleteDeployment Remove a deployment from its device
+	// (DELETE /mgmt/v1/deployments/{deploymentId})
+	DeleteDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params DeleteDeploymentParams)
+	// GetDeployment Get one deployment
+	// (GET /mgmt/v1/deployments/{deploymentId})
+	GetDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath)
+	// ListHistory Every state transition of a deployment, oldest first
+	// (GET /mgmt/v1/deployments/{deploymentId}/history)
+	ListHistory(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListHistoryParams)
+	// ListRevisions List a deployment's revisions, newest first
+	// (GET /mgmt/v1/deployments/{deploymentId}/revisions)
+	ListRevisions(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListRevisionsParams)
+	// GetRevision Get one revision with its rendered ApplicationDeployment YAML
+	// (GET /mgmt/v1/deployments/{deploymentId}/revisions/{revision})
+	GetRevision(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, revision int)
+	// GetDeploymentStatus The latest status report of the device for this deployment
+	// (GET /mgmt/v1/deployments/{deploymentId}/status)
+	GetDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath)
+	// ListDevices List devices
+	// (GET /mgmt/v1/devices)
+	ListDevices(w http.ResponseWriter, r *http.Request, params ListDevicesParams)
 	// GetReady Readiness — the database is reachable and migrated
 	// (GET /readyz)
 	GetReady(w http.ResponseWriter, r *http.Request)
@@ -580,6 +1258,42 @@ type ServerInterface interface {
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
 
 type Unimplemented struct{}
+
+// GetBundle Retrieve a deployment bundle by its content digest
+// (GET /api/v1/bundles/{digest})
+func (_ Unimplemented) GetBundle(w http.ResponseWriter, r *http.Request, digest DigestPath, params GetBundleParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DeleteDeviceCapabilities Remove device (Unregister)
+// (DELETE /api/v1/capabilities/{deviceId})
+func (_ Unimplemented) DeleteDeviceCapabilities(w http.ResponseWriter, r *http.Request, deviceId DeviceIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PutDeviceCapabilities Report or update device capabilities
+// (PUT /api/v1/capabilities/{deviceId})
+func (_ Unimplemented) PutDeviceCapabilities(w http.ResponseWriter, r *http.Request, deviceId DeviceIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetStateManifest Retrieve the complete desired state for all workloads assigned to a device
+// (GET /api/v1/deployments)
+func (_ Unimplemented) GetStateManifest(w http.ResponseWriter, r *http.Request, params GetStateManifestParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PostDeploymentStatus Report deployment status
+// (POST /api/v1/deployments/{deploymentId}/status)
+func (_ Unimplemented) PostDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetDeploymentYAML Retrieve an individual ApplicationDeployment YAML file
+// (GET /api/v1/deployments/{deploymentId}/{digest})
+func (_ Unimplemented) GetDeploymentYAML(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, digest DigestPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
 
 // GetHealth Liveness — the process is up
 // (GET /healthz)
@@ -635,6 +1349,96 @@ func (_ Unimplemented) YankApplicationVersion(w http.ResponseWriter, r *http.Req
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// ListClients List WFM clients (device agents identified by mTLS)
+// (GET /mgmt/v1/clients)
+func (_ Unimplemented) ListClients(w http.ResponseWriter, r *http.Request, params ListClientsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// AcceptClient Accept a client (or accept a retired one again)
+// (POST /mgmt/v1/clients)
+func (_ Unimplemented) AcceptClient(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetClient Get one client
+// (GET /mgmt/v1/clients/{clientId})
+func (_ Unimplemented) GetClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetDevice Get one device
+// (GET /mgmt/v1/clients/{clientId}/devices/{deviceId})
+func (_ Unimplemented) GetDevice(w http.ResponseWriter, r *http.Request, clientId ClientIdPath, deviceId DeviceIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PutDeviceLabels Set the operator labels of a device
+// (PUT /mgmt/v1/clients/{clientId}/devices/{deviceId}/labels)
+func (_ Unimplemented) PutDeviceLabels(w http.ResponseWriter, r *http.Request, clientId ClientIdPath, deviceId DeviceIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RetireClient Retire a client
+// (POST /mgmt/v1/clients/{clientId}/retire)
+func (_ Unimplemented) RetireClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListDeployments List deployments
+// (GET /mgmt/v1/deployments)
+func (_ Unimplemented) ListDeployments(w http.ResponseWriter, r *http.Request, params ListDeploymentsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateDeployment Deploy an application version to a device
+// (POST /mgmt/v1/deployments)
+func (_ Unimplemented) CreateDeployment(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DeleteDeployment Remove a deployment from its device
+// (DELETE /mgmt/v1/deployments/{deploymentId})
+func (_ Unimplemented) DeleteDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params DeleteDeploymentParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetDeployment Get one deployment
+// (GET /mgmt/v1/deployments/{deploymentId})
+func (_ Unimplemented) GetDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListHistory Every state transition of a deployment, oldest first
+// (GET /mgmt/v1/deployments/{deploymentId}/history)
+func (_ Unimplemented) ListHistory(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListHistoryParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListRevisions List a deployment's revisions, newest first
+// (GET /mgmt/v1/deployments/{deploymentId}/revisions)
+func (_ Unimplemented) ListRevisions(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListRevisionsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetRevision Get one revision with its rendered ApplicationDeployment YAML
+// (GET /mgmt/v1/deployments/{deploymentId}/revisions/{revision})
+func (_ Unimplemented) GetRevision(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, revision int) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetDeploymentStatus The latest status report of the device for this deployment
+// (GET /mgmt/v1/deployments/{deploymentId}/status)
+func (_ Unimplemented) GetDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListDevices List devices
+// (GET /mgmt/v1/devices)
+func (_ Unimplemented) ListDevices(w http.ResponseWriter, r *http.Request, params ListDevicesParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // GetReady Readiness — the database is reachable and migrated
 // (GET /readyz)
 func (_ Unimplemented) GetReady(w http.ResponseWriter, r *http.Request) {
@@ -649,6 +1453,210 @@ type ServerInterfaceWrapper struct {
 }
 
 type MiddlewareFunc func(http.Handler) http.Handler
+
+// GetBundle operation middleware
+func (siw *ServerInterfaceWrapper) GetBundle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "digest" -------------
+	var digest DigestPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "digest", chi.URLParam(r, "digest"), &digest, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "digest", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetBundleParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-None-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-None-Match")]; found {
+		var IfNoneMatch string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-None-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-None-Match", valueList[0], &IfNoneMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-None-Match", Err: err})
+			return
+		}
+
+		params.IfNoneMatch = &IfNoneMatch
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetBundle(w, r, digest, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteDeviceCapabilities operation middleware
+func (siw *ServerInterfaceWrapper) DeleteDeviceCapabilities(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deviceId" -------------
+	var deviceId DeviceIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deviceId", chi.URLParam(r, "deviceId"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deviceId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteDeviceCapabilities(w, r, deviceId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutDeviceCapabilities operation middleware
+func (siw *ServerInterfaceWrapper) PutDeviceCapabilities(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deviceId" -------------
+	var deviceId DeviceIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deviceId", chi.URLParam(r, "deviceId"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deviceId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutDeviceCapabilities(w, r, deviceId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetStateManifest operation middleware
+func (siw *ServerInterfaceWrapper) GetStateManifest(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetStateManifestParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-None-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-None-Match")]; found {
+		var IfNoneMatch string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-None-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-None-Match", valueList[0], &IfNoneMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-None-Match", Err: err})
+			return
+		}
+
+		params.IfNoneMatch = &IfNoneMatch
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetStateManifest(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PostDeploymentStatus operation middleware
+func (siw *ServerInterfaceWrapper) PostDeploymentStatus(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PostDeploymentStatus(w, r, deploymentId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetDeploymentYAML operation middleware
+func (siw *ServerInterfaceWrapper) GetDeploymentYAML(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "digest" -------------
+	var digest DigestPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "digest", chi.URLParam(r, "digest"), &digest, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "digest", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetDeploymentYAML(w, r, deploymentId, digest)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
 
 // GetHealth operation middleware
 func (siw *ServerInterfaceWrapper) GetHealth(w http.ResponseWriter, r *http.Request) {
@@ -969,6 +1977,645 @@ func (siw *ServerInterfaceWrapper) YankApplicationVersion(w http.ResponseWriter,
 	handler.ServeHTTP(w, r)
 }
 
+// ListClients operation middleware
+func (siw *ServerInterfaceWrapper) ListClients(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListClientsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListClients(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AcceptClient operation middleware
+func (siw *ServerInterfaceWrapper) AcceptClient(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AcceptClient(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetClient operation middleware
+func (siw *ServerInterfaceWrapper) GetClient(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "clientId" -------------
+	var clientId ClientIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "clientId", chi.URLParam(r, "clientId"), &clientId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "clientId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetClient(w, r, clientId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetDevice operation middleware
+func (siw *ServerInterfaceWrapper) GetDevice(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "clientId" -------------
+	var clientId ClientIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "clientId", chi.URLParam(r, "clientId"), &clientId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "clientId", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "deviceId" -------------
+	var deviceId DeviceIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deviceId", chi.URLParam(r, "deviceId"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deviceId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetDevice(w, r, clientId, deviceId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutDeviceLabels operation middleware
+func (siw *ServerInterfaceWrapper) PutDeviceLabels(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "clientId" -------------
+	var clientId ClientIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "clientId", chi.URLParam(r, "clientId"), &clientId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "clientId", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "deviceId" -------------
+	var deviceId DeviceIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deviceId", chi.URLParam(r, "deviceId"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deviceId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutDeviceLabels(w, r, clientId, deviceId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RetireClient operation middleware
+func (siw *ServerInterfaceWrapper) RetireClient(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "clientId" -------------
+	var clientId ClientIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "clientId", chi.URLParam(r, "clientId"), &clientId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "clientId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RetireClient(w, r, clientId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListDeployments operation middleware
+func (siw *ServerInterfaceWrapper) ListDeployments(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListDeploymentsParams
+
+	// ------------- Optional query parameter "applicationId" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "applicationId", r.URL.Query(), &params.ApplicationId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "applicationId"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "applicationId", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "version" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "version", r.URL.Query(), &params.Version, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "version"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "version", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "clientId" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "clientId", r.URL.Query(), &params.ClientId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "clientId"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "clientId", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "deviceId" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "deviceId", r.URL.Query(), &params.DeviceId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "deviceId"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deviceId", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", r.URL.Query(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "labelSelector" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "labelSelector", r.URL.Query(), &params.LabelSelector, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "labelSelector"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "labelSelector", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListDeployments(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateDeployment operation middleware
+func (siw *ServerInterfaceWrapper) CreateDeployment(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateDeployment(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteDeployment operation middleware
+func (siw *ServerInterfaceWrapper) DeleteDeployment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DeleteDeploymentParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteDeployment(w, r, deploymentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetDeployment operation middleware
+func (siw *ServerInterfaceWrapper) GetDeployment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetDeployment(w, r, deploymentId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListHistory operation middleware
+func (siw *ServerInterfaceWrapper) ListHistory(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListHistoryParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListHistory(w, r, deploymentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListRevisions operation middleware
+func (siw *ServerInterfaceWrapper) ListRevisions(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListRevisionsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListRevisions(w, r, deploymentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetRevision operation middleware
+func (siw *ServerInterfaceWrapper) GetRevision(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "revision" -------------
+	var revision int
+
+	err = runtime.BindStyledParameterWithOptions("simple", "revision", chi.URLParam(r, "revision"), &revision, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "revision", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetRevision(w, r, deploymentId, revision)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetDeploymentStatus operation middleware
+func (siw *ServerInterfaceWrapper) GetDeploymentStatus(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetDeploymentStatus(w, r, deploymentId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListDevices operation middleware
+func (siw *ServerInterfaceWrapper) ListDevices(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListDevicesParams
+
+	// ------------- Optional query parameter "clientId" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "clientId", r.URL.Query(), &params.ClientId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "clientId"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "clientId", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "labelSelector" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "labelSelector", r.URL.Query(), &params.LabelSelector, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "labelSelector"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "labelSelector", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListDevices(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetReady operation middleware
 func (siw *ServerInterfaceWrapper) GetReady(w http.ResponseWriter, r *http.Request) {
 
@@ -1121,6 +2768,69 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/mgmt/v1/applications/{applicationId}/versions/{version}/unyank", wrapper.UnyankApplicationVersion)
 	})
 	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/api/v1/capabilities/{deviceId}", wrapper.DeleteDeviceCapabilities)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/api/v1/capabilities/{deviceId}", wrapper.PutDeviceCapabilities)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/bundles/{digest}", wrapper.GetBundle)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/deployments", wrapper.GetStateManifest)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/api/v1/deployments/{deploymentId}/{digest}", wrapper.GetDeploymentYAML)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/api/v1/deployments/{deploymentId}/status", wrapper.PostDeploymentStatus)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/clients", wrapper.ListClients)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/clients", wrapper.AcceptClient)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/clients/{clientId}", wrapper.GetClient)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/clients/{clientId}/retire", wrapper.RetireClient)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/devices", wrapper.ListDevices)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/clients/{clientId}/devices/{deviceId}", wrapper.GetDevice)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/mgmt/v1/clients/{clientId}/devices/{deviceId}/labels", wrapper.PutDeviceLabels)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/deployments", wrapper.ListDeployments)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/deployments", wrapper.CreateDeployment)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}", wrapper.DeleteDeployment)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}", wrapper.GetDeployment)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/revisions", wrapper.ListRevisions)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/revisions/{revision}", wrapper.GetRevision)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/history", wrapper.ListHistory)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/status", wrapper.GetDeploymentStatus)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealth)
 	})
 	r.Group(func(r chi.Router) {
@@ -1131,6 +2841,518 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 }
 
 type ProblemApplicationProblemPlusJSONResponse Problem
+
+type GetBundleRequestObject struct {
+	Digest DigestPath `json:"digest"`
+	Params GetBundleParams
+}
+
+type GetBundleResponseObject interface {
+	VisitGetBundleResponse(w http.ResponseWriter) error
+}
+
+type GetBundle200ResponseHeaders struct {
+	CacheControl string
+	ETag         string
+}
+
+type GetBundle200ApplicationvndMargoBundleV1TarGzipResponse struct {
+	Body          io.Reader
+	Headers       GetBundle200ResponseHeaders
+	ContentLength int64
+}
+
+func (response GetBundle200ApplicationvndMargoBundleV1TarGzipResponse) VisitGetBundleResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "application/vnd.margo.bundle.v1+tar+gzip")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.Header().Set("Cache-Control", fmt.Sprint(response.Headers.CacheControl))
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type GetBundle304Response struct {
+}
+
+func (response GetBundle304Response) VisitGetBundleResponse(w http.ResponseWriter) error {
+	w.WriteHeader(304)
+	return nil
+}
+
+type GetBundle403ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetBundle403ApplicationProblemPlusJSONResponse) VisitGetBundleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetBundle404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetBundle404ApplicationProblemPlusJSONResponse) VisitGetBundleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetBundledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetBundledefaultApplicationProblemPlusJSONResponse) VisitGetBundleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeviceCapabilitiesRequestObject struct {
+	DeviceId DeviceIdPath `json:"deviceId"`
+}
+
+type DeleteDeviceCapabilitiesResponseObject interface {
+	VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error
+}
+
+type DeleteDeviceCapabilities204Response struct {
+}
+
+func (response DeleteDeviceCapabilities204Response) VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteDeviceCapabilities403ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteDeviceCapabilities403ApplicationProblemPlusJSONResponse) VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeviceCapabilities404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteDeviceCapabilities404ApplicationProblemPlusJSONResponse) VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeviceCapabilitiesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteDeviceCapabilitiesdefaultApplicationProblemPlusJSONResponse) VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceCapabilitiesRequestObject struct {
+	DeviceId DeviceIdPath `json:"deviceId"`
+	Body     *PutDeviceCapabilitiesJSONRequestBody
+}
+
+type PutDeviceCapabilitiesResponseObject interface {
+	VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error
+}
+
+type PutDeviceCapabilities200Response struct {
+}
+
+func (response PutDeviceCapabilities200Response) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+	w.WriteHeader(200)
+	return nil
+}
+
+type PutDeviceCapabilities201Response struct {
+}
+
+func (response PutDeviceCapabilities201Response) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+	w.WriteHeader(201)
+	return nil
+}
+
+type PutDeviceCapabilities400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PutDeviceCapabilities400ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceCapabilities403ApplicationProblemPlusJSONResponse Problem
+
+func (response PutDeviceCapabilities403ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceCapabilities404ApplicationProblemPlusJSONResponse Problem
+
+func (response PutDeviceCapabilities404ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceCapabilities422ApplicationProblemPlusJSONResponse Problem
+
+func (response PutDeviceCapabilities422ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceCapabilitiesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PutDeviceCapabilitiesdefaultApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStateManifestRequestObject struct {
+	Params GetStateManifestParams
+}
+
+type GetStateManifestResponseObject interface {
+	VisitGetStateManifestResponse(w http.ResponseWriter) error
+}
+
+type GetStateManifest200ResponseHeaders struct {
+	CacheControl string
+	ETag         string
+}
+
+type GetStateManifest200ApplicationVndMargoManifestV1PlusJSONResponse struct {
+	Body    UnsignedAppStateManifest
+	Headers GetStateManifest200ResponseHeaders
+}
+
+func (response GetStateManifest200ApplicationVndMargoManifestV1PlusJSONResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/vnd.margo.manifest.v1+json")
+	w.Header().Set("Cache-Control", fmt.Sprint(response.Headers.CacheControl))
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStateManifest304Response struct {
+}
+
+func (response GetStateManifest304Response) VisitGetStateManifestResponse(w http.ResponseWriter) error {
+	w.WriteHeader(304)
+	return nil
+}
+
+type GetStateManifest403ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetStateManifest403ApplicationProblemPlusJSONResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStateManifest406ApplicationProblemPlusJSONResponse Problem
+
+func (response GetStateManifest406ApplicationProblemPlusJSONResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(406)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStateManifestdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetStateManifestdefaultApplicationProblemPlusJSONResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PostDeploymentStatusRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Body         *PostDeploymentStatusJSONRequestBody
+}
+
+type PostDeploymentStatusResponseObject interface {
+	VisitPostDeploymentStatusResponse(w http.ResponseWriter) error
+}
+
+type PostDeploymentStatus200Response struct {
+}
+
+func (response PostDeploymentStatus200Response) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
+	w.WriteHeader(200)
+	return nil
+}
+
+type PostDeploymentStatus201Response struct {
+}
+
+func (response PostDeploymentStatus201Response) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
+	w.WriteHeader(201)
+	return nil
+}
+
+type PostDeploymentStatus400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PostDeploymentStatus400ApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PostDeploymentStatus403ApplicationProblemPlusJSONResponse Problem
+
+func (response PostDeploymentStatus403ApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PostDeploymentStatus422ApplicationProblemPlusJSONResponse Problem
+
+func (response PostDeploymentStatus422ApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PostDeploymentStatusdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PostDeploymentStatusdefaultApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentYAMLRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Digest       DigestPath       `json:"digest"`
+}
+
+type GetDeploymentYAMLResponseObject interface {
+	VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error
+}
+
+type GetDeploymentYAML200ResponseHeaders struct {
+	CacheControl string
+	ETag         string
+}
+
+type GetDeploymentYAML200ApplicationyamlResponse struct {
+	Body          io.Reader
+	Headers       GetDeploymentYAML200ResponseHeaders
+	ContentLength int64
+}
+
+func (response GetDeploymentYAML200ApplicationyamlResponse) VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "application/yaml")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.Header().Set("Cache-Control", fmt.Sprint(response.Headers.CacheControl))
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type GetDeploymentYAML403ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeploymentYAML403ApplicationProblemPlusJSONResponse) VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentYAML404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetDeploymentYAML404ApplicationProblemPlusJSONResponse) VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentYAMLdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetDeploymentYAMLdefaultApplicationProblemPlusJSONResponse) VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
 
 type GetHealthRequestObject struct {
 }
@@ -1852,6 +4074,1040 @@ func (response YankApplicationVersiondefaultApplicationProblemPlusJSONResponse) 
 	return err
 }
 
+type ListClientsRequestObject struct {
+	Params ListClientsParams
+}
+
+type ListClientsResponseObject interface {
+	VisitListClientsResponse(w http.ResponseWriter) error
+}
+
+type ListClients200JSONResponse WFMClientList
+
+func (response ListClients200JSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListClients400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListClients400ApplicationProblemPlusJSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListClientsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListClientsdefaultApplicationProblemPlusJSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcceptClientRequestObject struct {
+	Body *AcceptClientJSONRequestBody
+}
+
+type AcceptClientResponseObject interface {
+	VisitAcceptClientResponse(w http.ResponseWriter) error
+}
+
+type AcceptClient200JSONResponse WFMClient
+
+func (response AcceptClient200JSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcceptClient201ResponseHeaders struct {
+	Location string
+}
+
+type AcceptClient201JSONResponse struct {
+	Body    WFMClient
+	Headers AcceptClient201ResponseHeaders
+}
+
+func (response AcceptClient201JSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcceptClient400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response AcceptClient400ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcceptClient422ApplicationProblemPlusJSONResponse Problem
+
+func (response AcceptClient422ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcceptClientdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AcceptClientdefaultApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetClientRequestObject struct {
+	ClientId ClientIdPath `json:"clientId"`
+}
+
+type GetClientResponseObject interface {
+	VisitGetClientResponse(w http.ResponseWriter) error
+}
+
+type GetClient200JSONResponse WFMClient
+
+func (response GetClient200JSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetClient404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetClient404ApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetClientdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetClientdefaultApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeviceRequestObject struct {
+	ClientId ClientIdPath `json:"clientId"`
+	DeviceId DeviceIdPath `json:"deviceId"`
+}
+
+type GetDeviceResponseObject interface {
+	VisitGetDeviceResponse(w http.ResponseWriter) error
+}
+
+type GetDevice200JSONResponse Device
+
+func (response GetDevice200JSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDevice404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetDevice404ApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDevicedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetDevicedefaultApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceLabelsRequestObject struct {
+	ClientId ClientIdPath `json:"clientId"`
+	DeviceId DeviceIdPath `json:"deviceId"`
+	Body     *PutDeviceLabelsJSONRequestBody
+}
+
+type PutDeviceLabelsResponseObject interface {
+	VisitPutDeviceLabelsResponse(w http.ResponseWriter) error
+}
+
+type PutDeviceLabels200JSONResponse Device
+
+func (response PutDeviceLabels200JSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceLabels400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PutDeviceLabels400ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceLabels404ApplicationProblemPlusJSONResponse Problem
+
+func (response PutDeviceLabels404ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceLabels422ApplicationProblemPlusJSONResponse Problem
+
+func (response PutDeviceLabels422ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceLabelsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PutDeviceLabelsdefaultApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetireClientRequestObject struct {
+	ClientId ClientIdPath `json:"clientId"`
+}
+
+type RetireClientResponseObject interface {
+	VisitRetireClientResponse(w http.ResponseWriter) error
+}
+
+type RetireClient200JSONResponse WFMClient
+
+func (response RetireClient200JSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetireClient404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RetireClient404ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetireClientdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RetireClientdefaultApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeploymentsRequestObject struct {
+	Params ListDeploymentsParams
+}
+
+type ListDeploymentsResponseObject interface {
+	VisitListDeploymentsResponse(w http.ResponseWriter) error
+}
+
+type ListDeployments200JSONResponse DeploymentList
+
+func (response ListDeployments200JSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeployments400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListDeployments400ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeployments422ApplicationProblemPlusJSONResponse Problem
+
+func (response ListDeployments422ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeploymentsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListDeploymentsdefaultApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateDeploymentRequestObject struct {
+	Body *CreateDeploymentJSONRequestBody
+}
+
+type CreateDeploymentResponseObject interface {
+	VisitCreateDeploymentResponse(w http.ResponseWriter) error
+}
+
+type CreateDeployment201ResponseHeaders struct {
+	ETag     string
+	Location string
+}
+
+type CreateDeployment201JSONResponse struct {
+	Body    Deployment
+	Headers CreateDeployment201ResponseHeaders
+}
+
+func (response CreateDeployment201JSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateDeployment400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateDeployment400ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateDeployment404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateDeployment404ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateDeployment409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateDeployment409ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateDeployment422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateDeployment422ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateDeploymentdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateDeploymentdefaultApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeploymentRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Params       DeleteDeploymentParams
+}
+
+type DeleteDeploymentResponseObject interface {
+	VisitDeleteDeploymentResponse(w http.ResponseWriter) error
+}
+
+type DeleteDeployment202ResponseHeaders struct {
+	Location string
+}
+
+type DeleteDeployment202JSONResponse struct {
+	Body    Deployment
+	Headers DeleteDeployment202ResponseHeaders
+}
+
+func (response DeleteDeployment202JSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeployment404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteDeployment404ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeployment412ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteDeployment412ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeploymentdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteDeploymentdefaultApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+}
+
+type GetDeploymentResponseObject interface {
+	VisitGetDeploymentResponse(w http.ResponseWriter) error
+}
+
+type GetDeployment200ResponseHeaders struct {
+	ETag string
+}
+
+type GetDeployment200JSONResponse struct {
+	Body    Deployment
+	Headers GetDeployment200ResponseHeaders
+}
+
+func (response GetDeployment200JSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeployment404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeployment404ApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetDeploymentdefaultApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistoryRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Params       ListHistoryParams
+}
+
+type ListHistoryResponseObject interface {
+	VisitListHistoryResponse(w http.ResponseWriter) error
+}
+
+type ListHistory200JSONResponse HistoryList
+
+func (response ListHistory200JSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistory400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListHistory400ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistory404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListHistory404ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistorydefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListHistorydefaultApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRevisionsRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Params       ListRevisionsParams
+}
+
+type ListRevisionsResponseObject interface {
+	VisitListRevisionsResponse(w http.ResponseWriter) error
+}
+
+type ListRevisions200JSONResponse RevisionList
+
+func (response ListRevisions200JSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRevisions400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListRevisions400ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRevisions404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListRevisions404ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRevisionsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListRevisionsdefaultApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRevisionRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Revision     int              `json:"revision"`
+}
+
+type GetRevisionResponseObject interface {
+	VisitGetRevisionResponse(w http.ResponseWriter) error
+}
+
+type GetRevision200JSONResponse Revision
+
+func (response GetRevision200JSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRevision404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetRevision404ApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRevisiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetRevisiondefaultApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentStatusRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+}
+
+type GetDeploymentStatusResponseObject interface {
+	VisitGetDeploymentStatusResponse(w http.ResponseWriter) error
+}
+
+type GetDeploymentStatus200JSONResponse StatusReport
+
+func (response GetDeploymentStatus200JSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentStatus404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeploymentStatus404ApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentStatusdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetDeploymentStatusdefaultApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDevicesRequestObject struct {
+	Params ListDevicesParams
+}
+
+type ListDevicesResponseObject interface {
+	VisitListDevicesResponse(w http.ResponseWriter) error
+}
+
+type ListDevices200JSONResponse DeviceList
+
+func (response ListDevices200JSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDevices400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListDevices400ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDevices422ApplicationProblemPlusJSONResponse Problem
+
+func (response ListDevices422ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDevicesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListDevicesdefaultApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetReadyRequestObject struct {
 }
 
@@ -1908,6 +5164,24 @@ func (response GetReadydefaultApplicationProblemPlusJSONResponse) VisitGetReadyR
 
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
+	// GetBundle Retrieve a deployment bundle by its content digest
+	// (GET /api/v1/bundles/{digest})
+	GetBundle(ctx context.Context, request GetBundleRequestObject) (GetBundleResponseObject, error)
+	// DeleteDeviceCapabilities Remove device (Unregister)
+	// (DELETE /api/v1/capabilities/{deviceId})
+	DeleteDeviceCapabilities(ctx context.Context, request DeleteDeviceCapabilitiesRequestObject) (DeleteDeviceCapabilitiesResponseObject, error)
+	// PutDeviceCapabilities Report or update device capabilities
+	// (PUT /api/v1/capabilities/{deviceId})
+	PutDeviceCapabilities(ctx context.Context, request PutDeviceCapabilitiesRequestObject) (PutDeviceCapabilitiesResponseObject, error)
+	// GetStateManifest Retrieve the complete desired state for all workloads assigned to a device
+	// (GET /api/v1/deployments)
+	GetStateManifest(ctx context.Context, request GetStateManifestRequestObject) (GetStateManifestResponseObject, error)
+	// PostDeploymentStatus Report deployment status
+	// (POST /api/v1/deployments/{deploymentId}/status)
+	PostDeploymentStatus(ctx context.Context, request PostDeploymentStatusRequestObject) (PostDeploymentStatusResponseObject, error)
+	// GetDeploymentYAML Retrieve an individual ApplicationDeployment YAML file
+	// (GET /api/v1/deployments/{deploymentId}/{digest})
+	GetDeploymentYAML(ctx context.Context, request GetDeploymentYAMLRequestObject) (GetDeploymentYAMLResponseObject, error)
 	// GetHealth Liveness — the process is up
 	// (GET /healthz)
 	GetHealth(ctx context.Context, request GetHealthRequestObject) (GetHealthResponseObject, error)
@@ -1935,6 +5209,51 @@ type StrictServerInterface interface {
 	// YankApplicationVersion Yank a version
 	// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank)
 	YankApplicationVersion(ctx context.Context, request YankApplicationVersionRequestObject) (YankApplicationVersionResponseObject, error)
+	// ListClients List WFM clients (device agents identified by mTLS)
+	// (GET /mgmt/v1/clients)
+	ListClients(ctx context.Context, request ListClientsRequestObject) (ListClientsResponseObject, error)
+	// AcceptClient Accept a client (or accept a retired one again)
+	// (POST /mgmt/v1/clients)
+	AcceptClient(ctx context.Context, request AcceptClientRequestObject) (AcceptClientResponseObject, error)
+	// GetClient Get one client
+	// (GET /mgmt/v1/clients/{clientId})
+	GetClient(ctx context.Context, request GetClientRequestObject) (GetClientResponseObject, error)
+	// GetDevice Get one device
+	// (GET /mgmt/v1/clients/{clientId}/devices/{deviceId})
+	GetDevice(ctx context.Context, request GetDeviceRequestObject) (GetDeviceResponseObject, error)
+	// PutDeviceLabels Set the operator labels of a device
+	// (PUT /mgmt/v1/clients/{clientId}/devices/{deviceId}/labels)
+	PutDeviceLabels(ctx context.Context, request PutDeviceLabelsRequestObject) (PutDeviceLabelsResponseObject, error)
+	// RetireClient Retire a client
+	// (POST /mgmt/v1/clients/{clientId}/retire)
+	RetireClient(ctx context.Context, request RetireClientRequestObject) (RetireClientResponseObject, error)
+	// ListDeployments List deployments
+	// (GET /mgmt/v1/deployments)
+	ListDeployments(ctx context.Context, request ListDeploymentsRequestObject) (ListDeploymentsResponseObject, error)
+	// CreateDeployment Deploy an application version to a device
+	// (POST /mgmt/v1/deployments)
+	CreateDeployment(ctx context.Context, request CreateDeploymentRequestObject) (CreateDeploymentResponseObject, error)
+	// DeleteDeployment Remove a deployment from its device
+	// (DELETE /mgmt/v1/deployments/{deploymentId})
+	DeleteDeployment(ctx context.Context, request DeleteDeploymentRequestObject) (DeleteDeploymentResponseObject, error)
+	// GetDeployment Get one deployment
+	// (GET /mgmt/v1/deployments/{deploymentId})
+	GetDeployment(ctx context.Context, request GetDeploymentRequestObject) (GetDeploymentResponseObject, error)
+	// ListHistory Every state transition of a deployment, oldest first
+	// (GET /mgmt/v1/deployments/{deploymentId}/history)
+	ListHistory(ctx context.Context, request ListHistoryRequestObject) (ListHistoryResponseObject, error)
+	// ListRevisions List a deployment's revisions, newest first
+	// (GET /mgmt/v1/deployments/{deploymentId}/revisions)
+	ListRevisions(ctx context.Context, request ListRevisionsRequestObject) (ListRevisionsResponseObject, error)
+	// GetRevision Get one revision with its rendered ApplicationDeployment YAML
+	// (GET /mgmt/v1/deployments/{deploymentId}/revisions/{revision})
+	GetRevision(ctx context.Context, request GetRevisionRequestObject) (GetRevisionResponseObject, error)
+	// GetDeploymentStatus The latest status report of the device for this deployment
+	// (GET /mgmt/v1/deployments/{deploymentId}/status)
+	GetDeploymentStatus(ctx context.Context, request GetDeploymentStatusRequestObject) (GetDeploymentStatusResponseObject, error)
+	// ListDevices List devices
+	// (GET /mgmt/v1/devices)
+	ListDevices(ctx context.Context, request ListDevicesRequestObject) (ListDevicesResponseObject, error)
 	// GetReady Readiness — the database is reachable and migrated
 	// (GET /readyz)
 	GetReady(ctx context.Context, request GetReadyRequestObject) (GetReadyResponseObject, error)
@@ -1977,6 +5296,178 @@ type strictHandler struct {
 	ssi         StrictServerInterface
 	middlewares []StrictMiddlewareFunc
 	options     StrictHTTPServerOptions
+}
+
+// GetBundle operation middleware
+func (sh *strictHandler) GetBundle(w http.ResponseWriter, r *http.Request, digest DigestPath, params GetBundleParams) {
+	var request GetBundleRequestObject
+
+	request.Digest = digest
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetBundle(ctx, request.(GetBundleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetBundle")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetBundleResponseObject); ok {
+		if err := validResponse.VisitGetBundleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteDeviceCapabilities operation middleware
+func (sh *strictHandler) DeleteDeviceCapabilities(w http.ResponseWriter, r *http.Request, deviceId DeviceIdPath) {
+	var request DeleteDeviceCapabilitiesRequestObject
+
+	request.DeviceId = deviceId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteDeviceCapabilities(ctx, request.(DeleteDeviceCapabilitiesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteDeviceCapabilities")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteDeviceCapabilitiesResponseObject); ok {
+		if err := validResponse.VisitDeleteDeviceCapabilitiesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// PutDeviceCapabilities operation middleware
+func (sh *strictHandler) PutDeviceCapabilities(w http.ResponseWriter, r *http.Request, deviceId DeviceIdPath) {
+	var request PutDeviceCapabilitiesRequestObject
+
+	request.DeviceId = deviceId
+
+	var body PutDeviceCapabilitiesJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PutDeviceCapabilities(ctx, request.(PutDeviceCapabilitiesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PutDeviceCapabilities")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PutDeviceCapabilitiesResponseObject); ok {
+		if err := validResponse.VisitPutDeviceCapabilitiesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetStateManifest operation middleware
+func (sh *strictHandler) GetStateManifest(w http.ResponseWriter, r *http.Request, params GetStateManifestParams) {
+	var request GetStateManifestRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetStateManifest(ctx, request.(GetStateManifestRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetStateManifest")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetStateManifestResponseObject); ok {
+		if err := validResponse.VisitGetStateManifestResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// PostDeploymentStatus operation middleware
+func (sh *strictHandler) PostDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
+	var request PostDeploymentStatusRequestObject
+
+	request.DeploymentId = deploymentId
+
+	var body PostDeploymentStatusJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PostDeploymentStatus(ctx, request.(PostDeploymentStatusRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PostDeploymentStatus")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PostDeploymentStatusResponseObject); ok {
+		if err := validResponse.VisitPostDeploymentStatusResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetDeploymentYAML operation middleware
+func (sh *strictHandler) GetDeploymentYAML(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, digest DigestPath) {
+	var request GetDeploymentYAMLRequestObject
+
+	request.DeploymentId = deploymentId
+	request.Digest = digest
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetDeploymentYAML(ctx, request.(GetDeploymentYAMLRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetDeploymentYAML")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetDeploymentYAMLResponseObject); ok {
+		if err := validResponse.VisitGetDeploymentYAMLResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
 }
 
 // GetHealth operation middleware
@@ -2239,6 +5730,419 @@ func (sh *strictHandler) YankApplicationVersion(w http.ResponseWriter, r *http.R
 	}
 }
 
+// ListClients operation middleware
+func (sh *strictHandler) ListClients(w http.ResponseWriter, r *http.Request, params ListClientsParams) {
+	var request ListClientsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListClients(ctx, request.(ListClientsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListClients")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListClientsResponseObject); ok {
+		if err := validResponse.VisitListClientsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// AcceptClient operation middleware
+func (sh *strictHandler) AcceptClient(w http.ResponseWriter, r *http.Request) {
+	var request AcceptClientRequestObject
+
+	var body AcceptClientJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.AcceptClient(ctx, request.(AcceptClientRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AcceptClient")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(AcceptClientResponseObject); ok {
+		if err := validResponse.VisitAcceptClientResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetClient operation middleware
+func (sh *strictHandler) GetClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath) {
+	var request GetClientRequestObject
+
+	request.ClientId = clientId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetClient(ctx, request.(GetClientRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetClient")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetClientResponseObject); ok {
+		if err := validResponse.VisitGetClientResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetDevice operation middleware
+func (sh *strictHandler) GetDevice(w http.ResponseWriter, r *http.Request, clientId ClientIdPath, deviceId DeviceIdPath) {
+	var request GetDeviceRequestObject
+
+	request.ClientId = clientId
+	request.DeviceId = deviceId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetDevice(ctx, request.(GetDeviceRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetDevice")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetDeviceResponseObject); ok {
+		if err := validResponse.VisitGetDeviceResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// PutDeviceLabels operation middleware
+func (sh *strictHandler) PutDeviceLabels(w http.ResponseWriter, r *http.Request, clientId ClientIdPath, deviceId DeviceIdPath) {
+	var request PutDeviceLabelsRequestObject
+
+	request.ClientId = clientId
+	request.DeviceId = deviceId
+
+	var body PutDeviceLabelsJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PutDeviceLabels(ctx, request.(PutDeviceLabelsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PutDeviceLabels")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PutDeviceLabelsResponseObject); ok {
+		if err := validResponse.VisitPutDeviceLabelsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RetireClient operation middleware
+func (sh *strictHandler) RetireClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath) {
+	var request RetireClientRequestObject
+
+	request.ClientId = clientId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RetireClient(ctx, request.(RetireClientRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RetireClient")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RetireClientResponseObject); ok {
+		if err := validResponse.VisitRetireClientResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListDeployments operation middleware
+func (sh *strictHandler) ListDeployments(w http.ResponseWriter, r *http.Request, params ListDeploymentsParams) {
+	var request ListDeploymentsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListDeployments(ctx, request.(ListDeploymentsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListDeployments")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListDeploymentsResponseObject); ok {
+		if err := validResponse.VisitListDeploymentsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateDeployment operation middleware
+func (sh *strictHandler) CreateDeployment(w http.ResponseWriter, r *http.Request) {
+	var request CreateDeploymentRequestObject
+
+	var body CreateDeploymentJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateDeployment(ctx, request.(CreateDeploymentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateDeployment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateDeploymentResponseObject); ok {
+		if err := validResponse.VisitCreateDeploymentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteDeployment operation middleware
+func (sh *strictHandler) DeleteDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params DeleteDeploymentParams) {
+	var request DeleteDeploymentRequestObject
+
+	request.DeploymentId = deploymentId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteDeployment(ctx, request.(DeleteDeploymentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteDeployment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteDeploymentResponseObject); ok {
+		if err := validResponse.VisitDeleteDeploymentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetDeployment operation middleware
+func (sh *strictHandler) GetDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
+	var request GetDeploymentRequestObject
+
+	request.DeploymentId = deploymentId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetDeployment(ctx, request.(GetDeploymentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetDeployment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetDeploymentResponseObject); ok {
+		if err := validResponse.VisitGetDeploymentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListHistory operation middleware
+func (sh *strictHandler) ListHistory(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListHistoryParams) {
+	var request ListHistoryRequestObject
+
+	request.DeploymentId = deploymentId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListHistory(ctx, request.(ListHistoryRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListHistory")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListHistoryResponseObject); ok {
+		if err := validResponse.VisitListHistoryResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListRevisions operation middleware
+func (sh *strictHandler) ListRevisions(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListRevisionsParams) {
+	var request ListRevisionsRequestObject
+
+	request.DeploymentId = deploymentId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListRevisions(ctx, request.(ListRevisionsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListRevisions")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListRevisionsResponseObject); ok {
+		if err := validResponse.VisitListRevisionsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetRevision operation middleware
+func (sh *strictHandler) GetRevision(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, revision int) {
+	var request GetRevisionRequestObject
+
+	request.DeploymentId = deploymentId
+	request.Revision = revision
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetRevision(ctx, request.(GetRevisionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetRevision")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetRevisionResponseObject); ok {
+		if err := validResponse.VisitGetRevisionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetDeploymentStatus operation middleware
+func (sh *strictHandler) GetDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
+	var request GetDeploymentStatusRequestObject
+
+	request.DeploymentId = deploymentId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetDeploymentStatus(ctx, request.(GetDeploymentStatusRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetDeploymentStatus")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetDeploymentStatusResponseObject); ok {
+		if err := validResponse.VisitGetDeploymentStatusResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListDevices operation middleware
+func (sh *strictHandler) ListDevices(w http.ResponseWriter, r *http.Request, params ListDevicesParams) {
+	var request ListDevicesRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListDevices(ctx, request.(ListDevicesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListDevices")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListDevicesResponseObject); ok {
+		if err := validResponse.VisitListDevicesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // GetReady operation middleware
 func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 	var request GetReadyRequestObject
@@ -2268,77 +6172,169 @@ func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"3HvrctvGkv+rdOGcKkv+AyRFSU5MfdLfsR1tyYnKVnI2a2oXQ6AJTATMwDMDUTwuVu1D7BPuk2zNBVeC",
-	"usVHObufRAFz6enrr7sHX72I5wVnyJT0Zl+9FEmMwvx8e0kS/TdGGQlaKMqZN/M+KcFZAsgUVWtQJAG+",
-	"BJUiCCwESmSK6JEjz/cEfimpwNibKVGi78koxZzoJdW6QG/mSSUoS7zNxvfOeUTsDv0Nf/l43mwheSki",
-	"fNziG98riCA5Knew06LIqN3uLN7esPUaaAx7H4hI+AsJ4b9/JsHfJ8Hr4OrrgT+dTDZ/Dfc1KXhL8iLT",
-	"e0Y8DxgXKpWKCEVjEsQ0oZpjARdRilIJorjwfI/qnQqiUs/3GMn1ZNIh664T5uT2HFmiUm82nUz08ZRC",
-	"oVfcJtHzB7j9phSSi+2j/1yQLyVCZF7DUvAcCBQCbygvJRQkQc0HhrfKrhCOqqN8KVGsm7PYFbwdRB8f",
-	"TLtEnwb/Zun+j+Dq5TDJZ8ufOMMPREWpXs1sapW12fVsGehBgR21Y/ODyfRoaINzmlO1zZJzIhKUCliZ",
-	"L1BoTaQKcwmUGZXUPNnFhMys2CYjxiUpM6WJmPiaKJqXuTc7Nv9RZv87qKmjTGGCwpD3Kwo5aB+n8Anz",
-	"X1HAjR1xAuHBaBICYbH5pX9rggy5Uv9wA7uqezCajg6GFdONf6hKHky/N6ep//eHTFKgLDiTaCzyQvBF",
-	"hrn+GXGmkBlBtAxiXNgR/+93aXnQ7PxXgUtv5v1l3DiysX0rx9W6Zsce2xh8fPcGXh8dfwdu8ZFhtJvb",
-	"cxT630LwAoWiluZIIFEYnxpSl1zkRHkzLyYKA0Vz3FZi36PG2zzFXWwtlRGFUu1UissUIaWJXqISN6iU",
-	"KKASGFewJuwaY9hTA+NWKTIgWQZEoBu4P6wrW1RZhekTE+aoSEwUGen3YeXN7RGGtfEHxwe4jw9u9hte",
-	"Wp2plzgctKJGgT9raTiK++zsLeu3ZH1VL8sXv2OkNA0tNTmnUm2rivEYnR93KW1b6zb1dkQIsjY8rr3v",
-	"NqcvbAS2IlQpCjRCzLlA67ZOoCBSAlVAJIRR48S3/WGHVYbue87eUsbu8Uk/3n4TC3iC/XWY9dUjcUz1",
-	"b5JdtOi1nm3bnFqngNZbzch/+fTzT7DHWba2nOesdrLa4AQSa0Fd7vnebZDwwD3Ujm30kaw+oJQkQUMu",
-	"1ZFnwJ5kSqbHr2bzcjI5jFK8NT8aw2pTt1grlIC3JFLZWtNacKkw1tS0ArBb8PMkeE2C5dXXV0dDwMH3",
-	"MrrEaB1leJ8On1cDP5YZSj01x5iSS7Ng/zw/8tUW3asOqch0YPzciQhrkmee33lkgsPVHX7p6Q5mm+o3",
-	"hHFGI5JV8VcWmGWUJQ/0ldaztgDrgvMMCWvePUa17YyPSFx8vNue+1CzifBO59ryqp1kY3E19W2VeJh7",
-	"+MYesnI69zrKpzq4HwShzGrxFtWcXdIceWkjT6WjCy40hwrBI8R4UB+brYekr5pFuyr3nkNcijq/ainZ",
-	"JJ/Ie714/bvZwm+dYej07yhmcQuddc+/1G+3yTTusOA67gqgTHGXvH0pdbyPeVTmOkjtcQGhgcxj68m0",
-	"mjlX5kOoMejgC4v6t1/BkgtoMr0eZhlXIGTcKPt9WYG2AuuNO75j7uDC3KvgFOlh8Aes3ZONZWWz4ZAw",
-	"fkSSqXRbDFIRVcoujfy6S8Ph9D4K3CpDG/e8+SDadCd/IaH2CCD0cFhRlQLeoFiDy39sLNX4UyJqhZDj",
-	"elKAtwqZQYR5vD+aM2tKrePG2iLvcxEts92YbOSXIhEkxneC50M5VEwFRgpKOwqMzlJZR3GGGEujxpRJ",
-	"RbIM4wZXc1ggEAUZEqnMvBGcLgwQC4CwNfAsbnSjHx6OR5Mhh94tWQxDlXuSn2qFmg09sIgtc/FhpdMD",
-	"wnayIOaVLDUbNBE6ZL6QcEOyErfhjVYvnmULEl3fR+lHN64m1MRjTOiQsn2q33Xpk2VRcKHkiaFvSYU0",
-	"2Q5VslI7k6dX8aVy1wJtWPN8b5GV+F4gDmOIbnjZMp6a4Naxh2ypJ5WBmOI0dfvk14gFBBARIdaDQgB+",
-	"g6IlwxPQ+YDWQkWubQGA4aplqi3GVPzQm5hMX6Ia4EPv3A21g2dtAsfDsXY/K4cYFaGZ9K3yVdW42k1A",
-	"jvkChYS9UKASa7LITJgw/5wuFYpPGHEWy9Cfs1DLhS+XTonWeiAKwYUM903FZLXMX9ilTLQ6i8P9EXzQ",
-	"+VO1TU7W2n8hESbgyAIjuqTRnFX0ajbIE4gyqpUc8lIrYsLaa6gU1xBzEzuuGV8NubkepW2dZZxpfV3S",
-	"WxPM8dYaFCXZoOZaBnbjw08cBC8VQk6UBsDw/u0ljBkPZBmlgY69o24AOZq8fjWwtmXetq6+Nf6+Yknt",
-	"NhxbfUASpZDxSANKWKyBQAc17GktePV6crDfMdq7nEgHqmwM7Wd23sFkMtmGh8aRs6gX2zss0Dyu0Hcp",
-	"aCBwiQL1HL9bgz36fgfIMyo0HDArPERjH0gmeVVRDP81+GhfBWdxCBbtGN10AyQKbeYZT3oiMoW3ATJ6",
-	"dmDKdVWxcbJdJnFTtB0N49MBvHE0OWrXM1+/btczJ4ObKKoy7CulgiUvWdzj7/Grnf64PT1VqpCz8Tih",
-	"Ki0Xo4jn49UyD2K80X/Hi4wvxjmhbGwQh9NNOcrjvzCugmrjh0jcFLDv9ozKpk72lP5d6Kob/barJ1nG",
-	"VzigRB+0I4IYi4yvDaAWJWOUJd2wmHDQi+twTphDIpxhjVCcUrVz7wCWJJPtkN4Sfk7bhZ42kPl+GMiI",
-	"XTmp760oi/nqzjwHyNJmEQZ1uepLqReAVUqjFAhU4VZHe8esFv5iHEwdvgu7vpumD0qZKuYPye03wq6d",
-	"pe6OcIaTfdfesKSh6M2vb4PpZPoqOJgeHlVSWZQs1lDz5wLZp0/nD0sreoRujK9b8m02r5a54ZmNqfA3",
-	"Lq4zTmJ4lyEq+EAYSVCM4ExBSiSoFYcliVD6sOAqdRqzwBhSFDibszl7aYh++TLGGxohnF6cvXwJJdMq",
-	"F45JQcc3B6EO4wID7cCJoosMm+DQI8MSYDT79OJszgBMNyMQ0ejQh8iC8IVOKsxuJDHhdu9v7z5UsXff",
-	"AqK8VCXJ4PL800lDY95ZvUVnnuTKEqrDewWxpPHApFQ8t/m3Pq8NciYEGkZutxRgL9zVxdDA4qINGTQa",
-	"o8yeabXM5yyjN1iR9XTfZvNkvYPLk0+cwVcyglKinLMKWAlMqFQoMHZk7dWb67VHuR434iIZV9CnczZT",
-	"z5Tbu7pULqMRMmkct+sunRYkSjGYGu9RiqzlyFer1YiY12Y/N1eOz8/evP3p01szp4kkRp//+z//a4ci",
-	"t8pcM28yOrBzeYGMFNSbeYejyejQlkVTY6Xj1OTbf9e/Exwox5wyudJobjqZAJGQcZbov6YtKHiEUtpY",
-	"LeHHy8sLY0gmidKoT/EyslofE0UWxLpbq22uTu69R+VS/l67bDqZ3NEq+73vW5oKgcevvY3/wOaZ23ug",
-	"d3bZOiGVUBYjCzNdc3N42foEra6c78kyz4lYezPvnN4g0ytqEar+DtpTk0SanKOQ3pWeW5nquHV62ZJW",
-	"l5vnVKrT9sBujv15mOpmyNg2iDf+vQNd0XFz9SSxPUw4/Z7TgJR+ZrY9DXzZbl5IH7iIjX0v1kBjI7sj",
-	"S9oD5fYNZC1Vj6YqClDRawy2JB8RRTKeeFcb3yv4UGvkggiJ1lffkIzGeqU6wO3o4Pjw2+mHc+DCpCC+",
-	"mSwVF1j1yQgDmuel0oh4zipg5Zot7UW1R7NcVRJCGoc+mOKCBWXdsZyZUbZOUZWG5qxVStOK37RO3cPQ",
-	"N+0kTZYrOe7Zdr8ebLv9+yMbi7spmOlDFVzofIso4CxC2DuaTn3j5SGkzDAsaDEm3Hd5mpFNN0Mb6R0u",
-	"uKzPZm4WONUGkhBq6Kcx5gXXz2bGTdax3jA4bh38JfxAlwZsq3oZHYAJA7yldp9OT21ZSoxncDR5DaF7",
-	"EZiRMoQ990Ca9mctPBeDun7hjSn/DLQU6gzu//N4/SjDvavY8age4Mbfbnl1UCMpqCN3BjcHc0bjGaSY",
-	"ZTxYcZHFc1bpz0zjJ62fM/hRv9dBUr+HiqkzmHsHo8ncm7MmpbgQfEkzlGZ2YDRlBsbOJepHAL0Ng87L",
-	"xiPM7AO9iCXCzKkeAjT4eNY8BKOxkiou1jPgEZ2Nx+7oBgD11tDDb2jvLLtvAR19f/zdqx1XU9q3XDbP",
-	"48XrRtZQuKWuhdvc0dBuKdOeYF2Zki2zfynpDclaRnSi4UaqrSdKCUtsP3Xglt8QmW7Y2IzpXdK7a3w9",
-	"zhxmOjl4doZhl1Nx/Cec+7Ex9Wjy+nHjDw4fOf74ceOn0+fEBKdxrJ19O0ZWMjQXEW0hv6lS7NlERPvE",
-	"/UGMsAshjr922t+bnYjxPbYBo/c8fmCXPrcWf7ImW608ek6pvkdlrsOQDiMHAd2jwHj3Du/m6qHCrrq/",
-	"cmdWd85X7dtwFqDtObBVCIwwRhbhzMGtQESjgxBsvltfuGz+PTCQrA2kjCKbaxb+nFl8yBkomqNf3ctb",
-	"ZiSxBQdwrLQXT7eaq0OAppfo/Fod+P9KvtO+SHJP2lMJ+0k5zjNbis2JOg7wRV3GNfeNnQ6a7O2fw4jG",
-	"X92vjbWjDNVA3/KjxepW+zt4nbKglBjCKqUZmlZ5q5y9Z9D/ukZ1mgXtevcLCSnV4Ge9P2emUC9BcaDq",
-	"xJiRTt4okwpJPIIfNGlVqpKRln3r5Jj1UkN9DNnP2IZMzSy7K3foWMLRNlvs5Cr/PvrHYoXnjeX2aEC6",
-	"d48Zb4u3lKZZPqTFg375jUsKGSZcUec0U8HLJIXwNIqwUOEMwr6LCe0lZ3egfSCuaKdaGLH6rmTO6vx0",
-	"6IYnZRC20+OT7m4aiYSd9duLNFcw54yq1v1G2COdge5pvam0lQxbpFCc74/grY4l3e9tTIleBwi+YnMm",
-	"7Uc6oQ77mszOhxENjYeToyGt7uKeRqUf51zaH2w8c2jYmTjf+ZHQzhziD+GtwyHTv9z6Xqruw/dk9axY",
-	"72jy6p/Zq1RY0onFr21EBwprcVzQhDKSbd+B/kcEzPuhUa2QfyS2jkumA5ppDT8XuU2BtesbfjGkPCTi",
-	"Tf68pN83XV/OEhQOUT8tyD6vev/CYg7EEPyH8tkhDfoT9ad/09KlOPW1PUXWBt0WGYnQlHzrem+DFmxJ",
-	"37YHHOjzYVGqVinYTGW4atcvpV9dhXP9W1vMZwqFud+uEFJeGAyo92cM4/r+o7kDBb8Rdq1JIT2658zW",
-	"uM1HH2VhGw32hhORw2Dxt92G87Qy8102076csNn+4O5PN8/V/yLD1LxssOxO2zTV2Id1i6vvs+rmbw3J",
-	"tJbau9I5TdwVGMwXGMfoLoBRCQvKiFgDlXPmblKfwPHkEPba9wuqxg7jKjCkhfvAVYpiRSXugH0f9bhv",
-	"1202236LhrOhSyd3pp9udOZ4cvicOqApoJ32dC06+4VXlJKFyWFjJzn7nUW3Z72pn9z10XnrjXSfn0PY",
-	"VDtD1yy1V1V5YTtNENaloRAkRvrpftUbMElH1QXzXSEhqNrAdZXEKEX1BbfTbe31+x8Z2r68vR5h3K65",
-	"bbEgGWFRpcTt76rkqFlXc2JztfmfAAAA//8=",
+	"3H3tdts4kuirYLV7Tuwe6tOOO5HP/PAk6Z7ck3TnxumZO7eVHUJkScKEBNQAaEWT43v2IfYJ90nuQQEg",
+	"QYr6chynM38SmQTxUSjUdxU+dRKRLwUHrlVn/KmzAJqCxJ8v3tG5+T8FlUi21EzwzrhzraXgcwJcM70m",
+	"ms6JmBG9ACJhKUEB19S07HWijoTfCiYh7Yy1LCDqqGQBOTVd6vUSOuOO0pLxeef2Nuq8Egm1IzQH/OXt",
+	"q2oIJQqZwHGd30adJZU0B+0WdrVcZswO9zLdHDB4TVhKTl5TORePFIn/81fa/eeg+7T7/tMwGg0Gt/8R",
+	"n5qpwEeaLzMzZiLyLhdSL5SmUrOUdlM2ZwZiXSGTBSgtqRayE3WYGWlJ9aITdTjNzce0Nq1dK8zpx1fA",
+	"53rRGY8GA7M8rUGaHjen2IlaoP0sY8D1y/SNmcD4U9tsEtdk50T+Q8KsM+78e79Cor59q/p+DDtgIZWQ",
+	"m7D+eUl/K4Ak+JrMpMgJJUsJN0wUiizpHAzgOXzUtoe452H3WwFyHUzXDrAFSo+HozqUrrr/1wLq7933",
+	"37XD6DksM7HO98EpDZodumkX5+0D3rAE9gxmm9x5U/wYdkA2B6V3DYcNDl3Vk0Hbql7OXlOdVCNYAlON",
+	"8XLWtQ229DocjM7b+/1JcNjbt2l0twFe0Slk15BBotsw95nIc9pVYEiLhpQ4EBlEUBGhWWaI1mrBkgXJ",
+	"C6XJQmTpmMQfYP3HG5oVEEf4x7/V/orJiSOip9GEx/9mH9EpPukRXAcoQolFhEeKwGwGiWY3QDIzX9Wb",
+	"8BpFUkzDH5cZ5bpLsxmN/i2FROQ5U4oJDumW05TV1n4s4FjO9CbAXlFpsInwIp+CNNBhGnJFGEfabs76",
+	"tsOdYY/hNFKY0SLTZhKDyEyK5UXeGT/Gvxi3fw3L2TGuYQ4Sp/cXkKqV0VyRa8j/ApLc2BaXJB72BjGh",
+	"PMVf5reZEE5XmR+uYZ0HDHuj3rCdwrv2hx6o4egJrqb8O2rjbRLUUnAFyNreSDHNIDc/E8E1cNyIgLP0",
+	"l7bFH/6hLAwOoxu+XxyxATZO3v7wjDw9f/w9cZ33ENDuW+S4SQJLbTnCW/itMFTFzCtNmemFZm+kWILU",
+	"zKxiRjMFUWcZPPrUYelR/KaC76/m0/cl5MT0H5Dozm0UsnnTdX24RII51Vc4zZmQOdWGHlINXc1y2GQY",
+	"kZvhXWSBja4yqkHprYj6bgFkweamC4+CRC+oJkwRLjRZU/4BUnKiW9qtFsCROlEJruFpO/5uzMoicXMy",
+	"cQ6aplTTnnkfe1HNLqH9hDx3cCD74OC+fiYKi8dlF2etJ7ux6W7GTXA2uo2Cvd6DJq+YRdsGZhoqVvux",
+	"C0tDrLsth6NS0jXCuJR0NiH9xnIGu4V6ARJwE3MhwZLSS7KkShGmCVUkTiqBaZNG10CF896z9gAZ68un",
+	"TWH6Xk7AHc5fDVjbaIultpvHKVgFCd4aQP6v659/IieCZ2sLecFLwm8OnARqT1AdelHnY3cuuu6hIba9",
+	"t3T1GpSic8DpWtlq8zypBR09vhhPisHgLFnAR/xRHaxwdtO1BkXgI010tjZzXQqlITWzCYRd1+Gvg+5T",
+	"2p29/3Rx3qYVRJ2MzSBZJxnsw+FXvuHbIgNlPs0hZfQddthcz5/FamPeq9pUgRtm/WuNS61pnnWi2iNk",
+	"WO930KW7E5gW6Y5ywVlCMy8TqCVkGePzA2mlpayBNjoVIgPKq3fHoLb94i1Qx7N3n+emHllJHaU8X+1X",
+	"SSSrE1fOPkSJw8jDPVNIT3T2Esq7ErhSZqihTyUud+kckEe06o69v6OaPRw9aT9Qz/zirjXVhdoEDEhp",
+	"578LHvbjF9g0wPaN0ZSmGg7T/66xaRNMDhFsP63QQhSp9OJDJbkSshvc4ggWUdojWvenVIzHHUjn0B0M",
+	"O02rz1Jk2Q9mvcCTdWd8MQjPvzvJt9E+7nacqSWc9qHSa7iYQ5X55lp3ivK+5V+M4qncmmcsg1ZjGKkM",
+	"HMS1a2FFl0TkTBs9uIuvZkwqjazSNjQTJQnlRBYoDDYtWLsoc1Mjuiv1CyxaJYTb0LxC8BZpJxVLDelr",
+	"ytlsn4jOYWVE4PZPQrhIWAppYDcTkugFUwHMA8nCi7p10aJgXF+cm3lv4Oq9IOOdJLHj8ddqT2X/RYEC",
+	"/KaSxZWmWWaY4Q3bC3rpGtWQUPAZkzmkpOwrImxGKF+3wNrINofstYUsyTc2mWp3FpbFNGNqAak/OgZh",
+	"qxme4NYbXMjFDc1Oj9j3+tE/XO59UZqOyh4IGqNUcMBrs9wUc5vEY2PD5O59Km1Be4YL9uNAPucPkON1",
+	"7rtnC8rnx2EzfrdV9oo6xTI99oDc7EIlr1vsB8o2cSftREeSwXAXPYTrK9+AX7C1NRSsS5IVcHZT2j8V",
+	"PM3grdnQNpgoxueZUXeThcHXhchSxucEbkCuSSAwVh2SVCQF/nBw9EfzksS8yLKYnHDz+YQ7xnXa1Ku5",
+	"CMiw6pETmfTOSMaUViSe4nx7pRwdR+UzK2Sj2XDC/cNCZrFR0Pw+kRwM5qvN2SkAM3fVz6mciy5ISTXt",
+	"5WnvFC27Zu50aoQpe6Tr7KlSKu+g/9WUuDal7IanPZxVz63qZvgHTeUf5v9ky1bNTLF/wp+Mjops3Jtl",
+	"B22nupDZfkE+VFtKXcZ8uRu57kMrCYSCL6aNVGN4YcEdiMYmhx6nNor0WVhw33vW8I8dsW3XntDX6cES",
+	"uDn8400eWrLYyJpBoRS+Lj2zxw8tQ3ZPyBQMKUE8h/RywkuxYFyT0QquWunxJUklZdz00SfFci5pan9L",
+	"QFFjXkj8e8KlwPG7U5p8GBPKidlU52bmRraeS1Dqkswo2xi9lBApywoJKC5QkgJNM8YB7X6Qnl5OOMoP",
+	"fgK5uDEdpZCBNlCp9WheorGwH8hEc8HBuZAcAXDg7pSyV+0PtBJ4ACC9dwBA/hAAwPwdrL8TdewysZ2d",
+	"sv8JaSsxqSNGofwZ2Sf0HCrA7zr9zeZGLq6FTRxEQ5r2gBZCsv9s30G2VvdofvhsK8N288LH7mqWd+Gj",
+	"Bm6ArA6cmW+/j/Js2fkSPLUtfX+0PdeuucWTRJd0yjJWIeAxdumMKk3CLiq5poU83MEM/UAqITsKYa0r",
+	"+67ajP2anHioRETcgJQsTYGT6RoBZ0mvkI/UaatS49+/Kmey0yBuWyH+zZnSIKHFlILWMEJnRs8KNq/g",
+	"1Ufk5PmLVy/evSB9umT9m2E/3PpTUnDNMkOy7dIUoXPKQo0gsDL71b86CJYbADhaq2kcvkDLYJbIl4Ap",
+	"93djkhtwj+rH5zjdwkD3WfD5oQyjvmsY/UVQ9t/eZY/8CRRLQZG4Ov0ucsAuNo4IupBugKdCkpLKTbid",
+	"ssLQgpTEH7vW82P+tK6fgCTGqJnQLBMrgyw4K/i4NHIDKGttWDG9ILET/KrFxZENRpnwn5fAr968JGe9",
+	"Aclo8kFdktUsJ8BnQiZWIjDzplytjIJyPhqZqRmRAhUV1FtOG2Emn4Ijq5iuG9E3rarJ0rCjXz91UKHT",
+	"kOhCIhvM04tzJMTSNDy/fW8pR2DTzSEXct0Zd4YXPzLzt0gh+wnNCJ1x56fr7nAwMDQdJKPV8+ufuoMB",
+	"fq+0kIb0jTvD0RPsQRVLi4SVgGFUDIVYbM66Mti+gCw3eFa2fmsOY26biYSZd3ZvzTS8RRuPRX3td6Ft",
+	"1wVKp7KbwoxxSB2Ju/TmGkQKYk9i5IwqEXHEgBhRkRMUMYy6aZsp89i2VNvMOsGs2/YvkHoaMlZtVwNd",
+	"0m0vlbn/v1XSc9tfSj92mpskBpu1nf2mVHUc9zEajpzRBHatUTf0ZNALkBwMXVqxmcGrBLKsyKjsRJ1p",
+	"VoAWAkOBCjVFssanKHNINTobtUChsVZ8e8hS/floER1rR6XlvdCQPRNZFfC2yVSWINlyAZJmu2CTU17M",
+	"KG6/3D6T1jdNsM6XBSqNapnRNcItB0nNuWeJFMuF4GioWgL9APIewVinH63eNkdH2t5tpSgByPwKkbBE",
+	"AaVJCqVF+8HIGX9pvx+2THmTMrUMZ0jV3cfwFO7TISZI17iOeA3Qbu5Fo6cAs+4qk1vh9qBo4N7f/1/3",
+	"/R9OJpN+89npd63WEjvCPhmrNaItO0q0bIDFfbxd8LkfmxeqNF/Q3lWpiQGKHmBxONp2ICnjNlplAyaC",
+	"v2M5iELXWNVUSG3N4gls6bRaZBup1FWndWb+oyBpIcskiSCYZJAP1F7BuvxdDREFa2iD8w8MsjSIDK2v",
+	"f2bebk4Tw56WApkhYVwL555Cl3+lhZ4ISWIM1+035dY4Qjl00frChmpvvkIfaOVOaMQm9n2wYb/yZ+yL",
+	"SDY80VKEWpDHxIUFTjo+bJI24n8P6LuxNxaU1YBtm/FnoJkNuK9vQ2WkqeYoPtTncDbaNwPXS+vAzPCs",
+	"9X0QhneScsX0Fw3N2UdT61kwjy/2RQTaDskHWCtyMuyOHp+RZEGlOiVaeDn6xMvGxdI8HT2+cG1cyEI4",
+	"fpDDEUy6Hhm3y7/3SJEyuopI09yqbtan5eLbvVmanJRuofKjSi3s5alTyBqOAkP19hL5ijRa7v8LmnDh",
+	"Byny1nAQJiHRztINBOkCU6XXkgOk1lBe0usqRlmQKRCqSQZUafyuR64wuYF0CeVrIrK0On/NULvHvUEb",
+	"Cz7E/X1gREwJhkbgLQQkyejR1KjIW0GQCr+XdUuTxbJWZUuKLEOz+J6ZvnXtyolifBTMWRuyXZfv6vNz",
+	"gqK6DCJ1mNH7lUc7zMNoSo4SrPHF6TM/SoD2eMw6PdggUOWEg2W3EYC9MTavBRfaRmlma8K4mZ5ifE4K",
+	"rtjcqMkX590p08S5rAjj5NdhREb/eXHeHb6PMDxJ2YAwIEuQ5K8/vHaRHAibCbfA8c5ZA6WhdwQrulYk",
+	"NrMeOz06toYUmq3MKwk8BakItQHEbg7Oi7sjRWVblEcDSVvEGHdwNwH1AWBJuiShUq5bcRINpAFKXxIJ",
+	"Csyh1PSDDeHisAooV4AnHj3MICiFKdD7FbFqtm1b3wxRO8pYUn7sknUcdffEvd0+4o0jegH5aUSSBSQf",
+	"ILX2VaWb0W6PFPGuLeu/s+ezhUuEjClYXyWLHb6uZpINSUFTlqnI0hqfpVpyhTLE4CSWoOWaTjOUvPCP",
+	"q5kGeQ2J4KmKowmPzTEUs5mjGWvTEN1DKj5Fc+Bqlj+yXaEA+DKNT3vktZBQDpPTtWFXQCXKcGoJCZux",
+	"ZML9fA0Y1KU7YMpmxbE5D/vQC1iTVKA49oGLVRtXa8w0JFHcmgNm7CPKx/DR0k9Gs1ZCZQFYF7l+EkSK",
+	"QgPJXa7djy/ekT4XXVUki64RZxvhi+eDp22yhwXe5ll8gezdg6TkEg6sEQGaLEgmEswpnK49+fCC+InB",
+	"goung+FpjUbv4hk16R/j2T56BX8QhF5WxjLDt3nSEJdrIDAwLiP1JOtKmIE0VLQZ2Xn+ZIvehCjULh95",
+	"FYOlEaGZEj5BMP4/XRdw3H2ZxsQqEIibroECachYJuaNLWqLGjXTaJyD/QEP5TlqV/laRPjzwXmYnvj0",
+	"aUj7B62DaKYzaCKlJjNR8LQB31aptzShlZ8vtF6qcb8/Z3pRTHuJyPurWd5N4cb8359mYtrPKeN9FDAd",
+	"bqpenv47F7rrBz5kx9GycoAJzq8y2qWwhCGee6Ky7yV/aEtCjg2cqUoQGLYO6Zaos79dvX7Vaw2uuv8o",
+	"Ukw+2hopuU2OKINOQsLpZPUygANq4RsQimre0NJKUUWhE5FvseZQdM9ajwtIBWloynl/R8l+i/vy8KDU",
+	"zQMYRGe2ZOLk2TaytRcxmllkZeBSSxrZVutPGXO5PcIzjOWsRWZWe19tVRCStTsR0h/H+zAglEf7i5kP",
+	"6prSJgWxLtQWpcJIMWHOgyw4t87PQIWaC2I6N8KlESBRaxUcSm2W8Y2cty5BK3C7sz5nYYJlqPQ+aVd6",
+	"5fZ45BXjqVjttDu6IAR36l3Wo41TsxULKPHn3eCmA1agq3NBMCe/rqJ/P1ocZML0wG/btzDcaNPvKNJ2",
+	"j0tg4dv0xmDJmHZc2jZ8GVO0z6RfB7EVksXSNieWt5XCrZGK0STTpSv02M5RDj5JwairREGCG3GBZKC+",
+	"8AUaDdftYgfjP2RsvtD75ZcATPutpssFVTVKHoT54U9wseJSMz7vclhZIsRma9tIrZhOFuZ3qzq4BfZv",
+	"MSTkmMybAxmfhATYzXEygSwnc1zYlv2OUBUG+ljKoMlJRRAJ40lWpHCnDGJzeFu0fTOnMpbdz2RFlSNT",
+	"ekEt96GZ4TlrogA4itGJje03ytfCZbq2y7ifFf8XbMOemDwnHmZQBgq1UozAGL2JNEfsdUKLOr67Mets",
+	"04fcBrFKZSJFNwzlapVoZs6oemTqyg5qv1uU0eLo0Zq02gBAi46HTzmZtq34xRnerpZL7C2MuApihWz2",
+	"QJiv4ITs8fRxcpF+D09mTwd0OB0lZ+k5PJ5dDL4fPhk9PaPn+97XUpvHhycv1MLeh6Ozcxfc3vFxePYb",
+	"1b+vedZCfW0sVD30t0PPYDR7nCbdp8MRdM+fns+6T86ePu4+HiWzs+8vnk6TwUUlvJUQpOcwuMuM/Ps6",
+	"KKwGXwdFMO/+IZPs39fMbt+3qFFnG6FKFXYdhvdV6lFzU45ODQnTNtpicz4z6LyZDbNBNd3S68toO6h/",
+	"/eG1Dei9l8o3lvqVVVo2yRA7Krz4CFX5kSJJIaVhrMgxKlN94EM6WD7QBrLHpgYWNScJxUJHLjQB+2vl",
+	"A58bXcvSMG59ExEOD5MtMeE+1LoKrb6YXvc3yj/crYJUxUQrjeXZX150R4PRRdfQfK+12VOUkp+XwK+v",
+	"Xx0WBtCMYkK5fCY2kXc1y1GnsgZ78lchP2SCpuSHDECT15TTOcgeeanJwoiPK0EwFDEiU6EXTqOcQkoW",
+	"IGE84RP+HU76u++clHn15uV335GCG1kvdjQ7jsiKSeiaLaOaTTOoLM+NadgJoOZ79eblhBOClc+6Mumd",
+	"RSSxDt3p2su0XoepPGfq1HqT8kIXNCPvXl1fVnPMa70H88znubYTNVqSl6yUjUQutMhtvIxZr7Wgo30d",
+	"AblZfoycxNsqnsWnPfIm9EcQH1I7XZPVLJ/wjN2An9bdDac2rsWM4OJaLkNN4OrNS1IoUBPuvTZBCoCd",
+	"1kk5uOnbSS5Czvver1JbG1IztTmqCwvIWALcCreuEt3VkiYL6I7QumD5ux9vtVr1KL7G8dy3qv/q5bMX",
+	"P12/wG8qMzXi8//8139vQeROWGNj0Bvab8USOF2yzrhz1hv0zmx9lQWe0qbA9ckKOLfm3RzwzJfiOMpJ",
+	"P4Lj4I2CH7+2k6qqST8of3kbNY/p/y6EhpS8eEfn5ASL/VFF7FxOywKl2ZpI0IXkYe0GJ176CoD3WJPy",
+	"faPY32gw2FHob6fAWyv8VzKgKeMU6y62lBmsg8eCvEzIPmF5Xmg6zeAUY+XLGsLPEM2eCa6laDGcLiW7",
+	"oRoiktOPXTqHP54NH59dDAaDiJQ9HllIuL1qsdtOu4GVLd/t3bS2muOKC99GnbPB+eaIb2vlkNGjmYuU",
+	"zRigkHM+ONvGTcs97gdeu3M7xsHtywKZB3+DIcR5TjG74i1oyeAG6rZQB6fpGoNFHN6R0n6s6VzZxDuM",
+	"G31vumxLZOp/8lmMtxZuGbQl+laZNz3yS6lZhyaVsQtaKYVdkgG9sQELpYDYEAxPKOGwmvC4ITXFp875",
+	"yhTJqfwAKYldSGlccUtUgkncou/HRnww01nYOLtowg3zCqg+FyQTfA6SJEZUtgbBZUYTZIg9coVFE2U9",
+	"3c/Zb6rVM+2yvpCy12nhc4TkZppSZ4NwtCDsc1+kpzY6AoCoIklAqVmRZetvAnvNtD3cTyrkOW3D0qP5",
+	"Rlin2RDlZVuYb4i978o4q43trCUCpi4zMLFBz94feDIaDE8vHXa41L8Jl4C4Y49iuGkno8HgtBdmovVY",
+	"Gtt4C/jNCGW23q5ePFIelV+mMTk5H41O29DqTaG34BTK4X8S6XoHHzqu0OyOtL3bupZgKPNtO0fcj9hO",
+	"KdpA7NFgeFgHTsNqORmDI0/Glz1J56PRw548xG8hHYSr0l81zNnFKRomGCf07T5c9QOzQfR75AqzGY2Y",
+	"JkVObJLUmFAb5WO+jGtyWTzhc9CKnA3OkfaLQhMtCtsUjyzVdEoVtB2XH0HXrZ8bBKYREvSuukQB871D",
+	"nCJqzRNIq6X8juTKck43wyPLSW81FLeImv5dJa45PZ3DXGhGXeG0HC3VR4ued5Qu70FA/Elo8tpJhKRL",
+	"ymUatd9Ii84dczcicfFVhEXkXSJfGimkLJRij6KRdWiWkZVTExWhykXpalEWtD+cNBgZsrKX3/aDGhdC",
+	"HcuOZ66aSino+uTn0WAYOb4rOJi/B0ZO8061hVAw4XG7Fys2kuQunxszZEpI1D/8dqvS+zbhzzd9xRhj",
+	"mVqp0pqaSNwsmxGTk0/ou42I9wxHxDmQI+JcwLftjF4o3Syzcrxa3bw3w9KXLyEqbCkIc1dB4R3KYiUS",
+	"OPf9iraLC72t8sL2ftqkht6DiA1fRQzYAMLdz3eLHWj7AX9m0atL0xRLI6Q2TNRbFMaYa1JGX4kZnk3H",
+	"gdHEKR/V1Mpowr2bQUhSha9FXhW2k9siDFR4+rer16/u4TxFR5m2juPuPsBt53VKLQEPdLUnIvJ3YRQ6",
+	"jm1/MzYaThhP2Q1LjXK3I/5wxrKtLNZyiH9uPV9XJUscEKrQkuHjWzBJVikbgK3In9+9e4MODEyEMqIM",
+	"is51ubntoLjUyKPw9R9Nn06VSdkRHzq3h16M5Mbegt5+hcywgt497N0rdgPc9Pg///XfNRjiCMEeiaVy",
+	"G+RcJP1g9WqrVfwVU/oqbHgs1bGX+BxAapxL70gycxynb97B0bJLP3N7hZAh4yGEIiKkjcs1pDq9E7P9",
+	"7L1WujEnb09ksnFRSrDzCdU0E3NroGqVad9QqcD6yG5oxoyIUjkWt9xoEVlKICTmlUT4MUqh/t4QQ0w8",
+	"lZ3wRjHasFNbr8gxwJilcWTFG68ih22FNY1aodu75ic8LHfLFKmuknEP4wjjos20XGr2ib2SyTS2NzKd",
+	"9qwPtJ5Xw1RVMpFqIngCaN6K0LtGYsYRYN0AMKX9F/emnnbTMyMY4divDR1C3v6N5ljMoEwhXwrzbIxk",
+	"srQaOzG/Wvh35DmbYQaFLruZ2To98JHZcWp3jMwKBemYnA+ekti96GJLI+67B7YOUOWJaRNHbAn/lisW",
+	"7i6iHx6XvyeisV7CvJREKm89XTI33TG5GU44S8dkAVkmuishs3TCPf6MJ5wgfo7Jn8178lf7nnigjsmk",
+	"M+wNJp0Jr8S8NzZsXuHXXWJTO11dFvOIkMaA3drLiiKM7QPTiZ0EfuMfElIZZsfVQ4IYq5hGy5RI2Ljf",
+	"d0tHx3OjD1LKr8Fatpt9zp88/v5iy/VhB+hJ903Fq5CmFnbL3JU21Z1Vhix5zdkeJZsq/1vBbmgWHKJL",
+	"rz5760lD8vRyYNs0XbM+tmncSLqrfdkOF+MUwgcFGNQhlaZfYd3HK7BPj2s/PFIWHz7+PSvIV2mKRdkC",
+	"Hun3EC3U1q9ZZY+cWIuroYmnrTLCNgmx/6mWJ7QzjiK8m+xh6MA2fA46vzMm3z68RvYj2DtPaA2QrQLd",
+	"UcJ4/cLi2/eHbravkrPdkfJKrMLbAa2AduKEraWEBFLgCYyduNWVSW8YExtnVF6KWf05RJEsFKQq60g0",
+	"4VY+FJxolkPk7ymcZXRuA72IA6W9HHSjQEqbQNNQdP7iF/yvou+EF2vtUXv8Zt/RoHj+8DpRjQA+KtPr",
+	"8E5Yh4Oovf0+DlH/k/u1M2rlrZXVLfbX5HXGu4WCmKwWLAM0QQb2USzoHlolGa+5JB6VgSWnE47Z14po",
+	"QZi+xGNEmC1oDzTtEQwD8aoKehQDNa7BdewyVFNj2x5dskV32B9dgjXoe3fyYR8rKzwsL7dLI7R+F2vt",
+	"+hCM9tyCxa102VmwSx+n7VaKYr4gsb1NNx6TuEliYnvpq1vQaenH0oGM6C/Rn/BSP2278ZJxEofq8WV9",
+	"NCOJxLX+w06qKyknnOngvkdyQmsN3dNyUGUtGdZIoYU47ZEXhpfIejTdgtp6RWLFJ1xpKficxIbtm2nW",
+	"PfnlHM8G51sM9K0ofRxxCW8jf2DWsFVxPtKEH2RM3FneanV0u4TIcP98cZXGXj2orHesk/yBqYqXJd22",
+	"ROUZMYzCnjgh2Zxxmm3eCfslGOZ+0ahEyM/hrf2CG4Zmb695oOlWBtY6bfgFp3IIxxt8PaU/CgJLrUTd",
+	"+wYCxX7hqSAUJ/xZ+mwbBn1F/GlWS3QqTll6T9M1Src2dHOGNwE4e28Yxuwih5kso4kxRqQyBeOnGMcc",
+	"uql9/TaXN2ON+VyDxKRYDWQhligDmvE5h7SsYYiFrcjfKP+AlyE15j3h1saN5UtsLIRyEfRUtQuLf9t+",
+	"cO4/EiRMCrt1Vs3f0/FcfUMH08CykmX3nk2X9LXTEfnMtfmmdfJ6ouQeVdxB5ffifAyy88hJPXOPpcC1",
+	"jUGcrkn+7tV1aF+cZQB6lweyMMTKx6mzlLi7Vn0aLF6X2CM/AaRGJfZFKVylNttKWbJiWkLqp3lZOs8m",
+	"fCkylqzJxCXXugq5bkznmNSywKrUOWV80ikXi6Fzfi6lfcvgA010b8KvsK6l6wpLmbjKrc0SXEOkqI0r",
+	"IVvInlXNXBLslyF24RAB0XtIT06Q59tO+xxEQ8eN3wZzJvCFy4+2oVmq2iZ3p9E9+1IOnTJTiBLIP92M",
+	"GlrJA/lHHtgfYY9WeZTRHOWf+Z1C07bZnTYS0cIU+p/8LVA73Q7Bafm6+NrrfD2XQeKB0EJ6j2KavpKC",
+	"C/7bvS19ywyaGXnbduq5D9L+Yjvlr5xo3yY7ya+5TRth6vezTdGxSWdHb2u/um7kQSe6JTvurU1eU81y",
+	"1HaWPXLlIP1IEWhe7GeYOn7GwVoBUZQp78SzaZgTHqYc7b4C0AsRGNXzAdaXdiSiwN6FpKy9amMmO3Pl",
+	"XlV33H2pLLnybpgHZf6HHNHK92eYqYPWQ7ilHphtXoOu4ZJHUdSxt9KKPYfXstvPPak7jBKenztej5lu",
+	"54Ozu9Wc4EJ3aaEXQrJ/QhqfEsEn3F9iUVa7SGiWRUYCt2+cAiABkTCyMQ82p+ujLitAC94jLzEQAqmZ",
+	"vVG9ZiaR5rwu9aWTVRifl/nRRIKLa6SYa9F2WN8iIH438oc1Fbjd6X2diHKGVwlulUZC1G1P1NxU/58H",
+	"7TbYJOYy4v1BVSpjs7JtBeTw0i57O1f3/adhNBoM2i4zN9yqrf/KttEeLddSLnxbV8E1p4ehQlXoaluX",
+	"5Q3P0VEEeVeXZTXFO+RVge12n6nG0L1rxy8PERN+V7adasWHGHdqFlcOGEDjAmcURt5aq4+RM2oBL1bT",
+	"TU/vxggflrGh2SitHdwqaySoLbfdMmTFu0Y0VBWIwANxGgHjK5tjHPpJGQYxjIJr8mNXsTg+HU94rchH",
+	"014zF5jkX14NgDeBSMoVxSK7Ngc08M+7ktlG/Xei5YRjgDuaKyBTEFyW48TF0OuGLv+w1qu7Y8fenbEQ",
+	"VdGQZ4IrLSnjWsXoHFdUMzXDwg3noxGJDUNF4dhd2GFDXWmy8JPEclFUCR5ZixpHSApQpz1SXX5ir7Sa",
+	"cMMjfXbAsReaXBKRM21tZ0ZWd5fBMOkjDBTa0BpOjsBLYVfkA2Bsu3hHYHp1EL+Q4Nwc5igD2vALEJzt",
+	"crRvEVVF/7+BqN5/scgeswnbAnW35a2H5HGLvNTIbt0VT/ZciqUPsCnJVRkjvLvKUZMsRoRZuhuQwlNb",
+	"pygXN5b0auHqHjE+jy/NkykkIgcVlkPyhnxH7bzqrUSP/FlwUUgb2uGiOib8reuwnmWPRJNVJmI/rCG5",
+	"vvLQZlr81qpHAek4Nnhna+DO6IGOPAKIZtVRr9ULXLEscxDBx76Iwj1Zpo88s8PRV6jlRFvRf8/pi3ZY",
+	"MmuM5ovLlfvJ/LcY556GUNwqH35u9YjDaGjfRUrsVEXdHajftic6vMh1j6qiy9r430RUuE3itKysmrq3",
+	"plUCkcjSUun6HWCeV1Z2m0Helq2+aeyrXQO0B/1KwHw7KQn1kPtyAXVF//eEc/1P/udO193b6uKoL44a",
+	"W4uElLeVfT2WVRoWSg/FARd3fcH99hY7d62iM9jJcLe2lSwprxUcDc+/P39ydnH+/c6bZW8PRq6qmNZ+",
+	"+amsEvXF0Kp2L9AW1HKnsyyvae+YQYNc5j2F7qqdyJV3Pf0aaPgOM3Kw4oMrC+WmXNqUUOAvi0l/DQkL",
+	"nS17LPq2zUHW/M80kf+LG57Rj3uQ0RlBXosorMLujAbvUOeOYYZfx77s0ajNzYQ2gcPqEVX2CFdeqEz6",
+	"MYCxLseczZ1tE/IppKmvI8kUsWXPCVMT7u7bvySPB2fkJLw5wJcO4UJ3cWrxKRF6AXLFtpYBfWva3V89",
+	"Ixz2Pkoa4byIFtYPi/jy+MhaV5+t1dOU1QoglVtnL8NMFuhJQdMU7hzeqdKoinRbPmnLOdp5s0XtWovG",
+	"5Rj2EoodN1z0JvwZlolThBZ6AVyb7XNRD9XFF+TE/DPsnZ2Og5Lk5rw6N4Ot9grzPIhkvX7z8ocfXpCX",
+	"zyc8Vks2m8G433cXO8hC6a4LcsULHvroo8fLKGyT1SzvstS9tOO5N/aP8mXsXSMJSG19+/BIkV/eviTX",
+	"Vz/1Jvzk5yVwA6iz3sDVJCWxXdu7V9cxUZAUkum1dRXAJZbeIykkGZXW8dM7dVV5fMYhVrxMxBJrfjoH",
+	"Tq1wb488W7As7ZakTJGTeE41rOi6n5hX8Sk6/bnQ3sUCKVmDHturw+2xJ+c+1a/mUm255SFwTTcKR1W5",
+	"yFpUxNc6PwKtwBkdXBklc0574bAVn94ce3tQ9mmQ/+GGDnq1NHKzv6v2gk+KnNiDEFclJLxXqXFfZVzm",
+	"28f+NspTX3AFMzl9aaHIZWd3PTMqU89DqPuEgc2pvnHFzmzNOTxteESnNKM88XRbyGQBStubYAIAmMN/",
+	"+/72/wcAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

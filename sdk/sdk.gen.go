@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/oapi-codegen/runtime"
+	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
 // Defines values for ApplicationVersionMediaType.
@@ -31,6 +32,93 @@ func (e ApplicationVersionMediaType) Valid() bool {
 	case Applicationjson:
 		return true
 	case Applicationyaml:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeploymentBundleRefMediaType.
+const (
+	ApplicationvndMargoBundleV1TarGzip DeploymentBundleRefMediaType = "application/vnd.margo.bundle.v1+tar+gzip"
+)
+
+// Valid indicates whether the value is a known member of the DeploymentBundleRefMediaType enum.
+func (e DeploymentBundleRefMediaType) Valid() bool {
+	switch e {
+	case ApplicationvndMargoBundleV1TarGzip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeploymentState.
+const (
+	DeploymentStateDraining      DeploymentState = "draining"
+	DeploymentStateFailed        DeploymentState = "failed"
+	DeploymentStateInstalled     DeploymentState = "installed"
+	DeploymentStateInstalling    DeploymentState = "installing"
+	DeploymentStatePending       DeploymentState = "pending"
+	DeploymentStateReconfiguring DeploymentState = "reconfiguring"
+	DeploymentStateRemoved       DeploymentState = "removed"
+	DeploymentStateRemoving      DeploymentState = "removing"
+	DeploymentStateRollingBack   DeploymentState = "rolling-back"
+	DeploymentStateUpgrading     DeploymentState = "upgrading"
+)
+
+// Valid indicates whether the value is a known member of the DeploymentState enum.
+func (e DeploymentState) Valid() bool {
+	switch e {
+	case DeploymentStateDraining:
+		return true
+	case DeploymentStateFailed:
+		return true
+	case DeploymentStateInstalled:
+		return true
+	case DeploymentStateInstalling:
+		return true
+	case DeploymentStatePending:
+		return true
+	case DeploymentStateReconfiguring:
+		return true
+	case DeploymentStateRemoved:
+		return true
+	case DeploymentStateRemoving:
+		return true
+	case DeploymentStateRollingBack:
+		return true
+	case DeploymentStateUpgrading:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeviceState.
+const (
+	DeviceStateFailed     DeviceState = "failed"
+	DeviceStateInstalled  DeviceState = "installed"
+	DeviceStateInstalling DeviceState = "installing"
+	DeviceStatePending    DeviceState = "pending"
+	DeviceStateRemoved    DeviceState = "removed"
+	DeviceStateRemoving   DeviceState = "removing"
+)
+
+// Valid indicates whether the value is a known member of the DeviceState enum.
+func (e DeviceState) Valid() bool {
+	switch e {
+	case DeviceStateFailed:
+		return true
+	case DeviceStateInstalled:
+		return true
+	case DeviceStateInstalling:
+		return true
+	case DeviceStatePending:
+		return true
+	case DeviceStateRemoved:
+		return true
+	case DeviceStateRemoving:
 		return true
 	default:
 		return false
@@ -112,6 +200,135 @@ func (e ProblemBackoffStrategy) Valid() bool {
 	}
 }
 
+// Defines values for RevisionOperation.
+const (
+	Install     RevisionOperation = "install"
+	Reconfigure RevisionOperation = "reconfigure"
+	Remove      RevisionOperation = "remove"
+	Rollback    RevisionOperation = "rollback"
+	Upgrade     RevisionOperation = "upgrade"
+)
+
+// Valid indicates whether the value is a known member of the RevisionOperation enum.
+func (e RevisionOperation) Valid() bool {
+	switch e {
+	case Install:
+		return true
+	case Reconfigure:
+		return true
+	case Remove:
+		return true
+	case Rollback:
+		return true
+	case Upgrade:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RevisionOutcome.
+const (
+	RevisionOutcomeActive     RevisionOutcome = "active"
+	RevisionOutcomeFailed     RevisionOutcome = "failed"
+	RevisionOutcomePending    RevisionOutcome = "pending"
+	RevisionOutcomeSuperseded RevisionOutcome = "superseded"
+)
+
+// Valid indicates whether the value is a known member of the RevisionOutcome enum.
+func (e RevisionOutcome) Valid() bool {
+	switch e {
+	case RevisionOutcomeActive:
+		return true
+	case RevisionOutcomeFailed:
+		return true
+	case RevisionOutcomePending:
+		return true
+	case RevisionOutcomeSuperseded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StatusExtensionPhase.
+const (
+	StatusExtensionPhaseDrained     StatusExtensionPhase = "drained"
+	StatusExtensionPhaseDraining    StatusExtensionPhase = "draining"
+	StatusExtensionPhaseStartingNew StatusExtensionPhase = "starting-new"
+	StatusExtensionPhaseSwitching   StatusExtensionPhase = "switching"
+	StatusExtensionPhaseVerifying   StatusExtensionPhase = "verifying"
+)
+
+// Valid indicates whether the value is a known member of the StatusExtensionPhase enum.
+func (e StatusExtensionPhase) Valid() bool {
+	switch e {
+	case StatusExtensionPhaseDrained:
+		return true
+	case StatusExtensionPhaseDraining:
+		return true
+	case StatusExtensionPhaseStartingNew:
+		return true
+	case StatusExtensionPhaseSwitching:
+		return true
+	case StatusExtensionPhaseVerifying:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TransitionCause.
+const (
+	Deadline           TransitionCause = "deadline"
+	DeviceUnregistered TransitionCause = "device-unregistered"
+	Operation          TransitionCause = "operation"
+	Operator           TransitionCause = "operator"
+	Report             TransitionCause = "report"
+)
+
+// Valid indicates whether the value is a known member of the TransitionCause enum.
+func (e TransitionCause) Valid() bool {
+	switch e {
+	case Deadline:
+		return true
+	case DeviceUnregistered:
+		return true
+	case Operation:
+		return true
+	case Operator:
+		return true
+	case Report:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WFMClientStatus.
+const (
+	Accepted WFMClientStatus = "accepted"
+	Retired  WFMClientStatus = "retired"
+)
+
+// Valid indicates whether the value is a known member of the WFMClientStatus enum.
+func (e WFMClientStatus) Valid() bool {
+	switch e {
+	case Accepted:
+		return true
+	case Retired:
+		return true
+	default:
+		return false
+	}
+}
+
+// AcceptClientRequest defines model for AcceptClientRequest.
+type AcceptClientRequest struct {
+	// Id Example: plant-alfa-agent
+	Id ClientId `json:"id"`
+}
+
 // Application defines model for Application.
 type Application struct {
 	CreatedAt time.Time `json:"createdAt"`
@@ -180,6 +397,153 @@ type ApplicationVersionList struct {
 	NextCursor *string              `json:"nextCursor,omitempty"`
 }
 
+// ClientId Example: plant-alfa-agent
+type ClientId = string
+
+// ComponentStatus defines model for ComponentStatus.
+type ComponentStatus struct {
+	Error *StatusError `json:"error,omitempty"`
+	Name  string       `json:"name"`
+	State DeviceState  `json:"state"`
+}
+
+// CreateDeploymentRequest Example: {"applicationId":"com-northstartida-digitron-orchestrator","clientId":"plant-alfa-agent","deviceId":"edge-01","parameters":{"pollFrequency":60},"version":"1.2.1"}
+type CreateDeploymentRequest struct {
+	ApplicationId string `json:"applicationId"`
+
+	// ClientId Example: plant-alfa-agent
+	ClientId ClientId `json:"clientId"`
+	DeviceId DeviceId `json:"deviceId"`
+
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters *ParameterValues `json:"parameters,omitempty"`
+
+	// ProfileId A deployment profile of the description; omitted - the first one the device can run.
+	ProfileId *string `json:"profileId,omitempty"`
+	Version   string  `json:"version"`
+}
+
+// Deployment defines model for Deployment.
+type Deployment struct {
+	// AdoptedManifestVersion The newest adoptedManifestVersion the device reported for this deployment.
+	AdoptedManifestVersion *uint64 `json:"adoptedManifestVersion,omitempty"`
+	ApplicationId          string  `json:"applicationId"`
+
+	// ClientId Example: plant-alfa-agent
+	ClientId  ClientId           `json:"clientId"`
+	CreatedAt time.Time          `json:"createdAt"`
+	DeviceId  DeviceId           `json:"deviceId"`
+	Id        openapi_types.UUID `json:"id"`
+
+	// InstalledRevision The newest revision the device confirmed installed, if any.
+	InstalledRevision *int `json:"installedRevision,omitempty"`
+
+	// ManifestVersion The client manifestVersion that first published the desired revision (or the removal).
+	ManifestVersion *uint64 `json:"manifestVersion,omitempty"`
+
+	// Parameters Effective parameter values of the desired revision.
+	Parameters map[string]interface{} `json:"parameters"`
+	ProfileId  string                 `json:"profileId"`
+
+	// Revision The number of the desired revision.
+	Revision int `json:"revision"`
+
+	// State pending: desired revision published, not yet adopted; installing: first install being applied;
+	// installed: the device runs the desired revision; draining / upgrading / reconfiguring /
+	// rolling-back: an operation in progress; failed: the device reported failure (or a deadline passed);
+	// removing / removed: deleted, the device removes it / confirmed gone.
+	State          DeploymentState `json:"state"`
+	StateChangedAt time.Time       `json:"stateChangedAt"`
+	StateReason    string          `json:"stateReason"`
+	UpdatedAt      time.Time       `json:"updatedAt"`
+
+	// Version The version of the desired revision.
+	Version string `json:"version"`
+}
+
+// DeploymentBundleRef The single archive holding every ApplicationDeployment document of the manifest; `null` (never
+// omitted) when there are no deployments. (rc.3 lists `bundle.mediaType`, `bundle.digest` and
+// `bundle.url` as required members of the manifest; see docs/margo-errata.md.)
+type DeploymentBundleRef struct {
+	Digest    string                       `json:"digest"`
+	MediaType DeploymentBundleRefMediaType `json:"mediaType"`
+	SizeBytes *int                         `json:"sizeBytes,omitempty"`
+	Url       string                       `json:"url"`
+}
+
+// DeploymentBundleRefMediaType defines model for DeploymentBundleRef.MediaType.
+type DeploymentBundleRefMediaType string
+
+// DeploymentList defines model for DeploymentList.
+type DeploymentList struct {
+	Items      []Deployment `json:"items"`
+	NextCursor *string      `json:"nextCursor,omitempty"`
+}
+
+// DeploymentManifestRef defines model for DeploymentManifestRef.
+type DeploymentManifestRef struct {
+	DeploymentId string `json:"deploymentId"`
+	Digest       string `json:"digest"`
+	SizeBytes    *int   `json:"sizeBytes,omitempty"`
+	Url          string `json:"url"`
+}
+
+// DeploymentState pending: desired revision published, not yet adopted; installing: first install being applied;
+// installed: the device runs the desired revision; draining / upgrading / reconfiguring /
+// rolling-back: an operation in progress; failed: the device reported failure (or a deadline passed);
+// removing / removed: deleted, the device removes it / confirmed gone.
+type DeploymentState string
+
+// DeploymentStatusManifest defines model for DeploymentStatusManifest.
+type DeploymentStatusManifest = json.RawMessage
+
+// Device defines model for Device.
+type Device struct {
+	// Capabilities The last capabilities document the device reported.
+	Capabilities json.RawMessage `json:"capabilities"`
+
+	// ClientId Example: plant-alfa-agent
+	ClientId  ClientId  `json:"clientId"`
+	CreatedAt time.Time `json:"createdAt"`
+	Id        DeviceId  `json:"id"`
+
+	// Labels Effective labels (reported, overridden by the operator's).
+	Labels map[string]interface{} `json:"labels"`
+
+	// OperatorLabels Label keys (1-253 chars) to values (strings up to 256 chars).
+	OperatorLabels Labels `json:"operatorLabels"`
+
+	// Registered false after the device unregistered (DELETE /api/v1/capabilities) until it reports again.
+	Registered     bool                   `json:"registered"`
+	ReportedLabels map[string]interface{} `json:"reportedLabels"`
+	UpdatedAt      time.Time              `json:"updatedAt"`
+}
+
+// DeviceCapabilitiesManifest Margo rc.3 DeviceCapabilitiesManifest. Besides `properties` and `labels`, only vendor extension
+// objects named `x-<name>-extensions` are allowed (rc.3 expresses that with `patternProperties`, which
+// OpenAPI 3.0 lacks; wfm enforces it and answers 422 naming the member).
+//
+// Example: {"labels":{"site":"plant-alfa"},"properties":{"cpus":[{"architecture":"amd64","cores":4}],"id":"edge-01","memory":"16Gi","modelNumber":"NS-100","serialNumber":"SN-0001","storage":"128Gi","supportedDeploymentTypes":["compose","helm"],"supportedRuntimes":["oci"],"vendor":"Northstar"}}
+type DeviceCapabilitiesManifest = json.RawMessage
+
+// DeviceId defines model for DeviceId.
+type DeviceId = string
+
+// DeviceLabels defines model for DeviceLabels.
+type DeviceLabels struct {
+	// Labels Label keys (1-253 chars) to values (strings up to 256 chars).
+	Labels Labels `json:"labels"`
+}
+
+// DeviceList defines model for DeviceList.
+type DeviceList struct {
+	Items      []Device `json:"items"`
+	NextCursor *string  `json:"nextCursor,omitempty"`
+}
+
+// DeviceState defines model for DeviceState.
+type DeviceState string
+
 // DrainRules defines model for DrainRules.
 type DrainRules struct {
 	OnTimeout DrainRulesOnTimeout `json:"onTimeout"`
@@ -211,6 +575,15 @@ type Health struct {
 	Status string `json:"status"`
 }
 
+// HistoryList defines model for HistoryList.
+type HistoryList struct {
+	Items      []Transition `json:"items"`
+	NextCursor *string      `json:"nextCursor,omitempty"`
+}
+
+// Labels Label keys (1-253 chars) to values (strings up to 256 chars).
+type Labels map[string]string
+
 // LifecycleRules The version's lifecycle rules with every default applied (see docs/lifecycle-extension.md).
 type LifecycleRules struct {
 	Drain *DrainRules `json:"drain,omitempty"`
@@ -231,6 +604,10 @@ type LifecycleRules struct {
 // LifecycleRulesStrategies defines model for LifecycleRules.Strategies.
 type LifecycleRulesStrategies string
 
+// ManifestVersion Monotonically increasing unsigned 64-bit integer in [1, 2^64-1], one sequence per WFM client; the
+// first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
+type ManifestVersion = uint64
+
 // ParameterRules defines model for ParameterRules.
 type ParameterRules struct {
 	// OnUpgrade keep - carry the operator's value over an upgrade; reset - take the new version's default.
@@ -239,6 +616,9 @@ type ParameterRules struct {
 
 // ParameterRulesOnUpgrade keep - carry the operator's value over an upgrade; reset - take the new version's default.
 type ParameterRulesOnUpgrade string
+
+// ParameterValues Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+type ParameterValues map[string]interface{}
 
 // Problem RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
@@ -274,6 +654,39 @@ type Problem struct {
 // ProblemBackoffStrategy defines model for Problem.BackoffStrategy.
 type ProblemBackoffStrategy string
 
+// Revision defines model for Revision.
+type Revision struct {
+	ApplicationId string    `json:"applicationId"`
+	CreatedAt     time.Time `json:"createdAt"`
+
+	// Digest sha256 of the rendered ApplicationDeployment YAML.
+	Digest string `json:"digest"`
+
+	// ManifestVersion The client manifestVersion that first published this revision.
+	ManifestVersion *uint64                `json:"manifestVersion,omitempty"`
+	Operation       RevisionOperation      `json:"operation"`
+	Outcome         RevisionOutcome        `json:"outcome"`
+	Parameters      map[string]interface{} `json:"parameters"`
+	ProfileId       string                 `json:"profileId"`
+	Revision        int                    `json:"revision"`
+	Version         string                 `json:"version"`
+
+	// Yaml The rendered ApplicationDeployment YAML (only when one revision is read).
+	Yaml *string `json:"yaml,omitempty"`
+}
+
+// RevisionOperation defines model for Revision.Operation.
+type RevisionOperation string
+
+// RevisionOutcome defines model for Revision.Outcome.
+type RevisionOutcome string
+
+// RevisionList defines model for RevisionList.
+type RevisionList struct {
+	Items      []Revision `json:"items"`
+	NextCursor *string    `json:"nextCursor,omitempty"`
+}
+
 // RollbackRules defines model for RollbackRules.
 type RollbackRules struct {
 	// Allowed May a deployment running this version go back to an older one. Absent in the description - false.
@@ -289,6 +702,97 @@ type RollbackRules struct {
 	Window *string `json:"window,omitempty"`
 }
 
+// StatusError defines model for StatusError.
+type StatusError struct {
+	Code    *string `json:"code,omitempty"`
+	Message *string `json:"message,omitempty"`
+	Source  *string `json:"source,omitempty"`
+}
+
+// StatusExtension wfm's optional status members for drain-aware agents (design section 6).
+type StatusExtension struct {
+	Healthy  *bool                 `json:"healthy,omitempty"`
+	InFlight *int                  `json:"inFlight,omitempty"`
+	Message  *string               `json:"message,omitempty"`
+	Phase    *StatusExtensionPhase `json:"phase,omitempty"`
+}
+
+// StatusExtensionPhase defines model for StatusExtension.Phase.
+type StatusExtensionPhase string
+
+// StatusReport defines model for StatusReport.
+type StatusReport struct {
+	AdoptedManifestVersion uint64    `json:"adoptedManifestVersion"`
+	ReceivedAt             time.Time `json:"receivedAt"`
+
+	// Report The report as the device sent it (components included).
+	Report json.RawMessage `json:"report"`
+
+	// Stale true when the report was older than one already seen and changed nothing.
+	Stale bool        `json:"stale"`
+	State DeviceState `json:"state"`
+}
+
+// Transition defines model for Transition.
+type Transition struct {
+	At    time.Time       `json:"at"`
+	Cause TransitionCause `json:"cause"`
+
+	// From pending: desired revision published, not yet adopted; installing: first install being applied;
+	// installed: the device runs the desired revision; draining / upgrading / reconfiguring /
+	// rolling-back: an operation in progress; failed: the device reported failure (or a deadline passed);
+	// removing / removed: deleted, the device removes it / confirmed gone.
+	From     *DeploymentState `json:"from,omitempty"`
+	Reason   string           `json:"reason"`
+	Revision *int             `json:"revision,omitempty"`
+
+	// To pending: desired revision published, not yet adopted; installing: first install being applied;
+	// installed: the device runs the desired revision; draining / upgrading / reconfiguring /
+	// rolling-back: an operation in progress; failed: the device reported failure (or a deadline passed);
+	// removing / removed: deleted, the device removes it / confirmed gone.
+	To DeploymentState `json:"to"`
+}
+
+// TransitionCause defines model for Transition.Cause.
+type TransitionCause string
+
+// UnsignedAppStateManifest Example: {"bundle":{"digest":"sha256:b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4","mediaType":"application/vnd.margo.bundle.v1+tar+gzip","sizeBytes":1234,"url":"/api/v1/bundles/sha256:b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4"},"deployments":[{"deploymentId":"a3e2f5dc-912e-494f-8395-52cf3769bc06","digest":"sha256:a4e01b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8","sizeBytes":2048,"url":"/api/v1/deployments/a3e2f5dc-912e-494f-8395-52cf3769bc06/sha256:a4e01b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8"}],"manifestVersion":3}
+type UnsignedAppStateManifest struct {
+	// Bundle The single archive holding every ApplicationDeployment document of the manifest; `null` (never
+	// omitted) when there are no deployments. (rc.3 lists `bundle.mediaType`, `bundle.digest` and
+	// `bundle.url` as required members of the manifest; see docs/margo-errata.md.)
+	Bundle      *DeploymentBundleRef    `json:"bundle"`
+	Deployments []DeploymentManifestRef `json:"deployments"`
+
+	// ManifestVersion Monotonically increasing unsigned 64-bit integer in [1, 2^64-1], one sequence per WFM client; the
+	// first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
+	ManifestVersion ManifestVersion `json:"manifestVersion"`
+}
+
+// WFMClient defines model for WFMClient.
+type WFMClient struct {
+	CreatedAt   time.Time `json:"createdAt"`
+	DeviceCount *int      `json:"deviceCount,omitempty"`
+
+	// Id Example: plant-alfa-agent
+	Id ClientId `json:"id"`
+
+	// ManifestVersion The client's current state manifest version.
+	ManifestVersion uint64          `json:"manifestVersion"`
+	RetiredAt       *time.Time      `json:"retiredAt,omitempty"`
+	Status          WFMClientStatus `json:"status"`
+	UpdatedAt       time.Time       `json:"updatedAt"`
+}
+
+// WFMClientStatus defines model for WFMClient.Status.
+type WFMClientStatus string
+
+// WFMClientList defines model for WFMClientList.
+type WFMClientList struct {
+	Items      []WFMClient `json:"items"`
+	NextCursor *string     `json:"nextCursor,omitempty"`
+}
+
 // YankRequest defines model for YankRequest.
 type YankRequest struct {
 	// Reason Example: CVE-2026-1234 in the bundled OpenSSL
@@ -298,17 +802,47 @@ type YankRequest struct {
 // ApplicationId defines model for ApplicationId.
 type ApplicationId = string
 
+// ClientIdPath Example: plant-alfa-agent
+type ClientIdPath = ClientId
+
 // Cursor defines model for Cursor.
 type Cursor = string
 
+// DeploymentIdPath defines model for DeploymentIdPath.
+type DeploymentIdPath = string
+
+// DeviceIdPath defines model for DeviceIdPath.
+type DeviceIdPath = DeviceId
+
+// DigestPath defines model for DigestPath.
+type DigestPath = string
+
+// IfMatch defines model for IfMatch.
+type IfMatch = string
+
 // IfNoneMatch defines model for IfNoneMatch.
 type IfNoneMatch = string
+
+// LabelSelector defines model for LabelSelector.
+type LabelSelector = string
 
 // Limit defines model for Limit.
 type Limit = int
 
 // Version defines model for Version.
 type Version = string
+
+// GetBundleParams defines parameters for GetBundle.
+type GetBundleParams struct {
+	// IfNoneMatch Quoted ETag (same as digest) previously returned for this bundle.
+	IfNoneMatch *string `json:"If-None-Match,omitempty"`
+}
+
+// GetStateManifestParams defines parameters for GetStateManifest.
+type GetStateManifestParams struct {
+	// IfNoneMatch ETag of the last successfully synced manifest.
+	IfNoneMatch *string `json:"If-None-Match,omitempty"`
+}
 
 // ListApplicationsParams defines parameters for ListApplications.
 type ListApplicationsParams struct {
@@ -336,11 +870,92 @@ type GetApplicationVersionParams struct {
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
 }
 
+// ListClientsParams defines parameters for ListClients.
+type ListClientsParams struct {
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListDeploymentsParams defines parameters for ListDeployments.
+type ListDeploymentsParams struct {
+	ApplicationId *string          `form:"applicationId,omitempty" json:"applicationId,omitempty"`
+	Version       *string          `form:"version,omitempty" json:"version,omitempty"`
+	ClientId      *ClientId        `form:"clientId,omitempty" json:"clientId,omitempty"`
+	DeviceId      *DeviceId        `form:"deviceId,omitempty" json:"deviceId,omitempty"`
+	State         *DeploymentState `form:"state,omitempty" json:"state,omitempty"`
+
+	// LabelSelector Comma-separated requirements, all of which must hold: `key=value`, `key!=value`, `key` (present),
+	// `!key` (absent). Matches a device's effective labels.
+	LabelSelector *LabelSelector `form:"labelSelector,omitempty" json:"labelSelector,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// DeleteDeploymentParams defines parameters for DeleteDeployment.
+type DeleteDeploymentParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// ListHistoryParams defines parameters for ListHistory.
+type ListHistoryParams struct {
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListRevisionsParams defines parameters for ListRevisions.
+type ListRevisionsParams struct {
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListDevicesParams defines parameters for ListDevices.
+type ListDevicesParams struct {
+	ClientId *ClientId `form:"clientId,omitempty" json:"clientId,omitempty"`
+
+	// LabelSelector Comma-separated requirements, all of which must hold: `key=value`, `key!=value`, `key` (present),
+	// `!key` (absent). Matches a device's effective labels.
+	LabelSelector *LabelSelector `form:"labelSelector,omitempty" json:"labelSelector,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// PutDeviceCapabilitiesJSONRequestBody defines body for PutDeviceCapabilities for application/json ContentType.
+type PutDeviceCapabilitiesJSONRequestBody = DeviceCapabilitiesManifest
+
+// PostDeploymentStatusJSONRequestBody defines body for PostDeploymentStatus for application/json ContentType.
+type PostDeploymentStatusJSONRequestBody = DeploymentStatusManifest
+
 // CreateApplicationVersionJSONRequestBody defines body for CreateApplicationVersion for application/json ContentType.
 type CreateApplicationVersionJSONRequestBody = CreateApplicationVersionJSONBody
 
 // YankApplicationVersionJSONRequestBody defines body for YankApplicationVersion for application/json ContentType.
 type YankApplicationVersionJSONRequestBody = YankRequest
+
+// AcceptClientJSONRequestBody defines body for AcceptClient for application/json ContentType.
+type AcceptClientJSONRequestBody = AcceptClientRequest
+
+// PutDeviceLabelsJSONRequestBody defines body for PutDeviceLabels for application/json ContentType.
+type PutDeviceLabelsJSONRequestBody = DeviceLabels
+
+// CreateDeploymentJSONRequestBody defines body for CreateDeployment for application/json ContentType.
+type CreateDeploymentJSONRequestBody = CreateDeploymentRequest
 
 // Getter for additional properties for Problem. Returns the specified
 // element and whether it was found
@@ -613,6 +1228,78 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// GetBundle Retrieve a deployment bundle by its content digest
+	//
+	// Corresponds with GET /api/v1/bundles/{digest} (the `GetBundle` operationId).
+	GetBundle(ctx context.Context, digest DigestPath, params *GetBundleParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteDeviceCapabilities Remove device (Unregister)
+	//
+	// Margo rc.3. Unregisters the device: its deployments leave the client's state manifest (a new
+	// `manifestVersion`), each is marked `removed` with the cause `device-unregistered` in its history,
+	// and the device no longer counts for placement. A later capabilities report registers it again.
+	//
+	// Corresponds with DELETE /api/v1/capabilities/{deviceId} (the `DeleteDeviceCapabilities` operationId).
+	DeleteDeviceCapabilities(ctx context.Context, deviceId DeviceIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutDeviceCapabilitiesWithBody Report or update device capabilities
+	//
+	// Margo rc.3. The first report registers the device under the calling client (201); later reports
+	// replace its capabilities (200). `properties.id` must equal the path's `deviceId` (422).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/capabilities/{deviceId} (the `PutDeviceCapabilities` operationId).
+	PutDeviceCapabilitiesWithBody(ctx context.Context, deviceId DeviceIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutDeviceCapabilities Report or update device capabilities
+	//
+	// Margo rc.3. The first report registers the device under the calling client (201); later reports
+	// replace its capabilities (200). `properties.id` must equal the path's `deviceId` (422).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/capabilities/{deviceId} (the `PutDeviceCapabilities` operationId).
+	PutDeviceCapabilities(ctx context.Context, deviceId DeviceIdPath, body PutDeviceCapabilitiesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetStateManifest Retrieve the complete desired state for all workloads assigned to a device
+	//
+	// Margo rc.3. The calling client's state manifest. Answered from memory: a matching `If-None-Match`
+	// gets 304 without touching the database.
+	//
+	// Corresponds with GET /api/v1/deployments (the `GetStateManifest` operationId).
+	GetStateManifest(ctx context.Context, params *GetStateManifestParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostDeploymentStatusWithBody Report deployment status
+	//
+	// Margo rc.3. The first report for a deployment answers 201, later ones 200. A report whose
+	// `adoptedManifestVersion` is older than one already seen is stored but changes nothing.
+	// Drain-aware agents may add the object `x-wfm-extensions` ({phase, inFlight, healthy, message}).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/deployments/{deploymentId}/status (the `PostDeploymentStatus` operationId).
+	PostDeploymentStatusWithBody(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostDeploymentStatus Report deployment status
+	//
+	// Margo rc.3. The first report for a deployment answers 201, later ones 200. A report whose
+	// `adoptedManifestVersion` is older than one already seen is stored but changes nothing.
+	// Drain-aware agents may add the object `x-wfm-extensions` ({phase, inFlight, healthy, message}).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/deployments/{deploymentId}/status (the `PostDeploymentStatus` operationId).
+	PostDeploymentStatus(ctx context.Context, deploymentId DeploymentIdPath, body PostDeploymentStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetDeploymentYAML Retrieve an individual ApplicationDeployment YAML file
+	//
+	// Margo rc.3. Content-addressed and immutable: any revision of one of the caller's deployments,
+	// current or superseded, by its digest.
+	//
+	// Corresponds with GET /api/v1/deployments/{deploymentId}/{digest} (the `GetDeploymentYAML` operationId).
+	GetDeploymentYAML(ctx context.Context, deploymentId DeploymentIdPath, digest DigestPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetHealth Liveness — the process is up
 	//
 	// Answers 200 as long as the process serves HTTP. It does not touch the database.
@@ -713,6 +1400,144 @@ type ClientInterface interface {
 	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
 	YankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListClients List WFM clients (device agents identified by mTLS)
+	//
+	// Corresponds with GET /mgmt/v1/clients (the `ListClients` operationId).
+	ListClients(ctx context.Context, params *ListClientsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcceptClientWithBody Accept a client (or accept a retired one again)
+	//
+	// Puts a client id on the accepted list. Needed when the server accepts only listed clients; with the
+	// policy "accept every client of the trust domain" clients are accepted on first contact.
+	// A new client starts with manifestVersion 1 and no deployments.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
+	AcceptClientWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcceptClient Accept a client (or accept a retired one again)
+	//
+	// Puts a client id on the accepted list. Needed when the server accepts only listed clients; with the
+	// policy "accept every client of the trust domain" clients are accepted on first contact.
+	// A new client starts with manifestVersion 1 and no deployments.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
+	AcceptClient(ctx context.Context, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetClient Get one client
+	//
+	// Corresponds with GET /mgmt/v1/clients/{clientId} (the `GetClient` operationId).
+	GetClient(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetDevice Get one device
+	//
+	// Corresponds with GET /mgmt/v1/clients/{clientId}/devices/{deviceId} (the `GetDevice` operationId).
+	GetDevice(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutDeviceLabelsWithBody Set the operator labels of a device
+	//
+	// Replaces the operator's labels. A device's effective labels are the ones its agent reports in its
+	// capabilities, overridden by the operator's of the same key; label selectors match effective labels.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /mgmt/v1/clients/{clientId}/devices/{deviceId}/labels (the `PutDeviceLabels` operationId).
+	PutDeviceLabelsWithBody(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutDeviceLabels Set the operator labels of a device
+	//
+	// Replaces the operator's labels. A device's effective labels are the ones its agent reports in its
+	// capabilities, overridden by the operator's of the same key; label selectors match effective labels.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /mgmt/v1/clients/{clientId}/devices/{deviceId}/labels (the `PutDeviceLabels` operationId).
+	PutDeviceLabels(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, body PutDeviceLabelsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetireClient Retire a client
+	//
+	// A retired client gets 403 (`https://docs.margo.org/specification/problem-types#not-authorized`) on
+	// every device API call, on every server replica, from the next request on. Its devices and
+	// deployments are kept; accepting it again restores access.
+	//
+	// Corresponds with POST /mgmt/v1/clients/{clientId}/retire (the `RetireClient` operationId).
+	RetireClient(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListDeployments List deployments
+	//
+	// Corresponds with GET /mgmt/v1/deployments (the `ListDeployments` operationId).
+	ListDeployments(ctx context.Context, params *ListDeploymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateDeploymentWithBody Deploy an application version to a device
+	//
+	// Places one application version on one device and publishes it (revision 1, operation `install`):
+	// the client's manifestVersion goes up in the same transaction. The deployment profile is the one
+	// named, or else the first of the description that the device supports and whose `deviceConstraints`
+	// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
+	// are validated against the description's configuration schema; omitted ones take their defaults.
+	// A yanked version is refused (422 `version-yanked`).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
+	CreateDeploymentWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateDeployment Deploy an application version to a device
+	//
+	// Places one application version on one device and publishes it (revision 1, operation `install`):
+	// the client's manifestVersion goes up in the same transaction. The deployment profile is the one
+	// named, or else the first of the description that the device supports and whose `deviceConstraints`
+	// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
+	// are validated against the description's configuration schema; omitted ones take their defaults.
+	// A yanked version is refused (422 `version-yanked`).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
+	CreateDeployment(ctx context.Context, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteDeployment Remove a deployment from its device
+	//
+	// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction)
+	// and moves it to `removing`; it becomes `removed` when the device reports so. Honours `If-Match`.
+	// Removing a deployment that is already removing or removed changes nothing.
+	//
+	// Corresponds with DELETE /mgmt/v1/deployments/{deploymentId} (the `DeleteDeployment` operationId).
+	DeleteDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *DeleteDeploymentParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetDeployment Get one deployment
+	//
+	// Corresponds with GET /mgmt/v1/deployments/{deploymentId} (the `GetDeployment` operationId).
+	GetDeployment(ctx context.Context, deploymentId DeploymentIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListHistory Every state transition of a deployment, oldest first
+	//
+	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/history (the `ListHistory` operationId).
+	ListHistory(ctx context.Context, deploymentId DeploymentIdPath, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRevisions List a deployment's revisions, newest first
+	//
+	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions (the `ListRevisions` operationId).
+	ListRevisions(ctx context.Context, deploymentId DeploymentIdPath, params *ListRevisionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRevision Get one revision with its rendered ApplicationDeployment YAML
+	//
+	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions/{revision} (the `GetRevision` operationId).
+	GetRevision(ctx context.Context, deploymentId DeploymentIdPath, revision int, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetDeploymentStatus The latest status report of the device for this deployment
+	//
+	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/status (the `GetDeploymentStatus` operationId).
+	GetDeploymentStatus(ctx context.Context, deploymentId DeploymentIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListDevices List devices
+	//
+	// Corresponds with GET /mgmt/v1/devices (the `ListDevices` operationId).
+	ListDevices(ctx context.Context, params *ListDevicesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetReady Readiness — the database is reachable and migrated
 	//
 	// Answers 200 when the database answers and every migration embedded in this binary is
@@ -720,6 +1545,158 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReady` operationId).
 	GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// GetBundle Retrieve a deployment bundle by its content digest
+//
+// Corresponds with GET /api/v1/bundles/{digest} (the `GetBundle` operationId).
+func (c *Client) GetBundle(ctx context.Context, digest DigestPath, params *GetBundleParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetBundleRequest(c.Server, digest, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteDeviceCapabilities Remove device (Unregister)
+//
+// Margo rc.3. Unregisters the device: its deployments leave the client's state manifest (a new
+// `manifestVersion`), each is marked `removed` with the cause `device-unregistered` in its history,
+// and the device no longer counts for placement. A later capabilities report registers it again.
+//
+// Corresponds with DELETE /api/v1/capabilities/{deviceId} (the `DeleteDeviceCapabilities` operationId).
+func (c *Client) DeleteDeviceCapabilities(ctx context.Context, deviceId DeviceIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteDeviceCapabilitiesRequest(c.Server, deviceId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutDeviceCapabilitiesWithBody Report or update device capabilities
+//
+// Margo rc.3. The first report registers the device under the calling client (201); later reports
+// replace its capabilities (200). `properties.id` must equal the path's `deviceId` (422).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/capabilities/{deviceId} (the `PutDeviceCapabilities` operationId).
+func (c *Client) PutDeviceCapabilitiesWithBody(ctx context.Context, deviceId DeviceIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutDeviceCapabilitiesRequestWithBody(c.Server, deviceId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutDeviceCapabilities Report or update device capabilities
+//
+// Margo rc.3. The first report registers the device under the calling client (201); later reports
+// replace its capabilities (200). `properties.id` must equal the path's `deviceId` (422).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/capabilities/{deviceId} (the `PutDeviceCapabilities` operationId).
+func (c *Client) PutDeviceCapabilities(ctx context.Context, deviceId DeviceIdPath, body PutDeviceCapabilitiesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutDeviceCapabilitiesRequest(c.Server, deviceId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetStateManifest Retrieve the complete desired state for all workloads assigned to a device
+//
+// Margo rc.3. The calling client's state manifest. Answered from memory: a matching `If-None-Match`
+// gets 304 without touching the database.
+//
+// Corresponds with GET /api/v1/deployments (the `GetStateManifest` operationId).
+func (c *Client) GetStateManifest(ctx context.Context, params *GetStateManifestParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetStateManifestRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostDeploymentStatusWithBody Report deployment status
+//
+// Margo rc.3. The first report for a deployment answers 201, later ones 200. A report whose
+// `adoptedManifestVersion` is older than one already seen is stored but changes nothing.
+// Drain-aware agents may add the object `x-wfm-extensions` ({phase, inFlight, healthy, message}).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/deployments/{deploymentId}/status (the `PostDeploymentStatus` operationId).
+func (c *Client) PostDeploymentStatusWithBody(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostDeploymentStatusRequestWithBody(c.Server, deploymentId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostDeploymentStatus Report deployment status
+//
+// Margo rc.3. The first report for a deployment answers 201, later ones 200. A report whose
+// `adoptedManifestVersion` is older than one already seen is stored but changes nothing.
+// Drain-aware agents may add the object `x-wfm-extensions` ({phase, inFlight, healthy, message}).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/deployments/{deploymentId}/status (the `PostDeploymentStatus` operationId).
+func (c *Client) PostDeploymentStatus(ctx context.Context, deploymentId DeploymentIdPath, body PostDeploymentStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostDeploymentStatusRequest(c.Server, deploymentId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetDeploymentYAML Retrieve an individual ApplicationDeployment YAML file
+//
+// Margo rc.3. Content-addressed and immutable: any revision of one of the caller's deployments,
+// current or superseded, by its digest.
+//
+// Corresponds with GET /api/v1/deployments/{deploymentId}/{digest} (the `GetDeploymentYAML` operationId).
+func (c *Client) GetDeploymentYAML(ctx context.Context, deploymentId DeploymentIdPath, digest DigestPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetDeploymentYAMLRequest(c.Server, deploymentId, digest)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // GetHealth Liveness — the process is up
@@ -932,6 +1909,324 @@ func (c *Client) YankApplicationVersion(ctx context.Context, applicationId Appli
 	return c.Client.Do(req)
 }
 
+// ListClients List WFM clients (device agents identified by mTLS)
+//
+// Corresponds with GET /mgmt/v1/clients (the `ListClients` operationId).
+func (c *Client) ListClients(ctx context.Context, params *ListClientsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListClientsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcceptClientWithBody Accept a client (or accept a retired one again)
+//
+// Puts a client id on the accepted list. Needed when the server accepts only listed clients; with the
+// policy "accept every client of the trust domain" clients are accepted on first contact.
+// A new client starts with manifestVersion 1 and no deployments.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
+func (c *Client) AcceptClientWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcceptClientRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcceptClient Accept a client (or accept a retired one again)
+//
+// Puts a client id on the accepted list. Needed when the server accepts only listed clients; with the
+// policy "accept every client of the trust domain" clients are accepted on first contact.
+// A new client starts with manifestVersion 1 and no deployments.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
+func (c *Client) AcceptClient(ctx context.Context, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcceptClientRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetClient Get one client
+//
+// Corresponds with GET /mgmt/v1/clients/{clientId} (the `GetClient` operationId).
+func (c *Client) GetClient(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetClientRequest(c.Server, clientId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetDevice Get one device
+//
+// Corresponds with GET /mgmt/v1/clients/{clientId}/devices/{deviceId} (the `GetDevice` operationId).
+func (c *Client) GetDevice(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetDeviceRequest(c.Server, clientId, deviceId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutDeviceLabelsWithBody Set the operator labels of a device
+//
+// Replaces the operator's labels. A device's effective labels are the ones its agent reports in its
+// capabilities, overridden by the operator's of the same key; label selectors match effective labels.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /mgmt/v1/clients/{clientId}/devices/{deviceId}/labels (the `PutDeviceLabels` operationId).
+func (c *Client) PutDeviceLabelsWithBody(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutDeviceLabelsRequestWithBody(c.Server, clientId, deviceId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutDeviceLabels Set the operator labels of a device
+//
+// Replaces the operator's labels. A device's effective labels are the ones its agent reports in its
+// capabilities, overridden by the operator's of the same key; label selectors match effective labels.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /mgmt/v1/clients/{clientId}/devices/{deviceId}/labels (the `PutDeviceLabels` operationId).
+func (c *Client) PutDeviceLabels(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, body PutDeviceLabelsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutDeviceLabelsRequest(c.Server, clientId, deviceId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetireClient Retire a client
+//
+// A retired client gets 403 (`https://docs.margo.org/specification/problem-types#not-authorized`) on
+// every device API call, on every server replica, from the next request on. Its devices and
+// deployments are kept; accepting it again restores access.
+//
+// Corresponds with POST /mgmt/v1/clients/{clientId}/retire (the `RetireClient` operationId).
+func (c *Client) RetireClient(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetireClientRequest(c.Server, clientId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListDeployments List deployments
+//
+// Corresponds with GET /mgmt/v1/deployments (the `ListDeployments` operationId).
+func (c *Client) ListDeployments(ctx context.Context, params *ListDeploymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListDeploymentsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateDeploymentWithBody Deploy an application version to a device
+//
+// Places one application version on one device and publishes it (revision 1, operation `install`):
+// the client's manifestVersion goes up in the same transaction. The deployment profile is the one
+// named, or else the first of the description that the device supports and whose `deviceConstraints`
+// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
+// are validated against the description's configuration schema; omitted ones take their defaults.
+// A yanked version is refused (422 `version-yanked`).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
+func (c *Client) CreateDeploymentWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateDeploymentRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateDeployment Deploy an application version to a device
+//
+// Places one application version on one device and publishes it (revision 1, operation `install`):
+// the client's manifestVersion goes up in the same transaction. The deployment profile is the one
+// named, or else the first of the description that the device supports and whose `deviceConstraints`
+// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
+// are validated against the description's configuration schema; omitted ones take their defaults.
+// A yanked version is refused (422 `version-yanked`).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
+func (c *Client) CreateDeployment(ctx context.Context, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateDeploymentRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteDeployment Remove a deployment from its device
+//
+// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction)
+// and moves it to `removing`; it becomes `removed` when the device reports so. Honours `If-Match`.
+// Removing a deployment that is already removing or removed changes nothing.
+//
+// Corresponds with DELETE /mgmt/v1/deployments/{deploymentId} (the `DeleteDeployment` operationId).
+func (c *Client) DeleteDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *DeleteDeploymentParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteDeploymentRequest(c.Server, deploymentId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetDeployment Get one deployment
+//
+// Corresponds with GET /mgmt/v1/deployments/{deploymentId} (the `GetDeployment` operationId).
+func (c *Client) GetDeployment(ctx context.Context, deploymentId DeploymentIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetDeploymentRequest(c.Server, deploymentId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListHistory Every state transition of a deployment, oldest first
+//
+// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/history (the `ListHistory` operationId).
+func (c *Client) ListHistory(ctx context.Context, deploymentId DeploymentIdPath, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListHistoryRequest(c.Server, deploymentId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRevisions List a deployment's revisions, newest first
+//
+// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions (the `ListRevisions` operationId).
+func (c *Client) ListRevisions(ctx context.Context, deploymentId DeploymentIdPath, params *ListRevisionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRevisionsRequest(c.Server, deploymentId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRevision Get one revision with its rendered ApplicationDeployment YAML
+//
+// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions/{revision} (the `GetRevision` operationId).
+func (c *Client) GetRevision(ctx context.Context, deploymentId DeploymentIdPath, revision int, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRevisionRequest(c.Server, deploymentId, revision)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetDeploymentStatus The latest status report of the device for this deployment
+//
+// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/status (the `GetDeploymentStatus` operationId).
+func (c *Client) GetDeploymentStatus(ctx context.Context, deploymentId DeploymentIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetDeploymentStatusRequest(c.Server, deploymentId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListDevices List devices
+//
+// Corresponds with GET /mgmt/v1/devices (the `ListDevices` operationId).
+func (c *Client) ListDevices(ctx context.Context, params *ListDevicesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListDevicesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetReady Readiness — the database is reachable and migrated
 //
 // Answers 200 when the database answers and every migration embedded in this binary is
@@ -948,6 +2243,266 @@ func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewGetBundleRequest constructs an http.Request for the GetBundle method
+func NewGetBundleRequest(server string, digest DigestPath, params *GetBundleParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "digest", digest, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/bundles/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfNoneMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewDeleteDeviceCapabilitiesRequest constructs an http.Request for the DeleteDeviceCapabilities method
+func NewDeleteDeviceCapabilitiesRequest(server string, deviceId DeviceIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deviceId", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/capabilities/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutDeviceCapabilitiesRequest calls the generic PutDeviceCapabilities builder with application/json body
+func NewPutDeviceCapabilitiesRequest(server string, deviceId DeviceIdPath, body PutDeviceCapabilitiesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutDeviceCapabilitiesRequestWithBody(server, deviceId, "application/json", bodyReader)
+}
+
+// NewPutDeviceCapabilitiesRequestWithBody constructs an http.Request for the PutDeviceCapabilities method, with any body, and a specified content type
+func NewPutDeviceCapabilitiesRequestWithBody(server string, deviceId DeviceIdPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deviceId", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/capabilities/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetStateManifestRequest constructs an http.Request for the GetStateManifest method
+func NewGetStateManifestRequest(server string, params *GetStateManifestParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/deployments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfNoneMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostDeploymentStatusRequest calls the generic PostDeploymentStatus builder with application/json body
+func NewPostDeploymentStatusRequest(server string, deploymentId DeploymentIdPath, body PostDeploymentStatusJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostDeploymentStatusRequestWithBody(server, deploymentId, "application/json", bodyReader)
+}
+
+// NewPostDeploymentStatusRequestWithBody constructs an http.Request for the PostDeploymentStatus method, with any body, and a specified content type
+func NewPostDeploymentStatusRequestWithBody(server string, deploymentId DeploymentIdPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/deployments/%s/status", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetDeploymentYAMLRequest constructs an http.Request for the GetDeploymentYAML method
+func NewGetDeploymentYAMLRequest(server string, deploymentId DeploymentIdPath, digest DigestPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "digest", digest, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/deployments/%s/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
 }
 
 // NewGetHealthRequest constructs an http.Request for the GetHealth method
@@ -1382,6 +2937,847 @@ func NewYankApplicationVersionRequestWithBody(server string, applicationId Appli
 	return req, nil
 }
 
+// NewListClientsRequest constructs an http.Request for the ListClients method
+func NewListClientsRequest(server string, params *ListClientsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/clients")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAcceptClientRequest calls the generic AcceptClient builder with application/json body
+func NewAcceptClientRequest(server string, body AcceptClientJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAcceptClientRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAcceptClientRequestWithBody constructs an http.Request for the AcceptClient method, with any body, and a specified content type
+func NewAcceptClientRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/clients")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetClientRequest constructs an http.Request for the GetClient method
+func NewGetClientRequest(server string, clientId ClientIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "clientId", clientId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/clients/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetDeviceRequest constructs an http.Request for the GetDevice method
+func NewGetDeviceRequest(server string, clientId ClientIdPath, deviceId DeviceIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "clientId", clientId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "deviceId", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/clients/%s/devices/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutDeviceLabelsRequest calls the generic PutDeviceLabels builder with application/json body
+func NewPutDeviceLabelsRequest(server string, clientId ClientIdPath, deviceId DeviceIdPath, body PutDeviceLabelsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutDeviceLabelsRequestWithBody(server, clientId, deviceId, "application/json", bodyReader)
+}
+
+// NewPutDeviceLabelsRequestWithBody constructs an http.Request for the PutDeviceLabels method, with any body, and a specified content type
+func NewPutDeviceLabelsRequestWithBody(server string, clientId ClientIdPath, deviceId DeviceIdPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "clientId", clientId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "deviceId", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/clients/%s/devices/%s/labels", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRetireClientRequest constructs an http.Request for the RetireClient method
+func NewRetireClientRequest(server string, clientId ClientIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "clientId", clientId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/clients/%s/retire", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListDeploymentsRequest constructs an http.Request for the ListDeployments method
+func NewListDeploymentsRequest(server string, params *ListDeploymentsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.ApplicationId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "applicationId", *params.ApplicationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Version != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "version", *params.Version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ClientId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "clientId", *params.ClientId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DeviceId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deviceId", *params.DeviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.LabelSelector != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "labelSelector", *params.LabelSelector, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateDeploymentRequest calls the generic CreateDeployment builder with application/json body
+func NewCreateDeploymentRequest(server string, body CreateDeploymentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateDeploymentRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateDeploymentRequestWithBody constructs an http.Request for the CreateDeployment method, with any body, and a specified content type
+func NewCreateDeploymentRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteDeploymentRequest constructs an http.Request for the DeleteDeployment method
+func NewDeleteDeploymentRequest(server string, deploymentId DeploymentIdPath, params *DeleteDeploymentParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetDeploymentRequest constructs an http.Request for the GetDeployment method
+func NewGetDeploymentRequest(server string, deploymentId DeploymentIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListHistoryRequest constructs an http.Request for the ListHistory method
+func NewListHistoryRequest(server string, deploymentId DeploymentIdPath, params *ListHistoryParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s/history", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListRevisionsRequest constructs an http.Request for the ListRevisions method
+func NewListRevisionsRequest(server string, deploymentId DeploymentIdPath, params *ListRevisionsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s/revisions", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetRevisionRequest constructs an http.Request for the GetRevision method
+func NewGetRevisionRequest(server string, deploymentId DeploymentIdPath, revision int) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "revision", revision, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s/revisions/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetDeploymentStatusRequest constructs an http.Request for the GetDeploymentStatus method
+func NewGetDeploymentStatusRequest(server string, deploymentId DeploymentIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s/status", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListDevicesRequest constructs an http.Request for the ListDevices method
+func NewListDevicesRequest(server string, params *ListDevicesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/devices")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.ClientId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "clientId", *params.ClientId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.LabelSelector != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "labelSelector", *params.LabelSelector, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetReadyRequest constructs an http.Request for the GetReady method
 func NewGetReadyRequest(server string) (*http.Request, error) {
 	var err error
@@ -1452,6 +3848,86 @@ func WithBaseURL(baseURL string) ClientOption {
 
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
+
+	// GetBundleWithResponse Retrieve a deployment bundle by its content digest
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/bundles/{digest} (the `GetBundle` operationId).
+	GetBundleWithResponse(ctx context.Context, digest DigestPath, params *GetBundleParams, reqEditors ...RequestEditorFn) (*GetBundleResponse, error)
+
+	// DeleteDeviceCapabilitiesWithResponse Remove device (Unregister)
+	//
+	// Margo rc.3. Unregisters the device: its deployments leave the client's state manifest (a new
+	// `manifestVersion`), each is marked `removed` with the cause `device-unregistered` in its history,
+	// and the device no longer counts for placement. A later capabilities report registers it again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/capabilities/{deviceId} (the `DeleteDeviceCapabilities` operationId).
+	DeleteDeviceCapabilitiesWithResponse(ctx context.Context, deviceId DeviceIdPath, reqEditors ...RequestEditorFn) (*DeleteDeviceCapabilitiesResponse, error)
+
+	// PutDeviceCapabilitiesWithBodyWithResponse Report or update device capabilities
+	//
+	// Margo rc.3. The first report registers the device under the calling client (201); later reports
+	// replace its capabilities (200). `properties.id` must equal the path's `deviceId` (422).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/capabilities/{deviceId} (the `PutDeviceCapabilities` operationId).
+	PutDeviceCapabilitiesWithBodyWithResponse(ctx context.Context, deviceId DeviceIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutDeviceCapabilitiesResponse, error)
+
+	// PutDeviceCapabilitiesWithResponse Report or update device capabilities
+	//
+	// Margo rc.3. The first report registers the device under the calling client (201); later reports
+	// replace its capabilities (200). `properties.id` must equal the path's `deviceId` (422).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/capabilities/{deviceId} (the `PutDeviceCapabilities` operationId).
+	PutDeviceCapabilitiesWithResponse(ctx context.Context, deviceId DeviceIdPath, body PutDeviceCapabilitiesJSONRequestBody, reqEditors ...RequestEditorFn) (*PutDeviceCapabilitiesResponse, error)
+
+	// GetStateManifestWithResponse Retrieve the complete desired state for all workloads assigned to a device
+	//
+	// Margo rc.3. The calling client's state manifest. Answered from memory: a matching `If-None-Match`
+	// gets 304 without touching the database.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/deployments (the `GetStateManifest` operationId).
+	GetStateManifestWithResponse(ctx context.Context, params *GetStateManifestParams, reqEditors ...RequestEditorFn) (*GetStateManifestResponse, error)
+
+	// PostDeploymentStatusWithBodyWithResponse Report deployment status
+	//
+	// Margo rc.3. The first report for a deployment answers 201, later ones 200. A report whose
+	// `adoptedManifestVersion` is older than one already seen is stored but changes nothing.
+	// Drain-aware agents may add the object `x-wfm-extensions` ({phase, inFlight, healthy, message}).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/deployments/{deploymentId}/status (the `PostDeploymentStatus` operationId).
+	PostDeploymentStatusWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostDeploymentStatusResponse, error)
+
+	// PostDeploymentStatusWithResponse Report deployment status
+	//
+	// Margo rc.3. The first report for a deployment answers 201, later ones 200. A report whose
+	// `adoptedManifestVersion` is older than one already seen is stored but changes nothing.
+	// Drain-aware agents may add the object `x-wfm-extensions` ({phase, inFlight, healthy, message}).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/deployments/{deploymentId}/status (the `PostDeploymentStatus` operationId).
+	PostDeploymentStatusWithResponse(ctx context.Context, deploymentId DeploymentIdPath, body PostDeploymentStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*PostDeploymentStatusResponse, error)
+
+	// GetDeploymentYAMLWithResponse Retrieve an individual ApplicationDeployment YAML file
+	//
+	// Margo rc.3. Content-addressed and immutable: any revision of one of the caller's deployments,
+	// current or superseded, by its digest.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/deployments/{deploymentId}/{digest} (the `GetDeploymentYAML` operationId).
+	GetDeploymentYAMLWithResponse(ctx context.Context, deploymentId DeploymentIdPath, digest DigestPath, reqEditors ...RequestEditorFn) (*GetDeploymentYAMLResponse, error)
 
 	// GetHealthWithResponse Liveness — the process is up
 	//
@@ -1567,6 +4043,168 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
 	YankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error)
 
+	// ListClientsWithResponse List WFM clients (device agents identified by mTLS)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/clients (the `ListClients` operationId).
+	ListClientsWithResponse(ctx context.Context, params *ListClientsParams, reqEditors ...RequestEditorFn) (*ListClientsResponse, error)
+
+	// AcceptClientWithBodyWithResponse Accept a client (or accept a retired one again)
+	//
+	// Puts a client id on the accepted list. Needed when the server accepts only listed clients; with the
+	// policy "accept every client of the trust domain" clients are accepted on first contact.
+	// A new client starts with manifestVersion 1 and no deployments.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
+	AcceptClientWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error)
+
+	// AcceptClientWithResponse Accept a client (or accept a retired one again)
+	//
+	// Puts a client id on the accepted list. Needed when the server accepts only listed clients; with the
+	// policy "accept every client of the trust domain" clients are accepted on first contact.
+	// A new client starts with manifestVersion 1 and no deployments.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
+	AcceptClientWithResponse(ctx context.Context, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error)
+
+	// GetClientWithResponse Get one client
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/clients/{clientId} (the `GetClient` operationId).
+	GetClientWithResponse(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*GetClientResponse, error)
+
+	// GetDeviceWithResponse Get one device
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/clients/{clientId}/devices/{deviceId} (the `GetDevice` operationId).
+	GetDeviceWithResponse(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, reqEditors ...RequestEditorFn) (*GetDeviceResponse, error)
+
+	// PutDeviceLabelsWithBodyWithResponse Set the operator labels of a device
+	//
+	// Replaces the operator's labels. A device's effective labels are the ones its agent reports in its
+	// capabilities, overridden by the operator's of the same key; label selectors match effective labels.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /mgmt/v1/clients/{clientId}/devices/{deviceId}/labels (the `PutDeviceLabels` operationId).
+	PutDeviceLabelsWithBodyWithResponse(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutDeviceLabelsResponse, error)
+
+	// PutDeviceLabelsWithResponse Set the operator labels of a device
+	//
+	// Replaces the operator's labels. A device's effective labels are the ones its agent reports in its
+	// capabilities, overridden by the operator's of the same key; label selectors match effective labels.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /mgmt/v1/clients/{clientId}/devices/{deviceId}/labels (the `PutDeviceLabels` operationId).
+	PutDeviceLabelsWithResponse(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, body PutDeviceLabelsJSONRequestBody, reqEditors ...RequestEditorFn) (*PutDeviceLabelsResponse, error)
+
+	// RetireClientWithResponse Retire a client
+	//
+	// A retired client gets 403 (`https://docs.margo.org/specification/problem-types#not-authorized`) on
+	// every device API call, on every server replica, from the next request on. Its devices and
+	// deployments are kept; accepting it again restores access.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/clients/{clientId}/retire (the `RetireClient` operationId).
+	RetireClientWithResponse(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*RetireClientResponse, error)
+
+	// ListDeploymentsWithResponse List deployments
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/deployments (the `ListDeployments` operationId).
+	ListDeploymentsWithResponse(ctx context.Context, params *ListDeploymentsParams, reqEditors ...RequestEditorFn) (*ListDeploymentsResponse, error)
+
+	// CreateDeploymentWithBodyWithResponse Deploy an application version to a device
+	//
+	// Places one application version on one device and publishes it (revision 1, operation `install`):
+	// the client's manifestVersion goes up in the same transaction. The deployment profile is the one
+	// named, or else the first of the description that the device supports and whose `deviceConstraints`
+	// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
+	// are validated against the description's configuration schema; omitted ones take their defaults.
+	// A yanked version is refused (422 `version-yanked`).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
+	CreateDeploymentWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error)
+
+	// CreateDeploymentWithResponse Deploy an application version to a device
+	//
+	// Places one application version on one device and publishes it (revision 1, operation `install`):
+	// the client's manifestVersion goes up in the same transaction. The deployment profile is the one
+	// named, or else the first of the description that the device supports and whose `deviceConstraints`
+	// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
+	// are validated against the description's configuration schema; omitted ones take their defaults.
+	// A yanked version is refused (422 `version-yanked`).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
+	CreateDeploymentWithResponse(ctx context.Context, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error)
+
+	// DeleteDeploymentWithResponse Remove a deployment from its device
+	//
+	// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction)
+	// and moves it to `removing`; it becomes `removed` when the device reports so. Honours `If-Match`.
+	// Removing a deployment that is already removing or removed changes nothing.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /mgmt/v1/deployments/{deploymentId} (the `DeleteDeployment` operationId).
+	DeleteDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *DeleteDeploymentParams, reqEditors ...RequestEditorFn) (*DeleteDeploymentResponse, error)
+
+	// GetDeploymentWithResponse Get one deployment
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/deployments/{deploymentId} (the `GetDeployment` operationId).
+	GetDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, reqEditors ...RequestEditorFn) (*GetDeploymentResponse, error)
+
+	// ListHistoryWithResponse Every state transition of a deployment, oldest first
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/history (the `ListHistory` operationId).
+	ListHistoryWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*ListHistoryResponse, error)
+
+	// ListRevisionsWithResponse List a deployment's revisions, newest first
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions (the `ListRevisions` operationId).
+	ListRevisionsWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *ListRevisionsParams, reqEditors ...RequestEditorFn) (*ListRevisionsResponse, error)
+
+	// GetRevisionWithResponse Get one revision with its rendered ApplicationDeployment YAML
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions/{revision} (the `GetRevision` operationId).
+	GetRevisionWithResponse(ctx context.Context, deploymentId DeploymentIdPath, revision int, reqEditors ...RequestEditorFn) (*GetRevisionResponse, error)
+
+	// GetDeploymentStatusWithResponse The latest status report of the device for this deployment
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/status (the `GetDeploymentStatus` operationId).
+	GetDeploymentStatusWithResponse(ctx context.Context, deploymentId DeploymentIdPath, reqEditors ...RequestEditorFn) (*GetDeploymentStatusResponse, error)
+
+	// ListDevicesWithResponse List devices
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/devices (the `ListDevices` operationId).
+	ListDevicesWithResponse(ctx context.Context, params *ListDevicesParams, reqEditors ...RequestEditorFn) (*ListDevicesResponse, error)
+
 	// GetReadyWithResponse Readiness — the database is reachable and migrated
 	//
 	// Answers 200 when the database answers and every migration embedded in this binary is
@@ -1576,6 +4214,395 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReady` operationId).
 	GetReadyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyResponse, error)
+}
+
+// GetBundleResponse200Headers the declared response headers of an HTTP 200 response for GetBundle
+type GetBundleResponse200Headers struct {
+	CacheControl string
+	ETag         string
+}
+
+type GetBundleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetBundleResponse200Headers
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetBundleResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetBundleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetBundleResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetBundleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetBundleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetBundleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetBundleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteDeviceCapabilitiesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteDeviceCapabilitiesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteDeviceCapabilitiesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteDeviceCapabilitiesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteDeviceCapabilitiesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteDeviceCapabilitiesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteDeviceCapabilitiesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteDeviceCapabilitiesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PutDeviceCapabilitiesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PutDeviceCapabilitiesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PutDeviceCapabilitiesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PutDeviceCapabilitiesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PutDeviceCapabilitiesResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PutDeviceCapabilitiesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PutDeviceCapabilitiesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutDeviceCapabilitiesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutDeviceCapabilitiesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutDeviceCapabilitiesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetStateManifestResponse200Headers the declared response headers of an HTTP 200 response for GetStateManifest
+type GetStateManifestResponse200Headers struct {
+	CacheControl string
+	ETag         string
+}
+
+type GetStateManifestResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationvndMargoManifestV1JSON200 the response for an HTTP 200 `application/vnd.margo.manifest.v1+json` response
+	ApplicationvndMargoManifestV1JSON200 *UnsignedAppStateManifest
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON406 the response for an HTTP 406 `application/problem+json` response
+	ApplicationproblemJSON406 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetStateManifestResponse200Headers
+}
+
+// GetApplicationvndMargoManifestV1JSON200 returns the response for an HTTP 200 `application/vnd.margo.manifest.v1+json` response
+func (r GetStateManifestResponse) GetApplicationvndMargoManifestV1JSON200() *UnsignedAppStateManifest {
+	return r.ApplicationvndMargoManifestV1JSON200
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetStateManifestResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON406 returns the response for an HTTP 406 `application/problem+json` response
+func (r GetStateManifestResponse) GetApplicationproblemJSON406() *Problem {
+	return r.ApplicationproblemJSON406
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetStateManifestResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetStateManifestResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetStateManifestResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetStateManifestResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetStateManifestResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PostDeploymentStatusResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PostDeploymentStatusResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PostDeploymentStatusResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PostDeploymentStatusResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PostDeploymentStatusResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostDeploymentStatusResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostDeploymentStatusResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostDeploymentStatusResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostDeploymentStatusResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetDeploymentYAMLResponse200Headers the declared response headers of an HTTP 200 response for GetDeploymentYAML
+type GetDeploymentYAMLResponse200Headers struct {
+	CacheControl string
+	ETag         string
+}
+
+type GetDeploymentYAMLResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// YAML200 the response for an HTTP 200 `application/yaml` response
+	YAML200 *string
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetDeploymentYAMLResponse200Headers
+}
+
+// GetYAML200 returns the response for an HTTP 200 `application/yaml` response
+func (r GetDeploymentYAMLResponse) GetYAML200() *string {
+	return r.YAML200
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetDeploymentYAMLResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetDeploymentYAMLResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetDeploymentYAMLResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetDeploymentYAMLResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetDeploymentYAMLResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetDeploymentYAMLResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetDeploymentYAMLResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type GetHealthResponse struct {
@@ -2187,6 +5214,944 @@ func (r YankApplicationVersionResponse) ContentType() string {
 	return ""
 }
 
+type ListClientsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WFMClientList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListClientsResponse) GetJSON200() *WFMClientList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListClientsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListClientsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListClientsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListClientsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListClientsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListClientsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AcceptClientResponse201Headers the declared response headers of an HTTP 201 response for AcceptClient
+type AcceptClientResponse201Headers struct {
+	Location string
+}
+
+type AcceptClientResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WFMClient
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *WFMClient
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *AcceptClientResponse201Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AcceptClientResponse) GetJSON200() *WFMClient {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r AcceptClientResponse) GetJSON201() *WFMClient {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AcceptClientResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r AcceptClientResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AcceptClientResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AcceptClientResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcceptClientResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcceptClientResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcceptClientResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetClientResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WFMClient
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetClientResponse) GetJSON200() *WFMClient {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetClientResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetClientResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetClientResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetClientResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetClientResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetClientResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetDeviceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Device
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetDeviceResponse) GetJSON200() *Device {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetDeviceResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetDeviceResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetDeviceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetDeviceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetDeviceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetDeviceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PutDeviceLabelsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Device
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutDeviceLabelsResponse) GetJSON200() *Device {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PutDeviceLabelsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PutDeviceLabelsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PutDeviceLabelsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PutDeviceLabelsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PutDeviceLabelsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutDeviceLabelsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutDeviceLabelsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutDeviceLabelsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RetireClientResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WFMClient
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RetireClientResponse) GetJSON200() *WFMClient {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RetireClientResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RetireClientResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RetireClientResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RetireClientResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RetireClientResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RetireClientResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListDeploymentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DeploymentList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListDeploymentsResponse) GetJSON200() *DeploymentList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListDeploymentsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListDeploymentsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListDeploymentsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListDeploymentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListDeploymentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListDeploymentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListDeploymentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateDeploymentResponse201Headers the declared response headers of an HTTP 201 response for CreateDeployment
+type CreateDeploymentResponse201Headers struct {
+	ETag     string
+	Location string
+}
+
+type CreateDeploymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Deployment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateDeploymentResponse201Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateDeploymentResponse) GetJSON201() *Deployment {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateDeploymentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateDeploymentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateDeploymentResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateDeploymentResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateDeploymentResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateDeploymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateDeploymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateDeploymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateDeploymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteDeploymentResponse202Headers the declared response headers of an HTTP 202 response for DeleteDeployment
+type DeleteDeploymentResponse202Headers struct {
+	Location string
+}
+
+type DeleteDeploymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Deployment
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *DeleteDeploymentResponse202Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r DeleteDeploymentResponse) GetJSON202() *Deployment {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteDeploymentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r DeleteDeploymentResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteDeploymentResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteDeploymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteDeploymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteDeploymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteDeploymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetDeploymentResponse200Headers the declared response headers of an HTTP 200 response for GetDeployment
+type GetDeploymentResponse200Headers struct {
+	ETag string
+}
+
+type GetDeploymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Deployment
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetDeploymentResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetDeploymentResponse) GetJSON200() *Deployment {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetDeploymentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetDeploymentResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetDeploymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetDeploymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetDeploymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetDeploymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HistoryList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListHistoryResponse) GetJSON200() *HistoryList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListHistoryResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListHistoryResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListHistoryResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListHistoryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListRevisionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RevisionList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRevisionsResponse) GetJSON200() *RevisionList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListRevisionsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListRevisionsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListRevisionsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRevisionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRevisionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRevisionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRevisionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetRevisionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Revision
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRevisionResponse) GetJSON200() *Revision {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetRevisionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetRevisionResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRevisionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRevisionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRevisionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRevisionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetDeploymentStatusResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *StatusReport
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetDeploymentStatusResponse) GetJSON200() *StatusReport {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetDeploymentStatusResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetDeploymentStatusResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetDeploymentStatusResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetDeploymentStatusResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetDeploymentStatusResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetDeploymentStatusResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListDevicesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DeviceList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListDevicesResponse) GetJSON200() *DeviceList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListDevicesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListDevicesResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListDevicesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListDevicesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListDevicesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListDevicesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListDevicesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetReadyResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2240,6 +6205,134 @@ func (r GetReadyResponse) ContentType() string {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
 	return ""
+}
+
+// GetBundleWithResponse Retrieve a deployment bundle by its content digest
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/bundles/{digest} (the `GetBundle` operationId).
+func (c *ClientWithResponses) GetBundleWithResponse(ctx context.Context, digest DigestPath, params *GetBundleParams, reqEditors ...RequestEditorFn) (*GetBundleResponse, error) {
+	rsp, err := c.GetBundle(ctx, digest, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetBundleResponse(rsp)
+}
+
+// DeleteDeviceCapabilitiesWithResponse Remove device (Unregister)
+//
+// Margo rc.3. Unregisters the device: its deployments leave the client's state manifest (a new
+// `manifestVersion`), each is marked `removed` with the cause `device-unregistered` in its history,
+// and the device no longer counts for placement. A later capabilities report registers it again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/capabilities/{deviceId} (the `DeleteDeviceCapabilities` operationId).
+func (c *ClientWithResponses) DeleteDeviceCapabilitiesWithResponse(ctx context.Context, deviceId DeviceIdPath, reqEditors ...RequestEditorFn) (*DeleteDeviceCapabilitiesResponse, error) {
+	rsp, err := c.DeleteDeviceCapabilities(ctx, deviceId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteDeviceCapabilitiesResponse(rsp)
+}
+
+// PutDeviceCapabilitiesWithBodyWithResponse Report or update device capabilities
+//
+// Margo rc.3. The first report registers the device under the calling client (201); later reports
+// replace its capabilities (200). `properties.id` must equal the path's `deviceId` (422).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/capabilities/{deviceId} (the `PutDeviceCapabilities` operationId).
+func (c *ClientWithResponses) PutDeviceCapabilitiesWithBodyWithResponse(ctx context.Context, deviceId DeviceIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutDeviceCapabilitiesResponse, error) {
+	rsp, err := c.PutDeviceCapabilitiesWithBody(ctx, deviceId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutDeviceCapabilitiesResponse(rsp)
+}
+
+// PutDeviceCapabilitiesWithResponse Report or update device capabilities
+//
+// Margo rc.3. The first report registers the device under the calling client (201); later reports
+// replace its capabilities (200). `properties.id` must equal the path's `deviceId` (422).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/capabilities/{deviceId} (the `PutDeviceCapabilities` operationId).
+func (c *ClientWithResponses) PutDeviceCapabilitiesWithResponse(ctx context.Context, deviceId DeviceIdPath, body PutDeviceCapabilitiesJSONRequestBody, reqEditors ...RequestEditorFn) (*PutDeviceCapabilitiesResponse, error) {
+	rsp, err := c.PutDeviceCapabilities(ctx, deviceId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutDeviceCapabilitiesResponse(rsp)
+}
+
+// GetStateManifestWithResponse Retrieve the complete desired state for all workloads assigned to a device
+//
+// Margo rc.3. The calling client's state manifest. Answered from memory: a matching `If-None-Match`
+// gets 304 without touching the database.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/deployments (the `GetStateManifest` operationId).
+func (c *ClientWithResponses) GetStateManifestWithResponse(ctx context.Context, params *GetStateManifestParams, reqEditors ...RequestEditorFn) (*GetStateManifestResponse, error) {
+	rsp, err := c.GetStateManifest(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetStateManifestResponse(rsp)
+}
+
+// PostDeploymentStatusWithBodyWithResponse Report deployment status
+//
+// Margo rc.3. The first report for a deployment answers 201, later ones 200. A report whose
+// `adoptedManifestVersion` is older than one already seen is stored but changes nothing.
+// Drain-aware agents may add the object `x-wfm-extensions` ({phase, inFlight, healthy, message}).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/deployments/{deploymentId}/status (the `PostDeploymentStatus` operationId).
+func (c *ClientWithResponses) PostDeploymentStatusWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostDeploymentStatusResponse, error) {
+	rsp, err := c.PostDeploymentStatusWithBody(ctx, deploymentId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostDeploymentStatusResponse(rsp)
+}
+
+// PostDeploymentStatusWithResponse Report deployment status
+//
+// Margo rc.3. The first report for a deployment answers 201, later ones 200. A report whose
+// `adoptedManifestVersion` is older than one already seen is stored but changes nothing.
+// Drain-aware agents may add the object `x-wfm-extensions` ({phase, inFlight, healthy, message}).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/deployments/{deploymentId}/status (the `PostDeploymentStatus` operationId).
+func (c *ClientWithResponses) PostDeploymentStatusWithResponse(ctx context.Context, deploymentId DeploymentIdPath, body PostDeploymentStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*PostDeploymentStatusResponse, error) {
+	rsp, err := c.PostDeploymentStatus(ctx, deploymentId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostDeploymentStatusResponse(rsp)
+}
+
+// GetDeploymentYAMLWithResponse Retrieve an individual ApplicationDeployment YAML file
+//
+// Margo rc.3. Content-addressed and immutable: any revision of one of the caller's deployments,
+// current or superseded, by its digest.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/deployments/{deploymentId}/{digest} (the `GetDeploymentYAML` operationId).
+func (c *ClientWithResponses) GetDeploymentYAMLWithResponse(ctx context.Context, deploymentId DeploymentIdPath, digest DigestPath, reqEditors ...RequestEditorFn) (*GetDeploymentYAMLResponse, error) {
+	rsp, err := c.GetDeploymentYAML(ctx, deploymentId, digest, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetDeploymentYAMLResponse(rsp)
 }
 
 // GetHealthWithResponse Liveness — the process is up
@@ -2422,6 +6515,276 @@ func (c *ClientWithResponses) YankApplicationVersionWithResponse(ctx context.Con
 	return ParseYankApplicationVersionResponse(rsp)
 }
 
+// ListClientsWithResponse List WFM clients (device agents identified by mTLS)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/clients (the `ListClients` operationId).
+func (c *ClientWithResponses) ListClientsWithResponse(ctx context.Context, params *ListClientsParams, reqEditors ...RequestEditorFn) (*ListClientsResponse, error) {
+	rsp, err := c.ListClients(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListClientsResponse(rsp)
+}
+
+// AcceptClientWithBodyWithResponse Accept a client (or accept a retired one again)
+//
+// Puts a client id on the accepted list. Needed when the server accepts only listed clients; with the
+// policy "accept every client of the trust domain" clients are accepted on first contact.
+// A new client starts with manifestVersion 1 and no deployments.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
+func (c *ClientWithResponses) AcceptClientWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error) {
+	rsp, err := c.AcceptClientWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcceptClientResponse(rsp)
+}
+
+// AcceptClientWithResponse Accept a client (or accept a retired one again)
+//
+// Puts a client id on the accepted list. Needed when the server accepts only listed clients; with the
+// policy "accept every client of the trust domain" clients are accepted on first contact.
+// A new client starts with manifestVersion 1 and no deployments.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
+func (c *ClientWithResponses) AcceptClientWithResponse(ctx context.Context, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error) {
+	rsp, err := c.AcceptClient(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcceptClientResponse(rsp)
+}
+
+// GetClientWithResponse Get one client
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/clients/{clientId} (the `GetClient` operationId).
+func (c *ClientWithResponses) GetClientWithResponse(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*GetClientResponse, error) {
+	rsp, err := c.GetClient(ctx, clientId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetClientResponse(rsp)
+}
+
+// GetDeviceWithResponse Get one device
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/clients/{clientId}/devices/{deviceId} (the `GetDevice` operationId).
+func (c *ClientWithResponses) GetDeviceWithResponse(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, reqEditors ...RequestEditorFn) (*GetDeviceResponse, error) {
+	rsp, err := c.GetDevice(ctx, clientId, deviceId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetDeviceResponse(rsp)
+}
+
+// PutDeviceLabelsWithBodyWithResponse Set the operator labels of a device
+//
+// Replaces the operator's labels. A device's effective labels are the ones its agent reports in its
+// capabilities, overridden by the operator's of the same key; label selectors match effective labels.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /mgmt/v1/clients/{clientId}/devices/{deviceId}/labels (the `PutDeviceLabels` operationId).
+func (c *ClientWithResponses) PutDeviceLabelsWithBodyWithResponse(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutDeviceLabelsResponse, error) {
+	rsp, err := c.PutDeviceLabelsWithBody(ctx, clientId, deviceId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutDeviceLabelsResponse(rsp)
+}
+
+// PutDeviceLabelsWithResponse Set the operator labels of a device
+//
+// Replaces the operator's labels. A device's effective labels are the ones its agent reports in its
+// capabilities, overridden by the operator's of the same key; label selectors match effective labels.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /mgmt/v1/clients/{clientId}/devices/{deviceId}/labels (the `PutDeviceLabels` operationId).
+func (c *ClientWithResponses) PutDeviceLabelsWithResponse(ctx context.Context, clientId ClientIdPath, deviceId DeviceIdPath, body PutDeviceLabelsJSONRequestBody, reqEditors ...RequestEditorFn) (*PutDeviceLabelsResponse, error) {
+	rsp, err := c.PutDeviceLabels(ctx, clientId, deviceId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutDeviceLabelsResponse(rsp)
+}
+
+// RetireClientWithResponse Retire a client
+//
+// A retired client gets 403 (`https://docs.margo.org/specification/problem-types#not-authorized`) on
+// every device API call, on every server replica, from the next request on. Its devices and
+// deployments are kept; accepting it again restores access.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/clients/{clientId}/retire (the `RetireClient` operationId).
+func (c *ClientWithResponses) RetireClientWithResponse(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*RetireClientResponse, error) {
+	rsp, err := c.RetireClient(ctx, clientId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetireClientResponse(rsp)
+}
+
+// ListDeploymentsWithResponse List deployments
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/deployments (the `ListDeployments` operationId).
+func (c *ClientWithResponses) ListDeploymentsWithResponse(ctx context.Context, params *ListDeploymentsParams, reqEditors ...RequestEditorFn) (*ListDeploymentsResponse, error) {
+	rsp, err := c.ListDeployments(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListDeploymentsResponse(rsp)
+}
+
+// CreateDeploymentWithBodyWithResponse Deploy an application version to a device
+//
+// Places one application version on one device and publishes it (revision 1, operation `install`):
+// the client's manifestVersion goes up in the same transaction. The deployment profile is the one
+// named, or else the first of the description that the device supports and whose `deviceConstraints`
+// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
+// are validated against the description's configuration schema; omitted ones take their defaults.
+// A yanked version is refused (422 `version-yanked`).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
+func (c *ClientWithResponses) CreateDeploymentWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error) {
+	rsp, err := c.CreateDeploymentWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateDeploymentResponse(rsp)
+}
+
+// CreateDeploymentWithResponse Deploy an application version to a device
+//
+// Places one application version on one device and publishes it (revision 1, operation `install`):
+// the client's manifestVersion goes up in the same transaction. The deployment profile is the one
+// named, or else the first of the description that the device supports and whose `deviceConstraints`
+// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
+// are validated against the description's configuration schema; omitted ones take their defaults.
+// A yanked version is refused (422 `version-yanked`).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
+func (c *ClientWithResponses) CreateDeploymentWithResponse(ctx context.Context, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error) {
+	rsp, err := c.CreateDeployment(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateDeploymentResponse(rsp)
+}
+
+// DeleteDeploymentWithResponse Remove a deployment from its device
+//
+// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction)
+// and moves it to `removing`; it becomes `removed` when the device reports so. Honours `If-Match`.
+// Removing a deployment that is already removing or removed changes nothing.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /mgmt/v1/deployments/{deploymentId} (the `DeleteDeployment` operationId).
+func (c *ClientWithResponses) DeleteDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *DeleteDeploymentParams, reqEditors ...RequestEditorFn) (*DeleteDeploymentResponse, error) {
+	rsp, err := c.DeleteDeployment(ctx, deploymentId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteDeploymentResponse(rsp)
+}
+
+// GetDeploymentWithResponse Get one deployment
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/deployments/{deploymentId} (the `GetDeployment` operationId).
+func (c *ClientWithResponses) GetDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, reqEditors ...RequestEditorFn) (*GetDeploymentResponse, error) {
+	rsp, err := c.GetDeployment(ctx, deploymentId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetDeploymentResponse(rsp)
+}
+
+// ListHistoryWithResponse Every state transition of a deployment, oldest first
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/history (the `ListHistory` operationId).
+func (c *ClientWithResponses) ListHistoryWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*ListHistoryResponse, error) {
+	rsp, err := c.ListHistory(ctx, deploymentId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListHistoryResponse(rsp)
+}
+
+// ListRevisionsWithResponse List a deployment's revisions, newest first
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions (the `ListRevisions` operationId).
+func (c *ClientWithResponses) ListRevisionsWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *ListRevisionsParams, reqEditors ...RequestEditorFn) (*ListRevisionsResponse, error) {
+	rsp, err := c.ListRevisions(ctx, deploymentId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRevisionsResponse(rsp)
+}
+
+// GetRevisionWithResponse Get one revision with its rendered ApplicationDeployment YAML
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions/{revision} (the `GetRevision` operationId).
+func (c *ClientWithResponses) GetRevisionWithResponse(ctx context.Context, deploymentId DeploymentIdPath, revision int, reqEditors ...RequestEditorFn) (*GetRevisionResponse, error) {
+	rsp, err := c.GetRevision(ctx, deploymentId, revision, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRevisionResponse(rsp)
+}
+
+// GetDeploymentStatusWithResponse The latest status report of the device for this deployment
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/status (the `GetDeploymentStatus` operationId).
+func (c *ClientWithResponses) GetDeploymentStatusWithResponse(ctx context.Context, deploymentId DeploymentIdPath, reqEditors ...RequestEditorFn) (*GetDeploymentStatusResponse, error) {
+	rsp, err := c.GetDeploymentStatus(ctx, deploymentId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetDeploymentStatusResponse(rsp)
+}
+
+// ListDevicesWithResponse List devices
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/devices (the `ListDevices` operationId).
+func (c *ClientWithResponses) ListDevicesWithResponse(ctx context.Context, params *ListDevicesParams, reqEditors ...RequestEditorFn) (*ListDevicesResponse, error) {
+	rsp, err := c.ListDevices(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListDevicesResponse(rsp)
+}
+
 // GetReadyWithResponse Readiness — the database is reachable and migrated
 //
 // Answers 200 when the database answers and every migration embedded in this binary is
@@ -2436,6 +6799,362 @@ func (c *ClientWithResponses) GetReadyWithResponse(ctx context.Context, reqEdito
 		return nil, err
 	}
 	return ParseGetReadyResponse(rsp)
+}
+
+// ParseGetBundleResponse parses an HTTP response from a GetBundleWithResponse call
+func ParseGetBundleResponse(rsp *http.Response) (*GetBundleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetBundleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetBundleResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteDeviceCapabilitiesResponse parses an HTTP response from a DeleteDeviceCapabilitiesWithResponse call
+func ParseDeleteDeviceCapabilitiesResponse(rsp *http.Response) (*DeleteDeviceCapabilitiesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteDeviceCapabilitiesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePutDeviceCapabilitiesResponse parses an HTTP response from a PutDeviceCapabilitiesWithResponse call
+func ParsePutDeviceCapabilitiesResponse(rsp *http.Response) (*PutDeviceCapabilitiesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutDeviceCapabilitiesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case rsp.StatusCode == 201:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetStateManifestResponse parses an HTTP response from a GetStateManifestWithResponse call
+func ParseGetStateManifestResponse(rsp *http.Response) (*GetStateManifestResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetStateManifestResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest UnsignedAppStateManifest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationvndMargoManifestV1JSON200 = &dest
+
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON406 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetStateManifestResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostDeploymentStatusResponse parses an HTTP response from a PostDeploymentStatusWithResponse call
+func ParsePostDeploymentStatusResponse(rsp *http.Response) (*PostDeploymentStatusResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostDeploymentStatusResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case rsp.StatusCode == 201:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetDeploymentYAMLResponse parses an HTTP response from a GetDeploymentYAMLWithResponse call
+func ParseGetDeploymentYAMLResponse(rsp *http.Response) (*GetDeploymentYAMLResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetDeploymentYAMLResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "yaml") && rsp.StatusCode == 200:
+		var dest string
+		if err := yaml.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.YAML200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetDeploymentYAMLResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
 }
 
 // ParseGetHealthResponse parses an HTTP response from a GetHealthWithResponse call
@@ -2934,6 +7653,749 @@ func ParseYankApplicationVersionResponse(rsp *http.Response) (*YankApplicationVe
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListClientsResponse parses an HTTP response from a ListClientsWithResponse call
+func ParseListClientsResponse(rsp *http.Response) (*ListClientsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListClientsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WFMClientList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseAcceptClientResponse parses an HTTP response from a AcceptClientWithResponse call
+func ParseAcceptClientResponse(rsp *http.Response) (*AcceptClientResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcceptClientResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WFMClient
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest WFMClient
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers AcceptClientResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers201 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetClientResponse parses an HTTP response from a GetClientWithResponse call
+func ParseGetClientResponse(rsp *http.Response) (*GetClientResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetClientResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WFMClient
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetDeviceResponse parses an HTTP response from a GetDeviceWithResponse call
+func ParseGetDeviceResponse(rsp *http.Response) (*GetDeviceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetDeviceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Device
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePutDeviceLabelsResponse parses an HTTP response from a PutDeviceLabelsWithResponse call
+func ParsePutDeviceLabelsResponse(rsp *http.Response) (*PutDeviceLabelsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutDeviceLabelsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Device
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRetireClientResponse parses an HTTP response from a RetireClientWithResponse call
+func ParseRetireClientResponse(rsp *http.Response) (*RetireClientResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RetireClientResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WFMClient
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListDeploymentsResponse parses an HTTP response from a ListDeploymentsWithResponse call
+func ParseListDeploymentsResponse(rsp *http.Response) (*ListDeploymentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListDeploymentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DeploymentList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateDeploymentResponse parses an HTTP response from a CreateDeploymentWithResponse call
+func ParseCreateDeploymentResponse(rsp *http.Response) (*CreateDeploymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateDeploymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Deployment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreateDeploymentResponse201Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers201 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteDeploymentResponse parses an HTTP response from a DeleteDeploymentWithResponse call
+func ParseDeleteDeploymentResponse(rsp *http.Response) (*DeleteDeploymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteDeploymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Deployment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers DeleteDeploymentResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetDeploymentResponse parses an HTTP response from a GetDeploymentWithResponse call
+func ParseGetDeploymentResponse(rsp *http.Response) (*GetDeploymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetDeploymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Deployment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetDeploymentResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListHistoryResponse parses an HTTP response from a ListHistoryWithResponse call
+func ParseListHistoryResponse(rsp *http.Response) (*ListHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HistoryList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListRevisionsResponse parses an HTTP response from a ListRevisionsWithResponse call
+func ParseListRevisionsResponse(rsp *http.Response) (*ListRevisionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRevisionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RevisionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetRevisionResponse parses an HTTP response from a GetRevisionWithResponse call
+func ParseGetRevisionResponse(rsp *http.Response) (*GetRevisionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRevisionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Revision
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetDeploymentStatusResponse parses an HTTP response from a GetDeploymentStatusWithResponse call
+func ParseGetDeploymentStatusResponse(rsp *http.Response) (*GetDeploymentStatusResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetDeploymentStatusResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest StatusReport
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListDevicesResponse parses an HTTP response from a ListDevicesWithResponse call
+func ParseListDevicesResponse(rsp *http.Response) (*ListDevicesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListDevicesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DeviceList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Problem

@@ -7,6 +7,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,10 +28,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
+	"github.com/wfm-dev/wfm/internal/identity"
 	"github.com/wfm-dev/wfm/internal/pglaunch"
 	"github.com/wfm-dev/wfm/internal/postgres"
 	"github.com/wfm-dev/wfm/internal/telemetry"
+	"github.com/wfm-dev/wfm/internal/testpki"
 )
 
 func main() {
@@ -44,6 +49,15 @@ func main() {
 // config is every setting of the server; flags win over environment variables.
 type config struct {
 	listen          string
+	deviceListen    string
+	trustDomain     string
+	wfmID           string
+	tlsCert         string
+	tlsKey          string
+	clientCA        string
+	acceptClients   string
+	devHeaderID     bool
+	reportRetention int
 	databaseURL     string
 	dataDir         string
 	logLevel        slog.Level
@@ -63,6 +77,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	var c config
 	var level string
 	fs.StringVar(&c.listen, "listen", env("WFM_LISTEN", "127.0.0.1:8080"), "address of the HTTP listener (env WFM_LISTEN)")
+	fs.StringVar(&c.deviceListen, "device-listen", env("WFM_DEVICE_LISTEN", "127.0.0.1:8443"), "address of the device API listener (mTLS) (env WFM_DEVICE_LISTEN)")
+	fs.StringVar(&c.trustDomain, "trust-domain", env("WFM_TRUST_DOMAIN", "wfm.local"), "SPIFFE trust domain of WFM clients (env WFM_TRUST_DOMAIN)")
+	fs.StringVar(&c.wfmID, "wfm-id", env("WFM_ID", "dev"), "this WFM's id in client SPIFFE IDs spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id> (env WFM_ID)")
+	fs.StringVar(&c.tlsCert, "tls-cert", getenv("WFM_TLS_CERT"), "device listener certificate (PEM); empty: a development PKI in <data-dir>/pki (env WFM_TLS_CERT)")
+	fs.StringVar(&c.tlsKey, "tls-key", getenv("WFM_TLS_KEY"), "device listener private key (PEM) (env WFM_TLS_KEY)")
+	fs.StringVar(&c.clientCA, "client-ca", getenv("WFM_CLIENT_CA"), "trust bundle for client certificates (PEM) (env WFM_CLIENT_CA)")
+	fs.StringVar(&c.acceptClients, "accept-clients", env("WFM_ACCEPT_CLIENTS", "all"), "all: accept every client of the trust domain on first contact; listed: only clients accepted through the management API (env WFM_ACCEPT_CLIENTS)")
+	fs.BoolVar(&c.devHeaderID, "dev-header-identity", getenv("WFM_DEV_HEADER_IDENTITY") == "true", "INSECURE, development only: serve the device API over plain HTTP and take the client id from the X-WFM-Client-ID header (env WFM_DEV_HEADER_IDENTITY=true)")
+	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
 	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL; empty: start a private PostgreSQL (env DATABASE_URL)")
 	fs.StringVar(&c.dataDir, "data-dir", env("WFM_DATA_DIR", ".data"), "folder for the private PostgreSQL's data and other local state (env WFM_DATA_DIR)")
 	fs.StringVar(&level, "log-level", env("WFM_LOG_LEVEL", "info"), "debug, info, warn or error (env WFM_LOG_LEVEL)")
@@ -80,6 +103,18 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.logFormat != "text" && c.logFormat != "json" {
 		return c, fmt.Errorf("-log-format %q: want text or json", c.logFormat)
 	}
+	if c.acceptClients != "all" && c.acceptClients != "listed" {
+		return c, fmt.Errorf("-accept-clients %q: want all or listed", c.acceptClients)
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") || (c.tlsCert != "" && c.clientCA == "") {
+		return c, errors.New("-tls-cert, -tls-key and -client-ca go together (or none, for the development PKI)")
+	}
+	if c.reportRetention < 1 {
+		return c, errors.New("-report-retention must be at least 1")
+	}
+	if err := (identity.Config{TrustDomain: c.trustDomain, WFMID: c.wfmID}).Validate(); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -95,6 +130,9 @@ func newLogger(c config, w io.Writer) *slog.Logger {
 // run is the whole server: it returns when ctx is cancelled (after a graceful
 // shutdown) or when something it depends on fails.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "issue-client-cert" {
+		return issueClientCert(args[1:], getenv, stdout, stderr)
+	}
 	c, err := parseConfig(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -130,25 +168,110 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("migrate database: %w", err)
 	}
 
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	fl := fleet.NewService(postgres.NewFleetStore(pool, c.reportRetention), cat, fleet.Policy{AcceptAll: c.acceptClients == "all"}, time.Now, log)
+
+	ids := identity.Config{TrustDomain: c.trustDomain, WFMID: c.wfmID}
+	deviceIdentity := ids.ClientIDFromRequest
+	var deviceTLS *tls.Config
+	if c.devHeaderID {
+		deviceIdentity = identity.HeaderIdentity{}.ClientIDFromRequest
+		log.Warn("INSECURE: -dev-header-identity is on: the device API is plain HTTP and trusts the " + identity.DevHeader +
+			" header; anyone who reaches it can act as any client. Never use this outside development.")
+	} else {
+		deviceTLS, err = deviceTLSConfig(c, log)
+		if err != nil {
+			return err
+		}
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		telemetry.NewPoolCollector(pool))
 	handler, err := httpapi.NewHandler(httpapi.Config{
-		Logger:   log,
-		Ready:    func(ctx context.Context) error { return postgres.Check(ctx, pool) },
-		Registry: reg,
-		Catalog:  catalog.NewService(postgres.NewCatalogStore(pool), time.Now),
+		Logger:         log,
+		Ready:          func(ctx context.Context) error { return postgres.Check(ctx, pool) },
+		Registry:       reg,
+		Catalog:        cat,
+		Fleet:          fl,
+		DeviceIdentity: deviceIdentity,
 	})
 	if err != nil {
 		return err
 	}
 
+	mgmtHandler, deviceHandler := httpapi.Split(handler)
+
+	// Every server process drops its cached manifests when any process
+	// publishes (LISTEN/NOTIFY), so the device poll can answer from memory.
+	listenCtx, stopListening := context.WithCancel(ctx)
+	listenerDone := make(chan struct{})
+	go func() {
+		defer close(listenerDone)
+		l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Notify: fl.Invalidate, Reset: func() { fl.Invalidate("") }, Log: log}
+		_ = l.Run(listenCtx)
+	}()
+	defer func() { stopListening(); <-listenerDone }()
+
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.listen, err)
 	}
-	srv := &http.Server{
-		Handler:           handler,
+	dln, err := net.Listen("tcp", c.deviceListen)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("listen on %s: %w", c.deviceListen, err)
+	}
+	dsrv := newHTTPServer(ctx, deviceHandler, log)
+	dsrv.TLSConfig = deviceTLS
+	srv := newHTTPServer(ctx, mgmtHandler, log)
+	base := "http://" + displayAddr(ln.Addr())
+	dscheme := "https://"
+	if deviceTLS == nil {
+		dscheme = "http://"
+	}
+	fmt.Fprintf(stdout, "wfm listening on %s (Swagger UI %s/docs/, contract %s/openapi.yaml)\n", base, base, base)
+	fmt.Fprintf(stdout, "wfm device API (Margo) on %s%s/api/v1/\n", dscheme, displayAddr(dln.Addr()))
+	log.Info("listening", "management", ln.Addr().String(), "device", dln.Addr().String(), "device_tls", deviceTLS != nil)
+
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- srv.Serve(ln) }()
+	go func() {
+		if deviceTLS != nil {
+			serveErr <- dsrv.ServeTLS(dln, "", "")
+			return
+		}
+		serveErr <- dsrv.Serve(dln)
+	}()
+
+	select {
+	case err := <-serveErr:
+		_ = srv.Close()
+		_ = dsrv.Close()
+		return fmt.Errorf("http server: %w", err)
+	case <-pgDied:
+		_ = srv.Close()
+		_ = dsrv.Close()
+		return errors.New("the private PostgreSQL stopped unexpectedly; see its log in the data folder")
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	for _, s := range []*http.Server{srv, dsrv} {
+		if err := s.Shutdown(sctx); err != nil {
+			log.Warn("graceful shutdown incomplete", "error", err)
+			_ = s.Close()
+		}
+	}
+	<-serveErr
+	<-serveErr
+	return nil
+}
+
+func newHTTPServer(ctx context.Context, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -157,30 +280,65 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
-	base := "http://" + displayAddr(ln.Addr())
-	fmt.Fprintf(stdout, "wfm listening on %s (Swagger UI %s/docs/, contract %s/openapi.yaml)\n", base, base, base)
-	log.Info("listening", "addr", ln.Addr().String())
+}
 
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+// deviceTLSConfig loads the device listener's certificate and client trust
+// bundle, or, when none is configured, creates (once) a development CA and
+// server certificate in <data-dir>/pki. Client certificates for that CA come
+// from "wfm issue-client-cert".
+func deviceTLSConfig(c config, log *slog.Logger) (*tls.Config, error) {
+	if c.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("load -tls-cert/-tls-key: %w", err)
+		}
+		pem, err := os.ReadFile(c.clientCA)
+		if err != nil {
+			return nil, fmt.Errorf("read -client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-client-ca %s holds no PEM certificate", c.clientCA)
+		}
+		return identity.ServerTLSConfig(cert, pool, identity.RequireClientCert()), nil
+	}
+	dir := filepath.Join(c.dataDir, "pki")
+	ca, cert, created, err := devPKI(dir)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		log.Info("created a development CA for the device API; issue client certificates with: wfm issue-client-cert -client-id <id>", "dir", dir)
+	}
+	return identity.ServerTLSConfig(cert, ca.Pool(), identity.RequireClientCert()), nil
+}
 
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("http server: %w", err)
-	case <-pgDied:
-		_ = srv.Close()
-		return errors.New("the private PostgreSQL stopped unexpectedly; see its log in the data folder")
-	case <-ctx.Done():
+// devPKI loads or creates the development CA and the device listener's
+// server certificate (localhost, 127.0.0.1, ::1) in dir.
+func devPKI(dir string) (*testpki.CA, tls.Certificate, bool, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, tls.Certificate{}, false, err
 	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("graceful shutdown incomplete", "error", err)
-		_ = srv.Close()
+	ca, created, err := testpki.LoadOrCreateCA(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"), "wfm development CA")
+	if err != nil {
+		return nil, tls.Certificate{}, false, fmt.Errorf("development CA: %w", err)
 	}
-	<-serveErr
-	return nil
+	certFile, keyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	if cert, err := tls.LoadX509KeyPair(certFile, keyFile); err == nil && !created {
+		return ca, cert, false, nil
+	}
+	cert, err := ca.IssueServer([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")})
+	if err != nil {
+		return nil, tls.Certificate{}, false, err
+	}
+	certPEM, keyPEM, err := testpki.EncodePEM(cert)
+	if err != nil {
+		return nil, tls.Certificate{}, false, err
+	}
+	if err := testpki.WriteKeyPairFiles(certFile, keyFile, certPEM, keyPEM); err != nil {
+		return nil, tls.Certificate{}, false, err
+	}
+	return ca, cert, created, nil
 }
 
 // startPrivatePostgres starts the server's own PostgreSQL in c.dataDir and
@@ -235,4 +393,61 @@ func displayAddr(a net.Addr) string {
 		host = "localhost"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// issueClientCert is "wfm issue-client-cert": it issues a WFM client
+// certificate (an X.509-SVID for spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>)
+// from the development CA in <data-dir>/pki, for device agents, the device
+// simulator and curl.
+func issueClientCert(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("wfm issue-client-cert", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	clientID := fs.String("client-id", "", "client id (required)")
+	dataDir := fs.String("data-dir", env("WFM_DATA_DIR", ".data"), "the server's data folder (its pki/ holds the development CA)")
+	out := fs.String("out", "", "folder for <client-id>.pem and <client-id>-key.pem (default <data-dir>/pki/clients)")
+	trustDomain := fs.String("trust-domain", env("WFM_TRUST_DOMAIN", "wfm.local"), "SPIFFE trust domain")
+	wfmID := fs.String("wfm-id", env("WFM_ID", "dev"), "this WFM's id")
+	validity := fs.Duration("validity", 365*24*time.Hour, "how long the certificate is valid")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *clientID == "" {
+		return errors.New("issue-client-cert: -client-id is required")
+	}
+	ids := identity.Config{TrustDomain: *trustDomain, WFMID: *wfmID}
+	spiffeID, err := ids.ClientSPIFFEID(*clientID)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(*dataDir, "pki")
+	ca, _, _, err := devPKI(dir)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		*out = filepath.Join(dir, "clients")
+	}
+	if err := os.MkdirAll(*out, 0o700); err != nil {
+		return err
+	}
+	certPEM, keyPEM, err := ca.IssueClientPEM(spiffeID, *validity)
+	if err != nil {
+		return err
+	}
+	certFile, keyFile := filepath.Join(*out, *clientID+".pem"), filepath.Join(*out, *clientID+"-key.pem")
+	if err := testpki.WriteKeyPairFiles(certFile, keyFile, certPEM, keyPEM); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "issued %s\n  certificate %s\n  key         %s\n  CA          %s\n", spiffeID, certFile, keyFile, filepath.Join(dir, "ca.pem"))
+	fmt.Fprintf(stdout, "try: curl --cacert %s --cert %s --key %s https://localhost:8443/api/v1/deployments\n", filepath.Join(dir, "ca.pem"), certFile, keyFile)
+	return nil
 }

@@ -27,7 +27,7 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("WFM_TEST_RUN_SERVER") == "1" {
 		// Re-executed by TestSIGKILLLeavesNoPostgres: be the server.
-		if err := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-data-dir", os.Getenv("WFM_TEST_DATA_DIR")}, envWithout("DATABASE_URL"), os.Stdout, os.Stderr); err != nil {
+		if err := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-device-listen", "127.0.0.1:0", "-data-dir", os.Getenv("WFM_TEST_DATA_DIR")}, envWithout("DATABASE_URL"), os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -64,10 +64,11 @@ var listenLine = regexp.MustCompile(`wfm listening on (http://\S+) `)
 func startServer(t *testing.T, args []string, getenv func(string) string) (string, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	dataDir := reachableTempDir(t) // later -data-dir arguments win
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		err := run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), getenv, pw, io.Discard)
+		err := run(ctx, append([]string{"-listen", "127.0.0.1:0", "-device-listen", "127.0.0.1:0", "-data-dir", dataDir}, args...), getenv, pw, io.Discard)
 		pw.CloseWithError(fmt.Errorf("run returned: %v", err))
 		done <- err
 	}()

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"reflect"
@@ -16,18 +15,13 @@ import (
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/page"
 )
 
 // Media types a description may be posted as.
 const (
 	MediaYAML = "application/yaml"
 	MediaJSON = "application/json"
-)
-
-// Page bounds.
-const (
-	DefaultLimit = 100
-	MaxLimit     = 500
 )
 
 // MaxYankReason bounds the reason given for a yank.
@@ -169,7 +163,7 @@ func (s *Service) Description(v Version) (*margo.ApplicationDescription, error) 
 // Returns EINVALID for a bad limit or cursor, ENOTFOUND if the application
 // does not exist.
 func (s *Service) Versions(ctx context.Context, appID string, limit int, cursor string) ([]Version, string, error) {
-	limit, after, err := pageArgs(limit, cursor)
+	limit, after, err := page.Args(limit, cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -180,7 +174,7 @@ func (s *Service) Versions(ctx context.Context, appID string, limit int, cursor 
 	next := ""
 	if len(vs) > limit {
 		vs = vs[:limit]
-		next = encodeCursor(vs[limit-1].Version.SortKey())
+		next = page.Encode(vs[limit-1].Version.SortKey())
 	}
 	return vs, next, nil
 }
@@ -193,7 +187,7 @@ func (s *Service) Application(ctx context.Context, appID string) (Application, e
 // Applications returns a page of applications ordered by id and the cursor
 // of the next page ("" at the end). Returns EINVALID for a bad limit or cursor.
 func (s *Service) Applications(ctx context.Context, limit int, cursor string) ([]Application, string, error) {
-	limit, after, err := pageArgs(limit, cursor)
+	limit, after, err := page.Args(limit, cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -204,7 +198,7 @@ func (s *Service) Applications(ctx context.Context, limit int, cursor string) ([
 	next := ""
 	if len(as) > limit {
 		as = as[:limit]
-		next = encodeCursor(as[limit-1].ID)
+		next = page.Encode(as[limit-1].ID)
 	}
 	return as, next, nil
 }
@@ -253,32 +247,6 @@ func (s *Service) Delete(ctx context.Context, appID, version string) error {
 func Digest(b []byte) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-func pageArgs(limit int, cursor string) (int, string, error) {
-	switch {
-	case limit == 0:
-		limit = DefaultLimit
-	case limit < 0 || limit > MaxLimit:
-		return 0, "", &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "limit must be between 1 and 500.",
-			Fields: []lifecycle.FieldError{{Pointer: "query/limit", Detail: "must be between 1 and 500"}}}
-	}
-	after, err := decodeCursor(cursor)
-	if err != nil {
-		return 0, "", err
-	}
-	return limit, after, nil
-}
-
-func encodeCursor(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
-
-func decodeCursor(c string) (string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || len(b) > 384 {
-		return "", &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "The cursor is not one this server issued.",
-			Fields: []lifecycle.FieldError{{Pointer: "query/cursor", Detail: "not a cursor from a previous page"}}}
-	}
-	return string(b), nil
 }
 
 // sameJSON reports whether two JSON documents have the same content, member

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/telemetry"
@@ -13,6 +14,13 @@ import (
 // ProblemBase is the namespace of wfm's own problem types; the slug after
 // '#' is the domain error's Type. docs/problems.md documents each one.
 const ProblemBase = "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#"
+
+// MargoProblemBase is the namespace Margo reserves for its problem types;
+// the device API uses it for the conditions Margo defines.
+const MargoProblemBase = "https://docs.margo.org/specification/problem-types#"
+
+// margoTypes are the problem types Margo defines for the device API.
+var margoTypes = map[string]bool{"invalid-request": true, "not-authorized": true}
 
 // problemContentType is the media type of RFC 9457 problem details.
 const problemContentType = "application/problem+json"
@@ -82,6 +90,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
 	}
 	if r != nil {
 		p.RequestID = telemetry.RequestID(r.Context())
+		if slug, ok := strings.CutPrefix(p.Type, ProblemBase); ok && margoTypes[slug] && strings.HasPrefix(r.URL.Path, "/api/v1/") {
+			p.Type = MargoProblemBase + slug
+		}
 	}
 	body, err := json.Marshal(p)
 	if err != nil { // cannot happen for the types above; never leave the client without an answer
@@ -139,9 +150,19 @@ var titles = map[string]string{
 	"not-acceptable":         "Not acceptable",
 	"version-exists":         "Version exists with different content",
 	"version-in-use":         "Version in use",
-	"precondition-failed":    "Precondition failed",
 	"internal":               "Internal error",
 	"unauthorized":           "Unauthorized",
+	"not-authorized":         "Not authorized",
+	"unknown-deployment":     "Unknown deployment",
+	"device-id-mismatch":     "Device id mismatch",
+	"deployment-id-mismatch": "Deployment id mismatch",
+	"invalid-capabilities":   "Invalid device capabilities",
+	"invalid-status":         "Invalid status report",
+	"not-placeable":          "No deployment profile fits the device",
+	"unknown-profile":        "Unknown deployment profile",
+	"version-yanked":         "Version yanked",
+	"device-unregistered":    "Device unregistered",
+	"precondition-failed":    "Precondition failed",
 	"forbidden":              "Forbidden",
 	"unavailable":            "Service unavailable",
 	"invalid":                "Invalid request",

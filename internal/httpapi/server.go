@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ import (
 	"github.com/wfm-dev/wfm"
 	"github.com/wfm-dev/wfm/api"
 	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/telemetry"
 )
@@ -34,6 +36,11 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Catalog serves the application catalog.
 	Catalog *catalog.Service
+	// Fleet serves clients, devices, deployments and the device API.
+	Fleet *fleet.Service
+	// DeviceIdentity names the WFM client calling the device API (from its
+	// mTLS certificate, or a header in the development mode).
+	DeviceIdentity func(r *http.Request) (string, error)
 	// MaxBodyBytes bounds every request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 }
@@ -44,9 +51,11 @@ const DefaultMaxBodyBytes = 2 << 20
 
 // Server implements the generated strict server interface.
 type Server struct {
-	log     *slog.Logger
-	ready   func(ctx context.Context) error
-	catalog *catalog.Service
+	log      *slog.Logger
+	ready    func(ctx context.Context) error
+	catalog  *catalog.Service
+	fleet    *fleet.Service
+	clientID func(r *http.Request) (string, error)
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -56,8 +65,8 @@ var _ api.StrictServerInterface = (*Server)(nil)
 // metrics at /metrics. Returns an error if the embedded contract cannot be
 // loaded or the metrics cannot be registered.
 func NewHandler(cfg Config) (http.Handler, error) {
-	if cfg.Logger == nil || cfg.Ready == nil || cfg.Registry == nil || cfg.Catalog == nil {
-		return nil, fmt.Errorf("httpapi: Logger, Ready, Registry and Catalog are required")
+	if cfg.Logger == nil || cfg.Ready == nil || cfg.Registry == nil || cfg.Catalog == nil || cfg.Fleet == nil || cfg.DeviceIdentity == nil {
+		return nil, fmt.Errorf("httpapi: Logger, Ready, Registry, Catalog, Fleet and DeviceIdentity are required")
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -72,10 +81,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: register metrics: %w", err)
 	}
-	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog}
+	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, clientID: cfg.DeviceIdentity}
 
 	r := chi.NewRouter()
-	r.Use(s.requestContext(metrics), s.recoverer, limitBody(cfg.MaxBodyBytes))
+	r.Use(s.requestContext(metrics), s.recoverer, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		for _, m := range allowedMethods(r, req.URL.Path) {
@@ -143,4 +152,40 @@ func (s *Server) GetReady(ctx context.Context, _ api.GetReadyRequestObject) (api
 			Message: "The server cannot serve yet: its database is unreachable or not fully migrated."}
 	}
 	return api.GetReady200JSONResponse{Status: "ready"}, nil
+}
+
+type faceKey struct{}
+
+// Faces of the server: which listener a request came through.
+const (
+	faceAll    = iota // tests and single-listener setups: every path
+	faceMgmt          // the management listener
+	faceDevice        // the device (mTLS) listener
+)
+
+// Split divides the complete handler between the two listeners: the device
+// API (/api/v1/…, plus /healthz and /readyz) on the mTLS listener, the rest
+// on the management listener. Each answers the other's paths with a 404
+// problem, so that neither face is reachable through the other's port.
+func Split(h http.Handler) (mgmt, device http.Handler) {
+	with := func(face int) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), faceKey{}, face)))
+		})
+	}
+	return with(faceMgmt), with(faceDevice)
+}
+
+// faceGuard enforces Split.
+func faceGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		face, _ := r.Context().Value(faceKey{}).(int)
+		p := r.URL.Path
+		device := strings.HasPrefix(p, "/api/v1/")
+		if (face == faceMgmt && device) || (face == faceDevice && !device && p != "/healthz" && p != "/readyz") {
+			writeProblem(w, r, notFoundProblem(r))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

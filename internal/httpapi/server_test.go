@@ -18,7 +18,9 @@ import (
 
 	"github.com/wfm-dev/wfm"
 	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
+	"github.com/wfm-dev/wfm/internal/identity"
 	"github.com/wfm-dev/wfm/internal/pgtest"
 	"github.com/wfm-dev/wfm/internal/postgres"
 	"github.com/wfm-dev/wfm/sdk"
@@ -29,11 +31,15 @@ import (
 func newTestServer(t *testing.T, ready func(context.Context) error) *httptest.Server {
 	t.Helper()
 	pool := pgtest.New(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
 	h, err := httpapi.NewHandler(httpapi.Config{
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Ready:    ready,
-		Registry: prometheus.NewRegistry(),
-		Catalog:  catalog.NewService(postgres.NewCatalogStore(pool), time.Now),
+		Logger:         log,
+		Ready:          ready,
+		Registry:       prometheus.NewRegistry(),
+		Catalog:        cat,
+		Fleet:          fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log),
+		DeviceIdentity: identity.HeaderIdentity{}.ClientIDFromRequest,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)

@@ -1,0 +1,133 @@
+// Package fleet is the device side of wfm: WFM clients (device agents), their
+// devices, deployments of catalog versions to devices, the revisions that
+// publish them, the per-client state manifest the devices poll, and the status
+// reports that move deployments through the lifecycle state machine.
+//
+// Rules live in internal/lifecycle (state machine) and internal/margo
+// (documents, placement, rendering); storage behind Store, which owns every
+// transaction so that a revision, its manifest and its state change are
+// written together or not at all.
+package fleet
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+// ClientStatus says whether a client may call the device API.
+type ClientStatus string
+
+// Client statuses.
+const (
+	ClientAccepted ClientStatus = "accepted"
+	ClientRetired  ClientStatus = "retired"
+)
+
+// Client is a WFM client: one device agent identity.
+type Client struct {
+	ID              string
+	Status          ClientStatus
+	ManifestVersion uint64
+	DeviceCount     int
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	RetiredAt       time.Time
+}
+
+// Manifest is a client's current state manifest exactly as served.
+type Manifest struct {
+	ClientID string
+	Status   ClientStatus
+	Version  uint64
+	JSON     []byte
+	ETag     string
+}
+
+// Device is a device of a client.
+type Device struct {
+	ClientID       string
+	ID             string
+	Registered     bool
+	Capabilities   json.RawMessage
+	ReportedLabels map[string]any
+	OperatorLabels map[string]string
+	Labels         map[string]any // reported, overridden by operator labels
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// Deployment is one application placed on one device.
+type Deployment struct {
+	ID                string
+	ClientID          string
+	DeviceID          string
+	ApplicationID     string
+	Version           lifecycle.Version // of the desired revision
+	ProfileID         string
+	State             lifecycle.State
+	StateReason       string
+	StateChangedAt    time.Time
+	Revision          int // the desired revision
+	InstalledRevision int // 0 when none was confirmed installed
+	Parameters        map[string]any
+	DesiredSince      uint64 // manifest version that published the desired revision (or the removal)
+	Removing          bool
+	NewestAdopted     uint64
+	Reports           int64
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// Revision outcomes.
+const (
+	OutcomePending    = "pending"
+	OutcomeActive     = "active"
+	OutcomeSuperseded = "superseded"
+	OutcomeFailed     = "failed"
+)
+
+// Revision is an immutable snapshot of a deployment's desired state.
+type Revision struct {
+	DeploymentID    string
+	N               int
+	ApplicationID   string
+	Version         lifecycle.Version
+	ProfileID       string
+	Parameters      map[string]any
+	Operation       lifecycle.OperationKind
+	Outcome         string
+	YAML            []byte
+	Digest          string
+	ManifestVersion uint64
+	CreatedAt       time.Time
+}
+
+// Causes of state transitions, as recorded in history.
+const (
+	CauseReport             = "report"
+	CauseOperation          = "operation"
+	CauseDeadline           = "deadline"
+	CauseOperator           = "operator"
+	CauseDeviceUnregistered = "device-unregistered"
+)
+
+// Transition is one entry of a deployment's history.
+type Transition struct {
+	At       time.Time
+	From     lifecycle.State // "" for the first entry
+	To       lifecycle.State
+	Cause    string
+	Revision int
+	Reason   string
+}
+
+// StoredReport is a status report as stored.
+type StoredReport struct {
+	ReceivedAt time.Time
+	Adopted    uint64
+	State      string
+	Stale      bool
+	JSON       json.RawMessage
+}

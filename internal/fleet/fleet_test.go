@@ -1,0 +1,156 @@
+package fleet_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/pgtest"
+	"github.com/wfm-dev/wfm/internal/postgres"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+const description = `apiVersion: v1
+id: app
+metadata:
+  name: App
+  version: "1.0.0"
+deploymentProfiles:
+  - type: compose
+    id: app-compose
+    components:
+      - name: web
+        properties:
+          repository: oci://example.com/web
+          revision: "1.0.0"
+`
+
+func newService(t *testing.T) *fleet.Service {
+	t.Helper()
+	pool := pgtest.New(t)
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	_, _, err := cat.Add(t.Context(), []byte(description), catalog.MediaYAML)
+	require.NoError(t, err)
+	return fleet.NewService(postgres.NewFleetStore(pool, 5), cat, fleet.Policy{AcceptAll: true}, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+func caps(id string) []byte {
+	b, _ := json.Marshal(map[string]any{"properties": map[string]any{"id": id, "vendor": "v", "modelNumber": "m", "serialNumber": "s",
+		"cpus": []any{map[string]any{"cores": 2, "architecture": "amd64"}}, "memory": "1Gi", "storage": "1Gi",
+		"supportedRuntimes": []string{"oci"}, "supportedDeploymentTypes": []string{"compose"}}})
+	return b
+}
+
+func report(id string, adopted uint64, state string) []byte {
+	b, _ := json.Marshal(map[string]any{"deploymentId": id, "adoptedManifestVersion": adopted, "status": map[string]any{"state": state},
+		"components": []any{map[string]any{"name": "web", "state": state}}})
+	return b
+}
+
+// rank orders states along one deployment's life; a deployment must never
+// move to a lower rank. While it is being removed, failed means the removal
+// failed: that comes after removing.
+func rank(d fleet.Deployment) int {
+	s := d.State
+	if d.Removing && s == lifecycle.StateFailed {
+		return 4
+	}
+	switch s {
+	case lifecycle.StatePending:
+		return 0
+	case lifecycle.StateInstalling:
+		return 1
+	case lifecycle.StateInstalled, lifecycle.StateFailed:
+		return 2
+	case lifecycle.StateRemoving:
+		return 3
+	case lifecycle.StateRemoved:
+		return 5
+	}
+	return -1
+}
+
+// TestReportsNeverMoveBackwards sends random interleavings of reports —
+// duplicated, reordered, stale, some for the removal — and checks that the
+// deployment never moves to an earlier state, that stale reports change
+// nothing, and that the client's manifestVersion strictly increases with
+// every publication.
+func TestReportsNeverMoveBackwards(t *testing.T) {
+	states := []string{"pending", "installing", "installed", "failed", "removing", "removed"}
+	for seed := uint64(1); seed <= 12; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			ctx := context.Background()
+			s := newService(t)
+			r := rand.New(rand.NewPCG(seed, seed*7))
+			_, err := s.PutCapabilities(ctx, "c", "d", caps("d"))
+			require.NoError(t, err)
+			m0, err := s.Manifest(ctx, "c")
+			require.NoError(t, err)
+			d, err := s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d"})
+			require.NoError(t, err)
+			m1, err := s.Manifest(ctx, "c")
+			require.NoError(t, err)
+			require.Greater(t, m1.Version, m0.Version)
+
+			var sent [][]byte
+			removed := false
+			lastRank, lastVersion := rank(d), m1.Version
+			for step := range 40 {
+				var body []byte
+				switch k := r.IntN(10); {
+				case k < 2 && len(sent) > 0: // duplicate or reorder an earlier report
+					body = sent[r.IntN(len(sent))]
+				case k == 2 && !removed && step > 10:
+					_, err := s.RemoveDeployment(ctx, d.ID, "")
+					require.NoError(t, err)
+					removed = true
+					m, err := s.Manifest(ctx, "c")
+					require.NoError(t, err)
+					require.Greater(t, m.Version, lastVersion, "manifestVersion strictly increases with each publication")
+					lastVersion = m.Version
+					continue
+				default:
+					cur, err := s.Deployment(ctx, d.ID)
+					require.NoError(t, err)
+					adopted := cur.DesiredSince
+					if r.IntN(4) == 0 && adopted > 1 {
+						adopted -= uint64(1 + r.IntN(int(adopted-1))) // stale or about an older revision
+					}
+					body = report(d.ID, adopted, states[r.IntN(len(states))])
+				}
+				sent = append(sent, body)
+				before, err := s.Deployment(ctx, d.ID)
+				require.NoError(t, err)
+				_, err = s.ReportStatus(ctx, "c", d.ID, body)
+				require.NoError(t, err)
+				after, err := s.Deployment(ctx, d.ID)
+				require.NoError(t, err)
+				var rep struct {
+					Adopted uint64 `json:"adoptedManifestVersion"`
+				}
+				require.NoError(t, json.Unmarshal(body, &rep))
+				if rep.Adopted < before.NewestAdopted {
+					require.Equal(t, before.State, after.State, "a stale report changed the state")
+				}
+				require.GreaterOrEqual(t, rank(after), lastRank, "state moved backwards: %s after %s (report %s)", after.State, before.State, body)
+				require.True(t, after.State == before.State || lifecycle.CanTransition(before.State, after.State))
+				lastRank = rank(after)
+				m, err := s.Manifest(ctx, "c")
+				require.NoError(t, err)
+				require.Equal(t, lastVersion, m.Version, "a report never publishes")
+			}
+		})
+	}
+}

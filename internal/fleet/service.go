@@ -1,0 +1,611 @@
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/page"
+)
+
+// Store is what the fleet needs from storage. Each method is one transaction;
+// callbacks run inside it, on rows locked FOR UPDATE, and decide.
+type Store interface {
+	// ClientManifest returns a client's current manifest; with create it
+	// first creates the client, accepted, with manifest version 1 (no
+	// deployments). Returns ENOTFOUND if the client does not exist and
+	// create is false.
+	ClientManifest(ctx context.Context, clientID string, create bool, now time.Time) (Manifest, error)
+	// AcceptClient creates the client accepted, or accepts it again.
+	AcceptClient(ctx context.Context, clientID string, now time.Time) (Client, bool, error)
+	// RetireClient retires a client. Returns ENOTFOUND if there is none.
+	RetireClient(ctx context.Context, clientID string, now time.Time) (Client, error)
+	// Client returns one client. Returns ENOTFOUND if there is none.
+	Client(ctx context.Context, clientID string) (Client, error)
+	// Clients returns up to limit clients with ids after after.
+	Clients(ctx context.Context, after string, limit int) ([]Client, error)
+
+	// PutDevice registers or updates a device; created is true when the
+	// device was not registered before.
+	PutDevice(ctx context.Context, clientID, deviceID string, capabilities []byte, reportedLabels map[string]any, now time.Time) (created bool, err error)
+	// UnregisterDevice marks the device unregistered, removes its
+	// deployments (state removed, cause device-unregistered) and publishes
+	// the client's manifest without them. Returns ENOTFOUND if the device is
+	// not registered.
+	UnregisterDevice(ctx context.Context, clientID, deviceID string, now time.Time) error
+	// Device returns one device. Returns ENOTFOUND if there is none.
+	Device(ctx context.Context, clientID, deviceID string) (Device, error)
+	// Devices returns a page of devices matching f.
+	Devices(ctx context.Context, f DeviceFilter, after string, limit int) ([]Device, error)
+	// SetOperatorLabels replaces a device's operator labels.
+	SetOperatorLabels(ctx context.Context, clientID, deviceID string, labels map[string]string, now time.Time) (Device, error)
+
+	// CreateDeployment stores a new deployment with its first revision and
+	// publishes its client's manifest, in one transaction. It calls render
+	// with the manifest version that will publish the revision. Returns
+	// ENOTFOUND if the device is not registered, EINVALID (version-yanked)
+	// if the version was yanked meanwhile.
+	CreateDeployment(ctx context.Context, d NewDeployment, now time.Time) (Deployment, error)
+	// RemoveDeployment marks a deployment removing and publishes its
+	// client's manifest without it. check runs on the locked row first and
+	// may refuse. Returns ENOTFOUND if there is no such deployment.
+	RemoveDeployment(ctx context.Context, id string, check func(Deployment) error, now time.Time) (Deployment, error)
+	// RecordReport stores a status report for a deployment of clientID and
+	// applies decide's decision. first is true for the deployment's first
+	// report. Returns ENOTFOUND if the deployment is not the client's.
+	RecordReport(ctx context.Context, clientID string, r *margo.StatusReport, decide func(Deployment) lifecycle.Decision, now time.Time) (first bool, err error)
+
+	// Deployment returns one deployment. Returns ENOTFOUND if there is none.
+	Deployment(ctx context.Context, id string) (Deployment, error)
+	// Deployments returns a page of deployments matching f, newest first.
+	Deployments(ctx context.Context, f DeploymentFilter, after string, limit int) ([]Deployment, error)
+	// Revisions returns a page of a deployment's revisions, newest first
+	// (numbers below before; 0 = from the newest).
+	Revisions(ctx context.Context, deploymentID string, before int, limit int) ([]Revision, error)
+	// Revision returns one revision. Returns ENOTFOUND if there is none.
+	Revision(ctx context.Context, deploymentID string, n int) (Revision, error)
+	// History returns a page of transitions, oldest first, with ids after after.
+	History(ctx context.Context, deploymentID string, after int64, limit int) ([]Transition, []int64, error)
+	// LatestReport returns the newest stored report. Returns ENOTFOUND if
+	// there is none.
+	LatestReport(ctx context.Context, deploymentID string) (StoredReport, error)
+	// DeploymentYAML returns the YAML of any revision of a deployment of
+	// clientID by digest. Returns ENOTFOUND otherwise.
+	DeploymentYAML(ctx context.Context, clientID, deploymentID, digest string) ([]byte, error)
+	// Bundle returns a bundle of clientID by digest. Returns ENOTFOUND otherwise.
+	Bundle(ctx context.Context, clientID, digest string) ([]byte, error)
+}
+
+// NewDeployment is what CreateDeployment stores.
+type NewDeployment struct {
+	ID            string
+	ClientID      string
+	DeviceID      string
+	ApplicationID string
+	Version       lifecycle.Version
+	ProfileID     string
+	Parameters    map[string]any
+	// Render returns the revision's ApplicationDeployment YAML.
+	Render func() ([]byte, error)
+}
+
+// DeviceFilter selects devices.
+type DeviceFilter struct {
+	ClientID string
+	Selector Selector
+}
+
+// DeploymentFilter selects deployments.
+type DeploymentFilter struct {
+	ApplicationID string
+	Version       string // canonical
+	ClientID      string
+	DeviceID      string
+	State         lifecycle.State
+	Selector      Selector // on the device's labels
+}
+
+// Policy decides which clients may call the device API.
+type Policy struct {
+	// AcceptAll accepts every client of the trust domain on first contact;
+	// otherwise only clients accepted through the management API may call.
+	AcceptAll bool
+}
+
+// Service is the fleet's use cases.
+type Service struct {
+	store   Store
+	catalog *catalog.Service
+	policy  Policy
+	now     func() time.Time
+	log     *slog.Logger
+	cache   *manifestCache
+}
+
+// NewService returns the fleet service.
+func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
+	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache()}
+}
+
+// Invalidate drops what the service remembers of a client (its manifest and
+// status); "" drops everything. Called on change notifications from any
+// server process, and after local changes.
+func (s *Service) Invalidate(clientID string) {
+	if clientID == "" {
+		s.cache.clear()
+		return
+	}
+	s.cache.invalidate(clientID)
+}
+
+// notAuthorized is the device API's refusal of a client (Margo's type).
+func notAuthorized(msg string) error {
+	return &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "not-authorized", Message: msg}
+}
+
+// Manifest returns the calling client's current manifest, from memory when
+// it can: the device poll's 304 answer needs no database.
+//
+// Returns EFORBIDDEN (type "not-authorized") if the client is retired or,
+// under a listed-clients policy, not accepted.
+func (s *Service) Manifest(ctx context.Context, clientID string) (Manifest, error) {
+	m, ok, gen := s.cache.get(clientID)
+	if !ok {
+		var err error
+		m, err = s.store.ClientManifest(ctx, clientID, s.policy.AcceptAll, s.now().UTC())
+		if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+			return Manifest{}, notAuthorized("Client " + clientID + " is not accepted by this WFM; an administrator must accept it first.")
+		}
+		if err != nil {
+			return Manifest{}, err
+		}
+		s.cache.put(clientID, m, gen)
+	}
+	if m.Status != ClientAccepted {
+		return Manifest{}, notAuthorized("Client " + clientID + " is retired: this WFM no longer serves it.")
+	}
+	return m, nil
+}
+
+// Authorize checks that a client may call the device API.
+//
+// Returns EFORBIDDEN (type "not-authorized") otherwise.
+func (s *Service) Authorize(ctx context.Context, clientID string) error {
+	_, err := s.Manifest(ctx, clientID)
+	return err
+}
+
+// PutCapabilities registers or updates a device of the client from its
+// capabilities document. created is true for a new (or re-registered) device.
+//
+// Returns EMALFORMED, ETOOLARGE or EINVALID as margo.ParseCapabilities does;
+// EFORBIDDEN as Authorize does.
+func (s *Service) PutCapabilities(ctx context.Context, clientID, deviceID string, raw []byte) (bool, error) {
+	caps, err := margo.ParseCapabilities(raw, deviceID)
+	if err != nil {
+		return false, err
+	}
+	if err := s.Authorize(ctx, clientID); err != nil { // creates the client on first contact, per policy
+		return false, err
+	}
+	return s.store.PutDevice(ctx, clientID, deviceID, caps.JSON, caps.Labels, s.now().UTC())
+}
+
+// Unregister unregisters a device: its deployments leave the manifest.
+//
+// Returns ENOTFOUND if the client has no such registered device.
+func (s *Service) Unregister(ctx context.Context, clientID, deviceID string) error {
+	err := s.store.UnregisterDevice(ctx, clientID, deviceID, s.now().UTC())
+	s.cache.invalidate(clientID)
+	return err
+}
+
+// DeploymentYAML returns a revision's YAML of one of the client's
+// deployments by digest. Returns ENOTFOUND otherwise.
+func (s *Service) DeploymentYAML(ctx context.Context, clientID, deploymentID, digest string) ([]byte, error) {
+	return s.store.DeploymentYAML(ctx, clientID, deploymentID, digest)
+}
+
+// Bundle returns one of the client's bundles by digest. Returns ENOTFOUND otherwise.
+func (s *Service) Bundle(ctx context.Context, clientID, digest string) ([]byte, error) {
+	return s.store.Bundle(ctx, clientID, digest)
+}
+
+// ReportStatus validates and records a status report and moves the
+// deployment's state as the lifecycle state machine decides. first is true
+// for the deployment's first report.
+//
+// Returns EMALFORMED, ETOOLARGE or EINVALID as margo.ParseStatusReport does;
+// EINVALID (type "unknown-deployment") if the deployment is not the
+// client's; EINVALID (type "component-mismatch") if the reported components
+// are not the deployment's; EINVALID (type "device-id-mismatch") if the
+// report names another device.
+func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID string, raw []byte) (bool, error) {
+	r, err := margo.ParseStatusReport(raw, deploymentID)
+	if err != nil {
+		return false, err
+	}
+	var refusal error
+	decide := func(d Deployment) lifecycle.Decision {
+		if r.DeviceID != "" && r.DeviceID != d.DeviceID {
+			refusal = &lifecycle.Error{Code: lifecycle.EINVALID, Type: "device-id-mismatch",
+				Message: fmt.Sprintf("Deployment %s runs on device %s, not %s.", d.ID, d.DeviceID, r.DeviceID),
+				Fields:  []lifecycle.FieldError{{Pointer: "/deviceId", Detail: "not the deployment's device"}}}
+			return lifecycle.Decision{}
+		}
+		phase := ""
+		if r.Extension != nil {
+			phase = string(r.Extension.Phase)
+		}
+		return lifecycle.Decide(lifecycle.Observation{
+			Current:       d.State,
+			Op:            currentOp(d),
+			DesiredSince:  d.DesiredSince,
+			Removing:      d.Removing,
+			NewestAdopted: d.NewestAdopted,
+			Report:        lifecycle.ReportView{State: string(r.State), Adopted: r.AdoptedManifestVersion, Phase: phase},
+		})
+	}
+	first, err := s.store.RecordReport(ctx, clientID, r, func(d Deployment) lifecycle.Decision {
+		dec := decide(d)
+		return dec
+	}, s.now().UTC())
+	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+		return false, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "unknown-deployment",
+			Message: "This client has no deployment " + deploymentID + ".",
+			Fields:  []lifecycle.FieldError{{Pointer: "/deploymentId", Detail: "no such deployment for this client"}}}
+	}
+	if refusal != nil {
+		return false, refusal
+	}
+	return first, err
+}
+
+// currentOp is the operation that produced the desired revision. Only
+// installs exist until lifecycle operations land; removal is Removing.
+func currentOp(d Deployment) lifecycle.OperationKind {
+	if d.Removing {
+		return lifecycle.OperationRemove
+	}
+	if d.Revision <= 1 {
+		return lifecycle.OperationInstall
+	}
+	return lifecycle.OperationInstall
+}
+
+// CreateRequest asks for a new deployment.
+type CreateRequest struct {
+	ApplicationID string
+	Version       string
+	ClientID      string
+	DeviceID      string
+	ProfileID     string
+	Parameters    map[string]any
+}
+
+// CreateDeployment places an application version on a device and publishes
+// revision 1.
+//
+// Returns EINVALID (invalid-version) for a bad version; ENOTFOUND if the
+// version, client or device does not exist; EINVALID (version-yanked) for a
+// yanked version; EINVALID (unknown-profile, not-placeable) when no profile
+// fits; EINVALID (invalid-parameter-values) for bad parameter values.
+func (s *Service) CreateDeployment(ctx context.Context, req CreateRequest) (Deployment, error) {
+	v, err := s.catalog.Get(ctx, req.ApplicationID, req.Version)
+	if err != nil {
+		return Deployment{}, err
+	}
+	if v.Yanked {
+		return Deployment{}, yanked(v)
+	}
+	desc, err := s.catalog.Description(v)
+	if err != nil {
+		return Deployment{}, err
+	}
+	dev, err := s.store.Device(ctx, req.ClientID, req.DeviceID)
+	if err != nil {
+		return Deployment{}, err
+	}
+	if !dev.Registered {
+		return Deployment{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "device-unregistered",
+			Message: "Device " + req.DeviceID + " of client " + req.ClientID + " is unregistered; it must report its capabilities again first."}
+	}
+	caps, err := margo.ParseCapabilities(dev.Capabilities, dev.ID)
+	if err != nil {
+		return Deployment{}, fmt.Errorf("stored capabilities of %s/%s: %w", dev.ClientID, dev.ID, err)
+	}
+	profile, err := margo.ChooseProfile(desc, caps, req.ProfileID)
+	if err != nil {
+		return Deployment{}, err
+	}
+	values := desc.DefaultValues()
+	for k, val := range req.Parameters {
+		values[k] = val
+	}
+	if err := desc.CheckValues(req.Parameters, false); err != nil {
+		return Deployment{}, err
+	}
+	id := newUUID()
+	nd := NewDeployment{
+		ID: id, ClientID: req.ClientID, DeviceID: req.DeviceID, ApplicationID: req.ApplicationID,
+		Version: v.Version, ProfileID: profile.ID, Parameters: values,
+		Render: func() ([]byte, error) {
+			return margo.RenderDeployment(margo.DeploymentInput{
+				DeploymentID: id, DeviceID: req.DeviceID, Description: desc, Profile: profile, Values: values,
+				Extension: margo.Extension{Revision: 1, Operation: lifecycle.OperationInstall,
+					Strategy: desc.Lifecycle.Upgrade.DefaultStrategy()},
+			})
+		},
+	}
+	d, err := s.store.CreateDeployment(ctx, nd, s.now().UTC())
+	s.cache.invalidate(req.ClientID)
+	return d, err
+}
+
+func yanked(v catalog.Version) error {
+	msg := fmt.Sprintf("Version %s of %s is yanked", v.Version, v.ApplicationID)
+	if v.YankedReason != "" {
+		msg += " (" + v.YankedReason + ")"
+	}
+	return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "version-yanked", Message: msg + "; it cannot be deployed.",
+		Fields: []lifecycle.FieldError{{Pointer: "/version", Detail: "yanked"}}}
+}
+
+// RemoveDeployment deletes a deployment: it leaves its client's manifest and
+// becomes removing. ifMatch, when not empty, must match the deployment's ETag.
+//
+// Returns ENOTFOUND if there is no such deployment, EPRECONDITION if ifMatch
+// does not match.
+func (s *Service) RemoveDeployment(ctx context.Context, id, ifMatch string) (Deployment, error) {
+	d, err := s.store.RemoveDeployment(ctx, id, func(d Deployment) error {
+		if ifMatch != "" && !ETagMatches(ifMatch, DeploymentETag(d)) {
+			return &lifecycle.Error{Code: lifecycle.EPRECONDITION, Type: "precondition-failed",
+				Message: "The deployment changed since it was read (If-Match does not match its ETag); read it again."}
+		}
+		return nil
+	}, s.now().UTC())
+	if err == nil {
+		s.cache.invalidate(d.ClientID)
+	}
+	return d, err
+}
+
+// DeploymentETag is the strong validator of a deployment's representation:
+// it changes with every state change, revision and report.
+func DeploymentETag(d Deployment) string {
+	return `"d-` + strconv.Itoa(d.Revision) + "-" + strconv.FormatInt(d.UpdatedAt.UnixNano(), 36) + "-" + strconv.FormatInt(d.Reports, 36) + `"`
+}
+
+// ETagMatches implements If-Match's strong comparison (RFC 9110 13.1.1):
+// "*" or a listed tag equal to etag; weak tags never match.
+func ETagMatches(header, etag string) bool {
+	if strings.TrimSpace(header) == "*" {
+		return true
+	}
+	for _, t := range strings.Split(header, ",") {
+		if strings.TrimSpace(t) == etag {
+			return true
+		}
+	}
+	return false
+}
+
+// Reads, each returning ENOTFOUND when the thing does not exist.
+
+// Deployment returns one deployment.
+func (s *Service) Deployment(ctx context.Context, id string) (Deployment, error) {
+	return s.store.Deployment(ctx, id)
+}
+
+// Revision returns one revision of a deployment.
+func (s *Service) Revision(ctx context.Context, id string, n int) (Revision, error) {
+	return s.store.Revision(ctx, id, n)
+}
+
+// LatestReport returns the newest status report of a deployment.
+func (s *Service) LatestReport(ctx context.Context, id string) (StoredReport, error) {
+	if _, err := s.store.Deployment(ctx, id); err != nil {
+		return StoredReport{}, err
+	}
+	r, err := s.store.LatestReport(ctx, id)
+	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+		return StoredReport{}, &lifecycle.Error{Code: lifecycle.ENOTFOUND, Type: "not-found", Message: "The device has not reported status for deployment " + id + " yet."}
+	}
+	return r, err
+}
+
+// Client returns one client.
+func (s *Service) Client(ctx context.Context, id string) (Client, error) {
+	return s.store.Client(ctx, id)
+}
+
+// Device returns one device.
+func (s *Service) Device(ctx context.Context, clientID, deviceID string) (Device, error) {
+	return s.store.Device(ctx, clientID, deviceID)
+}
+
+// AcceptClient accepts a client (again). created is true for a new client.
+func (s *Service) AcceptClient(ctx context.Context, id string) (Client, bool, error) {
+	c, created, err := s.store.AcceptClient(ctx, id, s.now().UTC())
+	s.cache.invalidate(id)
+	return c, created, err
+}
+
+// RetireClient retires a client; its device API calls get 403 from now on.
+func (s *Service) RetireClient(ctx context.Context, id string) (Client, error) {
+	c, err := s.store.RetireClient(ctx, id, s.now().UTC())
+	s.cache.invalidate(id)
+	return c, err
+}
+
+// SetDeviceLabels replaces a device's operator labels.
+//
+// Returns EINVALID for bad labels, ENOTFOUND if there is no such device.
+func (s *Service) SetDeviceLabels(ctx context.Context, clientID, deviceID string, labels map[string]string) (Device, error) {
+	if err := ValidateLabels(labels); err != nil {
+		return Device{}, err
+	}
+	return s.store.SetOperatorLabels(ctx, clientID, deviceID, labels, s.now().UTC())
+}
+
+// Clients returns a page of clients and the next cursor.
+func (s *Service) Clients(ctx context.Context, limit int, cursor string) ([]Client, string, error) {
+	limit, after, err := page.Args(limit, cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	cs, err := s.store.Clients(ctx, after, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(cs) > limit {
+		cs, next = cs[:limit], page.Encode(cs[limit-1].ID)
+	}
+	return cs, next, nil
+}
+
+// Devices returns a page of devices and the next cursor.
+//
+// Returns EINVALID for a bad selector, limit or cursor.
+func (s *Service) Devices(ctx context.Context, clientID, selector string, limit int, cursor string) ([]Device, string, error) {
+	sel, err := ParseSelector(selector)
+	if err != nil {
+		return nil, "", err
+	}
+	limit, after, err := page.Args(limit, cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	ds, err := s.store.Devices(ctx, DeviceFilter{ClientID: clientID, Selector: sel}, after, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(ds) > limit {
+		ds = ds[:limit]
+		next = page.Encode(ds[limit-1].ClientID + "\x00" + ds[limit-1].ID)
+	}
+	return ds, next, nil
+}
+
+// ListRequest filters deployments.
+type ListRequest struct {
+	ApplicationID, Version, ClientID, DeviceID, State, Selector string
+}
+
+// Deployments returns a page of deployments, newest first, and the next cursor.
+//
+// Returns EINVALID for a bad filter, limit or cursor.
+func (s *Service) Deployments(ctx context.Context, req ListRequest, limit int, cursor string) ([]Deployment, string, error) {
+	sel, err := ParseSelector(req.Selector)
+	if err != nil {
+		return nil, "", err
+	}
+	f := DeploymentFilter{ApplicationID: req.ApplicationID, ClientID: req.ClientID, DeviceID: req.DeviceID, State: lifecycle.State(req.State), Selector: sel}
+	if req.Version != "" {
+		v, err := lifecycle.ParseVersion(req.Version)
+		if err != nil {
+			return nil, "", err
+		}
+		f.Version = v.String()
+	}
+	limit, after, err := page.Args(limit, cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	ds, err := s.store.Deployments(ctx, f, after, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(ds) > limit {
+		ds = ds[:limit]
+		last := ds[limit-1]
+		next = page.Encode(last.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + last.ID)
+	}
+	return ds, next, nil
+}
+
+// Revisions returns a page of a deployment's revisions, newest first.
+func (s *Service) Revisions(ctx context.Context, id string, limit int, cursor string) ([]Revision, string, error) {
+	limit, after, err := page.Args(limit, cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	before := 0
+	if after != "" {
+		if before, err = strconv.Atoi(after); err != nil {
+			return nil, "", page.BadCursor()
+		}
+	}
+	if _, err := s.store.Deployment(ctx, id); err != nil {
+		return nil, "", err
+	}
+	rs, err := s.store.Revisions(ctx, id, before, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(rs) > limit {
+		rs = rs[:limit]
+		next = page.Encode(strconv.Itoa(rs[limit-1].N))
+	}
+	return rs, next, nil
+}
+
+// History returns a page of a deployment's transitions, oldest first.
+func (s *Service) History(ctx context.Context, id string, limit int, cursor string) ([]Transition, string, error) {
+	limit, after, err := page.Args(limit, cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	var afterID int64
+	if after != "" {
+		if afterID, err = strconv.ParseInt(after, 10, 64); err != nil {
+			return nil, "", page.BadCursor()
+		}
+	}
+	if _, err := s.store.Deployment(ctx, id); err != nil {
+		return nil, "", err
+	}
+	ts, ids, err := s.store.History(ctx, id, afterID, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(ts) > limit {
+		ts = ts[:limit]
+		next = page.Encode(strconv.FormatInt(ids[limit-1], 10))
+	}
+	return ts, next, nil
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func labelText(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func sortFields(fs []lifecycle.FieldError) {
+	sort.Slice(fs, func(i, j int) bool { return fs[i].Pointer < fs[j].Pointer })
+}

@@ -1,0 +1,175 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/wfm-dev/wfm/api"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+// Media types of the Margo device API.
+const (
+	manifestMediaType = "application/vnd.margo.manifest.v1+json"
+	bundleMediaType   = "application/vnd.margo.bundle.v1+tar+gzip"
+	immutableCache    = "private, max-age=31536000, immutable"
+)
+
+type clientKey struct{}
+
+// clientFrom returns the calling WFM client's id, set by deviceIdentity.
+func clientFrom(ctx context.Context) string {
+	id, _ := ctx.Value(clientKey{}).(string)
+	return id
+}
+
+// deviceIdentity authenticates every device API request (/api/v1/…): it
+// derives the client id from the mTLS certificate (or, in the development
+// header mode, from a header), checks the accepted-client policy, and makes
+// the id available to the handlers. Refusals are 403 #not-authorized, the
+// only refusal rc.3 declares.
+func (s *Server) deviceIdentity(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/api/v1/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		id, err := s.clientID(r)
+		if err != nil {
+			msg := "The caller is not an authenticated WFM client."
+			var de *lifecycle.Error
+			if errors.As(err, &de) {
+				msg = de.Message
+			}
+			writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "not-authorized", Message: msg}))
+			return
+		}
+		if err := s.fleet.Authorize(r.Context(), id); err != nil {
+			writeProblem(w, r, problemFromError(s.log, r, err))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, id)))
+	})
+}
+
+// manifestResponse writes a state manifest's exact bytes.
+type manifestResponse struct {
+	body []byte
+	etag string
+}
+
+func (m manifestResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
+	h := w.Header()
+	h.Set("Content-Type", manifestMediaType)
+	h.Set("ETag", m.etag)
+	h.Set("Cache-Control", "private")
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write(m.body)
+	return err
+}
+
+// notModified is a 304 that carries the ETag the 200 would have had
+// (RFC 9110 section 15.4.5).
+type notModified struct{ etag string }
+
+func (n notModified) write(w http.ResponseWriter) error {
+	w.Header().Set("ETag", n.etag)
+	w.WriteHeader(http.StatusNotModified)
+	return nil
+}
+
+func (n notModified) VisitGetStateManifestResponse(w http.ResponseWriter) error { return n.write(w) }
+
+func (n notModified) VisitGetBundleResponse(w http.ResponseWriter) error { return n.write(w) }
+
+// GetStateManifest answers the device poll, from memory.
+func (s *Server) GetStateManifest(ctx context.Context, req api.GetStateManifestRequestObject) (api.GetStateManifestResponseObject, error) {
+	m, err := s.fleet.Manifest(ctx, clientFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if r := requestFrom(ctx); r != nil {
+		if _, ok := negotiate(r.Header.Get("Accept"), manifestMediaType, "application/json"); !ok {
+			return nil, &lifecycle.Error{Code: lifecycle.ENOTACCEPTABLE, Type: "not-acceptable",
+				Message: "The state manifest is available as " + manifestMediaType + "."}
+		}
+	}
+	if req.Params.IfNoneMatch != nil && etagMatches(*req.Params.IfNoneMatch, m.ETag) {
+		return notModified{etag: m.ETag}, nil
+	}
+	return manifestResponse{body: m.JSON, etag: m.ETag}, nil
+}
+
+// GetDeploymentYAML serves one ApplicationDeployment YAML by digest.
+func (s *Server) GetDeploymentYAML(ctx context.Context, req api.GetDeploymentYAMLRequestObject) (api.GetDeploymentYAMLResponseObject, error) {
+	b, err := s.fleet.DeploymentYAML(ctx, clientFrom(ctx), req.DeploymentId, req.Digest)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetDeploymentYAML200ApplicationyamlResponse{Body: bytes.NewReader(b), ContentLength: int64(len(b)),
+		Headers: api.GetDeploymentYAML200ResponseHeaders{ETag: `"` + req.Digest + `"`, CacheControl: immutableCache}}, nil
+}
+
+// GetBundle serves one bundle by digest.
+func (s *Server) GetBundle(ctx context.Context, req api.GetBundleRequestObject) (api.GetBundleResponseObject, error) {
+	b, err := s.fleet.Bundle(ctx, clientFrom(ctx), req.Digest)
+	if err != nil {
+		return nil, err
+	}
+	etag := `"` + req.Digest + `"`
+	if req.Params.IfNoneMatch != nil && etagMatches(*req.Params.IfNoneMatch, etag) {
+		return notModified{etag: etag}, nil
+	}
+	return api.GetBundle200ApplicationvndMargoBundleV1TarGzipResponse{Body: bytes.NewReader(b), ContentLength: int64(len(b)),
+		Headers: api.GetBundle200ResponseHeaders{ETag: etag, CacheControl: immutableCache}}, nil
+}
+
+// PutDeviceCapabilities registers or updates a device.
+func (s *Server) PutDeviceCapabilities(ctx context.Context, req api.PutDeviceCapabilitiesRequestObject) (api.PutDeviceCapabilitiesResponseObject, error) {
+	raw, err := rawJSON(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	created, err := s.fleet.PutCapabilities(ctx, clientFrom(ctx), req.DeviceId, raw)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		return api.PutDeviceCapabilities201Response{}, nil
+	}
+	return api.PutDeviceCapabilities200Response{}, nil
+}
+
+// DeleteDeviceCapabilities unregisters a device.
+func (s *Server) DeleteDeviceCapabilities(ctx context.Context, req api.DeleteDeviceCapabilitiesRequestObject) (api.DeleteDeviceCapabilitiesResponseObject, error) {
+	if err := s.fleet.Unregister(ctx, clientFrom(ctx), req.DeviceId); err != nil {
+		return nil, err
+	}
+	return api.DeleteDeviceCapabilities204Response{}, nil
+}
+
+// PostDeploymentStatus records a status report.
+func (s *Server) PostDeploymentStatus(ctx context.Context, req api.PostDeploymentStatusRequestObject) (api.PostDeploymentStatusResponseObject, error) {
+	raw, err := rawJSON(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	first, err := s.fleet.ReportStatus(ctx, clientFrom(ctx), req.DeploymentId, raw)
+	if err != nil {
+		return nil, err
+	}
+	if first {
+		return api.PostDeploymentStatus201Response{}, nil
+	}
+	return api.PostDeploymentStatus200Response{}, nil
+}
+
+func rawJSON[T ~[]byte](body *T) ([]byte, error) {
+	if body == nil {
+		return nil, &lifecycle.Error{Code: lifecycle.EMALFORMED, Type: "invalid-request", Message: "A JSON request body is required."}
+	}
+	return []byte(*body), nil
+}

@@ -1,0 +1,405 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/page"
+)
+
+const sqlDeploymentColumns = `d.id::text, d.client_id, d.device_id, d.application_id, r.version, r.profile_id, d.state, d.state_reason,
+d.state_changed_at, d.revision, d.installed_revision, r.parameters::text, d.desired_since, d.removing, d.newest_adopted, d.reports,
+d.created_at, d.updated_at`
+
+const sqlDeploymentFrom = ` FROM deployments d JOIN revisions r ON r.deployment_id = d.id AND r.n = d.revision`
+
+func scanDeployment(row pgx.Row) (fleet.Deployment, error) {
+	var d fleet.Deployment
+	var version, state, params string
+	var installed *int32
+	var since, adopted int64
+	if err := row.Scan(&d.ID, &d.ClientID, &d.DeviceID, &d.ApplicationID, &version, &d.ProfileID, &state, &d.StateReason,
+		&d.StateChangedAt, &d.Revision, &installed, &params, &since, &d.Removing, &adopted, &d.Reports, &d.CreatedAt, &d.UpdatedAt); err != nil {
+		return d, err
+	}
+	v, err := lifecycle.ParseVersion(version)
+	if err != nil {
+		return d, fmt.Errorf("stored version %q: %w", version, err)
+	}
+	d.Version, d.State = v, lifecycle.State(state)
+	if installed != nil {
+		d.InstalledRevision = int(*installed)
+	}
+	d.DesiredSince, d.NewestAdopted = uint64(since), uint64(adopted)
+	return d, json.Unmarshal([]byte(params), &d.Parameters)
+}
+
+func appendHistory(ctx context.Context, tx pgx.Tx, id string, from, to lifecycle.State, cause string, rev int, reason string, now time.Time) error {
+	var f *string
+	if from != "" {
+		s := string(from)
+		f = &s
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO deployment_history (deployment_id, at, from_state, to_state, cause, revision, reason) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		id, now, f, string(to), cause, rev, reason)
+	return err
+}
+
+// CreateDeployment implements fleet.Store.
+func (s *FleetStore) CreateDeployment(ctx context.Context, nd fleet.NewDeployment, now time.Time) (fleet.Deployment, error) {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var registered bool
+		err := tx.QueryRow(ctx, `SELECT registered FROM devices WHERE client_id = $1 AND id = $2 FOR SHARE`, nd.ClientID, nd.DeviceID).Scan(&registered)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !registered) {
+			return notFound("Client %s has no registered device %s.", nd.ClientID, nd.DeviceID)
+		}
+		if err != nil {
+			return err
+		}
+		var yanked bool
+		err = tx.QueryRow(ctx, `SELECT yanked FROM application_versions WHERE application_id = $1 AND version = $2 FOR SHARE`, nd.ApplicationID, nd.Version.String()).Scan(&yanked)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("Application %s has no version %s.", nd.ApplicationID, nd.Version)
+		}
+		if err != nil {
+			return err
+		}
+		if yanked {
+			return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "version-yanked", Message: fmt.Sprintf("Version %s of %s was yanked; it cannot be deployed.", nd.Version, nd.ApplicationID)}
+		}
+		yaml, err := nd.Render()
+		if err != nil {
+			return err
+		}
+		v, err := bumpManifest(ctx, tx, nd.ClientID)
+		if err != nil {
+			return err
+		}
+		params, err := json.Marshal(nd.Parameters)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+INSERT INTO deployments (id, client_id, device_id, application_id, state, state_reason, state_changed_at, revision, desired_since, created_at, updated_at)
+VALUES ($1, $2, $3, $4, 'pending', $5, $6, 1, $7, $6, $6)`,
+			nd.ID, nd.ClientID, nd.DeviceID, nd.ApplicationID, "Revision 1 published; waiting for the device to adopt it.", now, int64(v)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, yaml, digest, manifest_version, created_at)
+VALUES ($1, 1, $2, $3, $4, $5::jsonb, 'install', 'pending', $6, $7, $8, $9)`,
+			nd.ID, nd.ApplicationID, nd.Version.String(), nd.ProfileID, string(params), yaml, margo.Digest(yaml), int64(v), now); err != nil {
+			return err
+		}
+		if err := appendHistory(ctx, tx, nd.ID, "", lifecycle.StatePending, fleet.CauseOperation, 1, "install of "+nd.Version.String()+" published", now); err != nil {
+			return err
+		}
+		return renderManifest(ctx, tx, nd.ClientID, v, now)
+	})
+	if err != nil {
+		return fleet.Deployment{}, translate(err)
+	}
+	return s.Deployment(ctx, nd.ID)
+}
+
+// RemoveDeployment implements fleet.Store.
+func (s *FleetStore) RemoveDeployment(ctx context.Context, id string, check func(fleet.Deployment) error, now time.Time) (fleet.Deployment, error) {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		d, err := lockDeployment(ctx, tx, id, "")
+		if err != nil {
+			return err
+		}
+		if err := check(d); err != nil {
+			return err
+		}
+		if d.Removing {
+			return nil // removal is already published: nothing changes
+		}
+		next, err := lifecycle.Publish(d.State, lifecycle.OperationRemove)
+		if err != nil {
+			return err
+		}
+		v, err := bumpManifest(ctx, tx, d.ClientID)
+		if err != nil {
+			return err
+		}
+		reason := "Removal published; waiting for the device to remove the workload."
+		if _, err := tx.Exec(ctx, `UPDATE deployments SET removing = true, state = $2, state_reason = $3, state_changed_at = $4, desired_since = $5, updated_at = $4
+WHERE id = $1 AND state = $6`, id, string(next), reason, now, int64(v), string(d.State)); err != nil {
+			return err
+		}
+		if next != d.State {
+			if err := appendHistory(ctx, tx, id, d.State, next, fleet.CauseOperator, d.Revision, reason, now); err != nil {
+				return err
+			}
+		}
+		return renderManifest(ctx, tx, d.ClientID, v, now)
+	})
+	if err != nil {
+		return fleet.Deployment{}, translate(err)
+	}
+	return s.Deployment(ctx, id)
+}
+
+// lockDeployment reads a deployment FOR UPDATE; with clientID it must be
+// that client's.
+func lockDeployment(ctx context.Context, tx pgx.Tx, id, clientID string) (fleet.Deployment, error) {
+	if !validUUID(id) {
+		return fleet.Deployment{}, notFound("There is no deployment %s.", id)
+	}
+	q := `SELECT ` + sqlDeploymentColumns + sqlDeploymentFrom + ` WHERE d.id = $1 AND ($2 = '' OR d.client_id = $2) FOR UPDATE OF d`
+	d, err := scanDeployment(tx.QueryRow(ctx, q, id, clientID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, notFound("There is no deployment %s.", id)
+	}
+	return d, err
+}
+
+// RecordReport implements fleet.Store.
+func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo.StatusReport, decide func(fleet.Deployment) lifecycle.Decision, now time.Time) (bool, error) {
+	first := false
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		d, err := lockDeployment(ctx, tx, r.DeploymentID, clientID)
+		if err != nil {
+			return err
+		}
+		first = d.Reports == 0
+		dec := decide(d)
+		if _, err := tx.Exec(ctx, `INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report) VALUES ($1, $2, $3, $4, $5, $6::jsonb)`,
+			d.ID, now, int64(r.AdoptedManifestVersion), string(r.State), dec.Stale, string(r.JSON)); err != nil {
+			return err
+		}
+		adopted := max(d.NewestAdopted, r.AdoptedManifestVersion)
+		set := `newest_adopted = $2, reports = reports + 1, updated_at = $3`
+		args := []any{d.ID, int64(adopted), now}
+		if dec.Changed {
+			args = append(args, string(dec.Next), dec.Reason, string(d.State))
+			set += `, state = $4, state_reason = $5, state_changed_at = $3`
+			if dec.Next == lifecycle.StateInstalled {
+				set += `, installed_revision = revision`
+			}
+			tag, err := tx.Exec(ctx, `UPDATE deployments SET `+set+` WHERE id = $1 AND state = $6`, args...)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("deployment %s changed state concurrently", d.ID)
+			}
+			if err := appendHistory(ctx, tx, d.ID, d.State, dec.Next, fleet.CauseReport, d.Revision, dec.Reason, now); err != nil {
+				return err
+			}
+			switch dec.Next {
+			case lifecycle.StateInstalled:
+				if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = CASE WHEN n = $2 THEN 'active' ELSE 'superseded' END
+WHERE deployment_id = $1 AND (n = $2 OR outcome = 'active')`, d.ID, d.Revision); err != nil {
+					return err
+				}
+			case lifecycle.StateFailed:
+				if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = 'failed' WHERE deployment_id = $1 AND n = $2 AND outcome = 'pending'`, d.ID, d.Revision); err != nil {
+					return err
+				}
+			}
+		} else if _, err := tx.Exec(ctx, `UPDATE deployments SET `+set+` WHERE id = $1`, args...); err != nil {
+			return err
+		}
+		// Retention: keep the newest reports only.
+		_, err = tx.Exec(ctx, `DELETE FROM status_reports WHERE deployment_id = $1 AND id <= (
+SELECT id FROM status_reports WHERE deployment_id = $1 ORDER BY id DESC OFFSET $2 LIMIT 1)`, d.ID, s.retention)
+		return err
+	})
+	return first, translate(err)
+}
+
+// Deployment implements fleet.Store.
+func (s *FleetStore) Deployment(ctx context.Context, id string) (fleet.Deployment, error) {
+	if !validUUID(id) {
+		return fleet.Deployment{}, notFound("There is no deployment %s.", id)
+	}
+	d, err := scanDeployment(s.pool.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+sqlDeploymentFrom+` WHERE d.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, notFound("There is no deployment %s.", id)
+	}
+	return d, translate(err)
+}
+
+// Deployments implements fleet.Store.
+func (s *FleetStore) Deployments(ctx context.Context, f fleet.DeploymentFilter, after string, limit int) ([]fleet.Deployment, error) {
+	where, args := []string{"true"}, []any{}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
+	}
+	if f.ApplicationID != "" {
+		add("d.application_id = ?", f.ApplicationID)
+	}
+	if f.Version != "" {
+		add("r.version = ?", f.Version)
+	}
+	if f.ClientID != "" {
+		add("d.client_id = ?", f.ClientID)
+	}
+	if f.DeviceID != "" {
+		add("d.device_id = ?", f.DeviceID)
+	}
+	if f.State != "" {
+		add("d.state = ?", string(f.State))
+	}
+	if after != "" {
+		ts, id, ok := strings.Cut(after, "|")
+		t, err := time.Parse(time.RFC3339Nano, ts)
+		if !ok || err != nil || !validUUID(id) {
+			return nil, page.BadCursor()
+		}
+		args = append(args, t, id)
+		where = append(where, fmt.Sprintf("(d.created_at, d.id) < ($%d, $%d::uuid)", len(args)-1, len(args)))
+	}
+	from := sqlDeploymentFrom
+	if len(f.Selector) > 0 {
+		from += ` JOIN devices dev ON dev.client_id = d.client_id AND dev.id = d.device_id`
+		where, args = selectorSQL(f.Selector, "dev.labels", where, args)
+	}
+	args = append(args, limit)
+	q := `SELECT ` + sqlDeploymentColumns + from + ` WHERE ` + strings.Join(where, " AND ") +
+		` ORDER BY d.created_at DESC, d.id DESC LIMIT $` + strconv.Itoa(len(args))
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Deployment, error) { return scanDeployment(r) })
+	return ds, translate(err)
+}
+
+const sqlRevisionColumns = `deployment_id::text, n, application_id, version, profile_id, parameters::text, operation, outcome, yaml, digest, manifest_version, created_at`
+
+func scanRevision(row pgx.Row) (fleet.Revision, error) {
+	var r fleet.Revision
+	var version, params, op string
+	var mv int64
+	if err := row.Scan(&r.DeploymentID, &r.N, &r.ApplicationID, &version, &r.ProfileID, &params, &op, &r.Outcome, &r.YAML, &r.Digest, &mv, &r.CreatedAt); err != nil {
+		return r, err
+	}
+	v, err := lifecycle.ParseVersion(version)
+	if err != nil {
+		return r, err
+	}
+	r.Version, r.Operation, r.ManifestVersion = v, lifecycle.OperationKind(op), uint64(mv)
+	return r, json.Unmarshal([]byte(params), &r.Parameters)
+}
+
+// Revisions implements fleet.Store.
+func (s *FleetStore) Revisions(ctx context.Context, id string, before, limit int) ([]fleet.Revision, error) {
+	if before <= 0 {
+		before = 1<<31 - 1
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlRevisionColumns+` FROM revisions WHERE deployment_id = $1 AND n < $2 ORDER BY n DESC LIMIT $3`, id, before, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	rs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Revision, error) { return scanRevision(r) })
+	return rs, translate(err)
+}
+
+// Revision implements fleet.Store.
+func (s *FleetStore) Revision(ctx context.Context, id string, n int) (fleet.Revision, error) {
+	if !validUUID(id) {
+		return fleet.Revision{}, notFound("There is no deployment %s.", id)
+	}
+	r, err := scanRevision(s.pool.QueryRow(ctx, `SELECT `+sqlRevisionColumns+` FROM revisions WHERE deployment_id = $1 AND n = $2`, id, n))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, notFound("Deployment %s has no revision %d.", id, n)
+	}
+	return r, translate(err)
+}
+
+// History implements fleet.Store.
+func (s *FleetStore) History(ctx context.Context, id string, after int64, limit int) ([]fleet.Transition, []int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, at, coalesce(from_state, ''), to_state, cause, coalesce(revision, 0), reason FROM deployment_history
+WHERE deployment_id = $1 AND id > $2 ORDER BY id LIMIT $3`, id, after, limit)
+	if err != nil {
+		return nil, nil, translate(err)
+	}
+	defer rows.Close()
+	var ts []fleet.Transition
+	var ids []int64
+	for rows.Next() {
+		var t fleet.Transition
+		var hid int64
+		var from, to string
+		if err := rows.Scan(&hid, &t.At, &from, &to, &t.Cause, &t.Revision, &t.Reason); err != nil {
+			return nil, nil, translate(err)
+		}
+		t.From, t.To = lifecycle.State(from), lifecycle.State(to)
+		ts, ids = append(ts, t), append(ids, hid)
+	}
+	return ts, ids, translate(rows.Err())
+}
+
+// LatestReport implements fleet.Store.
+func (s *FleetStore) LatestReport(ctx context.Context, id string) (fleet.StoredReport, error) {
+	var r fleet.StoredReport
+	var adopted int64
+	var js string
+	err := s.pool.QueryRow(ctx, `SELECT received_at, adopted_manifest_version, state, stale, report::text FROM status_reports
+WHERE deployment_id = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&r.ReceivedAt, &adopted, &r.State, &r.Stale, &js)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, notFound("Deployment %s has no status report.", id)
+	}
+	r.Adopted, r.JSON = uint64(adopted), json.RawMessage(js)
+	return r, translate(err)
+}
+
+// DeploymentYAML implements fleet.Store.
+func (s *FleetStore) DeploymentYAML(ctx context.Context, clientID, id, digest string) ([]byte, error) {
+	if !validUUID(id) {
+		return nil, notFound("No deployment %s with digest %s.", id, digest)
+	}
+	var yaml []byte
+	err := s.pool.QueryRow(ctx, `SELECT r.yaml FROM revisions r JOIN deployments d ON d.id = r.deployment_id
+WHERE r.deployment_id = $1 AND d.client_id = $2 AND r.digest = $3 LIMIT 1`, id, clientID, digest).Scan(&yaml)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("No deployment %s with digest %s.", id, digest)
+	}
+	return yaml, translate(err)
+}
+
+// Bundle implements fleet.Store.
+func (s *FleetStore) Bundle(ctx context.Context, clientID, digest string) ([]byte, error) {
+	var b []byte
+	err := s.pool.QueryRow(ctx, `SELECT content FROM bundles WHERE client_id = $1 AND digest = $2`, clientID, digest).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("No bundle with digest %s.", digest)
+	}
+	return b, translate(err)
+}
+
+// validUUID reports whether s is a UUID in its canonical text form, so that
+// a malformed id is "not found" rather than a database error.
+func validUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}

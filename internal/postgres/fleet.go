@@ -1,0 +1,433 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/page"
+)
+
+// NotifyChannel is the LISTEN/NOTIFY channel on which every change of a
+// client's manifest or status is announced (payload: the client id), so that
+// every server process drops its cached copy.
+const NotifyChannel = "wfm_client_changed"
+
+// ReportRetention is how many status reports are kept per deployment.
+const ReportRetention = 100
+
+// FleetStore is the PostgreSQL implementation of fleet.Store.
+type FleetStore struct {
+	pool      *pgxpool.Pool
+	retention int
+}
+
+var _ fleet.Store = (*FleetStore)(nil)
+
+// NewFleetStore returns a fleet store over pool that keeps the newest
+// retention status reports per deployment (ReportRetention when 0).
+func NewFleetStore(pool *pgxpool.Pool, retention int) *FleetStore {
+	if retention <= 0 {
+		retention = ReportRetention
+	}
+	return &FleetStore{pool: pool, retention: retention}
+}
+
+func notFound(format string, args ...any) error {
+	return &lifecycle.Error{Code: lifecycle.ENOTFOUND, Type: "not-found", Message: fmt.Sprintf(format, args...)}
+}
+
+// ---- clients and manifests ----
+
+const (
+	sqlClientManifest = `SELECT status, manifest_version, manifest_json, manifest_etag FROM clients WHERE id = $1`
+	sqlInsertClient   = `
+INSERT INTO clients (id, status, manifest_version, manifest_json, manifest_etag, bundle_digest, created_at, updated_at)
+VALUES ($1, 'accepted', 1, $2, $3, NULL, $4, $4)
+ON CONFLICT (id) DO NOTHING`
+	sqlClientColumns = `c.id, c.status, c.manifest_version, c.created_at, c.updated_at, c.retired_at,
+(SELECT count(*) FROM devices d WHERE d.client_id = c.id AND d.registered)`
+	sqlClient      = `SELECT ` + sqlClientColumns + ` FROM clients c WHERE c.id = $1`
+	sqlClients     = `SELECT ` + sqlClientColumns + ` FROM clients c WHERE c.id > $1 ORDER BY c.id LIMIT $2`
+	sqlRetire      = `UPDATE clients SET status = 'retired', retired_at = $2, updated_at = $2 WHERE id = $1 AND status = 'accepted'`
+	sqlAcceptAgain = `UPDATE clients SET status = 'accepted', retired_at = NULL, updated_at = $2 WHERE id = $1 AND status = 'retired'`
+	sqlNotify      = `SELECT pg_notify('` + NotifyChannel + `', $1)`
+)
+
+// ClientManifest implements fleet.Store.
+func (s *FleetStore) ClientManifest(ctx context.Context, clientID string, create bool, now time.Time) (fleet.Manifest, error) {
+	m, err := s.readManifest(ctx, s.pool, clientID)
+	if err == nil || !create || lifecycle.ErrorCode(err) != lifecycle.ENOTFOUND {
+		return m, err
+	}
+	if err := s.createClient(ctx, clientID, now); err != nil {
+		return fleet.Manifest{}, err
+	}
+	return s.readManifest(ctx, s.pool, clientID)
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *FleetStore) readManifest(ctx context.Context, q querier, clientID string) (fleet.Manifest, error) {
+	m := fleet.Manifest{ClientID: clientID}
+	var status string
+	var version int64
+	err := q.QueryRow(ctx, sqlClientManifest, clientID).Scan(&status, &version, &m.JSON, &m.ETag)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, notFound("There is no client %s.", clientID)
+	}
+	if err != nil {
+		return m, translate(err)
+	}
+	m.Status, m.Version = fleet.ClientStatus(status), uint64(version)
+	return m, nil
+}
+
+// createClient inserts an accepted client whose first manifest (version 1)
+// has no deployments.
+func (s *FleetStore) createClient(ctx context.Context, clientID string, now time.Time) error {
+	js, _, err := margo.RenderManifest(margo.StateManifest{Version: 1})
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, sqlInsertClient, clientID, js, margo.ETag(js), now)
+	return translate(err)
+}
+
+// AcceptClient implements fleet.Store.
+func (s *FleetStore) AcceptClient(ctx context.Context, clientID string, now time.Time) (fleet.Client, bool, error) {
+	_, err := s.readManifest(ctx, s.pool, clientID)
+	created := false
+	switch lifecycle.ErrorCode(err) {
+	case lifecycle.ENOTFOUND:
+		if err := s.createClient(ctx, clientID, now); err != nil {
+			return fleet.Client{}, false, err
+		}
+		created = true
+	case "":
+		if _, err := s.pool.Exec(ctx, sqlAcceptAgain, clientID, now); err != nil {
+			return fleet.Client{}, false, translate(err)
+		}
+	default:
+		return fleet.Client{}, false, err
+	}
+	if _, err := s.pool.Exec(ctx, sqlNotify, clientID); err != nil {
+		return fleet.Client{}, false, translate(err)
+	}
+	c, err := s.Client(ctx, clientID)
+	return c, created, err
+}
+
+// RetireClient implements fleet.Store.
+func (s *FleetStore) RetireClient(ctx context.Context, clientID string, now time.Time) (fleet.Client, error) {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlRetire, clientID, now); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, sqlNotify, clientID)
+		return err
+	})
+	if err != nil {
+		return fleet.Client{}, translate(err)
+	}
+	return s.Client(ctx, clientID)
+}
+
+func scanClient(r pgx.Row) (fleet.Client, error) {
+	var c fleet.Client
+	var status string
+	var version int64
+	var retired *time.Time
+	if err := r.Scan(&c.ID, &status, &version, &c.CreatedAt, &c.UpdatedAt, &retired, &c.DeviceCount); err != nil {
+		return c, err
+	}
+	c.Status, c.ManifestVersion = fleet.ClientStatus(status), uint64(version)
+	if retired != nil {
+		c.RetiredAt = *retired
+	}
+	return c, nil
+}
+
+// Client implements fleet.Store.
+func (s *FleetStore) Client(ctx context.Context, clientID string) (fleet.Client, error) {
+	c, err := scanClient(s.pool.QueryRow(ctx, sqlClient, clientID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, notFound("There is no client %s.", clientID)
+	}
+	return c, translate(err)
+}
+
+// Clients implements fleet.Store.
+func (s *FleetStore) Clients(ctx context.Context, after string, limit int) ([]fleet.Client, error) {
+	rows, err := s.pool.Query(ctx, sqlClients, after, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Client, error) { return scanClient(r) })
+	return cs, translate(err)
+}
+
+// publish bumps the client's manifest version (locking its row) and returns
+// the new version. Call render afterwards, in the same transaction, once the
+// revisions of that version are written.
+func bumpManifest(ctx context.Context, tx pgx.Tx, clientID string) (uint64, error) {
+	var v int64
+	err := tx.QueryRow(ctx, `UPDATE clients SET manifest_version = manifest_version + 1 WHERE id = $1 RETURNING manifest_version`, clientID).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, notFound("There is no client %s.", clientID)
+	}
+	return uint64(v), err
+}
+
+const sqlManifestEntries = `
+SELECT d.id::text, r.yaml
+FROM deployments d JOIN revisions r ON r.deployment_id = d.id AND r.n = d.revision
+WHERE d.client_id = $1 AND NOT d.removing
+ORDER BY d.id`
+
+// renderManifest writes the client's manifest of version v from the
+// deployments as they are now in tx, with its bundle, and announces it.
+func renderManifest(ctx context.Context, tx pgx.Tx, clientID string, v uint64, now time.Time) error {
+	rows, err := tx.Query(ctx, sqlManifestEntries, clientID)
+	if err != nil {
+		return err
+	}
+	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (margo.ManifestEntry, error) {
+		var e margo.ManifestEntry
+		err := r.Scan(&e.DeploymentID, &e.YAML)
+		return e, err
+	})
+	if err != nil {
+		return err
+	}
+	js, bundle, err := margo.RenderManifest(margo.StateManifest{Version: v, Deployments: entries})
+	if err != nil {
+		return err
+	}
+	var bundleDigest *string
+	if bundle != nil {
+		d := margo.Digest(bundle)
+		bundleDigest = &d
+		if _, err := tx.Exec(ctx, `INSERT INTO bundles (client_id, digest, content, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
+			clientID, d, bundle, now); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE clients SET manifest_json = $2, manifest_etag = $3, bundle_digest = $4, updated_at = $5 WHERE id = $1`,
+		clientID, js, margo.ETag(js), bundleDigest, now); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, sqlNotify, clientID)
+	return err
+}
+
+// ---- devices ----
+
+const sqlDeviceColumns = `client_id, id, registered, capabilities::text, reported_labels::text, operator_labels::text, labels::text, created_at, updated_at`
+
+func scanDevice(r pgx.Row) (fleet.Device, error) {
+	var d fleet.Device
+	var caps, reported, operator, labels string
+	if err := r.Scan(&d.ClientID, &d.ID, &d.Registered, &caps, &reported, &operator, &labels, &d.CreatedAt, &d.UpdatedAt); err != nil {
+		return d, err
+	}
+	d.Capabilities = json.RawMessage(caps)
+	if err := json.Unmarshal([]byte(reported), &d.ReportedLabels); err != nil {
+		return d, err
+	}
+	if err := json.Unmarshal([]byte(operator), &d.OperatorLabels); err != nil {
+		return d, err
+	}
+	return d, json.Unmarshal([]byte(labels), &d.Labels)
+}
+
+func effectiveLabels(reported map[string]any, operator map[string]string) map[string]any {
+	out := make(map[string]any, len(reported)+len(operator))
+	for k, v := range reported {
+		out[k] = v
+	}
+	for k, v := range operator {
+		out[k] = v
+	}
+	return out
+}
+
+// PutDevice implements fleet.Store.
+func (s *FleetStore) PutDevice(ctx context.Context, clientID, deviceID string, capabilities []byte, reported map[string]any, now time.Time) (bool, error) {
+	created := false
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if reported == nil {
+			reported = map[string]any{}
+		}
+		var wasRegistered *bool
+		var operatorJSON string
+		err := tx.QueryRow(ctx, `SELECT registered, operator_labels::text FROM devices WHERE client_id = $1 AND id = $2 FOR UPDATE`, clientID, deviceID).
+			Scan(&wasRegistered, &operatorJSON)
+		if errors.Is(err, pgx.ErrNoRows) {
+			operatorJSON = "{}"
+		} else if err != nil {
+			return err
+		}
+		var operator map[string]string
+		if err := json.Unmarshal([]byte(operatorJSON), &operator); err != nil {
+			return err
+		}
+		rep, _ := json.Marshal(reported)
+		eff, _ := json.Marshal(effectiveLabels(reported, operator))
+		created = wasRegistered == nil || !*wasRegistered
+		_, err = tx.Exec(ctx, `
+INSERT INTO devices (client_id, id, registered, capabilities, reported_labels, operator_labels, labels, created_at, updated_at)
+VALUES ($1, $2, true, $3::jsonb, $4::jsonb, '{}', $5::jsonb, $6, $6)
+ON CONFLICT (client_id, id) DO UPDATE SET registered = true, capabilities = EXCLUDED.capabilities,
+    reported_labels = EXCLUDED.reported_labels, labels = EXCLUDED.labels, updated_at = EXCLUDED.updated_at`,
+			clientID, deviceID, string(capabilities), string(rep), string(eff), now)
+		return err
+	})
+	return created, translate(err)
+}
+
+// UnregisterDevice implements fleet.Store.
+func (s *FleetStore) UnregisterDevice(ctx context.Context, clientID, deviceID string, now time.Time) error {
+	return translate(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE devices SET registered = false, updated_at = $3 WHERE client_id = $1 AND id = $2 AND registered`, clientID, deviceID, now)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return notFound("Client %s has no registered device %s.", clientID, deviceID)
+		}
+		v, err := bumpManifest(ctx, tx, clientID)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT id::text, state, revision FROM deployments WHERE client_id = $1 AND device_id = $2 AND state <> 'removed' FOR UPDATE`, clientID, deviceID)
+		if err != nil {
+			return err
+		}
+		type dep struct {
+			id, state string
+			rev       int
+		}
+		deps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dep, error) {
+			var d dep
+			err := r.Scan(&d.id, &d.state, &d.rev)
+			return d, err
+		})
+		if err != nil {
+			return err
+		}
+		for _, d := range deps {
+			reason := "The device unregistered (DELETE /api/v1/capabilities); its deployments left the manifest."
+			if _, err := tx.Exec(ctx, `UPDATE deployments SET removing = true, state = 'removed', state_reason = $2, state_changed_at = $3,
+desired_since = $4, updated_at = $3 WHERE id = $1`, d.id, reason, now, int64(v)); err != nil {
+				return err
+			}
+			if err := appendHistory(ctx, tx, d.id, lifecycle.State(d.state), lifecycle.StateRemoved, fleet.CauseDeviceUnregistered, d.rev, reason, now); err != nil {
+				return err
+			}
+		}
+		return renderManifest(ctx, tx, clientID, v, now)
+	}))
+}
+
+// Device implements fleet.Store.
+func (s *FleetStore) Device(ctx context.Context, clientID, deviceID string) (fleet.Device, error) {
+	d, err := scanDevice(s.pool.QueryRow(ctx, `SELECT `+sqlDeviceColumns+` FROM devices WHERE client_id = $1 AND id = $2`, clientID, deviceID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, notFound("Client %s has no device %s.", clientID, deviceID)
+	}
+	return d, translate(err)
+}
+
+// selectorSQL appends the label selector's conditions on column col.
+func selectorSQL(sel fleet.Selector, col string, where []string, args []any) ([]string, []any) {
+	for _, r := range sel {
+		args = append(args, r.Key)
+		k := "$" + strconv.Itoa(len(args))
+		switch r.Op {
+		case fleet.OpExists:
+			where = append(where, col+" ? "+k)
+		case fleet.OpNotExists:
+			where = append(where, "NOT ("+col+" ? "+k+")")
+		case fleet.OpEquals, fleet.OpNotEquals:
+			args = append(args, r.Value)
+			v := "$" + strconv.Itoa(len(args))
+			// Non-string values compare in their JSON text form, as Selector.Matches does.
+			text := "(CASE jsonb_typeof(" + col + "->" + k + ") WHEN 'string' THEN " + col + "->>" + k + " ELSE (" + col + "->" + k + ")::text END)"
+			if r.Op == fleet.OpEquals {
+				where = append(where, text+" = "+v)
+			} else {
+				where = append(where, text+" IS DISTINCT FROM "+v)
+			}
+		}
+	}
+	return where, args
+}
+
+// Devices implements fleet.Store.
+func (s *FleetStore) Devices(ctx context.Context, f fleet.DeviceFilter, after string, limit int) ([]fleet.Device, error) {
+	where, args := []string{"true"}, []any{}
+	if f.ClientID != "" {
+		args = append(args, f.ClientID)
+		where = append(where, "client_id = $1")
+	}
+	if after != "" {
+		c, d, ok := strings.Cut(after, "\x00")
+		if !ok {
+			return nil, page.BadCursor()
+		}
+		args = append(args, c, d)
+		where = append(where, fmt.Sprintf("(client_id, id) > ($%d, $%d)", len(args)-1, len(args)))
+	}
+	where, args = selectorSQL(f.Selector, "labels", where, args)
+	args = append(args, limit)
+	q := `SELECT ` + sqlDeviceColumns + ` FROM devices WHERE ` + strings.Join(where, " AND ") + ` ORDER BY client_id, id LIMIT $` + strconv.Itoa(len(args))
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Device, error) { return scanDevice(r) })
+	return ds, translate(err)
+}
+
+// SetOperatorLabels implements fleet.Store.
+func (s *FleetStore) SetOperatorLabels(ctx context.Context, clientID, deviceID string, labels map[string]string, now time.Time) (fleet.Device, error) {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var reportedJSON string
+		err := tx.QueryRow(ctx, `SELECT reported_labels::text FROM devices WHERE client_id = $1 AND id = $2 FOR UPDATE`, clientID, deviceID).Scan(&reportedJSON)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("Client %s has no device %s.", clientID, deviceID)
+		}
+		if err != nil {
+			return err
+		}
+		var reported map[string]any
+		if err := json.Unmarshal([]byte(reportedJSON), &reported); err != nil {
+			return err
+		}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		op, _ := json.Marshal(labels)
+		eff, _ := json.Marshal(effectiveLabels(reported, labels))
+		_, err = tx.Exec(ctx, `UPDATE devices SET operator_labels = $3::jsonb, labels = $4::jsonb, updated_at = $5 WHERE client_id = $1 AND id = $2`,
+			clientID, deviceID, string(op), string(eff), now)
+		return err
+	})
+	if err != nil {
+		return fleet.Device{}, translate(err)
+	}
+	return s.Device(ctx, clientID, deviceID)
+}

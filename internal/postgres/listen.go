@@ -1,0 +1,76 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Listener delivers the notifications of one channel to a callback. It
+// holds one pooled connection while it runs. Whenever the connection is lost
+// notifications may have been missed, so it calls Reset before listening
+// again: a cache fed by it then starts over instead of serving stale data.
+type Listener struct {
+	Pool    *pgxpool.Pool
+	Channel string
+	Notify  func(payload string)
+	Reset   func()
+	Log     *slog.Logger
+	// Ready, when not nil, receives one value each time LISTEN is in place.
+	Ready chan<- struct{}
+}
+
+// Run listens until ctx is done; it returns ctx's error. Connection failures
+// are retried with a backoff of up to 5 s.
+func (l *Listener) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := l.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		l.Log.WarnContext(ctx, "notification listener lost its connection; retrying", "channel", l.Channel, "error", err, "retry_in", backoff)
+		l.Reset()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (l *Listener) listenOnce(ctx context.Context) error {
+	conn, err := l.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection carries LISTEN state: take it out of the pool for good.
+	pc := conn.Hijack()
+	defer pc.Close(context.Background())
+	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{l.Channel}.Sanitize()); err != nil {
+		return err
+	}
+	// Anything published before LISTEN took effect was missed.
+	l.Reset()
+	if l.Ready != nil {
+		select {
+		case l.Ready <- struct{}{}:
+		default:
+		}
+	}
+	for {
+		n, err := pc.WaitForNotification(ctx)
+		if err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return ctx.Err()
+			}
+			return err
+		}
+		l.Notify(n.Payload)
+	}
+}
