@@ -154,3 +154,73 @@ func TestReportsNeverMoveBackwards(t *testing.T) {
 		})
 	}
 }
+
+// TestReplicasInvalidateEachOther runs two service instances (two server
+// processes) on one database, each with its own manifest cache and change
+// listener: a publication through one must reach the other's next poll.
+func TestReplicasInvalidateEachOther(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool := pgtest.New(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	_, _, err := cat.Add(ctx, []byte(description), catalog.MediaYAML)
+	require.NoError(t, err)
+	replica := func() (*fleet.Service, chan string) {
+		s := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log)
+		notified := make(chan string, 16)
+		ready := make(chan struct{}, 1)
+		l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Log: log, Ready: ready,
+			Notify: func(id string) { s.Invalidate(id); notified <- id },
+			Reset:  func() { s.Invalidate("") }}
+		done := make(chan struct{})
+		go func() { defer close(done); _ = l.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		select {
+		case <-ready:
+		case <-time.After(10 * time.Second):
+			t.Fatal("listener did not start")
+		}
+		return s, notified
+	}
+	a, notifiedA := replica()
+	b, _ := replica()
+
+	_, err = a.PutCapabilities(ctx, "c", "d", caps("d"))
+	require.NoError(t, err)
+	before, err := a.Manifest(ctx, "c") // now cached in a
+	require.NoError(t, err)
+	drain(notifiedA)
+
+	_, err = b.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d"})
+	require.NoError(t, err)
+	select {
+	case id := <-notifiedA:
+		require.Equal(t, "c", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("replica a was not notified of b's publication")
+	}
+	after, err := a.Manifest(ctx, "c")
+	require.NoError(t, err)
+	require.Greater(t, after.Version, before.Version, "a serves b's publication")
+
+	_, err = b.RetireClient(ctx, "c")
+	require.NoError(t, err)
+	select {
+	case <-notifiedA:
+	case <-time.After(10 * time.Second):
+		t.Fatal("replica a was not notified of the retirement")
+	}
+	_, err = a.Manifest(ctx, "c")
+	require.Equal(t, lifecycle.EFORBIDDEN, lifecycle.ErrorCode(err), "a refuses a client b retired")
+}
+
+func drain(c chan string) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
+		}
+	}
+}

@@ -431,7 +431,7 @@ func FuzzParseCapabilities(f *testing.F) {
 		f.Fatal(err)
 	}
 	allowed := map[lifecycle.Code]bool{lifecycle.EMALFORMED: true, lifecycle.EINVALID: true, lifecycle.ETOOLARGE: true}
-	f.Fuzz(func(t *testing.T, raw []byte, deviceID string) {
+	check := func(t *testing.T, raw []byte, deviceID string) {
 		c, err := ParseCapabilities(raw, deviceID)
 		if err != nil {
 			var e *lifecycle.Error
@@ -455,6 +455,19 @@ func FuzzParseCapabilities(f *testing.F) {
 		}
 		if _, err := ChooseProfile(desc.Description, c, ""); err != nil && lifecycle.ErrorType(err) != ProblemNotPlaceable {
 			t.Fatalf("ChooseProfile(example 2, ...) = %v, want a profile or not-placeable", err)
+		}
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, deviceID string) {
+		check(t, raw, deviceID)
+		// Mutations rarely keep the path and the document in agreement;
+		// also read the document as PUT to the id it names.
+		var doc struct {
+			Properties struct {
+				ID string `json:"id"`
+			} `json:"properties"`
+		}
+		if json.Unmarshal(raw, &doc) == nil && doc.Properties.ID != deviceID {
+			check(t, raw, doc.Properties.ID)
 		}
 	})
 }

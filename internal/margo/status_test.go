@@ -453,7 +453,7 @@ func FuzzParseStatusReport(f *testing.F) {
 	f.Add([]byte(`{"deploymentId":"d","adoptedManifestVersion":1.0e0,"status":{"state":"removed"},"components":[],"x":[1e20,-0.0,0.5]}`), "d")
 	f.Add([]byte(`{"deploymentId":"","adoptedManifestVersion":9007199254740993e0,"status":{"state":"installed"},"components":[]}`), "")
 	allowed := map[lifecycle.Code]bool{lifecycle.EMALFORMED: true, lifecycle.EINVALID: true, lifecycle.ETOOLARGE: true}
-	f.Fuzz(func(t *testing.T, raw []byte, deploymentID string) {
+	check := func(t *testing.T, raw []byte, deploymentID string) {
 		r, err := ParseStatusReport(raw, deploymentID)
 		if err != nil {
 			var e *lifecycle.Error
@@ -477,6 +477,16 @@ func FuzzParseStatusReport(f *testing.F) {
 		}
 		if s := OverallState(r.Components); len(r.Components) > 0 && !s.Valid() {
 			t.Fatalf("OverallState(%v) = %q", r.Components, s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, deploymentID string) {
+		check(t, raw, deploymentID)
+		// Also read the report as POSTed to the deployment it names.
+		var doc struct {
+			DeploymentID string `json:"deploymentId"`
+		}
+		if json.Unmarshal(raw, &doc) == nil && doc.DeploymentID != deploymentID {
+			check(t, raw, doc.DeploymentID)
 		}
 	})
 }
