@@ -1,6 +1,7 @@
 package wfm_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -24,6 +25,89 @@ func TestContractIsValid(t *testing.T) {
 			require.NotEmpty(t, op.OperationID, "%s %s has no operationId", method, path)
 			require.NotEmpty(t, op.Summary, "%s %s has no summary", method, path)
 			require.NotNil(t, op.Responses.Default(), "%s %s has no default (problem) response", method, path)
+		}
+	}
+}
+
+// TestContractBoundsEveryInput walks every schema a request can carry
+// (parameters and request bodies, through their references) and requires a bound on each string (maxLength, enum or a fixed format), list
+// (maxItems) and map (maxProperties), so that no request can carry an
+// unbounded value past the validator. Raw documents that wfm parses itself
+// (x-go-type json.RawMessage) are bounded by their parsers instead
+// (internal/margo), and are skipped below their top level.
+func TestContractBoundsEveryInput(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
+	require.NoError(t, err)
+	seen := map[*openapi3.Schema]bool{}
+	var problems []string
+	var walk func(where string, ref *openapi3.SchemaRef)
+	walk = func(where string, ref *openapi3.SchemaRef) {
+		if ref == nil || ref.Value == nil || seen[ref.Value] {
+			return
+		}
+		s := ref.Value
+		seen[s] = true
+		if goType, _ := s.Extensions["x-go-type"].(string); goType == "json.RawMessage" {
+			return
+		}
+		switch {
+		case s.Type.Is("string"):
+			if s.MaxLength == nil && len(s.Enum) == 0 && s.Format != "date-time" && s.Format != "uuid" && s.Format != "binary" {
+				problems = append(problems, where+": string without maxLength")
+			}
+		case s.Type.Is("array"):
+			if s.MaxItems == nil {
+				problems = append(problems, where+": array without maxItems")
+			}
+			walk(where+"[]", s.Items)
+		case s.Type.Is("object"):
+			if s.AdditionalProperties.Has != nil && *s.AdditionalProperties.Has || s.AdditionalProperties.Schema != nil {
+				if s.MaxProps == nil {
+					problems = append(problems, where+": map without maxProperties")
+				}
+			}
+			walk(where+"{}", s.AdditionalProperties.Schema)
+			for name, p := range s.Properties {
+				walk(where+"."+name, p)
+			}
+		}
+		for _, sub := range append(append(s.AllOf, s.AnyOf...), s.OneOf...) {
+			walk(where, sub)
+		}
+	}
+	for name, p := range doc.Components.Parameters {
+		walk("parameter "+name, p.Value.Schema)
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			for _, p := range append(op.Parameters, item.Parameters...) {
+				walk(method+" "+path+" "+p.Value.Name, p.Value.Schema)
+			}
+			if op.RequestBody != nil {
+				for ct, mt := range op.RequestBody.Value.Content {
+					walk(method+" "+path+" body "+ct, mt.Schema)
+				}
+			}
+		}
+	}
+	require.Empty(t, problems, "unbounded inputs in openapi.yaml")
+}
+
+// TestEveryManagementOperationHasARole keeps authorization complete: an
+// operation under /mgmt/ without x-wfm-role would be reachable by any
+// token, so it fails here (and the server refuses to start).
+func TestEveryManagementOperationHasARole(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
+	require.NoError(t, err)
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			role, _ := op.Extensions["x-wfm-role"].(string)
+			if strings.HasPrefix(path, "/mgmt/") {
+				require.Contains(t, []string{"viewer", "operator", "admin"}, role, "%s %s", method, path)
+				require.NotNil(t, op.Security, "%s %s declares no security", method, path)
+			} else {
+				require.Empty(t, role, "%s %s is not a management operation", method, path)
+			}
 		}
 	}
 }

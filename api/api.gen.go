@@ -42,6 +42,24 @@ func (e ApplicationVersionMediaType) Valid() bool {
 	}
 }
 
+// Defines values for AuditEntryOutcome.
+const (
+	AuditEntryOutcomeFailure AuditEntryOutcome = "failure"
+	AuditEntryOutcomeSuccess AuditEntryOutcome = "success"
+)
+
+// Valid indicates whether the value is a known member of the AuditEntryOutcome enum.
+func (e AuditEntryOutcome) Valid() bool {
+	switch e {
+	case AuditEntryOutcomeFailure:
+		return true
+	case AuditEntryOutcomeSuccess:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DeploymentBundleRefMediaType.
 const (
 	ApplicationvndMargoBundleV1TarGzip DeploymentBundleRefMediaType = "application/vnd.margo.bundle.v1+tar+gzip"
@@ -255,6 +273,27 @@ func (e RevisionOutcome) Valid() bool {
 	}
 }
 
+// Defines values for Role.
+const (
+	RoleAdmin    Role = "admin"
+	RoleOperator Role = "operator"
+	RoleViewer   Role = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the Role enum.
+func (e Role) Valid() bool {
+	switch e {
+	case RoleAdmin:
+		return true
+	case RoleOperator:
+		return true
+	case RoleViewer:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StatusExtensionPhase.
 const (
 	StatusExtensionPhaseDrained     StatusExtensionPhase = "drained"
@@ -284,25 +323,25 @@ func (e StatusExtensionPhase) Valid() bool {
 
 // Defines values for TransitionCause.
 const (
-	Deadline           TransitionCause = "deadline"
-	DeviceUnregistered TransitionCause = "device-unregistered"
-	Operation          TransitionCause = "operation"
-	Operator           TransitionCause = "operator"
-	Report             TransitionCause = "report"
+	TransitionCauseDeadline           TransitionCause = "deadline"
+	TransitionCauseDeviceUnregistered TransitionCause = "device-unregistered"
+	TransitionCauseOperation          TransitionCause = "operation"
+	TransitionCauseOperator           TransitionCause = "operator"
+	TransitionCauseReport             TransitionCause = "report"
 )
 
 // Valid indicates whether the value is a known member of the TransitionCause enum.
 func (e TransitionCause) Valid() bool {
 	switch e {
-	case Deadline:
+	case TransitionCauseDeadline:
 		return true
-	case DeviceUnregistered:
+	case TransitionCauseDeviceUnregistered:
 		return true
-	case Operation:
+	case TransitionCauseOperation:
 		return true
-	case Operator:
+	case TransitionCauseOperator:
 		return true
-	case Report:
+	case TransitionCauseReport:
 		return true
 	default:
 		return false
@@ -321,6 +360,24 @@ func (e WFMClientStatus) Valid() bool {
 	case Accepted:
 		return true
 	case Retired:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListAuditParamsOutcome.
+const (
+	ListAuditParamsOutcomeFailure ListAuditParamsOutcome = "failure"
+	ListAuditParamsOutcomeSuccess ListAuditParamsOutcome = "success"
+)
+
+// Valid indicates whether the value is a known member of the ListAuditParamsOutcome enum.
+func (e ListAuditParamsOutcome) Valid() bool {
+	switch e {
+	case ListAuditParamsOutcomeFailure:
+		return true
+	case ListAuditParamsOutcomeSuccess:
 		return true
 	default:
 		return false
@@ -401,6 +458,32 @@ type ApplicationVersionList struct {
 	NextCursor *string              `json:"nextCursor,omitempty"`
 }
 
+// AuditEntry defines model for AuditEntry.
+type AuditEntry struct {
+	Action string `json:"action"`
+
+	// Actor Token id ("anonymous" when no valid token was given).
+	Actor     string            `json:"actor"`
+	At        time.Time         `json:"at"`
+	Detail    *json.RawMessage  `json:"detail,omitempty"`
+	Id        int64             `json:"id"`
+	Method    string            `json:"method"`
+	Outcome   AuditEntryOutcome `json:"outcome"`
+	RequestId *string           `json:"requestId,omitempty"`
+	Role      *string           `json:"role,omitempty"`
+	Status    int               `json:"status"`
+	Target    string            `json:"target"`
+}
+
+// AuditEntryOutcome defines model for AuditEntry.Outcome.
+type AuditEntryOutcome string
+
+// AuditList defines model for AuditList.
+type AuditList struct {
+	Items      []AuditEntry `json:"items"`
+	NextCursor *string      `json:"nextCursor,omitempty"`
+}
+
 // ClientId Example: plant-alfa-agent
 type ClientId = string
 
@@ -425,6 +508,18 @@ type CreateDeploymentRequest struct {
 	// ProfileId A deployment profile of the description; omitted - the first one the device can run.
 	ProfileId *string `json:"profileId,omitempty"`
 	Version   string  `json:"version"`
+}
+
+// CreateTokenRequest defines model for CreateTokenRequest.
+type CreateTokenRequest struct {
+	// ExpiresIn Go duration until the token expires (e.g. 720h); omitted - never.
+	//
+	// Example: 720h
+	ExpiresIn *string `json:"expiresIn,omitempty"`
+
+	// Name Example: ci-pipeline
+	Name string `json:"name"`
+	Role Role   `json:"role"`
 }
 
 // Deployment defines model for Deployment.
@@ -612,6 +707,13 @@ type LifecycleRulesStrategies string
 // first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
 type ManifestVersion = uint64
 
+// NewToken defines model for NewToken.
+type NewToken struct {
+	// Secret The bearer token. Shown once; store it now.
+	Secret string `json:"secret"`
+	Token  Token  `json:"token"`
+}
+
 // ParameterRules defines model for ParameterRules.
 type ParameterRules struct {
 	// OnUpgrade keep - carry the operator's value over an upgrade; reset - take the new version's default.
@@ -691,6 +793,9 @@ type RevisionList struct {
 	NextCursor *string    `json:"nextCursor,omitempty"`
 }
 
+// Role defines model for Role.
+type Role string
+
 // RollbackRules defines model for RollbackRules.
 type RollbackRules struct {
 	// Allowed May a deployment running this version go back to an older one. Absent in the description - false.
@@ -735,6 +840,24 @@ type StatusReport struct {
 	// Stale true when the report was older than one already seen and changed nothing.
 	Stale bool        `json:"stale"`
 	State DeviceState `json:"state"`
+}
+
+// Token defines model for Token.
+type Token struct {
+	CreatedAt  time.Time  `json:"createdAt"`
+	CreatedBy  *string    `json:"createdBy,omitempty"`
+	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
+	Id         string     `json:"id"`
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+	Name       string     `json:"name"`
+	RevokedAt  *time.Time `json:"revokedAt,omitempty"`
+	Role       Role       `json:"role"`
+}
+
+// TokenList defines model for TokenList.
+type TokenList struct {
+	Items      []Token `json:"items"`
+	NextCursor *string `json:"nextCursor,omitempty"`
 }
 
 // Transition defines model for Transition.
@@ -836,6 +959,11 @@ type Limit = int
 // Version defines model for Version.
 type Version = string
 
+// TooManyRequests RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type TooManyRequests = Problem
+
 // GetBundleParams defines parameters for GetBundle.
 type GetBundleParams struct {
 	// IfNoneMatch Quoted ETag (same as digest) previously returned for this bundle.
@@ -873,6 +1001,27 @@ type ListApplicationVersionsParams struct {
 type GetApplicationVersionParams struct {
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
 }
+
+// ListAuditParams defines parameters for ListAudit.
+type ListAuditParams struct {
+	// Actor Token id.
+	Actor *string `form:"actor,omitempty" json:"actor,omitempty"`
+
+	// Action Operation id, e.g. createDeployment.
+	Action  *string                 `form:"action,omitempty" json:"action,omitempty"`
+	Outcome *ListAuditParamsOutcome `form:"outcome,omitempty" json:"outcome,omitempty"`
+	Since   *time.Time              `form:"since,omitempty" json:"since,omitempty"`
+	Until   *time.Time              `form:"until,omitempty" json:"until,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListAuditParamsOutcome defines parameters for ListAudit.
+type ListAuditParamsOutcome string
 
 // ListClientsParams defines parameters for ListClients.
 type ListClientsParams struct {
@@ -940,6 +1089,15 @@ type ListDevicesParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListTokensParams defines parameters for ListTokens.
+type ListTokensParams struct {
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // PutDeviceCapabilitiesJSONRequestBody defines body for PutDeviceCapabilities for application/json ContentType.
 type PutDeviceCapabilitiesJSONRequestBody = DeviceCapabilitiesManifest
 
@@ -960,6 +1118,9 @@ type PutDeviceLabelsJSONRequestBody = DeviceLabels
 
 // CreateDeploymentJSONRequestBody defines body for CreateDeployment for application/json ContentType.
 type CreateDeploymentJSONRequestBody = CreateDeploymentRequest
+
+// CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
+type CreateTokenJSONRequestBody = CreateTokenRequest
 
 // Getter for additional properties for Problem. Returns the specified
 // element and whether it was found
@@ -1205,6 +1366,9 @@ type ServerInterface interface {
 	// YankApplicationVersion Yank a version
 	// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank)
 	YankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version)
+	// ListAudit Read the audit log, newest first
+	// (GET /mgmt/v1/audit)
+	ListAudit(w http.ResponseWriter, r *http.Request, params ListAuditParams)
 	// ListClients List WFM clients (device agents identified by mTLS)
 	// (GET /mgmt/v1/clients)
 	ListClients(w http.ResponseWriter, r *http.Request, params ListClientsParams)
@@ -1250,6 +1414,18 @@ type ServerInterface interface {
 	// ListDevices List devices
 	// (GET /mgmt/v1/devices)
 	ListDevices(w http.ResponseWriter, r *http.Request, params ListDevicesParams)
+	// ListTokens List API tokens (never their secrets)
+	// (GET /mgmt/v1/tokens)
+	ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams)
+	// CreateToken Create an API token (its secret is shown once)
+	// (POST /mgmt/v1/tokens)
+	CreateToken(w http.ResponseWriter, r *http.Request)
+	// RevokeToken Revoke an API token
+	// (DELETE /mgmt/v1/tokens/{tokenId})
+	RevokeToken(w http.ResponseWriter, r *http.Request, tokenId string)
+	// GetToken Get one API token
+	// (GET /mgmt/v1/tokens/{tokenId})
+	GetToken(w http.ResponseWriter, r *http.Request, tokenId string)
 	// GetReady Readiness — the database is reachable and migrated
 	// (GET /readyz)
 	GetReady(w http.ResponseWriter, r *http.Request)
@@ -1349,6 +1525,12 @@ func (_ Unimplemented) YankApplicationVersion(w http.ResponseWriter, r *http.Req
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// ListAudit Read the audit log, newest first
+// (GET /mgmt/v1/audit)
+func (_ Unimplemented) ListAudit(w http.ResponseWriter, r *http.Request, params ListAuditParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // ListClients List WFM clients (device agents identified by mTLS)
 // (GET /mgmt/v1/clients)
 func (_ Unimplemented) ListClients(w http.ResponseWriter, r *http.Request, params ListClientsParams) {
@@ -1436,6 +1618,30 @@ func (_ Unimplemented) GetDeploymentStatus(w http.ResponseWriter, r *http.Reques
 // ListDevices List devices
 // (GET /mgmt/v1/devices)
 func (_ Unimplemented) ListDevices(w http.ResponseWriter, r *http.Request, params ListDevicesParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListTokens List API tokens (never their secrets)
+// (GET /mgmt/v1/tokens)
+func (_ Unimplemented) ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateToken Create an API token (its secret is shown once)
+// (POST /mgmt/v1/tokens)
+func (_ Unimplemented) CreateToken(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RevokeToken Revoke an API token
+// (DELETE /mgmt/v1/tokens/{tokenId})
+func (_ Unimplemented) RevokeToken(w http.ResponseWriter, r *http.Request, tokenId string) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetToken Get one API token
+// (GET /mgmt/v1/tokens/{tokenId})
+func (_ Unimplemented) GetToken(w http.ResponseWriter, r *http.Request, tokenId string) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1968,6 +2174,117 @@ func (siw *ServerInterfaceWrapper) YankApplicationVersion(w http.ResponseWriter,
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.YankApplicationVersion(w, r, applicationId, version)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListAudit operation middleware
+func (siw *ServerInterfaceWrapper) ListAudit(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAuditParams
+
+	// ------------- Optional query parameter "actor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "actor", r.URL.Query(), &params.Actor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "actor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "actor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "action" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "action", r.URL.Query(), &params.Action, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "action"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "action", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "outcome" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "outcome", r.URL.Query(), &params.Outcome, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "outcome"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "outcome", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "since" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "since", r.URL.Query(), &params.Since, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "since"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "since", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "until" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "until", r.URL.Query(), &params.Until, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "until"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "until", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAudit(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2616,6 +2933,118 @@ func (siw *ServerInterfaceWrapper) ListDevices(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ListTokens operation middleware
+func (siw *ServerInterfaceWrapper) ListTokens(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTokensParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTokens(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateToken operation middleware
+func (siw *ServerInterfaceWrapper) CreateToken(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateToken(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RevokeToken operation middleware
+func (siw *ServerInterfaceWrapper) RevokeToken(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "tokenId" -------------
+	var tokenId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "tokenId", chi.URLParam(r, "tokenId"), &tokenId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "tokenId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RevokeToken(w, r, tokenId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetToken operation middleware
+func (siw *ServerInterfaceWrapper) GetToken(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "tokenId" -------------
+	var tokenId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "tokenId", chi.URLParam(r, "tokenId"), &tokenId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "tokenId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetToken(w, r, tokenId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetReady operation middleware
 func (siw *ServerInterfaceWrapper) GetReady(w http.ResponseWriter, r *http.Request) {
 
@@ -2831,6 +3260,21 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/status", wrapper.GetDeploymentStatus)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/tokens", wrapper.ListTokens)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/tokens", wrapper.CreateToken)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/mgmt/v1/tokens/{tokenId}", wrapper.RevokeToken)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/tokens/{tokenId}", wrapper.GetToken)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/audit", wrapper.ListAudit)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealth)
 	})
 	r.Group(func(r chi.Router) {
@@ -2841,6 +3285,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 }
 
 type ProblemApplicationProblemPlusJSONResponse Problem
+
+type TooManyRequestsResponseHeaders struct {
+	RetryAfter int
+}
+type TooManyRequestsApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers TooManyRequestsResponseHeaders
+}
 
 type GetBundleRequestObject struct {
 	Digest DigestPath `json:"digest"`
@@ -2917,6 +3370,23 @@ func (response GetBundle404ApplicationProblemPlusJSONResponse) VisitGetBundleRes
 	return err
 }
 
+type GetBundle429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetBundle429ApplicationProblemPlusJSONResponse) VisitGetBundleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetBundledefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -2976,6 +3446,23 @@ func (response DeleteDeviceCapabilities404ApplicationProblemPlusJSONResponse) Vi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeviceCapabilities429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteDeviceCapabilities429ApplicationProblemPlusJSONResponse) VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3080,6 +3567,23 @@ func (response PutDeviceCapabilities422ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
+type PutDeviceCapabilities429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PutDeviceCapabilities429ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PutDeviceCapabilitiesdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -3163,6 +3667,23 @@ func (response GetStateManifest406ApplicationProblemPlusJSONResponse) VisitGetSt
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(406)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStateManifest429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetStateManifest429ApplicationProblemPlusJSONResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3253,6 +3774,23 @@ func (response PostDeploymentStatus422ApplicationProblemPlusJSONResponse) VisitP
 	return err
 }
 
+type PostDeploymentStatus429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PostDeploymentStatus429ApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PostDeploymentStatusdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -3333,6 +3871,23 @@ func (response GetDeploymentYAML404ApplicationProblemPlusJSONResponse) VisitGetD
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentYAML429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeploymentYAML429ApplicationProblemPlusJSONResponse) VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3430,6 +3985,34 @@ func (response ListApplications400ApplicationProblemPlusJSONResponse) VisitListA
 	return err
 }
 
+type ListApplications401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListApplications401ApplicationProblemPlusJSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplications403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListApplications403ApplicationProblemPlusJSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListApplicationsdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -3516,6 +4099,34 @@ func (response CreateApplicationVersion400ApplicationProblemPlusJSONResponse) Vi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersion401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateApplicationVersion401ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersion403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateApplicationVersion403ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3623,9 +4234,37 @@ func (response GetApplication200JSONResponse) VisitGetApplicationResponse(w http
 	return err
 }
 
-type GetApplication404ApplicationProblemPlusJSONResponse struct {
+type GetApplication401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetApplication401ApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplication403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetApplication403ApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplication404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetApplication404ApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
 
@@ -3695,6 +4334,34 @@ func (response ListApplicationVersions400ApplicationProblemPlusJSONResponse) Vis
 	return err
 }
 
+type ListApplicationVersions401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListApplicationVersions401ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplicationVersions403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListApplicationVersions403ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListApplicationVersions404ApplicationProblemPlusJSONResponse Problem
 
 func (response ListApplicationVersions404ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
@@ -3743,9 +4410,37 @@ func (response DeleteApplicationVersion204Response) VisitDeleteApplicationVersio
 	return nil
 }
 
-type DeleteApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+type DeleteApplicationVersion401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response DeleteApplicationVersion401ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteApplicationVersion403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteApplicationVersion403ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteApplicationVersion404ApplicationProblemPlusJSONResponse Problem
 
 func (response DeleteApplicationVersion404ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -3872,9 +4567,37 @@ func (response GetApplicationVersion304Response) VisitGetApplicationVersionRespo
 	return nil
 }
 
-type GetApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+type GetApplicationVersion401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetApplicationVersion401ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplicationVersion403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetApplicationVersion403ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplicationVersion404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetApplicationVersion404ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -3956,9 +4679,37 @@ func (response UnyankApplicationVersion200JSONResponse) VisitUnyankApplicationVe
 	return err
 }
 
-type UnyankApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+type UnyankApplicationVersion401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response UnyankApplicationVersion401ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnyankApplicationVersion403ApplicationProblemPlusJSONResponse Problem
+
+func (response UnyankApplicationVersion403ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnyankApplicationVersion404ApplicationProblemPlusJSONResponse Problem
 
 func (response UnyankApplicationVersion404ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -4027,9 +4778,37 @@ func (response YankApplicationVersion200JSONResponse) VisitYankApplicationVersio
 	return err
 }
 
-type YankApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+type YankApplicationVersion401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response YankApplicationVersion401ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type YankApplicationVersion403ApplicationProblemPlusJSONResponse Problem
+
+func (response YankApplicationVersion403ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type YankApplicationVersion404ApplicationProblemPlusJSONResponse Problem
 
 func (response YankApplicationVersion404ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -4063,6 +4842,89 @@ type YankApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response YankApplicationVersiondefaultApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditRequestObject struct {
+	Params ListAuditParams
+}
+
+type ListAuditResponseObject interface {
+	VisitListAuditResponse(w http.ResponseWriter) error
+}
+
+type ListAudit200JSONResponse AuditList
+
+func (response ListAudit200JSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAudit400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListAudit400ApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAudit401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListAudit401ApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAudit403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListAudit403ApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListAuditdefaultApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -4108,6 +4970,34 @@ func (response ListClients400ApplicationProblemPlusJSONResponse) VisitListClient
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListClients401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListClients401ApplicationProblemPlusJSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListClients403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListClients403ApplicationProblemPlusJSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4189,6 +5079,34 @@ func (response AcceptClient400ApplicationProblemPlusJSONResponse) VisitAcceptCli
 	return err
 }
 
+type AcceptClient401ApplicationProblemPlusJSONResponse Problem
+
+func (response AcceptClient401ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcceptClient403ApplicationProblemPlusJSONResponse Problem
+
+func (response AcceptClient403ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AcceptClient422ApplicationProblemPlusJSONResponse Problem
 
 func (response AcceptClient422ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
@@ -4242,9 +5160,37 @@ func (response GetClient200JSONResponse) VisitGetClientResponse(w http.ResponseW
 	return err
 }
 
-type GetClient404ApplicationProblemPlusJSONResponse struct {
+type GetClient401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetClient401ApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetClient403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetClient403ApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetClient404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetClient404ApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
 
@@ -4298,9 +5244,37 @@ func (response GetDevice200JSONResponse) VisitGetDeviceResponse(w http.ResponseW
 	return err
 }
 
-type GetDevice404ApplicationProblemPlusJSONResponse struct {
+type GetDevice401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetDevice401ApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDevice403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetDevice403ApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDevice404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetDevice404ApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
 
@@ -4367,6 +5341,34 @@ func (response PutDeviceLabels400ApplicationProblemPlusJSONResponse) VisitPutDev
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceLabels401ApplicationProblemPlusJSONResponse Problem
+
+func (response PutDeviceLabels401ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceLabels403ApplicationProblemPlusJSONResponse Problem
+
+func (response PutDeviceLabels403ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4438,9 +5440,37 @@ func (response RetireClient200JSONResponse) VisitRetireClientResponse(w http.Res
 	return err
 }
 
-type RetireClient404ApplicationProblemPlusJSONResponse struct {
+type RetireClient401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response RetireClient401ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetireClient403ApplicationProblemPlusJSONResponse Problem
+
+func (response RetireClient403ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetireClient404ApplicationProblemPlusJSONResponse Problem
 
 func (response RetireClient404ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
 
@@ -4505,6 +5535,34 @@ func (response ListDeployments400ApplicationProblemPlusJSONResponse) VisitListDe
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeployments401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListDeployments401ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeployments403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListDeployments403ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4584,6 +5642,34 @@ func (response CreateDeployment400ApplicationProblemPlusJSONResponse) VisitCreat
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateDeployment401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateDeployment401ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateDeployment403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateDeployment403ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4678,9 +5764,37 @@ func (response DeleteDeployment202JSONResponse) VisitDeleteDeploymentResponse(w 
 	return err
 }
 
-type DeleteDeployment404ApplicationProblemPlusJSONResponse struct {
+type DeleteDeployment401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response DeleteDeployment401ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeployment403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteDeployment403ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeployment404ApplicationProblemPlusJSONResponse Problem
 
 func (response DeleteDeployment404ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
 
@@ -4755,9 +5869,37 @@ func (response GetDeployment200JSONResponse) VisitGetDeploymentResponse(w http.R
 	return err
 }
 
-type GetDeployment404ApplicationProblemPlusJSONResponse struct {
+type GetDeployment401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetDeployment401ApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeployment403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetDeployment403ApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeployment404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetDeployment404ApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
 
@@ -4823,6 +5965,34 @@ func (response ListHistory400ApplicationProblemPlusJSONResponse) VisitListHistor
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistory401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListHistory401ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistory403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListHistory403ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4897,6 +6067,34 @@ func (response ListRevisions400ApplicationProblemPlusJSONResponse) VisitListRevi
 	return err
 }
 
+type ListRevisions401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListRevisions401ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRevisions403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListRevisions403ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListRevisions404ApplicationProblemPlusJSONResponse Problem
 
 func (response ListRevisions404ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
@@ -4951,9 +6149,37 @@ func (response GetRevision200JSONResponse) VisitGetRevisionResponse(w http.Respo
 	return err
 }
 
-type GetRevision404ApplicationProblemPlusJSONResponse struct {
+type GetRevision401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetRevision401ApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRevision403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetRevision403ApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRevision404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetRevision404ApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
 
@@ -5006,9 +6232,37 @@ func (response GetDeploymentStatus200JSONResponse) VisitGetDeploymentStatusRespo
 	return err
 }
 
-type GetDeploymentStatus404ApplicationProblemPlusJSONResponse struct {
+type GetDeploymentStatus401ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response GetDeploymentStatus401ApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentStatus403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetDeploymentStatus403ApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentStatus404ApplicationProblemPlusJSONResponse Problem
 
 func (response GetDeploymentStatus404ApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
 
@@ -5077,6 +6331,34 @@ func (response ListDevices400ApplicationProblemPlusJSONResponse) VisitListDevice
 	return err
 }
 
+type ListDevices401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListDevices401ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDevices403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListDevices403ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListDevices422ApplicationProblemPlusJSONResponse Problem
 
 func (response ListDevices422ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
@@ -5097,6 +6379,360 @@ type ListDevicesdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListDevicesdefaultApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokensRequestObject struct {
+	Params ListTokensParams
+}
+
+type ListTokensResponseObject interface {
+	VisitListTokensResponse(w http.ResponseWriter) error
+}
+
+type ListTokens200JSONResponse TokenList
+
+func (response ListTokens200JSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListTokens400ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListTokens401ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListTokens403ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokensdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListTokensdefaultApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTokenRequestObject struct {
+	Body *CreateTokenJSONRequestBody
+}
+
+type CreateTokenResponseObject interface {
+	VisitCreateTokenResponse(w http.ResponseWriter) error
+}
+
+type CreateToken201ResponseHeaders struct {
+	Location string
+}
+
+type CreateToken201JSONResponse struct {
+	Body    NewToken
+	Headers CreateToken201ResponseHeaders
+}
+
+func (response CreateToken201JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken400ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateToken401ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateToken403ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateToken422ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateTokendefaultApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeTokenRequestObject struct {
+	TokenId string `json:"tokenId"`
+}
+
+type RevokeTokenResponseObject interface {
+	VisitRevokeTokenResponse(w http.ResponseWriter) error
+}
+
+type RevokeToken200JSONResponse Token
+
+func (response RevokeToken200JSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken401ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken403ApplicationProblemPlusJSONResponse Problem
+
+func (response RevokeToken403ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken404ApplicationProblemPlusJSONResponse Problem
+
+func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RevokeTokendefaultApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTokenRequestObject struct {
+	TokenId string `json:"tokenId"`
+}
+
+type GetTokenResponseObject interface {
+	VisitGetTokenResponse(w http.ResponseWriter) error
+}
+
+type GetToken200JSONResponse Token
+
+func (response GetToken200JSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetToken401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetToken401ApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetToken403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetToken403ApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetToken404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetToken404ApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetTokendefaultApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -5209,6 +6845,9 @@ type StrictServerInterface interface {
 	// YankApplicationVersion Yank a version
 	// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank)
 	YankApplicationVersion(ctx context.Context, request YankApplicationVersionRequestObject) (YankApplicationVersionResponseObject, error)
+	// ListAudit Read the audit log, newest first
+	// (GET /mgmt/v1/audit)
+	ListAudit(ctx context.Context, request ListAuditRequestObject) (ListAuditResponseObject, error)
 	// ListClients List WFM clients (device agents identified by mTLS)
 	// (GET /mgmt/v1/clients)
 	ListClients(ctx context.Context, request ListClientsRequestObject) (ListClientsResponseObject, error)
@@ -5254,6 +6893,18 @@ type StrictServerInterface interface {
 	// ListDevices List devices
 	// (GET /mgmt/v1/devices)
 	ListDevices(ctx context.Context, request ListDevicesRequestObject) (ListDevicesResponseObject, error)
+	// ListTokens List API tokens (never their secrets)
+	// (GET /mgmt/v1/tokens)
+	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
+	// CreateToken Create an API token (its secret is shown once)
+	// (POST /mgmt/v1/tokens)
+	CreateToken(ctx context.Context, request CreateTokenRequestObject) (CreateTokenResponseObject, error)
+	// RevokeToken Revoke an API token
+	// (DELETE /mgmt/v1/tokens/{tokenId})
+	RevokeToken(ctx context.Context, request RevokeTokenRequestObject) (RevokeTokenResponseObject, error)
+	// GetToken Get one API token
+	// (GET /mgmt/v1/tokens/{tokenId})
+	GetToken(ctx context.Context, request GetTokenRequestObject) (GetTokenResponseObject, error)
 	// GetReady Readiness — the database is reachable and migrated
 	// (GET /readyz)
 	GetReady(ctx context.Context, request GetReadyRequestObject) (GetReadyResponseObject, error)
@@ -5730,6 +7381,32 @@ func (sh *strictHandler) YankApplicationVersion(w http.ResponseWriter, r *http.R
 	}
 }
 
+// ListAudit operation middleware
+func (sh *strictHandler) ListAudit(w http.ResponseWriter, r *http.Request, params ListAuditParams) {
+	var request ListAuditRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAudit(ctx, request.(ListAuditRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAudit")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListAuditResponseObject); ok {
+		if err := validResponse.VisitListAuditResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListClients operation middleware
 func (sh *strictHandler) ListClients(w http.ResponseWriter, r *http.Request, params ListClientsParams) {
 	var request ListClientsRequestObject
@@ -6143,6 +7820,115 @@ func (sh *strictHandler) ListDevices(w http.ResponseWriter, r *http.Request, par
 	}
 }
 
+// ListTokens operation middleware
+func (sh *strictHandler) ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams) {
+	var request ListTokensRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTokens(ctx, request.(ListTokensRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTokens")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListTokensResponseObject); ok {
+		if err := validResponse.VisitListTokensResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateToken operation middleware
+func (sh *strictHandler) CreateToken(w http.ResponseWriter, r *http.Request) {
+	var request CreateTokenRequestObject
+
+	var body CreateTokenJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateToken(ctx, request.(CreateTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateTokenResponseObject); ok {
+		if err := validResponse.VisitCreateTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RevokeToken operation middleware
+func (sh *strictHandler) RevokeToken(w http.ResponseWriter, r *http.Request, tokenId string) {
+	var request RevokeTokenRequestObject
+
+	request.TokenId = tokenId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RevokeToken(ctx, request.(RevokeTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RevokeToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RevokeTokenResponseObject); ok {
+		if err := validResponse.VisitRevokeTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetToken operation middleware
+func (sh *strictHandler) GetToken(w http.ResponseWriter, r *http.Request, tokenId string) {
+	var request GetTokenRequestObject
+
+	request.TokenId = tokenId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetToken(ctx, request.(GetTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetTokenResponseObject); ok {
+		if err := validResponse.VisitGetTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // GetReady operation middleware
 func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 	var request GetReadyRequestObject
@@ -6172,169 +7958,192 @@ func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"3H3tdts4kuirYLV7Tuwe6tOOO5HP/PAk6Z7ck3TnxumZO7eVHUJkScKEBNQAaEWT43v2IfYJ90nuQQEg",
-	"QYr6chynM38SmQTxUSjUdxU+dRKRLwUHrlVn/KmzAJqCxJ8v3tG5+T8FlUi21EzwzrhzraXgcwJcM70m",
-	"ms6JmBG9ACJhKUEB19S07HWijoTfCiYh7Yy1LCDqqGQBOTVd6vUSOuOO0pLxeef2Nuq8Egm1IzQH/OXt",
-	"q2oIJQqZwHGd30adJZU0B+0WdrVcZswO9zLdHDB4TVhKTl5TORePFIn/81fa/eeg+7T7/tMwGg0Gt/8R",
-	"n5qpwEeaLzMzZiLyLhdSL5SmUrOUdlM2ZwZiXSGTBSgtqRayE3WYGWlJ9aITdTjNzce0Nq1dK8zpx1fA",
-	"53rRGY8GA7M8rUGaHjen2IlaoP0sY8D1y/SNmcD4U9tsEtdk50T+Q8KsM+78e79Cor59q/p+DDtgIZWQ",
-	"m7D+eUl/K4Ak+JrMpMgJJUsJN0wUiizpHAzgOXzUtoe452H3WwFyHUzXDrAFSo+HozqUrrr/1wLq7933",
-	"37XD6DksM7HO98EpDZodumkX5+0D3rAE9gxmm9x5U/wYdkA2B6V3DYcNDl3Vk0Hbql7OXlOdVCNYAlON",
-	"8XLWtQ229DocjM7b+/1JcNjbt2l0twFe0Slk15BBotsw95nIc9pVYEiLhpQ4EBlEUBGhWWaI1mrBkgXJ",
-	"C6XJQmTpmMQfYP3HG5oVEEf4x7/V/orJiSOip9GEx/9mH9EpPukRXAcoQolFhEeKwGwGiWY3QDIzX9Wb",
-	"8BpFUkzDH5cZ5bpLsxmN/i2FROQ5U4oJDumW05TV1n4s4FjO9CbAXlFpsInwIp+CNNBhGnJFGEfabs76",
-	"tsOdYY/hNFKY0SLTZhKDyEyK5UXeGT/Gvxi3fw3L2TGuYQ4Sp/cXkKqV0VyRa8j/ApLc2BaXJB72BjGh",
-	"PMVf5reZEE5XmR+uYZ0HDHuj3rCdwrv2hx6o4egJrqb8O2rjbRLUUnAFyNreSDHNIDc/E8E1cNyIgLP0",
-	"l7bFH/6hLAwOoxu+XxyxATZO3v7wjDw9f/w9cZ33ENDuW+S4SQJLbTnCW/itMFTFzCtNmemFZm+kWILU",
-	"zKxiRjMFUWcZPPrUYelR/KaC76/m0/cl5MT0H5Dozm0UsnnTdX24RII51Vc4zZmQOdWGHlINXc1y2GQY",
-	"kZvhXWSBja4yqkHprYj6bgFkweamC4+CRC+oJkwRLjRZU/4BUnKiW9qtFsCROlEJruFpO/5uzMoicXMy",
-	"cQ6aplTTnnkfe1HNLqH9hDx3cCD74OC+fiYKi8dlF2etJ7ux6W7GTXA2uo2Cvd6DJq+YRdsGZhoqVvux",
-	"C0tDrLsth6NS0jXCuJR0NiH9xnIGu4V6ARJwE3MhwZLSS7KkShGmCVUkTiqBaZNG10CF896z9gAZ68un",
-	"TWH6Xk7AHc5fDVjbaIultpvHKVgFCd4aQP6v659/IieCZ2sLecFLwm8OnARqT1AdelHnY3cuuu6hIba9",
-	"t3T1GpSic8DpWtlq8zypBR09vhhPisHgLFnAR/xRHaxwdtO1BkXgI010tjZzXQqlITWzCYRd1+Gvg+5T",
-	"2p29/3Rx3qYVRJ2MzSBZJxnsw+FXvuHbIgNlPs0hZfQddthcz5/FamPeq9pUgRtm/WuNS61pnnWi2iNk",
-	"WO930KW7E5gW6Y5ywVlCMy8TqCVkGePzA2mlpayBNjoVIgPKq3fHoLb94i1Qx7N3n+emHllJHaU8X+1X",
-	"SSSrE1fOPkSJw8jDPVNIT3T2Esq7ErhSZqihTyUud+kckEe06o69v6OaPRw9aT9Qz/zirjXVhdoEDEhp",
-	"578LHvbjF9g0wPaN0ZSmGg7T/66xaRNMDhFsP63QQhSp9OJDJbkSshvc4ggWUdojWvenVIzHHUjn0B0M",
-	"O02rz1Jk2Q9mvcCTdWd8MQjPvzvJt9E+7nacqSWc9qHSa7iYQ5X55lp3ivK+5V+M4qncmmcsg1ZjGKkM",
-	"HMS1a2FFl0TkTBs9uIuvZkwqjazSNjQTJQnlRBYoDDYtWLsoc1Mjuiv1CyxaJYTb0LxC8BZpJxVLDelr",
-	"ytlsn4jOYWVE4PZPQrhIWAppYDcTkugFUwHMA8nCi7p10aJgXF+cm3lv4Oq9IOOdJLHj8ddqT2X/RYEC",
-	"/KaSxZWmWWaY4Q3bC3rpGtWQUPAZkzmkpOwrImxGKF+3wNrINofstYUsyTc2mWp3FpbFNGNqAak/OgZh",
-	"qxme4NYbXMjFDc1Oj9j3+tE/XO59UZqOyh4IGqNUcMBrs9wUc5vEY2PD5O59Km1Be4YL9uNAPucPkON1",
-	"7rtnC8rnx2EzfrdV9oo6xTI99oDc7EIlr1vsB8o2cSftREeSwXAXPYTrK9+AX7C1NRSsS5IVcHZT2j8V",
-	"PM3grdnQNpgoxueZUXeThcHXhchSxucEbkCuSSAwVh2SVCQF/nBw9EfzksS8yLKYnHDz+YQ7xnXa1Ku5",
-	"CMiw6pETmfTOSMaUViSe4nx7pRwdR+UzK2Sj2XDC/cNCZrFR0Pw+kRwM5qvN2SkAM3fVz6mciy5ISTXt",
-	"5WnvFC27Zu50aoQpe6Tr7KlSKu+g/9WUuDal7IanPZxVz63qZvgHTeUf5v9ky1bNTLF/wp+Mjops3Jtl",
-	"B22nupDZfkE+VFtKXcZ8uRu57kMrCYSCL6aNVGN4YcEdiMYmhx6nNor0WVhw33vW8I8dsW3XntDX6cES",
-	"uDn8400eWrLYyJpBoRS+Lj2zxw8tQ3ZPyBQMKUE8h/RywkuxYFyT0QquWunxJUklZdz00SfFci5pan9L",
-	"QFFjXkj8e8KlwPG7U5p8GBPKidlU52bmRraeS1Dqkswo2xi9lBApywoJKC5QkgJNM8YB7X6Qnl5OOMoP",
-	"fgK5uDEdpZCBNlCp9WheorGwH8hEc8HBuZAcAXDg7pSyV+0PtBJ4ACC9dwBA/hAAwPwdrL8TdewysZ2d",
-	"sv8JaSsxqSNGofwZ2Sf0HCrA7zr9zeZGLq6FTRxEQ5r2gBZCsv9s30G2VvdofvhsK8N288LH7mqWd+Gj",
-	"Bm6ArA6cmW+/j/Js2fkSPLUtfX+0PdeuucWTRJd0yjJWIeAxdumMKk3CLiq5poU83MEM/UAqITsKYa0r",
-	"+67ajP2anHioRETcgJQsTYGT6RoBZ0mvkI/UaatS49+/Kmey0yBuWyH+zZnSIKHFlILWMEJnRs8KNq/g",
-	"1Ufk5PmLVy/evSB9umT9m2E/3PpTUnDNMkOy7dIUoXPKQo0gsDL71b86CJYbADhaq2kcvkDLYJbIl4Ap",
-	"93djkhtwj+rH5zjdwkD3WfD5oQyjvmsY/UVQ9t/eZY/8CRRLQZG4Ov0ucsAuNo4IupBugKdCkpLKTbid",
-	"ssLQgpTEH7vW82P+tK6fgCTGqJnQLBMrgyw4K/i4NHIDKGttWDG9ILET/KrFxZENRpnwn5fAr968JGe9",
-	"Aclo8kFdktUsJ8BnQiZWIjDzplytjIJyPhqZqRmRAhUV1FtOG2Emn4Ijq5iuG9E3rarJ0rCjXz91UKHT",
-	"kOhCIhvM04tzJMTSNDy/fW8pR2DTzSEXct0Zd4YXPzLzt0gh+wnNCJ1x56fr7nAwMDQdJKPV8+ufuoMB",
-	"fq+0kIb0jTvD0RPsQRVLi4SVgGFUDIVYbM66Mti+gCw3eFa2fmsOY26biYSZd3ZvzTS8RRuPRX3td6Ft",
-	"1wVKp7KbwoxxSB2Ju/TmGkQKYk9i5IwqEXHEgBhRkRMUMYy6aZsp89i2VNvMOsGs2/YvkHoaMlZtVwNd",
-	"0m0vlbn/v1XSc9tfSj92mpskBpu1nf2mVHUc9zEajpzRBHatUTf0ZNALkBwMXVqxmcGrBLKsyKjsRJ1p",
-	"VoAWAkOBCjVFssanKHNINTobtUChsVZ8e8hS/floER1rR6XlvdCQPRNZFfC2yVSWINlyAZJmu2CTU17M",
-	"KG6/3D6T1jdNsM6XBSqNapnRNcItB0nNuWeJFMuF4GioWgL9APIewVinH63eNkdH2t5tpSgByPwKkbBE",
-	"AaVJCqVF+8HIGX9pvx+2THmTMrUMZ0jV3cfwFO7TISZI17iOeA3Qbu5Fo6cAs+4qk1vh9qBo4N7f/1/3",
-	"/R9OJpN+89npd63WEjvCPhmrNaItO0q0bIDFfbxd8LkfmxeqNF/Q3lWpiQGKHmBxONp2ICnjNlplAyaC",
-	"v2M5iELXWNVUSG3N4gls6bRaZBup1FWndWb+oyBpIcskiSCYZJAP1F7BuvxdDREFa2iD8w8MsjSIDK2v",
-	"f2bebk4Tw56WApkhYVwL555Cl3+lhZ4ISWIM1+035dY4Qjl00frChmpvvkIfaOVOaMQm9n2wYb/yZ+yL",
-	"SDY80VKEWpDHxIUFTjo+bJI24n8P6LuxNxaU1YBtm/FnoJkNuK9vQ2WkqeYoPtTncDbaNwPXS+vAzPCs",
-	"9X0QhneScsX0Fw3N2UdT61kwjy/2RQTaDskHWCtyMuyOHp+RZEGlOiVaeDn6xMvGxdI8HT2+cG1cyEI4",
-	"fpDDEUy6Hhm3y7/3SJEyuopI09yqbtan5eLbvVmanJRuofKjSi3s5alTyBqOAkP19hL5ijRa7v8LmnDh",
-	"Byny1nAQJiHRztINBOkCU6XXkgOk1lBe0usqRlmQKRCqSQZUafyuR64wuYF0CeVrIrK0On/NULvHvUEb",
-	"Cz7E/X1gREwJhkbgLQQkyejR1KjIW0GQCr+XdUuTxbJWZUuKLEOz+J6ZvnXtyolifBTMWRuyXZfv6vNz",
-	"gqK6DCJ1mNH7lUc7zMNoSo4SrPHF6TM/SoD2eMw6PdggUOWEg2W3EYC9MTavBRfaRmlma8K4mZ5ifE4K",
-	"rtjcqMkX590p08S5rAjj5NdhREb/eXHeHb6PMDxJ2YAwIEuQ5K8/vHaRHAibCbfA8c5ZA6WhdwQrulYk",
-	"NrMeOz06toYUmq3MKwk8BakItQHEbg7Oi7sjRWVblEcDSVvEGHdwNwH1AWBJuiShUq5bcRINpAFKXxIJ",
-	"Csyh1PSDDeHisAooV4AnHj3MICiFKdD7FbFqtm1b3wxRO8pYUn7sknUcdffEvd0+4o0jegH5aUSSBSQf",
-	"ILX2VaWb0W6PFPGuLeu/s+ezhUuEjClYXyWLHb6uZpINSUFTlqnI0hqfpVpyhTLE4CSWoOWaTjOUvPCP",
-	"q5kGeQ2J4KmKowmPzTEUs5mjGWvTEN1DKj5Fc+Bqlj+yXaEA+DKNT3vktZBQDpPTtWFXQCXKcGoJCZux",
-	"ZML9fA0Y1KU7YMpmxbE5D/vQC1iTVKA49oGLVRtXa8w0JFHcmgNm7CPKx/DR0k9Gs1ZCZQFYF7l+EkSK",
-	"QgPJXa7djy/ekT4XXVUki64RZxvhi+eDp22yhwXe5ll8gezdg6TkEg6sEQGaLEgmEswpnK49+fCC+InB",
-	"goung+FpjUbv4hk16R/j2T56BX8QhF5WxjLDt3nSEJdrIDAwLiP1JOtKmIE0VLQZ2Xn+ZIvehCjULh95",
-	"FYOlEaGZEj5BMP4/XRdw3H2ZxsQqEIibroECachYJuaNLWqLGjXTaJyD/QEP5TlqV/laRPjzwXmYnvj0",
-	"aUj7B62DaKYzaCKlJjNR8LQB31aptzShlZ8vtF6qcb8/Z3pRTHuJyPurWd5N4cb8359mYtrPKeN9FDAd",
-	"bqpenv47F7rrBz5kx9GycoAJzq8y2qWwhCGee6Ky7yV/aEtCjg2cqUoQGLYO6Zaos79dvX7Vaw2uuv8o",
-	"Ukw+2hopuU2OKINOQsLpZPUygANq4RsQimre0NJKUUWhE5FvseZQdM9ajwtIBWloynl/R8l+i/vy8KDU",
-	"zQMYRGe2ZOLk2TaytRcxmllkZeBSSxrZVutPGXO5PcIzjOWsRWZWe19tVRCStTsR0h/H+zAglEf7i5kP",
-	"6prSJgWxLtQWpcJIMWHOgyw4t87PQIWaC2I6N8KlESBRaxUcSm2W8Y2cty5BK3C7sz5nYYJlqPQ+aVd6",
-	"5fZ45BXjqVjttDu6IAR36l3Wo41TsxULKPHn3eCmA1agq3NBMCe/rqJ/P1ocZML0wG/btzDcaNPvKNJ2",
-	"j0tg4dv0xmDJmHZc2jZ8GVO0z6RfB7EVksXSNieWt5XCrZGK0STTpSv02M5RDj5JwairREGCG3GBZKC+",
-	"8AUaDdftYgfjP2RsvtD75ZcATPutpssFVTVKHoT54U9wseJSMz7vclhZIsRma9tIrZhOFuZ3qzq4BfZv",
-	"MSTkmMybAxmfhATYzXEygSwnc1zYlv2OUBUG+ljKoMlJRRAJ40lWpHCnDGJzeFu0fTOnMpbdz2RFlSNT",
-	"ekEt96GZ4TlrogA4itGJje03ytfCZbq2y7ifFf8XbMOemDwnHmZQBgq1UozAGL2JNEfsdUKLOr67Mets",
-	"04fcBrFKZSJFNwzlapVoZs6oemTqyg5qv1uU0eLo0Zq02gBAi46HTzmZtq34xRnerpZL7C2MuApihWz2",
-	"QJiv4ITs8fRxcpF+D09mTwd0OB0lZ+k5PJ5dDL4fPhk9PaPn+97XUpvHhycv1MLeh6Ozcxfc3vFxePYb",
-	"1b+vedZCfW0sVD30t0PPYDR7nCbdp8MRdM+fns+6T86ePu4+HiWzs+8vnk6TwUUlvJUQpOcwuMuM/Ps6",
-	"KKwGXwdFMO/+IZPs39fMbt+3qFFnG6FKFXYdhvdV6lFzU45ODQnTNtpicz4z6LyZDbNBNd3S68toO6h/",
-	"/eG1Dei9l8o3lvqVVVo2yRA7Krz4CFX5kSJJIaVhrMgxKlN94EM6WD7QBrLHpgYWNScJxUJHLjQB+2vl",
-	"A58bXcvSMG59ExEOD5MtMeE+1LoKrb6YXvc3yj/crYJUxUQrjeXZX150R4PRRdfQfK+12VOUkp+XwK+v",
-	"Xx0WBtCMYkK5fCY2kXc1y1GnsgZ78lchP2SCpuSHDECT15TTOcgeeanJwoiPK0EwFDEiU6EXTqOcQkoW",
-	"IGE84RP+HU76u++clHn15uV335GCG1kvdjQ7jsiKSeiaLaOaTTOoLM+NadgJoOZ79eblhBOClc+6Mumd",
-	"RSSxDt3p2su0XoepPGfq1HqT8kIXNCPvXl1fVnPMa70H88znubYTNVqSl6yUjUQutMhtvIxZr7Wgo30d",
-	"AblZfoycxNsqnsWnPfIm9EcQH1I7XZPVLJ/wjN2An9bdDac2rsWM4OJaLkNN4OrNS1IoUBPuvTZBCoCd",
-	"1kk5uOnbSS5Czvver1JbG1IztTmqCwvIWALcCreuEt3VkiYL6I7QumD5ux9vtVr1KL7G8dy3qv/q5bMX",
-	"P12/wG8qMzXi8//8139vQeROWGNj0Bvab8USOF2yzrhz1hv0zmx9lQWe0qbA9ckKOLfm3RzwzJfiOMpJ",
-	"P4Lj4I2CH7+2k6qqST8of3kbNY/p/y6EhpS8eEfn5ASL/VFF7FxOywKl2ZpI0IXkYe0GJ176CoD3WJPy",
-	"faPY32gw2FHob6fAWyv8VzKgKeMU6y62lBmsg8eCvEzIPmF5Xmg6zeAUY+XLGsLPEM2eCa6laDGcLiW7",
-	"oRoiktOPXTqHP54NH59dDAaDiJQ9HllIuL1qsdtOu4GVLd/t3bS2muOKC99GnbPB+eaIb2vlkNGjmYuU",
-	"zRigkHM+ONvGTcs97gdeu3M7xsHtywKZB3+DIcR5TjG74i1oyeAG6rZQB6fpGoNFHN6R0n6s6VzZxDuM",
-	"G31vumxLZOp/8lmMtxZuGbQl+laZNz3yS6lZhyaVsQtaKYVdkgG9sQELpYDYEAxPKOGwmvC4ITXFp875",
-	"yhTJqfwAKYldSGlccUtUgkncou/HRnww01nYOLtowg3zCqg+FyQTfA6SJEZUtgbBZUYTZIg9coVFE2U9",
-	"3c/Zb6rVM+2yvpCy12nhc4TkZppSZ4NwtCDsc1+kpzY6AoCoIklAqVmRZetvAnvNtD3cTyrkOW3D0qP5",
-	"Rlin2RDlZVuYb4i978o4q43trCUCpi4zMLFBz94feDIaDE8vHXa41L8Jl4C4Y49iuGkno8HgtBdmovVY",
-	"Gtt4C/jNCGW23q5ePFIelV+mMTk5H41O29DqTaG34BTK4X8S6XoHHzqu0OyOtL3bupZgKPNtO0fcj9hO",
-	"KdpA7NFgeFgHTsNqORmDI0/Glz1J56PRw548xG8hHYSr0l81zNnFKRomGCf07T5c9QOzQfR75AqzGY2Y",
-	"JkVObJLUmFAb5WO+jGtyWTzhc9CKnA3OkfaLQhMtCtsUjyzVdEoVtB2XH0HXrZ8bBKYREvSuukQB871D",
-	"nCJqzRNIq6X8juTKck43wyPLSW81FLeImv5dJa45PZ3DXGhGXeG0HC3VR4ued5Qu70FA/Elo8tpJhKRL",
-	"ymUatd9Ii84dczcicfFVhEXkXSJfGimkLJRij6KRdWiWkZVTExWhykXpalEWtD+cNBgZsrKX3/aDGhdC",
-	"HcuOZ66aSino+uTn0WAYOb4rOJi/B0ZO8061hVAw4XG7Fys2kuQunxszZEpI1D/8dqvS+zbhzzd9xRhj",
-	"mVqp0pqaSNwsmxGTk0/ou42I9wxHxDmQI+JcwLftjF4o3Syzcrxa3bw3w9KXLyEqbCkIc1dB4R3KYiUS",
-	"OPf9iraLC72t8sL2ftqkht6DiA1fRQzYAMLdz3eLHWj7AX9m0atL0xRLI6Q2TNRbFMaYa1JGX4kZnk3H",
-	"gdHEKR/V1Mpowr2bQUhSha9FXhW2k9siDFR4+rer16/u4TxFR5m2juPuPsBt53VKLQEPdLUnIvJ3YRQ6",
-	"jm1/MzYaThhP2Q1LjXK3I/5wxrKtLNZyiH9uPV9XJUscEKrQkuHjWzBJVikbgK3In9+9e4MODEyEMqIM",
-	"is51ubntoLjUyKPw9R9Nn06VSdkRHzq3h16M5Mbegt5+hcywgt497N0rdgPc9Pg///XfNRjiCMEeiaVy",
-	"G+RcJP1g9WqrVfwVU/oqbHgs1bGX+BxAapxL70gycxynb97B0bJLP3N7hZAh4yGEIiKkjcs1pDq9E7P9",
-	"7L1WujEnb09ksnFRSrDzCdU0E3NroGqVad9QqcD6yG5oxoyIUjkWt9xoEVlKICTmlUT4MUqh/t4QQ0w8",
-	"lZ3wRjHasFNbr8gxwJilcWTFG68ih22FNY1aodu75ic8LHfLFKmuknEP4wjjos20XGr2ib2SyTS2NzKd",
-	"9qwPtJ5Xw1RVMpFqIngCaN6K0LtGYsYRYN0AMKX9F/emnnbTMyMY4divDR1C3v6N5ljMoEwhXwrzbIxk",
-	"srQaOzG/Wvh35DmbYQaFLruZ2To98JHZcWp3jMwKBemYnA+ekti96GJLI+67B7YOUOWJaRNHbAn/lisW",
-	"7i6iHx6XvyeisV7CvJREKm89XTI33TG5GU44S8dkAVkmuishs3TCPf6MJ5wgfo7Jn8178lf7nnigjsmk",
-	"M+wNJp0Jr8S8NzZsXuHXXWJTO11dFvOIkMaA3drLiiKM7QPTiZ0EfuMfElIZZsfVQ4IYq5hGy5RI2Ljf",
-	"d0tHx3OjD1LKr8Fatpt9zp88/v5iy/VhB+hJ903Fq5CmFnbL3JU21Z1Vhix5zdkeJZsq/1vBbmgWHKJL",
-	"rz5760lD8vRyYNs0XbM+tmncSLqrfdkOF+MUwgcFGNQhlaZfYd3HK7BPj2s/PFIWHz7+PSvIV2mKRdkC",
-	"Hun3EC3U1q9ZZY+cWIuroYmnrTLCNgmx/6mWJ7QzjiK8m+xh6MA2fA46vzMm3z68RvYj2DtPaA2QrQLd",
-	"UcJ4/cLi2/eHbravkrPdkfJKrMLbAa2AduKEraWEBFLgCYyduNWVSW8YExtnVF6KWf05RJEsFKQq60g0",
-	"4VY+FJxolkPk7ymcZXRuA72IA6W9HHSjQEqbQNNQdP7iF/yvou+EF2vtUXv8Zt/RoHj+8DpRjQA+KtPr",
-	"8E5Yh4Oovf0+DlH/k/u1M2rlrZXVLfbX5HXGu4WCmKwWLAM0QQb2USzoHlolGa+5JB6VgSWnE47Z14po",
-	"QZi+xGNEmC1oDzTtEQwD8aoKehQDNa7BdewyVFNj2x5dskV32B9dgjXoe3fyYR8rKzwsL7dLI7R+F2vt",
-	"+hCM9tyCxa102VmwSx+n7VaKYr4gsb1NNx6TuEliYnvpq1vQaenH0oGM6C/Rn/BSP2278ZJxEofq8WV9",
-	"NCOJxLX+w06qKyknnOngvkdyQmsN3dNyUGUtGdZIoYU47ZEXhpfIejTdgtp6RWLFJ1xpKficxIbtm2nW",
-	"PfnlHM8G51sM9K0ofRxxCW8jf2DWsFVxPtKEH2RM3FneanV0u4TIcP98cZXGXj2orHesk/yBqYqXJd22",
-	"ROUZMYzCnjgh2Zxxmm3eCfslGOZ+0ahEyM/hrf2CG4Zmb695oOlWBtY6bfgFp3IIxxt8PaU/CgJLrUTd",
-	"+wYCxX7hqSAUJ/xZ+mwbBn1F/GlWS3QqTll6T9M1Src2dHOGNwE4e28Yxuwih5kso4kxRqQyBeOnGMcc",
-	"uql9/TaXN2ON+VyDxKRYDWQhligDmvE5h7SsYYiFrcjfKP+AlyE15j3h1saN5UtsLIRyEfRUtQuLf9t+",
-	"cO4/EiRMCrt1Vs3f0/FcfUMH08CykmX3nk2X9LXTEfnMtfmmdfJ6ouQeVdxB5ffifAyy88hJPXOPpcC1",
-	"jUGcrkn+7tV1aF+cZQB6lweyMMTKx6mzlLi7Vn0aLF6X2CM/AaRGJfZFKVylNttKWbJiWkLqp3lZOs8m",
-	"fCkylqzJxCXXugq5bkznmNSywKrUOWV80ikXi6Fzfi6lfcvgA010b8KvsK6l6wpLmbjKrc0SXEOkqI0r",
-	"IVvInlXNXBLslyF24RAB0XtIT06Q59tO+xxEQ8eN3wZzJvCFy4+2oVmq2iZ3p9E9+1IOnTJTiBLIP92M",
-	"GlrJA/lHHtgfYY9WeZTRHOWf+Z1C07bZnTYS0cIU+p/8LVA73Q7Bafm6+NrrfD2XQeKB0EJ6j2KavpKC",
-	"C/7bvS19ywyaGXnbduq5D9L+Yjvlr5xo3yY7ya+5TRth6vezTdGxSWdHb2u/um7kQSe6JTvurU1eU81y",
-	"1HaWPXLlIP1IEWhe7GeYOn7GwVoBUZQp78SzaZgTHqYc7b4C0AsRGNXzAdaXdiSiwN6FpKy9amMmO3Pl",
-	"XlV33H2pLLnybpgHZf6HHNHK92eYqYPWQ7ilHphtXoOu4ZJHUdSxt9KKPYfXstvPPak7jBKenztej5lu",
-	"54Ozu9Wc4EJ3aaEXQrJ/QhqfEsEn3F9iUVa7SGiWRUYCt2+cAiABkTCyMQ82p+ujLitAC94jLzEQAqmZ",
-	"vVG9ZiaR5rwu9aWTVRifl/nRRIKLa6SYa9F2WN8iIH438oc1Fbjd6X2diHKGVwlulUZC1G1P1NxU/58H",
-	"7TbYJOYy4v1BVSpjs7JtBeTw0i57O1f3/adhNBoM2i4zN9yqrf/KttEeLddSLnxbV8E1p4ehQlXoaluX",
-	"5Q3P0VEEeVeXZTXFO+RVge12n6nG0L1rxy8PERN+V7adasWHGHdqFlcOGEDjAmcURt5aq4+RM2oBL1bT",
-	"TU/vxggflrGh2SitHdwqaySoLbfdMmTFu0Y0VBWIwANxGgHjK5tjHPpJGQYxjIJr8mNXsTg+HU94rchH",
-	"014zF5jkX14NgDeBSMoVxSK7Ngc08M+7ktlG/Xei5YRjgDuaKyBTEFyW48TF0OuGLv+w1qu7Y8fenbEQ",
-	"VdGQZ4IrLSnjWsXoHFdUMzXDwg3noxGJDUNF4dhd2GFDXWmy8JPEclFUCR5ZixpHSApQpz1SXX5ir7Sa",
-	"cMMjfXbAsReaXBKRM21tZ0ZWd5fBMOkjDBTa0BpOjsBLYVfkA2Bsu3hHYHp1EL+Q4Nwc5igD2vALEJzt",
-	"crRvEVVF/7+BqN5/scgeswnbAnW35a2H5HGLvNTIbt0VT/ZciqUPsCnJVRkjvLvKUZMsRoRZuhuQwlNb",
-	"pygXN5b0auHqHjE+jy/NkykkIgcVlkPyhnxH7bzqrUSP/FlwUUgb2uGiOib8reuwnmWPRJNVJmI/rCG5",
-	"vvLQZlr81qpHAek4Nnhna+DO6IGOPAKIZtVRr9ULXLEscxDBx76Iwj1Zpo88s8PRV6jlRFvRf8/pi3ZY",
-	"MmuM5ovLlfvJ/LcY556GUNwqH35u9YjDaGjfRUrsVEXdHajftic6vMh1j6qiy9r430RUuE3itKysmrq3",
-	"plUCkcjSUun6HWCeV1Z2m0Helq2+aeyrXQO0B/1KwHw7KQn1kPtyAXVF//eEc/1P/udO193b6uKoL44a",
-	"W4uElLeVfT2WVRoWSg/FARd3fcH99hY7d62iM9jJcLe2lSwprxUcDc+/P39ydnH+/c6bZW8PRq6qmNZ+",
-	"+amsEvXF0Kp2L9AW1HKnsyyvae+YQYNc5j2F7qqdyJV3Pf0aaPgOM3Kw4oMrC+WmXNqUUOAvi0l/DQkL",
-	"nS17LPq2zUHW/M80kf+LG57Rj3uQ0RlBXosorMLujAbvUOeOYYZfx77s0ajNzYQ2gcPqEVX2CFdeqEz6",
-	"MYCxLseczZ1tE/IppKmvI8kUsWXPCVMT7u7bvySPB2fkJLw5wJcO4UJ3cWrxKRF6AXLFtpYBfWva3V89",
-	"Ixz2Pkoa4byIFtYPi/jy+MhaV5+t1dOU1QoglVtnL8NMFuhJQdMU7hzeqdKoinRbPmnLOdp5s0XtWovG",
-	"5Rj2EoodN1z0JvwZlolThBZ6AVyb7XNRD9XFF+TE/DPsnZ2Og5Lk5rw6N4Ot9grzPIhkvX7z8ocfXpCX",
-	"zyc8Vks2m8G433cXO8hC6a4LcsULHvroo8fLKGyT1SzvstS9tOO5N/aP8mXsXSMJSG19+/BIkV/eviTX",
-	"Vz/1Jvzk5yVwA6iz3sDVJCWxXdu7V9cxUZAUkum1dRXAJZbeIykkGZXW8dM7dVV5fMYhVrxMxBJrfjoH",
-	"Tq1wb488W7As7ZakTJGTeE41rOi6n5hX8Sk6/bnQ3sUCKVmDHturw+2xJ+c+1a/mUm255SFwTTcKR1W5",
-	"yFpUxNc6PwKtwBkdXBklc0574bAVn94ce3tQ9mmQ/+GGDnq1NHKzv6v2gk+KnNiDEFclJLxXqXFfZVzm",
-	"28f+NspTX3AFMzl9aaHIZWd3PTMqU89DqPuEgc2pvnHFzmzNOTxteESnNKM88XRbyGQBStubYAIAmMN/",
-	"+/72/wcAAP//",
+	"7H3rdhs30uCr4OP3nWMy07xKVmzpzA/Fl8S7suOVnJmdDT1psBskMeoGGAAtmvHRnnmI7xn2weZJ9qAA",
+	"dKOb4E2RHWWcPzZFogF0oapQ9/rYSni+4IwwJVunH1tzglMi4OOLd3im/0+JTARdKMpZ67R1pQRnM0SY",
+	"omqFFJ4hPkVqTpAgC0EkYQrrkb1W1BLk54IKkrZOlShI1JLJnORYT6lWC9I6bUklKJu1bm+j1gVPsFmh",
+	"ueAPlxfVEpIXIiGHTX4btRZY4Jwo+2Lni0VGzXKv0vUFvZ8RTVH7NRYz/kii+O8/4u4vg+7T7vuPw2g0",
+	"GNz+V9zRWyEfcL7I9JoJz7uMCzWXCgtFU9xN6YxqiHW5SOZEKoEVF62oRfVKC6zmrajFcK4fxrVtbXvD",
+	"HH+4IGym5q3T0WCgX08pIvSM61tsRQFoP8soYepV+lZv4PRjaDeJHbJ1I/8lyLR12vrPfoVEffOr7Ls1",
+	"zIKFkFysw/r7Bf65ICiBn9FU8BxhtBDkhvJCogWeEQ14Rj4oM0Pcc7D7uSBi5W3XLLABSo+HozqUzrv/",
+	"xwDqp+77r8Iwek4WGV/lu+CUesP2PbST4/CCNzQhOxYzQ+58KG4NsyCdEam2LQcD9n2rJ4PQW72avsYq",
+	"qVYwDKZa49W0awZsmHU4GB2H533DGdk5tx50twUu8IRkVyQjiQph7jOe57griWYtiqTIgkgjgowQzjLN",
+	"tJZzmsxRXkiF5jxLT1F8TVZ/vsFZQeII/viP2l8xalsm2onGLP4P8xWewDc9BO9BJMLIIMIjich0ShJF",
+	"bwjK9H5lb8xqHElSRf68yDBTXZxNcfQfKUl4nlMpKWck3UBNWe3dDwUczalaB9gFFhqbECvyCREaOlSR",
+	"XCLKgLdrWt9E3BnM6G8jJVNcZEpvYhDpTdG8yFunj+Evysxfw3J3lCkyIwK29xciZPCiOUdXJP8LEejG",
+	"jDhD8bA3iBFmKXzSn/WGYLtSf7AD63fAsDfqDcMc3o7fl6CGoyfwNuXfUehuE0QuOJMErra3gk8ykuuP",
+	"CWeKMDgI72bpL8yIP/1DGhjsxzfcvLBiA2wMXb58hp4eP/4a2cl7rduo9Y7z15itLsnPBZFGuPhcW3o3",
+	"J8jcX4h8SAhJSYqokkCjGgU1xfZQfEmUWHXPp4qIGEm8kmg5JwwpjpRYITzDlJ0Z3DRLoQQLQYkcMycS",
+	"CD0DyonGaInaMfyNJxnQM/wBs1+RhLNU6i8nOLnm0+mVFgTIbBV3DMF6Ype3K/3nFkzZhucAFQsqkHmS",
+	"hCyUuZPtkcAxpCnVQMPZW8EXRCiq8WiKM0mi1sL76mOLpgfd+NW+f9SPvi/3yCf/IInSGOIJWnrq+nKJ",
+	"IJqvnsM2p1zkWOkbCSvSVTQn61d2ZHd4F2lsbaoMKyLVRlahEWxOZ3oKxwSQmmOFqESMK7TC7JqkqK0C",
+	"4wDH9P2ABbEDO2EOsrYrw0aam4lzonCKFe7p32MnLJtXCPOo5xYOaBcc7NPPeGHItpziKMhbG4dud9wE",
+	"Z2PayDvrHWhyQQ3aNjBT3yO1D9uw1Me623I5LAReAYxLWXMd0m/N3WzZxJwIAoeYc0HMZXaGFlhKRBXC",
+	"EsVJJbKu35I1UMG+d7y7h4z118dNdeZeKOAO9FcD1ibeYrjYOjl5b4G8XzUg/8fV929Qm7NsZSDPWXn1",
+	"aoITBBsKqkMvan3oznjXfqnvlt4lXr4mUuIZge0a6XadnuQcjx6fnI6LweAomZMP8KEiLH93k5UiEpEP",
+	"OFHZSu91waUiqd6Np27YCX8cdJ/i7vT9x5PjkF4WtTI6JckqycguHL5wAy+LjEj9aE5Sit/BhM33+Y4v",
+	"1/a9rG2VMH2N/Fi7lFc4z1pR7Su4n99v4Ut3ZzAB+RozzmiCMyeVyQXJMspme/JKw1k9e8CE84xgVv12",
+	"CGqbJy4JtiLKdnpuavKV3FdqVNV5lUyyorhy9z5K7Mce7plDOqazk1HemcEVKVUvmBKrAGNLHCvZrjtH",
+	"emSIX7/j18TYcMYtjU6rnBdy3DJchHF0gzOaIgWjNEXM6A1hwEp2LngQW1SYZrs44oHMy8g65QYoUyfH",
+	"rfU7WSOamvO0qaoHtskLlXBLx5YfyCJJiJStqDXFNCsECVK/lapfpSH1ZX00N+zNH3gSGCcVVoX0UMt7",
+	"J6VVSbVmCTt+svOi1SSFNXix1WwtjpVwKicvd1BBZiP+3gvRVYRwC/j3yjwFKu122msauu5Ki6X8XmPl",
+	"lfGgi2cE5LXmIQcta72fwAg5HD0JX3bPHAyuypOuw48IYd5vG9jMwy9gqHcTBdGJ7Gcdu4KhTbBZJm3m",
+	"CUIP2HdlNdxXyyohvSbJHSC+ldba4HmVZsPTFklnpDsYtpo28QXPspdAySxZtU5PBv7dbG/Z22iX5Pnr",
+	"DNP+a+yrafovt6/ps/nuW60MbuRfcFYYUWsh+JRmJOg6QJU5GNlxAbHxDPGcKkVS1IWfplRIBWKtGag3",
+	"ihLMkChY4zYaDQbbpagdDHhvScWz/5cQ3oz2cNPeza5APiyoIPJVQAb8lqO0EEYnKJiiGcDH3Nf2MdQm",
+	"vVkPfT0azDs+WBm5IaIuKuoxdWAejfYSZhPaXdAFySgjAea31UBX3XfbkOxSj9nAcOD5EOArThOQnFK+",
+	"UCR9jRmd7rJjMLIkUqHwIz5CCrLgQkN3ygVScyo9ZO+tyx51EaYwEspttM407oUL3EldPZxxNMSuogCJ",
+	"Yt0SxaTCWaY1hhu6E/TCDqpRP2dTKnKSonKuCNEpwmzVC8t5+5y1NYrma4eMlWVCi2KSUTknqeNZGh2r",
+	"Hbbh6DUu5PwGZ50Dzr3Oc/c3DrwoPRzlDAh8JtLjrLVdrtsCmlw7IMNuPafSZbFjOe889hQ4HAFZocM+",
+	"92yO2ewwbIbnNiqoUatYpIcSyM02VHIGmN1A2SqLH3T/+KfoIFx/8zX4eUdbQ8G6ul0BZzun/aZgaUYu",
+	"9YGGYCIpm2UEYZHMNb7OeZZSNkP6KlohT6uuJkQpTwr4YOHoSPMMxazIshi14SYbM3u1dZrGR8Y9Nix7",
+	"qC2S3hHKqFQSxRPYb680NoAHwnxnLBHg3Roz92Uhshhh6ZyZaenaWNudJETvXfZzLGa8S4TACvfytNcB",
+	"f4beO57om8+QdP16qixvdzCS1SxdIcvVDUt7sKuefaub4Z8UFn+a/UIXQQVW0l/INytl9lZ6VQYhqi5E",
+	"ttva4dt2SoOPfnI7ct2HFukJBZ/MZFOt4YQFSxCNQ/YDI0Ic6VdhwX2fWSOM44Bju3KMvs4PFoRp4j9d",
+	"v0PLKzYyviJSCl9n7rKHB82FbL9BE6JZCeA5Sc/GrBQLTmsyWsFkkB+foVRgyvQcfVQsZgKn5rMgIGrM",
+	"CgF/j5ngsH53gpPrU4QZ0odqo6GYVmpmgkh5hqaYrq1eSojGXATiAkYpwakWnsE5QtLO2ZiB/OA2kPMb",
+	"PVFKMqI0VGoz6h/Bo9L3ZKIZZ8RGOlgGYMHdKmWv2h9gSnUAAH5vAQD3gwcAI3CX728tX8QE3Jgtu48k",
+	"DTKTOmIU0tHILqFnXwF+G/U3h2u5uBbdtxcPaRpmAoxkN23fQbaW92gH+tXmns12ng/d5TTvkg+KMA1k",
+	"uefO3PhdnGfDyXvmSO9I3x9sNzbvHHC34wWe0IxWCHiI8y7DUiF/ikquCbCHO/jqPpNKSA9CWBNxdVdt",
+	"xjyN2g4qEeI3RAiapoShyQoAZ1gvF49kJ6jUuN8vyp1s9RqaUYB/MyoVESRgwwIjDcJTrWd5h1ew6iHU",
+	"fv7i4sW7F6iPF7R/M+z7R9+xphqq7IFLE0rjvYDninNvf7EXLNcAcLBW0yA+T8ughsmXgCnPd22Ta3CP",
+	"6uRzmG6hofvMe3zfC6N+ahCRhED23zxlD31DJE2JRHFF/TbAzbxsHCHws98QlnKBSi43ZmbLEiLgUhR/",
+	"6Br3uP7T+Mc9lhiDZoKzjC81ssCuyIeFlhuINNaGJVVzFFvBr3q5ODIxk2P2/YKw87ev0FFvgDKcXMsz",
+	"tJzmiLApF4mRCPS+MZNLraAcj0Z6a1qkAEUF9JZOIxryo0eykqq6d2PdvJ0s9HX048cWKHSKJKoQcA3m",
+	"KTjbEi70wOPb94ZzeMb1nORcrFqnreHJt1T/zVOSvQEzQuu09eaqOxwMNE8nguLq+6s33cEAnpeKC836",
+	"TlvD0ROYQRYLg4SVgKFVDAlYrGldEogjy3KNZ+XoS02MuRnGE6p/M2ert+FcC0AW9Xe/C2+7KkA6Fd2U",
+	"TCkjqWVxZ85cA0iBDCVG1qgSIcsMkBYVGQIRQ6ubZpjUX5uRcpNZx9t16Pw8qachY9VO1dMl7fFikbv/",
+	"g5KePf5S+jHbXGcxMCxE+02p6rDbR2s4YooTsu0dVUNPJmpOBAP35pJONV4lJMuKDItW1JpkBVGcQ8Rq",
+	"ISfA1tgEZA4hR0ejABQa7wq/7vOqjj4ComONVAK/c0WyZzyr4rLXL5UFEXQxJwJn22CTY1ZMMRy/2LyT",
+	"4C9NsM4WBSiNcpHhFcAtJwJruqeJ4Is5B8+BXBB8TcQ9grHOP4JuT8tHQr9t5CgeyNwbAmOJPE6TFFLx",
+	"MGHklFnn9TCw5XXOFFhOs6q7r+E43Md9TJB2cB3xGqBdP4vGTB5m3VUmX/Ogbk5a6f30f7vv/9Qej/vN",
+	"7zpfBa0lZoVdMlbQPZcdJFo2wGIf3iz43I/NC1SaT2jvqtRED0X3sDgcbDsQmDIT0rcGE87e0ZzwQtWu",
+	"qgkXypjFE7Jh0uolQ6xSVZNu9L02Iu4G+UDuFKzLz9USkfcOITi/pCRLvQSG+vtP9a/r24TY0AWHyxBR",
+	"prh1T5lA/1ILbXOBYsgq6Tfl1jgCOXQe/MHE5a//BD7Qyp3QCODuu4jsfuXP2JU4o+9EwxFqvuexjZ0e",
+	"t1xsOW6kqewxd+NsDCirBUOH8R3BmckLqx9DZaSp9sivd7rVA9aVIkxt31F9Z63ugzG8E5hJqj5p/OIu",
+	"nlqPiXl8sits2kyIrslKovawO3p8hJI5FrKDFHdydNvJxsVCfzt6fGLH2FgRf30vetHbdD18eJt/75FE",
+	"ZQgqEnq4Ud2MT8umYTmzNGqXbqHyoUot7OWpVcgajgLN9XYy+Yo1mtv/BzDhkpeC58E4HCpIoqylm0BO",
+	"z5zK0mvJCEmNobzk11UiB0cTgrBCGcFSwXM9dA45eKiLMFshnqUV/TXjkR/3BqEreB/3956hSCUYGtkJ",
+	"xGNJWo/GWkXeCIKUu7OsW5oMlgWVLcGzDMziu+NZYFy5UWnSnWgI2a7K3+r7s4KiPPNCpKiEPC6LdpAu",
+	"2JQcBTHGF6vPfCsICQet1/nBGoMqN+y9dogB7Iyxec0ZVyaUPVshyvT2JGUzVDBJZ1pNPjnuTqhC1mWF",
+	"KEM/DiM0+vvJcXf4PoK4MGki8whaEIH++vK1jeQA2IyZAY5zzmooDZ0jGNLaYr3rU6tHx8aQgrOl/kkQ",
+	"lhIhETZZFnYP1ou7JcNsU5THG7KEWLDAzaEPRoWZzYRgQYSJ7OqhqzlfMsRZQs6QvgwIogoxvuwFoq/W",
+	"j9WtvvVmgEFrahd8G7mdhk67QYMBKc3ypfX3vCZkgbqQQ7gKkhzYfz2KPUOCSKJ5jsLXJjSQkaXHmD0y",
+	"cNivFwEhU9ZeYMO1Vu1267va0MeDbEHlwzZl1l5e7u4Km3+c7UfNSd6JUDInyTVJjflYqmYU5SOJnOfO",
+	"uCfN6QYuQf/e9d6vEjX3f69mqisy0f0yMqzUJYaWl94ByaFjtpYdGqEYvF8y7oC1cznNH5mpbMh93Omh",
+	"15pC3DI5XunbmGABIqpckIROaTJmbr8aDPLM8g9pctPpjPlzqDlZoZSDtHmt6S5waTd26nNgZqwdU/oB",
+	"xH/ywVAfxVmQD1fpEdUt+oYjwQtFUG4z3r998Q71Ge/KIpl3tbTe4AXHg6ch0coAb50WX4D04kBSXoIW",
+	"rBEiOJmjjCeQ2T9ZOe7o9Iy2xoKTp4Nhp3YFbeM4NeWmFuA/HIQi/EEsYUlDG6iBQMO4DEQUtCvIlAh9",
+	"STQjho+f7MraWOfIToOiaYRwJrlL04//d9eG+XZfpTEy+hHgph0gidBsLOOzvdj1Gh3sjuco6Sis0QY0",
+	"lOPBsV8k4OlT/2obBBdRVGWkiZQKTXnB0gZ8g0J9aSEsH58rtZCn/f6Mqnkx6SU87y+neTclN/r//iTj",
+	"k36OKeuD/GxxU/by9D8ZV1238D4nvkcSiDLRSeYto236mB/BuiP6/15ySDckZZq4oKoQkJZaSLohqO5v",
+	"568vesHYsfsPkoUE1I2BoJvEpDKmxmecVhUp41NILTqF+JKosyMFOWogk6syVmHwPhuHEhGSpL6l6v0d",
+	"FZcN3tn9Y27XCdALPg1kY+bZJra1EzGamcRlXFYglXijcasMKd0cwOqHqtYCT6uzr47KizjbngzvyPE+",
+	"7CMlaX8y68ilTX5waHhDyRKowsm+EPCS07CGVlcj1/mP8S8HNC4tA/mZOKJgzHiGPf1yxpGeXIumWvwE",
+	"lZ4zUqr6lK1lTXcRmMjDkQw59VP0fYvAk7BFQGwO1l5SlvLl9oQYE6FheYbNmzdBfKbqEEaOW2jMtsDy",
+	"DBmMI6ir00ySme9l33XAD526H4u17pTladgd5Zk/111VUPYtjImbli8Drnb5O+ogNiI2X5jhyNyMpWis",
+	"ZWqwV3XxEtzZM5Ci2ynRujySBNJJ0QkwkfqLz8GiugoLLZS9zOhsrnZLPx6YdpuUF3MsawToxUDCR2ID",
+	"6YWibNZlZGlYGJ2uzCC5pCqZ689BZXID7C8hXuaQtKQ9r01BEkJvDpMoRLmZw2LazHMISz8KynAGhdoV",
+	"O0WUJVmRkjvVoNDEG7AV6D2Vgf5uJ0ssLZtSc2zuLpzpG2uFJCEMhPDEJD5o1W1uayWEJeRfFRzpHcOO",
+	"gEUrXGakjKIKcowNJqM7yI/2kW9W+5QNsDmEh0cI7sohzLBUP8jDdu7yDvdQmW74geUr7pyE6BfxgUl2",
+	"ySdwkvfivDEmut8oFd5zHa1zsUPQERd1BmyJoC4FugD5umBkWE7XD7wMiklT6wI5MNFsi/ixXTJX/ODV",
+	"msKDBoDiLQefcjOho/jBmsnPFwuYzY+P9CL7TK6Pn11kdcbTyePkJP2aPJk+HeDhZJQcpcfk8fRk8PXw",
+	"yejpET7e9XutWsvp/qlGtSSV4ejo2KaitFzUrHlG9u9rn7XAfBO5WA/Ub+EjMpo+TpPu0+GIdI+fHk+7",
+	"T46ePu4+HiXTo69Pnk6SwUmli5QQxMdkcJcdud/roDAGqToovH3399lk/752dvs+YBU4WgssrLBrP7yv",
+	"EgWbh3JwIpefZBWKpPuVKSLN3LW1a9y+ev01QoT615evTfj9vVzkhvuVhefW2RA9KBngAMvPI4mSQggt",
+	"6YEIUznWPI/v3gKr0pA9NJG3qLk0MdRutIFEMF/wHvi1sfA09bNM1hFh/6D2EhPuQxCo0OqTmSn+htn1",
+	"3YpXVJdopUI/+8uL7mgwOulqnu/MCIaKUvT9grCrq4v9gnbWYw4lSQpB1epKA8eyJvCdnhcmWqdpCWF4",
+	"BjWJ0fnbV7ZyRjvWg7mgv8Aldoq+Md7X5TT/6V///H9xp4e0LChPUWzsNTHYxeQZip10EoNPYMyMumE0",
+	"pAQrnPEZqCEeqzhDMVh4zCOaljA8obcio9IPpZ/Ss+AipQq8B2P2AidzL/tQi6FmKS2Jgk8YojgoQ7FJ",
+	"ytLfxz30rowXgJXtaydcPw4lxsFpbhwVa07EdvzXl69/On/++tWbn959/z9fvIkRF6j55U8vX128iM9Q",
+	"nONryLqM0VJQRaSp4sLHLO5BABjsoAs7cLVeAbFBJQO4V3Q5V2phytlSNuXrp7mc5mDKMV5G9FcurjOO",
+	"U/QyI0Qhc9aih14pNNda65IjCA+P0ISruTVkTUiK5kSQ0zEbs68Aml99ZZXb87evvvoKFUyrmLG9meMI",
+	"LakgXU2YWNFJRip3WWMbdWQbM4SgaHJXJL2jCCUmyGaycqq0M51U0QyyY1zgeaEKnKF3F1dn1R7z2uze",
+	"PvNZrsxGp1yUTnWDUbhQPDcxjPp9jdsPnIIAyPXKxagdb6pMrOnire9ERS7NYbLStDNmGb0hblt39/aY",
+	"WEO9go01PPMNEJqMC1mvQVymZZlttcvF9dxWPuVi1nfO4Nq7wZ0l11e1yJrRhDCjwtgi1ucLnMxJdwRG",
+	"TSPFufWWy2UPw8+wnn1W9i9ePXvx5uoFPFP51gCf//XP/96AyC2/ANWgNzTP8gVheEFbp62j3qB3ZOps",
+	"zoERNsXqj0aMvdW/2XJxJTMBafhbYuW0RjWsH8MXUjWk71XOv42aZPq/Cq5Iil68wzPUhjrhWCKzl07Z",
+	"2yBbIUFUIZhfT8cqEa54+D2Ws3/fqBM+Ggy2FOTeqtbUCnSXYsaEMgwl2wMVyuvgMSAvi2S0aZ4XCk8y",
+	"0qnXwX4GaPaMMyV4wNuzEPQGKxKhHH/o4hn589Hw8dHJYDCIUDnjgT1Iwg1P7HGaA6wckPbsJrW3Oawv",
+	"yW3UOhocr694WeukAmEYOU/plBIQZY8HR5tkpvKM+16owbFZY//xo6e7xzeru8Mx25r8e6/lCTSt0x8h",
+	"bS3PMeTNXRIlKLkhdUeOhfZkBWGAFntR6TpTeCZNSjVkBLzXC4RSVPsfXX76rYF+RkIlHKqcyh76obTC",
+	"+PbgUxuOWEo7KCP4xsRqlcpEQ4loY8TIcszihoQdd2zcCZUox+KapCi2yQJxdeeCwQTFAdtQrAUhvZ25",
+	"iaCOxswJVfbuYBxlnM2IQIlWq4w3Y5HhBK7VHjqHmuGinshtjc/V21Nl83nhfqhz1OcAyfUE1NYa+wmg",
+	"/XNX9662OgAA2Uqk0yLLVl8QDeiXd6fXrlCwE8L1g+8wv92MviAWoTQQnwYquXoNKWqJ4qnNHE9MUowL",
+	"qGiPBsPOmcUxmxo+ZoIABhqC9o++PRoMOj0/U7lH09gErJGftYBo2oao+SPpCOJVGqP28WjUCSHn20Jt",
+	"wEw4v294utpyJx7WnGJLWvdtXS/Vt8Rt+HbeTR5WDV8jj9FguN8EVqcP0NfgQPr61PQ4+j3SL1AJF/ac",
+	"qsqeNfzbdms1TIczsgeJ1slu7QLqoXPImdeCp1aGTSruKcIm2FI/GdckzXjMZkRJdDQ4hnuIFwopXpih",
+	"QPhY4QmWJER03xJVt9qvsalGZOa7qqMcVBXxMRPJFUtIWr3KA5KUyz3dDA9sZLPRwREQnt1vlQBq7UuM",
+	"zLii2JbnzMHDcrAwfUd5+R5E3jdcoddWxkVdVL7mHJukN+vXvhurOfkdi79wj/J8oeWqsqiXIWgtveEs",
+	"Q0urPkuEpc0oUbzsEbY/g9FSceUtuu179Zi4PFQ0mNrKX6Xo7gp1jAbDyMoAnBH990BLni7GYc4lGbM4",
+	"HFQQa9l4WwgElSZhROtlDmlkGQwxZs/XQ3cgYD41crIxtDprol/PpP0RQmki5AJ1ImTjeSJkI3Juw0IH",
+	"l6pZEuxwc0OzFaHhUp9CbNlQvOyuQss7kAtLJLDRVEscFl16G2WXzfOEJJjeZxFhfsciyRoo784lAla2",
+	"zWzimUHSLk5TKAaUmswBZ685hezKMiCXT4HCrTQABmTxqKZuR2PmXHVcoCqiOXImArO5DYJJhe1/O399",
+	"cQ9UGR1kODxM0nAxz1v73Aai2PByR5D8gzC5HSZCfGEWMIYoS+kNTbXSuyWwfUqzjde9ua1+2Uil5+X1",
+	"PEBYgp3IhT5CcQkpTWaPRN+9e/cWnEyQQKyFM1AG6ppAiNxsSYGDsP4fTe9qVYGgxa9bt/v2vbVrbyAS",
+	"94ZUX0u9ez/JC3pDmJ7/X//87xpEYT3vxPhC2uOyTq2+Bwu50Y9xQaU69wceyslMx9Y92Jd1tR/Iug6T",
+	"QZrt/gJn9j0z/WL11eBDKEJcmPQPzf7TO4oBw08qNvxazKo7/H98f9tANakaIHGmYyoaLSE9xLO++9Z7",
+	"V97UBIy6fI3baIMK8BYLSYyrFXpp6flL//SGjn6RYVZcQE5lBA+D0O76Jmp+566TMWvUmfcnNaUI7U0f",
+	"0zSOjDTo7BL+WG5s40ZHcXE8Y+ZXsqcSVa007ZdxBLEPelu26krbNAXWg01P4E7PuNLrOaVUVtWQsYJk",
+	"drBMRuCkRTFlALCuB5jSAQAnVk857ekVtC7h3g38is4BAvZ4KI6QknzB9XenwMlLt4HViqoX/wo9p1PI",
+	"HlTlNFNTgo98oGadWo/FaSFJeoqOB09RbH/owkitHdkvTIm/yqEXkrtMv5hAi7m7azT31lat3p2kFLmq",
+	"0B68oHa7p+hmOGY0PUVzkmW8u+QiS8fM4c/pmCHAz1P0nf4d/dX8jhxQT9G4NewNxq0xq+TZtyZlTMLT",
+	"XWSqNtiSa/orhBoLdms/Vmzk1HyhJzGbgGfclwhVNvXT6ksEGCupAnMgT+hpv29fHeIXGnOgUlD33mWz",
+	"re34yeOvTzY0sN5Drbzvq6WKfwxIBNS29Kx69mq25AwNhpRMFZyfC3qDM4+Izpy1wZmsGiK2E3hD27TD",
+	"+jDmNmpd8Ko58rbx5Th4Gas/f1aAkTqk0vQ3eO+HdtEfD54eNn544PzDx5/UXvFpBZXzNIVyr94V7VAI",
+	"vBLGr16lXraNlV2z5M4egkuZRrFRmu5/rKXubo0S8ltGfx72tInMvMnvTGC3nwX5jx8Qsn1LTHc9XDvH",
+	"A4Tfg7Sp81pK+O37fTHQFQvc7Om74Eu/k7wRZttWMF0IkpCUsIScWtG0K5LeMEYmtM+Jq96fQxBffaGz",
+	"MplFY2Zkac6QojmJXE/7aYZNjC9GFsBaNNcPNurEhYS/hqb6F/fC/y4Kq9+EeYfe6g77QSqpD4t8jVJb",
+	"uywelXn8EP9tSQC0/4dM2f2P9tPWuLNLo2wZkqwpXJR1C0litJzTjICx3LPkQ7Md335OWc0F96gMDeuM",
+	"GZSOkUhxRNUZ0DaiptkQwWkPQSCX0zXBD+/p4Y1727yGbKrcm+PDNih/u+PDoD9Q7yESwMHC3oMSxgxk",
+	"Ea5KYM6xqneWg6DzgwSvKHyHWRdQGbBglhO8mM1RfA6ZTvEpipvsOEZtE2MGcOiU7mTl6R6CmDoRY1ba",
+	"PXwREktX4xDFvtnlrL6aFjHj2vz+JKAXZiuE5ZhRk5O/4FKRFLVxbaD9tlxU2m7zYPxSnHd6CPJbRD3Y",
+	"d45NiUu+ZGMmleBshmItt+lt1sNyyj0eDY43eLiClHYYz3s11UuaQJrPfI1uNMgc6APz0vbuLDAHo1Zs",
+	"mQj//FzBusZZ/VsJ64dH1IweoDJgsSIqSVRfn4bguaAzynBWI+gJZC9/NuFit2xbUsmvkUP6BdOXv+nC",
+	"+Jm2W3kT6gzrB9jKPtLB4LezcEVeGL1RiR6mQPKgaO4HlnKEAV6fxHgTQuzfEK2bxcit6lxWtlZ4BWqL",
+	"iXyfQqMt63Pxc0ls+gYVZUoHhLVV7hh4FJJJ/JgYVz/YpkAahxpTREAVC0XQnC9AjNfrM0bSskQ4FFZF",
+	"f8PsGnqNNvY9ZsbPBOXzTPiWTceFJOiQCPK3zfR8/8Frfhb3rfUsPCSusfyDX+zLL/RRVurI3VlGkVK1",
+	"0ZpmHLZ5oYzH2EswTnCWoXYVUahFA0tynci2PjBJ5YUktp8drlMlhdwWnhHj4DbPTATB191ZhqV0zR5J",
+	"D50vFoSlXU1Wppvu+dtXKMGsinvW6xstGxGmBN1iXIM33hFjD6WVID7Chs9DY5Qqeh4npgBR0JN3EqpU",
+	"0Fzh+6plcBoh0pv1bJxmFbK0ZXFbPuyA1UMTVaU1q5lcRQ17tLbwaSFIsLxdeF5JTcHdQBLs1lob4dmg",
+	"V+adZvtdmUg1Wu5jFXXo/eVF7lwS3KiAEemrnUhbdNhjgtggb5MHmkKqNQZo6ypsjRx7Zsf8rm3w9Yoz",
+	"O5DMQuWPaDEwrHv1N1C7XpuDpoQpk5MzWaH83cWV73udZsQ0mQhh4caIsUILti4llKaIm/wlV+MIZVSq",
+	"HnpDSErSqgSmrSpvRkkjguqRJHV7PyuDncZswTOarNDYVk6yt69d0waSKVFAg7AcUzZuVXVohLeX0sem",
+	"cRQnqjdm59CDw04FhVNtE51mufAh3Ps1G2rw1jYmT1vh6NMIxv4SnoD8OSNvvCJOYTnZQtQPtHHHoOnU",
+	"yldQ/MrkDMjqmGx76XuOfdl3y1QCSoCuZXfUsPb9m8SzPKz4EUPZJScB55f7ziEK+Pw1cuzNtgKXZ/+j",
+	"axK+NUbEo+DfloZ6rS82viNxZ7DvFXWQwOPKCdrsne2o0jc3abPUyCbsee5yNT8Z9rguqWHUMZv8glFn",
+	"LVk2jDp3Ne7XcSc6tDjHwbjWr9r2ftaNbqgicmmKfMhm3zOzyx46t/B/JBGZTgm0KLE/gkQGjzFiXKMg",
+	"nLoCIrbozZj5RRUiZ11JCdOSa2NVKwFCCP01WZ2ZlZAkpqe4NE68tZ1srSli+4B+ymoiZY/lzyq57cM3",
+	"quAxLQlZaP07xDU9LJnniqgaKjsKAVv+ngwsbCgN8BQjQ/1aBrLFKeKENCvAQYmR48HR3coXMq662FY1",
+	"JWncQZyNmetRWxZOTHCWRVqrM79YpVIQoI2orA2KGPmgyg5onPXQK4hGBiarBf2avwUY1DVZqDMrgFI2",
+	"K4tkIUFsbpMx2oR4yCUA4sHIj8ZVYU/nC5QIzHGUmsVdNIdw1Z5109tzb9yaRBE0jje6TQVt5KPBAKpi",
+	"KiL0FH//EXd/GXSfdt9/HEajweD2v/a3TlcOmHBWT6A/xaapHGdp7ZuyW1Xv3jSlk3b2ntIJK1uM+65n",
+	"yR3KZZD97PKaZ19ZUaP1ezPkV2+8j6G15pX2jdmoLSFD0FhgtYhWCzY3Fp608zBliAclE4AJN63xkSr/",
+	"v1av/7DEXiOuN5ImqiBg5ilNcFquJSIk8bbLEORh5BXwjm2zsrhzOma1EplN4+mMQ3G7sqcotBAWmEnj",
+	"HTT1hrzgVNtrD1HpVIUxg+xgsB2STBKvibgV//3YLnDh+m2ebO9x03R3zquSm884k0pgypSMIQJUYkXl",
+	"FAoWHo9GKNaSCCg7ttOvyRPEydxtEko2Y8lZZMzbDCDJiez0UNU12bT6HzMtXLjU6kM7IZ8hnlNlDNla",
+	"97JdpKlwYbQSDNqN6BQvvMS8kQs+N+PiLVm9FXf4RIpQc5mDrNnDT8AFN+tFbkRUdQv9IyXyC4uq1ziw",
+	"KctxU4m2zTw7rLptLs20LcXkueALF9xectEy8XJ76eImt44QNdeBx6E7pvhwzm/MjaC4LWZM2Sw+099M",
+	"iGnI4NU4ds4+y4SdhUfyHvqOM14IE1ZtI6rH7NJOWC80B7ycVm4kt6wJ4jHlhNcrw20sZexxtEMD5zcG",
+	"zY8+EycCAOGs4kC1VgJLmmUWIvC1qyN4T96rB8ZKhqMHpWMC1HGQ+u7IFKItzoXatfzJVYPdl+Ifuct3",
+	"cFB4h3igiP9ri03ud9/0bZTyVpPHd3bM7zrayL7EPiqwKhtJ/pHpuxvZTUiukToqyDkDdyVS8ywNBcY9",
+	"LHJwSvB2G+BlOep3TRK1vvQ7aKIEzB8UsWfuez2Lu4TfxgjRB0oI/Y/u49ZgCIdLrc+Arxvrptrfv+CQ",
+	"iNKIV3p3BWEmYHZzEdLPjoTOkL/AUFvU2vGFj0KbSsvm+INptD8aHn99/OTo5PjrqOq+P1zvvr83xlel",
+	"03fL5GVN8E+G67Wm/Bvw3TKSsrGLafAOdvrMxV7YPveRbU/U+QJp4x2Uw4AqmrYGuYVYaVQG1brs6PZw",
+	"pHZwXu/wRpoxe3kif6U779/cSQbhOns5yADktUyEKjTedFIFhHqg6QkP0hfmsHi/SD6fSkxT2q1E8s4M",
+	"+V3L6vAOeymvtknvH3ky0mugLFEbQousL02SRBAlO3snaG0qf2CcW3A4n9R9Biv8Rp6zN2RpXnCDGAIA",
+	"jiqJ0wDX+HvNZ6/HC2QBYYkwmmM5N/k2cDByzpfMpYX8kYrxianDYBXCzO8xXh0eHBgcCGcJ6dwpj9HQ",
+	"Xf8j/L/DtXVJbvg19EACWpUKl6libcCrWJgR5yruWEnNZV0qgWnWQzAFVD9bQr+2hrcoEMGnJ6wo91Py",
+	"7R2UY9/ti4zb029eQ8MDWPImPe0BHOoXbIK4y0mGlJe6ccBykV22ARfleDQKhVO+/ziMjkbBYErQvMD5",
+	"vF+/lcrxbdunlJXdqtIROZ3Z2B6ST0iaus5/VCLTehtROWaAhiQ9Q48HR6jtd693fQcYV13YWtxBXM2J",
+	"WNKNjRsv9bj769cCy95HyxbYF1LcBHADeTz+zPLiWuo+rTV4KQ8SgqlwModgR4iIgHMk6XrXl9vym1CZ",
+	"OdNSo+yU/7oqVqJppCz3e6RlJ0GgLwBWdJKRCK64el5328v57vTG7Bm01pIIF2pOmNKHaXM68kIVOEPv",
+	"Lq5QW/8z7B11Tr321lpNtUF3plsnmeVekvXV21cvX75Ar56PWSwXdDolp/2+KUAM+dddm3+tvyF9CPXv",
+	"L6e5HaKpm6b2R7Oe/cX8Uf4Yu0DBhAhlUgTII4l+uHyFrs7f9Mas/f2CMA2oo97A9pREsXm3dxdXMXIn",
+	"awLnyBm0K0MpSTIsTBhkr2MbfLgikyDWJHwBkoYNZ6w1Xu2hZ3Oapd1Sg5eoHc+wIku86if6p7gDuQOM",
+	"KxdwSFK0IgoAvLJMAB276o61qOfWetEVL5q80RinqpWreGVzMOqL50yw/lvbkUVTbc9ftjJara+9uYhA",
+	"xytjZZf2ZjW6+fp8nrLlmpiXdTFQG3g9iP+dnl85Bi6GwGThRjQStQ1VxVVteRewuZzmjyTiC9NWBMVl",
+	"bWvAFYhwcloIVAJ1LU8iW4q461Tmssyzf4SuitH6Vt/azlCmXReQLtD7BGeYJe5K4CKZE6kg8MOHpuYk",
+	"t+9v/38AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

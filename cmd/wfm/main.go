@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
@@ -58,6 +59,8 @@ type config struct {
 	acceptClients   string
 	devHeaderID     bool
 	reportRetention int
+	adminToken      string
+	adminTokenFile  string
 	databaseURL     string
 	dataDir         string
 	logLevel        slog.Level
@@ -86,6 +89,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.acceptClients, "accept-clients", env("WFM_ACCEPT_CLIENTS", "all"), "all: accept every client of the trust domain on first contact; listed: only clients accepted through the management API (env WFM_ACCEPT_CLIENTS)")
 	fs.BoolVar(&c.devHeaderID, "dev-header-identity", getenv("WFM_DEV_HEADER_IDENTITY") == "true", "INSECURE, development only: serve the device API over plain HTTP and take the client id from the X-WFM-Client-ID header (env WFM_DEV_HEADER_IDENTITY=true)")
 	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
+	c.adminToken = getenv("WFM_ADMIN_TOKEN")
+	fs.StringVar(&c.adminTokenFile, "admin-token-file", getenv("WFM_ADMIN_TOKEN_FILE"), "file holding the bootstrap admin token (env WFM_ADMIN_TOKEN_FILE; or the token itself in WFM_ADMIN_TOKEN); empty with the private PostgreSQL: <data-dir>/admin-token, created once")
 	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL; empty: start a private PostgreSQL (env DATABASE_URL)")
 	fs.StringVar(&c.dataDir, "data-dir", env("WFM_DATA_DIR", ".data"), "folder for the private PostgreSQL's data and other local state (env WFM_DATA_DIR)")
 	fs.StringVar(&level, "log-level", env("WFM_LOG_LEVEL", "info"), "debug, info, warn or error (env WFM_LOG_LEVEL)")
@@ -168,6 +173,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("migrate database: %w", err)
 	}
 
+	acc := access.NewService(postgres.NewAccessStore(pool), time.Now)
+	if err := bootstrapAdmin(ctx, c, c.databaseURL != "", acc, stdout, log); err != nil {
+		return err
+	}
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
 	fl := fleet.NewService(postgres.NewFleetStore(pool, c.reportRetention), cat, fleet.Policy{AcceptAll: c.acceptClients == "all"}, time.Now, log)
 
@@ -194,6 +203,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Registry:       reg,
 		Catalog:        cat,
 		Fleet:          fl,
+		Access:         acc,
 		DeviceIdentity: deviceIdentity,
 	})
 	if err != nil {
@@ -339,6 +349,44 @@ func devPKI(dir string) (*testpki.CA, tls.Certificate, bool, error) {
 		return nil, tls.Certificate{}, false, err
 	}
 	return ca, cert, created, nil
+}
+
+// bootstrapAdmin installs the first admin token from configuration, so that
+// a fresh server is usable. With the private PostgreSQL (development) and no
+// token configured, it creates one once in <data-dir>/admin-token.
+func bootstrapAdmin(ctx context.Context, c config, external bool, acc *access.Service, stdout io.Writer, log *slog.Logger) error {
+	secret := strings.TrimSpace(c.adminToken)
+	source := "WFM_ADMIN_TOKEN"
+	file := c.adminTokenFile
+	if secret == "" && file == "" && !external {
+		file = filepath.Join(c.dataDir, "admin-token")
+		if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
+			_, s := access.NewSecret()
+			if err := os.WriteFile(file, []byte(s+"\n"), 0o600); err != nil {
+				return fmt.Errorf("write development admin token: %w", err)
+			}
+		}
+	}
+	if secret == "" && file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("read admin token file: %w", err)
+		}
+		secret, source = strings.TrimSpace(string(b)), file
+	}
+	if secret == "" {
+		log.Warn("no bootstrap admin token configured (WFM_ADMIN_TOKEN or WFM_ADMIN_TOKEN_FILE); only tokens already in the database can call the management API")
+		return nil
+	}
+	if err := acc.Bootstrap(ctx, secret); err != nil {
+		return fmt.Errorf("bootstrap admin token from %s: %w", source, err)
+	}
+	if source == "WFM_ADMIN_TOKEN" {
+		fmt.Fprintln(stdout, "admin token: from WFM_ADMIN_TOKEN")
+	} else {
+		fmt.Fprintf(stdout, "admin token: in %s (curl -H \"Authorization: Bearer $(cat %s)\" …)\n", source, source)
+	}
+	return nil
 }
 
 // startPrivatePostgres starts the server's own PostgreSQL in c.dataDir and

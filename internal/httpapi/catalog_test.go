@@ -32,9 +32,7 @@ func readExample(t *testing.T, name string) []byte {
 func newCatalogClient(t *testing.T) (*sdk.ClientWithResponses, string) {
 	t.Helper()
 	srv := newTestServer(t, func(context.Context) error { return nil })
-	c, err := sdk.NewClientWithResponses(srv.URL)
-	require.NoError(t, err)
-	return c, srv.URL
+	return clientAs(t, srv.URL, adminToken), srv.URL
 }
 
 // minimal returns a small valid description of app id at version.
@@ -81,7 +79,7 @@ func TestMargoExamplesRoundTrip(t *testing.T) {
 			// The original bytes, unchanged.
 			req, _ := http.NewRequest("GET", base+loc, nil)
 			req.Header.Set("Accept", "application/yaml")
-			got, err := http.DefaultClient.Do(req)
+			got, err := adminHTTP.Do(req)
 			require.NoError(t, err)
 			body, _ := io.ReadAll(got.Body)
 			got.Body.Close()
@@ -311,7 +309,7 @@ func TestConditionalAndNegotiatedGet(t *testing.T) {
 		if inm != "" {
 			req.Header.Set("If-None-Match", inm)
 		}
-		res, err := http.DefaultClient.Do(req)
+		res, err := adminHTTP.Do(req)
 		require.NoError(t, err)
 		t.Cleanup(func() { res.Body.Close() })
 		return res
@@ -354,7 +352,7 @@ func TestBadParametersAreProblems(t *testing.T) {
 		{"/mgmt/v1/applications/ok/versions/latest", http.StatusUnprocessableEntity, ""},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
-			res, err := http.Get(base + tc.path)
+			res, err := adminHTTP.Get(base + tc.path)
 			require.NoError(t, err)
 			body, _ := io.ReadAll(res.Body)
 			res.Body.Close()

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
@@ -51,9 +52,11 @@ func newFleetEnv(t *testing.T, policy fleet.Policy) *fleetEnv {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
 	fl := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, policy, time.Now, log)
+	acc := access.NewService(postgres.NewAccessStore(pool), time.Now)
+	require.NoError(t, acc.Bootstrap(t.Context(), adminToken))
 	ids := identity.Config{TrustDomain: "example.org", WFMID: "wfm-test"}
 	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: func(context.Context) error { return nil },
-		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, DeviceIdentity: ids.ClientIDFromRequest})
+		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest})
 	require.NoError(t, err)
 	mgmtH, deviceH := httpapi.Split(h)
 
@@ -67,8 +70,7 @@ func newFleetEnv(t *testing.T, policy fleet.Policy) *fleetEnv {
 	t.Cleanup(dev.Close)
 	mgmt := httptest.NewServer(mgmtH)
 	t.Cleanup(mgmt.Close)
-	c, err := sdk.NewClientWithResponses(mgmt.URL)
-	require.NoError(t, err)
+	c := clientAs(t, mgmt.URL, adminToken)
 	return &fleetEnv{mgmt: c, mgmtURL: mgmt.URL, deviceURL: dev.URL, ca: ca, ids: ids, chk: margotest.FromEnv(t), fleet: fl}
 }
 
@@ -184,7 +186,7 @@ func (e *fleetEnv) deployment(t *testing.T, id string) sdk.Deployment {
 
 func TestDeviceOverMutualTLS(t *testing.T) {
 	e := newFleetEnv(t, fleet.Policy{AcceptAll: true})
-	c, _ := sdk.NewClientWithResponses(e.mgmtURL)
+	c := clientAs(t, e.mgmtURL, adminToken)
 	require.Equal(t, http.StatusCreated, postYAML(t, c, minimal("hello", "1.0.0", "")).StatusCode())
 
 	dev := e.client(t, "plant-alfa")

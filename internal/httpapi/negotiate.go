@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -94,4 +95,9 @@ func bodyReadError(err error) error {
 			Message: "The request body exceeds " + strconv.FormatInt(mbe.Limit, 10) + " bytes."}
 	}
 	return &lifecycle.Error{Code: lifecycle.EMALFORMED, Type: "malformed", Message: "The request body could not be read."}
+}
+
+func jsonRaw(v any) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	return json.RawMessage(b), err
 }

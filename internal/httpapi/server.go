@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/wfm-dev/wfm"
 	"github.com/wfm-dev/wfm/api"
+	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
@@ -38,6 +40,8 @@ type Config struct {
 	Catalog *catalog.Service
 	// Fleet serves clients, devices, deployments and the device API.
 	Fleet *fleet.Service
+	// Access authenticates management calls and keeps the audit log.
+	Access *access.Service
 	// DeviceIdentity names the WFM client calling the device API (from its
 	// mTLS certificate, or a header in the development mode).
 	DeviceIdentity func(r *http.Request) (string, error)
@@ -55,7 +59,9 @@ type Server struct {
 	ready    func(ctx context.Context) error
 	catalog  *catalog.Service
 	fleet    *fleet.Service
+	access   *access.Service
 	clientID func(r *http.Request) (string, error)
+	ops      map[string]operation // "METHOD /path" of every management operation
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -65,8 +71,8 @@ var _ api.StrictServerInterface = (*Server)(nil)
 // metrics at /metrics. Returns an error if the embedded contract cannot be
 // loaded or the metrics cannot be registered.
 func NewHandler(cfg Config) (http.Handler, error) {
-	if cfg.Logger == nil || cfg.Ready == nil || cfg.Registry == nil || cfg.Catalog == nil || cfg.Fleet == nil || cfg.DeviceIdentity == nil {
-		return nil, fmt.Errorf("httpapi: Logger, Ready, Registry, Catalog, Fleet and DeviceIdentity are required")
+	if cfg.Logger == nil || cfg.Ready == nil || cfg.Registry == nil || cfg.Catalog == nil || cfg.Fleet == nil || cfg.DeviceIdentity == nil || cfg.Access == nil {
+		return nil, fmt.Errorf("httpapi: Logger, Ready, Registry, Catalog, Fleet, Access and DeviceIdentity are required")
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -81,10 +87,20 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: register metrics: %w", err)
 	}
-	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, clientID: cfg.DeviceIdentity}
+	// The embedded spec of the generated code has Go-cased operation ids;
+	// the audit log names operations as the contract does.
+	contract, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: load contract: %w", err)
+	}
+	ops, err := operationsOf(contract)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops}
 
 	r := chi.NewRouter()
-	r.Use(s.requestContext(metrics), s.recoverer, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity)
+	r.Use(s.requestContext(metrics), s.recoverer, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		for _, m := range allowedMethods(r, req.URL.Path) {
@@ -118,8 +134,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		},
 	})
 	api.HandlerWithOptions(strict, api.ChiServerOptions{
-		BaseRouter:  r,
-		Middlewares: []api.MiddlewareFunc{s.requestValidator(spec)},
+		BaseRouter: r,
+		// The last middleware runs first: authorization before validation.
+		Middlewares: []api.MiddlewareFunc{s.requestValidator(spec), s.authorize},
 		ErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
 			writeProblem(w, req, paramProblem(req, err))
 		},

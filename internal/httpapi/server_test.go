@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wfm-dev/wfm"
+	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
@@ -30,21 +32,55 @@ import (
 // the given readiness function.
 func newTestServer(t *testing.T, ready func(context.Context) error) *httptest.Server {
 	t.Helper()
-	pool := pgtest.New(t)
+	return newTestServerOn(t, pgtest.New(t), ready)
+}
+
+// newTestServerOn is newTestServer on a given database.
+func newTestServerOn(t *testing.T, pool *pgxpool.Pool, ready func(context.Context) error) *httptest.Server {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	acc := access.NewService(postgres.NewAccessStore(pool), time.Now)
+	require.NoError(t, acc.Bootstrap(t.Context(), adminToken))
 	h, err := httpapi.NewHandler(httpapi.Config{
 		Logger:         log,
 		Ready:          ready,
 		Registry:       prometheus.NewRegistry(),
 		Catalog:        cat,
 		Fleet:          fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log),
+		Access:         acc,
 		DeviceIdentity: identity.HeaderIdentity{}.ClientIDFromRequest,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// adminToken is the bootstrap admin token of every test server.
+const adminToken = "test-admin-token-0123456789"
+
+// bearer adds a bearer token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// adminHTTP is an HTTP client that calls as the bootstrap admin.
+var adminHTTP = &http.Client{Transport: bearer{token: adminToken, next: http.DefaultTransport}}
+
+// clientAs returns a generated client calling base with token.
+func clientAs(t *testing.T, base, token string) *sdk.ClientWithResponses {
+	t.Helper()
+	c, err := sdk.NewClientWithResponses(base, sdk.WithHTTPClient(&http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}))
+	require.NoError(t, err)
+	return c
 }
 
 // problemBody is what every error answer must look like.
@@ -78,8 +114,7 @@ func readProblem(t *testing.T, res *http.Response, wantStatus int) problemBody {
 
 func TestHealthAndReadyWithGeneratedClient(t *testing.T) {
 	srv := newTestServer(t, func(context.Context) error { return nil })
-	c, err := sdk.NewClientWithResponses(srv.URL)
-	require.NoError(t, err)
+	c := clientAs(t, srv.URL, adminToken)
 
 	h, err := c.GetHealthWithResponse(t.Context())
 	require.NoError(t, err)
@@ -117,7 +152,7 @@ func TestRouterErrorsAreProblems(t *testing.T) {
 		t.Run(tc.method+tc.path, func(t *testing.T) {
 			req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
 			require.NoError(t, err)
-			res, err := http.DefaultClient.Do(req)
+			res, err := adminHTTP.Do(req)
 			require.NoError(t, err)
 			if tc.allow != "" {
 				assert.Contains(t, res.Header.Values("Allow"), tc.allow)

@@ -148,11 +148,11 @@ func (c *Capabilities) Hosting() bool {
 // with `properties`, optionally `labels`, and nothing else but
 // x-<name>-extensions objects. `properties` needs id (rc.3 DeviceId),
 // vendor, modelNumber and serialNumber; the workload-hosting members are
-// type-checked (cpus, memory and storage as binary quantities such as
-// "16Gi", peripherals, interfaces, otelCollector, supportedRuntimes,
-// supportedDeploymentTypes); members rc.3 does not name are kept, as its
-// schema does not close `properties`. A null member is a value of the wrong
-// type, not an absent one.
+// checked against rc.3 (cpus, peripherals, interfaces, otelCollector,
+// supportedRuntimes, supportedDeploymentTypes), memory and storage must be
+// binary quantities such as "16Gi"; members rc.3 does not name are kept,
+// as its schema does not close `properties`. A null member is a value of
+// the wrong type, not an absent one.
 //
 // Returns ETOOLARGE (type "capabilities-too-large") if raw or its canonical
 // JSON exceeds MaxCapabilitiesSize, or it has more than MaxNodes values;
@@ -239,7 +239,7 @@ func (c *checker) properties(o *object, caps *Capabilities, pathDeviceID string)
 	caps.ModelNumber, _ = c.jsonString(o, p, "modelNumber", true, MaxPropertyLength)
 	caps.SerialNumber, _ = c.jsonString(o, p, "serialNumber", true, MaxPropertyLength)
 
-	for i, v := range c.jsonList(o, p, "cpus", 0, MaxCPUs) {
+	for i, v := range c.jsonList(o, p, "cpus", MaxCPUs) {
 		ip := idx(p+"/cpus", i)
 		co := c.jsonObject(v, ip)
 		if co == nil {
@@ -268,7 +268,7 @@ func (c *checker) properties(o *object, caps *Capabilities, pathDeviceID string)
 	caps.Memory, caps.MemoryBytes = c.quantity(o, p, "memory")
 	caps.Storage, caps.StorageBytes = c.quantity(o, p, "storage")
 
-	for i, v := range c.jsonList(o, p, "peripherals", 0, MaxPeripherals) {
+	for i, v := range c.jsonList(o, p, "peripherals", MaxPeripherals) {
 		ip := idx(p+"/peripherals", i)
 		po := c.jsonObject(v, ip)
 		if po == nil {
@@ -280,7 +280,7 @@ func (c *checker) properties(o *object, caps *Capabilities, pathDeviceID string)
 		per.Model, _ = c.jsonString(po, ip, "model", false, MaxPropertyLength)
 		caps.Peripherals = append(caps.Peripherals, per)
 	}
-	for i, v := range c.jsonList(o, p, "interfaces", 0, MaxInterfaces) {
+	for i, v := range c.jsonList(o, p, "interfaces", MaxInterfaces) {
 		ip := idx(p+"/interfaces", i)
 		io := c.jsonObject(v, ip)
 		if io == nil {
@@ -590,10 +590,10 @@ func (c *checker) jsonEnum(o *object, base, k string, required bool, names []str
 	return "", false
 }
 
-// jsonList returns member k of o as an array of at least min items. An
-// array of more than max items is reported and its first max items
-// returned, so that their own problems are reported too.
-func (c *checker) jsonList(o *object, base, k string, min, max int) []any {
+// jsonList returns member k of o as an array. An array of more than max
+// items is reported and its first max items returned, so that their own
+// problems are reported too.
+func (c *checker) jsonList(o *object, base, k string, max int) []any {
 	p := ptr(base, k)
 	v, ok := o.m[k]
 	if !ok {
@@ -603,9 +603,6 @@ func (c *checker) jsonList(o *object, base, k string, min, max int) []any {
 	switch {
 	case !ok:
 		c.add(p, "must be an array, got %s", jsonKindOf(v))
-		return nil
-	case len(l) < min:
-		c.add(p, "must have at least %d item(s)", min)
 		return nil
 	case len(l) > max:
 		c.add(p, "must have at most %d items, got %d", max, len(l))

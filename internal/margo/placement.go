@@ -206,6 +206,15 @@ type selector struct {
 // ItemSelector keys are JSON pointers relative to each element. In, NotIn,
 // Gt and Lt on an object, on an array holding objects, or on null are
 // false, as the SUP says of values it does not define.
+//
+// So ContainsAll's AND holds on one element: "/peripherals ContainsAll
+// {/type In [gpu], /manufacturer In [NVIDIA]}" needs an NVIDIA GPU, not a
+// GPU and something else by NVIDIA. And example 2's "/interfaces
+// ContainsAll {/type In [ethernet, bluetooth]}" is met by an ethernet or a
+// bluetooth interface (In is "one of"); a profile that needs both writes
+// two ContainsAll expressions. Opaque gateways evaluate the same rules
+// (SUP section 4), so reading them any other way would make the WFM and a
+// gateway disagree about where a workload may run.
 type matchExpression struct {
 	key    string
 	tokens []string // the key as a JSON pointer, unescaped; unused for labels
@@ -773,8 +782,6 @@ func describeGeneric(v any) string {
 	case []any:
 		return formatList(x)
 	case map[string]any:
-		return "an object"
-	case *object:
 		return "an object"
 	}
 	return fmt.Sprintf("%v", v)

@@ -508,3 +508,23 @@ func BenchmarkChooseProfile(b *testing.B) {
 		}
 	}
 }
+
+// TestChooseProfileBothInterfaces: to need an ethernet AND a bluetooth
+// interface, a profile writes two ContainsAll expressions.
+func TestChooseProfileBothInterfaces(t *testing.T) {
+	dc := yamlMap(t, `
+eligibilityRules:
+  - propertySelector:
+      matchExpressions:
+        - {key: /interfaces, operator: ContainsAll, itemSelector: {matchExpressions: [{key: /type, operator: In, values: [ethernet]}]}}
+        - {key: /interfaces, operator: ContainsAll, itemSelector: {matchExpressions: [{key: /type, operator: In, values: [bluetooth]}]}}
+`)
+	d := &ApplicationDescription{ID: "app", DeploymentProfiles: []DeploymentProfile{{Type: ProfileHelm, ID: "p", DeviceConstraints: dc}}}
+	_, err := ChooseProfile(d, device(t, nil), "")
+	require.NoError(t, err, describeErr(err))
+
+	caps := device(t, props("/properties/interfaces", []any{map[string]any{"type": "ethernet"}}))
+	_, err = ChooseProfile(d, caps, "")
+	fields := placementFields(t, err)
+	assert.Equal(t, "propertySelector /interfaces ContainsAll: no element matches /type In [bluetooth]", fields[0].Detail)
+}

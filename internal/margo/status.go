@@ -229,7 +229,7 @@ func (c *checker) statusReport(doc *object, raw []byte, pathDeploymentID string)
 		c.add("/components", "is required")
 	}
 	names := map[string]string{}
-	for i, v := range c.jsonList(doc, "", "components", 0, MaxComponentStatuses) {
+	for i, v := range c.jsonList(doc, "", "components", MaxComponentStatuses) {
 		p := idx("/components", i)
 		co := c.jsonObject(v, p)
 		if co == nil {

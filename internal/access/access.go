@@ -1,0 +1,325 @@
+// Package access decides who may use the management API: bearer tokens with
+// roles (viewer < operator < admin), stored only as hashes, and the
+// append-only audit log of what they did.
+package access
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base32"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/page"
+)
+
+// Role is what a token may do.
+type Role string
+
+// Roles, each allowing everything the previous one does.
+const (
+	Viewer   Role = "viewer"   // reads
+	Operator Role = "operator" // also changes the catalog and deployments
+	Admin    Role = "admin"    // also tokens, clients, the audit log, break-glass overrides
+)
+
+func (r Role) rank() int {
+	switch r {
+	case Viewer:
+		return 1
+	case Operator:
+		return 2
+	case Admin:
+		return 3
+	}
+	return 0
+}
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool { return r.rank() > 0 }
+
+// Allows reports whether a token of role r may do what needs role need.
+func (r Role) Allows(need Role) bool { return r.rank() >= need.rank() && need.Valid() }
+
+// BootstrapID is the id of the admin token that comes from configuration.
+const BootstrapID = "bootstrap"
+
+// Token is an API token (never its secret).
+type Token struct {
+	ID         string
+	Name       string
+	Role       Role
+	CreatedAt  time.Time
+	CreatedBy  string
+	ExpiresAt  time.Time // zero: never
+	RevokedAt  time.Time // zero: not revoked
+	LastUsedAt time.Time
+}
+
+// Principal is who calls: the token that authenticated the request.
+type Principal struct {
+	TokenID string
+	Name    string
+	Role    Role
+}
+
+// Anonymous is the principal of a request without a valid token.
+var Anonymous = Principal{TokenID: "anonymous"}
+
+// secret layout: "wfm_" + id (16 base32 chars) + "_" + secret (52 base32 chars, 256 bits).
+const prefix = "wfm_"
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// NewSecret returns a fresh token id and its bearer secret.
+func NewSecret() (id, secret string) {
+	var idb [10]byte
+	var sb [32]byte
+	_, _ = rand.Read(idb[:])
+	_, _ = rand.Read(sb[:])
+	id = strings.ToLower(b32.EncodeToString(idb[:]))
+	return id, prefix + id + "_" + strings.ToLower(b32.EncodeToString(sb[:]))
+}
+
+// Hash is what is stored of a secret. The secret carries 256 random bits, so
+// a fast hash is enough: there is nothing to brute-force.
+func Hash(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// parseBearer splits an Authorization header into the token id and the
+// whole secret. The bootstrap token may have any shape (it comes from
+// configuration); it is recognised by hash, under BootstrapID.
+func parseBearer(header string) (id, secret string, ok bool) {
+	scheme, secret, found := strings.Cut(strings.TrimSpace(header), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", "", false
+	}
+	secret = strings.TrimSpace(secret)
+	if secret == "" || len(secret) > 512 {
+		return "", "", false
+	}
+	if rest, ok := strings.CutPrefix(secret, prefix); ok {
+		if id, _, ok := strings.Cut(rest, "_"); ok && id != "" {
+			return id, secret, true
+		}
+	}
+	return BootstrapID, secret, true
+}
+
+// AuditEntry is one line of the audit log.
+type AuditEntry struct {
+	ID        int64
+	At        time.Time
+	Actor     string // token id, or "anonymous"
+	Role      Role
+	Action    string // operation id, or "" when the route was not reached
+	Method    string
+	Target    string // request path
+	Status    int
+	Outcome   string // success | failure
+	RequestID string
+	Detail    map[string]any
+}
+
+// AuditFilter selects audit entries.
+type AuditFilter struct {
+	Actor, Action, Outcome string
+	Since, Until           time.Time
+}
+
+// Store is what access needs from storage.
+type Store interface {
+	// InsertToken stores a token with the hash of its secret.
+	InsertToken(ctx context.Context, t Token, hash string) error
+	// PutBootstrap stores (or replaces) the admin token from configuration.
+	PutBootstrap(ctx context.Context, hash string, now time.Time) error
+	// Token returns a token and its hash. Returns ENOTFOUND if there is none.
+	Token(ctx context.Context, id string) (Token, string, error)
+	// Tokens returns up to limit tokens with ids after after.
+	Tokens(ctx context.Context, after string, limit int) ([]Token, error)
+	// RevokeToken revokes a token (once) and returns it. Returns ENOTFOUND
+	// if there is none.
+	RevokeToken(ctx context.Context, id string, at time.Time) (Token, error)
+	// TouchToken records a use of the token.
+	TouchToken(ctx context.Context, id string, at time.Time) error
+	// AppendAudit appends one entry.
+	AppendAudit(ctx context.Context, e AuditEntry) error
+	// Audit returns up to limit entries matching f with ids below before
+	// (0: from the newest), newest first.
+	Audit(ctx context.Context, f AuditFilter, before int64, limit int) ([]AuditEntry, error)
+}
+
+// Service authenticates and authorizes management calls and keeps the audit log.
+type Service struct {
+	store Store
+	now   func() time.Time
+}
+
+// NewService returns the access service.
+func NewService(store Store, now func() time.Time) *Service { return &Service{store: store, now: now} }
+
+// Bootstrap installs the admin token from configuration (or replaces it when
+// the configured secret changed), so a fresh server is usable.
+//
+// Returns EINVALID if secret is shorter than 16 characters.
+func (s *Service) Bootstrap(ctx context.Context, secret string) error {
+	if len(secret) < 16 {
+		return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-configuration", Message: "The bootstrap admin token must be at least 16 characters."}
+	}
+	return s.store.PutBootstrap(ctx, Hash(secret), s.now().UTC())
+}
+
+func unauthorized(msg string) error {
+	return &lifecycle.Error{Code: lifecycle.EUNAUTHORIZED, Type: "unauthorized", Message: msg}
+}
+
+// Authenticate returns the principal of an Authorization header.
+//
+// Returns EUNAUTHORIZED (type "unauthorized") when the header is missing or
+// malformed, or the token is unknown, wrong, expired or revoked; the message
+// says which, without revealing whether a token id exists.
+func (s *Service) Authenticate(ctx context.Context, header string) (Principal, error) {
+	if strings.TrimSpace(header) == "" {
+		return Anonymous, unauthorized("This operation needs an API token: send Authorization: Bearer <token>.")
+	}
+	id, secret, ok := parseBearer(header)
+	if !ok {
+		return Anonymous, unauthorized("The Authorization header must be \"Bearer <token>\".")
+	}
+	t, hash, err := s.store.Token(ctx, id)
+	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+		return Anonymous, unauthorized("The API token is not valid.")
+	}
+	if err != nil {
+		return Anonymous, err
+	}
+	if subtle.ConstantTimeCompare([]byte(hash), []byte(Hash(secret))) != 1 {
+		return Anonymous, unauthorized("The API token is not valid.")
+	}
+	now := s.now()
+	switch {
+	case !t.RevokedAt.IsZero():
+		return Anonymous, unauthorized("The API token was revoked.")
+	case !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt):
+		return Anonymous, unauthorized("The API token expired at " + t.ExpiresAt.UTC().Format(time.RFC3339) + ".")
+	}
+	if now.Sub(t.LastUsedAt) > time.Minute { // at most one write a minute per token
+		_ = s.store.TouchToken(ctx, t.ID, now.UTC())
+	}
+	return Principal{TokenID: t.ID, Name: t.Name, Role: t.Role}, nil
+}
+
+// Authorize checks that p may do what needs role need.
+//
+// Returns EFORBIDDEN (type "forbidden") naming the role needed.
+func Authorize(p Principal, need Role) error {
+	if p.Role.Allows(need) {
+		return nil
+	}
+	return &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "forbidden",
+		Message: fmt.Sprintf("This operation needs the %s role; the token %s has the %s role.", need, p.TokenID, p.Role),
+		Extra:   map[string]any{"requiredRole": string(need), "tokenRole": string(p.Role)}}
+}
+
+// MaxTokenName bounds token names.
+const MaxTokenName = 128
+
+// CreateToken creates a token of role for actor and returns it with its
+// secret, which is never stored or shown again.
+//
+// Returns EINVALID for an empty or long name, an unknown role or a bad
+// expiresIn (a Go duration > 0).
+func (s *Service) CreateToken(ctx context.Context, actor Principal, name string, role Role, expiresIn string) (Token, string, error) {
+	var fields []lifecycle.FieldError
+	if name = strings.TrimSpace(name); name == "" || len(name) > MaxTokenName {
+		fields = append(fields, lifecycle.FieldError{Pointer: "/name", Detail: "1 to 128 characters"})
+	}
+	if !role.Valid() {
+		fields = append(fields, lifecycle.FieldError{Pointer: "/role", Detail: "viewer, operator or admin"})
+	}
+	now := s.now().UTC()
+	t := Token{Name: name, Role: role, CreatedAt: now, CreatedBy: actor.TokenID}
+	if expiresIn != "" {
+		d, err := time.ParseDuration(expiresIn)
+		if err != nil || d <= 0 {
+			fields = append(fields, lifecycle.FieldError{Pointer: "/expiresIn", Detail: "a Go duration greater than 0, such as 720h"})
+		} else {
+			t.ExpiresAt = now.Add(d)
+		}
+	}
+	if len(fields) > 0 {
+		return Token{}, "", &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "The token request is not valid.", Fields: fields}
+	}
+	id, secret := NewSecret()
+	t.ID = id
+	if err := s.store.InsertToken(ctx, t, Hash(secret)); err != nil {
+		return Token{}, "", err
+	}
+	return t, secret, nil
+}
+
+// Token returns one token. Returns ENOTFOUND if there is none.
+func (s *Service) Token(ctx context.Context, id string) (Token, error) {
+	t, _, err := s.store.Token(ctx, id)
+	return t, err
+}
+
+// Tokens returns a page of tokens and the next cursor.
+func (s *Service) Tokens(ctx context.Context, limit int, cursor string) ([]Token, string, error) {
+	limit, after, err := page.Args(limit, cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	ts, err := s.store.Tokens(ctx, after, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(ts) > limit {
+		ts = ts[:limit]
+		next = page.Encode(ts[limit-1].ID)
+	}
+	return ts, next, nil
+}
+
+// Revoke revokes a token. Returns ENOTFOUND if there is none.
+func (s *Service) Revoke(ctx context.Context, id string) (Token, error) {
+	return s.store.RevokeToken(ctx, id, s.now().UTC())
+}
+
+// Record appends an audit entry, stamped now.
+func (s *Service) Record(ctx context.Context, e AuditEntry) error {
+	e.At = s.now().UTC()
+	return s.store.AppendAudit(ctx, e)
+}
+
+// Audit returns a page of audit entries, newest first, and the next cursor.
+func (s *Service) Audit(ctx context.Context, f AuditFilter, limit int, cursor string) ([]AuditEntry, string, error) {
+	limit, after, err := page.Args(limit, cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	var before int64
+	if after != "" {
+		if _, err := fmt.Sscan(after, &before); err != nil || before <= 0 {
+			return nil, "", page.BadCursor()
+		}
+	}
+	es, err := s.store.Audit(ctx, f, before, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(es) > limit {
+		es = es[:limit]
+		next = page.Encode(fmt.Sprint(es[limit-1].ID))
+	}
+	return es, next, nil
+}

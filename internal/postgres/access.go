@@ -1,0 +1,162 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wfm-dev/wfm/internal/access"
+)
+
+// AccessStore is the PostgreSQL implementation of access.Store.
+type AccessStore struct{ pool *pgxpool.Pool }
+
+var _ access.Store = (*AccessStore)(nil)
+
+// NewAccessStore returns an access store over pool.
+func NewAccessStore(pool *pgxpool.Pool) *AccessStore { return &AccessStore{pool: pool} }
+
+const sqlTokenColumns = `id, name, role, secret_hash, created_at, created_by, expires_at, revoked_at, last_used_at`
+
+func scanToken(r pgx.Row) (access.Token, string, error) {
+	var t access.Token
+	var role, hash string
+	var expires, revoked, used *time.Time
+	if err := r.Scan(&t.ID, &t.Name, &role, &hash, &t.CreatedAt, &t.CreatedBy, &expires, &revoked, &used); err != nil {
+		return t, "", err
+	}
+	t.Role = access.Role(role)
+	for _, p := range []struct {
+		src *time.Time
+		dst *time.Time
+	}{{expires, &t.ExpiresAt}, {revoked, &t.RevokedAt}, {used, &t.LastUsedAt}} {
+		if p.src != nil {
+			*p.dst = *p.src
+		}
+	}
+	return t, hash, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// InsertToken implements access.Store.
+func (s *AccessStore) InsertToken(ctx context.Context, t access.Token, hash string) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO api_tokens (id, name, role, secret_hash, created_at, created_by, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		t.ID, t.Name, string(t.Role), hash, t.CreatedAt, t.CreatedBy, nullTime(t.ExpiresAt))
+	return translate(err)
+}
+
+// PutBootstrap implements access.Store.
+func (s *AccessStore) PutBootstrap(ctx context.Context, hash string, now time.Time) error {
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO api_tokens (id, name, role, secret_hash, created_at, created_by) VALUES ($1, 'bootstrap admin (configuration)', 'admin', $2, $3, 'configuration')
+ON CONFLICT (id) DO UPDATE SET secret_hash = EXCLUDED.secret_hash, revoked_at = NULL, role = 'admin'
+WHERE api_tokens.secret_hash <> EXCLUDED.secret_hash OR api_tokens.revoked_at IS NOT NULL`, access.BootstrapID, hash, now)
+	return translate(err)
+}
+
+// Token implements access.Store.
+func (s *AccessStore) Token(ctx context.Context, id string) (access.Token, string, error) {
+	t, hash, err := scanToken(s.pool.QueryRow(ctx, `SELECT `+sqlTokenColumns+` FROM api_tokens WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, "", notFound("There is no token %s.", id)
+	}
+	return t, hash, translate(err)
+}
+
+// Tokens implements access.Store.
+func (s *AccessStore) Tokens(ctx context.Context, after string, limit int) ([]access.Token, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlTokenColumns+` FROM api_tokens WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (access.Token, error) {
+		t, _, err := scanToken(r)
+		return t, err
+	})
+	return ts, translate(err)
+}
+
+// RevokeToken implements access.Store.
+func (s *AccessStore) RevokeToken(ctx context.Context, id string, at time.Time) (access.Token, error) {
+	if _, err := s.pool.Exec(ctx, `UPDATE api_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, at); err != nil {
+		return access.Token{}, translate(err)
+	}
+	t, _, err := s.Token(ctx, id)
+	return t, err
+}
+
+// TouchToken implements access.Store.
+func (s *AccessStore) TouchToken(ctx context.Context, id string, at time.Time) error {
+	_, err := s.pool.Exec(ctx, `UPDATE api_tokens SET last_used_at = $2 WHERE id = $1`, id, at)
+	return translate(err)
+}
+
+// AppendAudit implements access.Store.
+func (s *AccessStore) AppendAudit(ctx context.Context, e access.AuditEntry) error {
+	detail := []byte("{}")
+	if len(e.Detail) > 0 {
+		var err error
+		if detail, err = json.Marshal(e.Detail); err != nil {
+			return err
+		}
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO audit_log (at, actor, role, action, method, target, status, outcome, request_id, detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)`,
+		e.At, e.Actor, string(e.Role), e.Action, e.Method, e.Target, e.Status, e.Outcome, e.RequestID, string(detail))
+	return translate(err)
+}
+
+// Audit implements access.Store.
+func (s *AccessStore) Audit(ctx context.Context, f access.AuditFilter, before int64, limit int) ([]access.AuditEntry, error) {
+	where, args := []string{"true"}, []any{}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
+	}
+	if f.Actor != "" {
+		add("actor = ?", f.Actor)
+	}
+	if f.Action != "" {
+		add("action = ?", f.Action)
+	}
+	if f.Outcome != "" {
+		add("outcome = ?", f.Outcome)
+	}
+	if !f.Since.IsZero() {
+		add("at >= ?", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("at < ?", f.Until)
+	}
+	if before > 0 {
+		add("id < ?", before)
+	}
+	args = append(args, limit)
+	rows, err := s.pool.Query(ctx, `SELECT id, at, actor, role, action, method, target, status, outcome, request_id, detail::text FROM audit_log WHERE `+
+		strings.Join(where, " AND ")+` ORDER BY id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	es, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (access.AuditEntry, error) {
+		var e access.AuditEntry
+		var role, detail string
+		if err := r.Scan(&e.ID, &e.At, &e.Actor, &role, &e.Action, &e.Method, &e.Target, &e.Status, &e.Outcome, &e.RequestID, &detail); err != nil {
+			return e, err
+		}
+		e.Role = access.Role(role)
+		return e, json.Unmarshal([]byte(detail), &e.Detail)
+	})
+	return es, translate(err)
+}
