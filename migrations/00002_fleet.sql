@@ -38,7 +38,7 @@ CREATE TABLE devices (
     updated_at      timestamptz NOT NULL,
     PRIMARY KEY (client_id, id)
 );
-CREATE INDEX devices_labels ON devices USING gin (labels jsonb_path_ops);
+CREATE INDEX devices_labels ON devices USING gin (labels);
 
 CREATE TABLE deployments (
     id                 uuid        PRIMARY KEY,
@@ -56,6 +56,8 @@ CREATE TABLE deployments (
     removing           boolean     NOT NULL DEFAULT false,
     newest_adopted     bigint      NOT NULL DEFAULT 0 CHECK (newest_adopted >= 0),
     reports            bigint      NOT NULL DEFAULT 0,
+    -- bumped by every change of the row: the deployment's ETag
+    generation         bigint      NOT NULL DEFAULT 1,
     created_at         timestamptz NOT NULL,
     updated_at         timestamptz NOT NULL,
     FOREIGN KEY (client_id, device_id) REFERENCES devices (client_id, id),
@@ -74,6 +76,8 @@ CREATE TABLE revisions (
     parameters       jsonb       NOT NULL,
     operation        text        NOT NULL CHECK (operation IN ('install', 'upgrade', 'reconfigure', 'rollback', 'remove')),
     outcome          text        NOT NULL CHECK (outcome IN ('pending', 'active', 'superseded', 'failed')),
+    -- the chosen profile's component names, which status reports must use
+    components       text[]      NOT NULL,
     yaml             bytea       NOT NULL,
     digest           text        NOT NULL CHECK (digest ~ '^sha256:[0-9a-f]{64}$'),
     manifest_version bigint      NOT NULL CHECK (manifest_version >= 1),

@@ -34,6 +34,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/identity"
 	"github.com/wfm-dev/wfm/internal/pglaunch"
 	"github.com/wfm-dev/wfm/internal/postgres"
+	"github.com/wfm-dev/wfm/internal/ratelimit"
 	"github.com/wfm-dev/wfm/internal/telemetry"
 	"github.com/wfm-dev/wfm/internal/testpki"
 )
@@ -59,6 +60,8 @@ type config struct {
 	acceptClients   string
 	devHeaderID     bool
 	reportRetention int
+	deviceRate      float64
+	deviceBurst     int
 	adminToken      string
 	adminTokenFile  string
 	databaseURL     string
@@ -88,6 +91,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.clientCA, "client-ca", getenv("WFM_CLIENT_CA"), "trust bundle for client certificates (PEM) (env WFM_CLIENT_CA)")
 	fs.StringVar(&c.acceptClients, "accept-clients", env("WFM_ACCEPT_CLIENTS", "all"), "all: accept every client of the trust domain on first contact; listed: only clients accepted through the management API (env WFM_ACCEPT_CLIENTS)")
 	fs.BoolVar(&c.devHeaderID, "dev-header-identity", getenv("WFM_DEV_HEADER_IDENTITY") == "true", "INSECURE, development only: serve the device API over plain HTTP and take the client id from the X-WFM-Client-ID header (env WFM_DEV_HEADER_IDENTITY=true)")
+	fs.Float64Var(&c.deviceRate, "device-rate", 20, "device API requests per second allowed per client, on average (per server process)")
+	fs.IntVar(&c.deviceBurst, "device-burst", 40, "device API requests a client may make at once above its rate")
 	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
 	c.adminToken = getenv("WFM_ADMIN_TOKEN")
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", getenv("WFM_ADMIN_TOKEN_FILE"), "file holding the bootstrap admin token (env WFM_ADMIN_TOKEN_FILE; or the token itself in WFM_ADMIN_TOKEN); empty with the private PostgreSQL: <data-dir>/admin-token, created once")
@@ -113,6 +118,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") || (c.tlsCert != "" && c.clientCA == "") {
 		return c, errors.New("-tls-cert, -tls-key and -client-ca go together (or none, for the development PKI)")
+	}
+	if c.deviceRate <= 0 || c.deviceBurst < 1 {
+		return c, errors.New("-device-rate must be > 0 and -device-burst >= 1")
 	}
 	if c.reportRetention < 1 {
 		return c, errors.New("-report-retention must be at least 1")
@@ -205,6 +213,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Fleet:          fl,
 		Access:         acc,
 		DeviceIdentity: deviceIdentity,
+		DeviceLimiter:  ratelimit.New(c.deviceRate, c.deviceBurst, 100_000, time.Now),
 	})
 	if err != nil {
 		return err
@@ -214,7 +223,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	// Every server process drops its cached manifests when any process
 	// publishes (LISTEN/NOTIFY), so the device poll can answer from memory.
-	listenCtx, stopListening := context.WithCancel(ctx)
+	// The listener runs until the HTTP servers have drained (the deferred
+	// stop), not just until the signal: draining requests still publish.
+	listenCtx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
 	listenerDone := make(chan struct{})
 	go func() {
 		defer close(listenerDone)
@@ -288,7 +299,8 @@ func newHTTPServer(ctx context.Context, h http.Handler, log *slog.Logger) *http.
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// Requests outlive the shutdown signal: Shutdown lets them finish.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 }
 

@@ -76,8 +76,13 @@ type Deployment struct {
 	Removing          bool
 	NewestAdopted     uint64
 	Reports           int64
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
+	Generation        int64    // bumped by every change; the ETag
+	Components        []string // of the desired revision's profile
+	// Published is the client's newest manifest version; set only where
+	// the store reads it for a decision (RecordReport).
+	Published uint64
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Revision outcomes.

@@ -224,3 +224,97 @@ func drain(c chan string) {
 		}
 	}
 }
+
+// setup registers device d of client c and deploys app 1.0.0 to it.
+func setup(t *testing.T) (*fleet.Service, fleet.Deployment) {
+	t.Helper()
+	s := newService(t)
+	_, err := s.PutCapabilities(t.Context(), "c", "d", caps("d"))
+	require.NoError(t, err)
+	d, err := s.CreateDeployment(t.Context(), fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d"})
+	require.NoError(t, err)
+	return s, d
+}
+
+func TestRefusedReportsChangeNothing(t *testing.T) {
+	ctx := t.Context()
+	s, d := setup(t)
+	for name, tc := range map[string]struct {
+		body []byte
+		typ  string
+	}{
+		"other device": {mustJSON(map[string]any{"deploymentId": d.ID, "deviceId": "elsewhere", "adoptedManifestVersion": 1 << 40,
+			"status": map[string]any{"state": "failed"}, "components": []any{}}), "device-id-mismatch"},
+		"never published": {report(d.ID, 1<<40, "failed"), "invalid-status"},
+		"unknown component": {mustJSON(map[string]any{"deploymentId": d.ID, "adoptedManifestVersion": d.DesiredSince,
+			"status": map[string]any{"state": "installed"}, "components": []any{map[string]any{"name": "db", "state": "installed"}}}), "component-mismatch"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before, err := s.Deployment(ctx, d.ID)
+			require.NoError(t, err)
+			_, err = s.ReportStatus(ctx, "c", d.ID, tc.body)
+			require.Equal(t, lifecycle.EINVALID, lifecycle.ErrorCode(err), "%v", err)
+			require.Equal(t, tc.typ, lifecycle.ErrorType(err))
+			after, err := s.Deployment(ctx, d.ID)
+			require.NoError(t, err)
+			require.Equal(t, before, after, "a refused report changed the deployment")
+		})
+	}
+	// A real report still works afterwards.
+	_, err := s.ReportStatus(ctx, "c", d.ID, report(d.ID, d.DesiredSince, "installed"))
+	require.NoError(t, err)
+	got, err := s.Deployment(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StateInstalled, got.State)
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// TestConcurrentRemovalAndUnregistration runs the operator's delete and the
+// device's unregistration of the same deployment at once: both must succeed
+// (no deadlock) and the deployment ends removed.
+func TestConcurrentRemovalAndUnregistration(t *testing.T) {
+	for i := range 10 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			ctx := t.Context()
+			s, d := setup(t)
+			errs := make(chan error, 2)
+			go func() { _, err := s.RemoveDeployment(ctx, d.ID, ""); errs <- err }()
+			go func() { errs <- s.Unregister(ctx, "c", "d") }()
+			require.NoError(t, <-errs)
+			require.NoError(t, <-errs)
+			got, err := s.Deployment(ctx, d.ID)
+			require.NoError(t, err)
+			require.True(t, got.Removing)
+		})
+	}
+}
+
+func TestConcurrentFirstRegistrationIsCreatedOnce(t *testing.T) {
+	ctx := t.Context()
+	s := newService(t)
+	require.NoError(t, s.Authorize(ctx, "c"))
+	created := make(chan bool, 4)
+	for range 4 {
+		go func() {
+			ok, err := s.PutCapabilities(ctx, "c", "d", caps("d"))
+			if err != nil {
+				t.Error(err)
+			}
+			created <- ok
+		}()
+	}
+	n := 0
+	for range 4 {
+		if <-created {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "exactly one first registration answers 201")
+}

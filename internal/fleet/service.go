@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,10 +51,10 @@ type Store interface {
 	SetOperatorLabels(ctx context.Context, clientID, deviceID string, labels map[string]string, now time.Time) (Device, error)
 
 	// CreateDeployment stores a new deployment with its first revision and
-	// publishes its client's manifest, in one transaction. It calls render
-	// with the manifest version that will publish the revision. Returns
+	// publishes its client's manifest, in one transaction. Returns
 	// ENOTFOUND if the device is not registered, EINVALID (version-yanked)
-	// if the version was yanked meanwhile.
+	// if the version was yanked meanwhile, EINVALID (client-retired) if the
+	// client is retired.
 	CreateDeployment(ctx context.Context, d NewDeployment, now time.Time) (Deployment, error)
 	// RemoveDeployment marks a deployment removing and publishes its
 	// client's manifest without it. check runs on the locked row first and
@@ -62,7 +63,8 @@ type Store interface {
 	// RecordReport stores a status report for a deployment of clientID and
 	// applies decide's decision. first is true for the deployment's first
 	// report. Returns ENOTFOUND if the deployment is not the client's.
-	RecordReport(ctx context.Context, clientID string, r *margo.StatusReport, decide func(Deployment) lifecycle.Decision, now time.Time) (first bool, err error)
+	// decide may refuse the report; then nothing is written.
+	RecordReport(ctx context.Context, clientID string, r *margo.StatusReport, decide func(Deployment) (lifecycle.Decision, error), now time.Time) (first bool, err error)
 
 	// Deployment returns one deployment. Returns ENOTFOUND if there is none.
 	Deployment(ctx context.Context, id string) (Deployment, error)
@@ -93,6 +95,7 @@ type NewDeployment struct {
 	ApplicationID string
 	Version       lifecycle.Version
 	ProfileID     string
+	Components    []string // the profile's component names
 	Parameters    map[string]any
 	// Render returns the revision's ApplicationDeployment YAML.
 	Render func() ([]byte, error)
@@ -228,19 +231,35 @@ func (s *Service) Bundle(ctx context.Context, clientID, digest string) ([]byte, 
 // EINVALID (type "unknown-deployment") if the deployment is not the
 // client's; EINVALID (type "component-mismatch") if the reported components
 // are not the deployment's; EINVALID (type "device-id-mismatch") if the
-// report names another device.
+// report names another device; EINVALID (type "invalid-status") if it
+// claims a manifest version never published to the client. A refused report
+// changes nothing.
 func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID string, raw []byte) (bool, error) {
 	r, err := margo.ParseStatusReport(raw, deploymentID)
 	if err != nil {
 		return false, err
 	}
-	var refusal error
-	decide := func(d Deployment) lifecycle.Decision {
+	decide := func(d Deployment) (lifecycle.Decision, error) {
 		if r.DeviceID != "" && r.DeviceID != d.DeviceID {
-			refusal = &lifecycle.Error{Code: lifecycle.EINVALID, Type: "device-id-mismatch",
+			return lifecycle.Decision{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "device-id-mismatch",
 				Message: fmt.Sprintf("Deployment %s runs on device %s, not %s.", d.ID, d.DeviceID, r.DeviceID),
 				Fields:  []lifecycle.FieldError{{Pointer: "/deviceId", Detail: "not the deployment's device"}}}
-			return lifecycle.Decision{}
+		}
+		if r.AdoptedManifestVersion > d.Published {
+			return lifecycle.Decision{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-status",
+				Message: fmt.Sprintf("adoptedManifestVersion %d was never published to this client (its newest is %d).", r.AdoptedManifestVersion, d.Published),
+				Fields:  []lifecycle.FieldError{{Pointer: "/adoptedManifestVersion", Detail: "newer than any published manifest"}}}
+		}
+		var unknown []lifecycle.FieldError
+		for i, c := range r.Components {
+			if !slices.Contains(d.Components, c.Name) {
+				unknown = append(unknown, lifecycle.FieldError{Pointer: fmt.Sprintf("/components/%d/name", i),
+					Detail: fmt.Sprintf("not a component of this deployment (%s)", strings.Join(d.Components, ", "))})
+			}
+		}
+		if len(unknown) > 0 {
+			return lifecycle.Decision{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "component-mismatch",
+				Message: "The report names components the deployment does not have.", Fields: unknown}
 		}
 		phase := ""
 		if r.Extension != nil {
@@ -253,19 +272,13 @@ func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID strin
 			Removing:      d.Removing,
 			NewestAdopted: d.NewestAdopted,
 			Report:        lifecycle.ReportView{State: string(r.State), Adopted: r.AdoptedManifestVersion, Phase: phase},
-		})
+		}), nil
 	}
-	first, err := s.store.RecordReport(ctx, clientID, r, func(d Deployment) lifecycle.Decision {
-		dec := decide(d)
-		return dec
-	}, s.now().UTC())
+	first, err := s.store.RecordReport(ctx, clientID, r, decide, s.now().UTC())
 	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
 		return false, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "unknown-deployment",
 			Message: "This client has no deployment " + deploymentID + ".",
 			Fields:  []lifecycle.FieldError{{Pointer: "/deploymentId", Detail: "no such deployment for this client"}}}
-	}
-	if refusal != nil {
-		return false, refusal
 	}
 	return first, err
 }
@@ -335,9 +348,13 @@ func (s *Service) CreateDeployment(ctx context.Context, req CreateRequest) (Depl
 		return Deployment{}, err
 	}
 	id := newUUID()
+	var components []string
+	for _, c := range profile.Components {
+		components = append(components, c.Name)
+	}
 	nd := NewDeployment{
 		ID: id, ClientID: req.ClientID, DeviceID: req.DeviceID, ApplicationID: req.ApplicationID,
-		Version: v.Version, ProfileID: profile.ID, Parameters: values,
+		Version: v.Version, ProfileID: profile.ID, Components: components, Parameters: values,
 		Render: func() ([]byte, error) {
 			return margo.RenderDeployment(margo.DeploymentInput{
 				DeploymentID: id, DeviceID: req.DeviceID, Description: desc, Profile: profile, Values: values,
@@ -382,7 +399,7 @@ func (s *Service) RemoveDeployment(ctx context.Context, id, ifMatch string) (Dep
 // DeploymentETag is the strong validator of a deployment's representation:
 // it changes with every state change, revision and report.
 func DeploymentETag(d Deployment) string {
-	return `"d-` + strconv.Itoa(d.Revision) + "-" + strconv.FormatInt(d.UpdatedAt.UnixNano(), 36) + "-" + strconv.FormatInt(d.Reports, 36) + `"`
+	return `"d-` + strings.ReplaceAll(d.ID, "-", "")[:12] + "-" + strconv.FormatInt(d.Generation, 10) + `"`
 }
 
 // ETagMatches implements If-Match's strong comparison (RFC 9110 13.1.1):

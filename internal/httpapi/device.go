@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/wfm-dev/wfm/api"
@@ -46,6 +48,16 @@ func (s *Server) deviceIdentity(next http.Handler) http.Handler {
 			}
 			writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "not-authorized", Message: msg}))
 			return
+		}
+		if s.limiter != nil {
+			if ok, wait := s.limiter.Allow(id); !ok {
+				secs := int(math.Ceil(wait.Seconds()))
+				w.Header().Set("Retry-After", strconv.Itoa(secs))
+				writeProblem(w, r, problem{Type: ProblemBase + "too-many-requests", Title: "Too many requests", Status: http.StatusTooManyRequests,
+					Detail: "This client exceeds its request rate; retry after " + strconv.Itoa(secs) + " s.",
+					Extra:  map[string]any{"retryable": true, "retryAfterSeconds": secs, "backoffStrategy": "exponential"}})
+				return
+			}
 		}
 		if err := s.fleet.Authorize(r.Context(), id); err != nil {
 			writeProblem(w, r, problemFromError(s.log, r, err))

@@ -30,6 +30,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/margotest"
 	"github.com/wfm-dev/wfm/internal/pgtest"
 	"github.com/wfm-dev/wfm/internal/postgres"
+	"github.com/wfm-dev/wfm/internal/ratelimit"
 	"github.com/wfm-dev/wfm/internal/testpki"
 	"github.com/wfm-dev/wfm/sdk"
 )
@@ -48,6 +49,12 @@ type fleetEnv struct {
 
 func newFleetEnv(t *testing.T, policy fleet.Policy) *fleetEnv {
 	t.Helper()
+	return newFleetEnvWith(t, policy, nil)
+}
+
+// newFleetEnvWith is newFleetEnv with a device API rate limiter.
+func newFleetEnvWith(t *testing.T, policy fleet.Policy, limiter *ratelimit.Limiter) *fleetEnv {
+	t.Helper()
 	pool := pgtest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
@@ -56,7 +63,7 @@ func newFleetEnv(t *testing.T, policy fleet.Policy) *fleetEnv {
 	require.NoError(t, acc.Bootstrap(t.Context(), adminToken))
 	ids := identity.Config{TrustDomain: "example.org", WFMID: "wfm-test"}
 	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: func(context.Context) error { return nil },
-		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest})
+		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest, DeviceLimiter: limiterOrNil(limiter)})
 	require.NoError(t, err)
 	mgmtH, deviceH := httpapi.Split(h)
 
@@ -72,6 +79,16 @@ func newFleetEnv(t *testing.T, policy fleet.Policy) *fleetEnv {
 	t.Cleanup(mgmt.Close)
 	c := clientAs(t, mgmt.URL, adminToken)
 	return &fleetEnv{mgmt: c, mgmtURL: mgmt.URL, deviceURL: dev.URL, ca: ca, ids: ids, chk: margotest.FromEnv(t), fleet: fl}
+}
+
+// limiterOrNil keeps a nil *Limiter from becoming a non-nil interface.
+func limiterOrNil(l *ratelimit.Limiter) interface {
+	Allow(string) (bool, time.Duration)
+} {
+	if l == nil {
+		return nil
+	}
+	return l
 }
 
 // agent is a device agent: an HTTP client with its client certificate.

@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
-	"runtime/debug"
-	"time"
-
 	"github.com/go-chi/chi/v5"
 
 	"github.com/wfm-dev/wfm/internal/telemetry"
@@ -86,11 +86,37 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 	})
 }
 
-// limitBody bounds every request body; reading past the bound fails with
-// *http.MaxBytesError, which the error paths answer with 413.
-func limitBody(n int64) func(http.Handler) http.Handler {
+// Body bounds per route: an application description (1 MiB of YAML, more
+// once escaped in JSON), a capabilities document, a status report, and
+// everything else (small JSON requests).
+const (
+	maxDescriptionBody  = 2 << 20
+	maxCapabilitiesBody = 256 << 10
+	maxStatusBody       = 64 << 10
+	maxOtherBody        = 64 << 10
+)
+
+// bodyLimit returns the body bound of a request, never above ceiling.
+func bodyLimit(r *http.Request, ceiling int64) int64 {
+	n := int64(maxOtherBody)
+	switch p := r.URL.Path; {
+	case r.Method == http.MethodPost && p == "/mgmt/v1/applications":
+		n = maxDescriptionBody
+	case r.Method == http.MethodPut && strings.HasPrefix(p, "/api/v1/capabilities/"):
+		n = maxCapabilitiesBody
+	case r.Method == http.MethodPost && strings.HasPrefix(p, "/api/v1/deployments/") && strings.HasSuffix(p, "/status"):
+		n = maxStatusBody
+	}
+	return min(n, ceiling)
+}
+
+// limitBody bounds every request body by its route's bound; reading past it
+// fails with *http.MaxBytesError, which the error paths answer with 413. A
+// declared Content-Length over the bound is refused before reading.
+func limitBody(ceiling int64) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := bodyLimit(r, ceiling)
 			if r.ContentLength > n {
 				writeProblem(w, r, problemFromError(nil, r, bodyReadError(&http.MaxBytesError{Limit: n})))
 				return

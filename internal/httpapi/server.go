@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
@@ -42,6 +43,11 @@ type Config struct {
 	Fleet *fleet.Service
 	// Access authenticates management calls and keeps the audit log.
 	Access *access.Service
+	// DeviceLimiter, when not nil, bounds each WFM client's device API
+	// request rate: Allow returns false and the wait when a client is over.
+	DeviceLimiter interface {
+		Allow(key string) (bool, time.Duration)
+	}
 	// DeviceIdentity names the WFM client calling the device API (from its
 	// mTLS certificate, or a header in the development mode).
 	DeviceIdentity func(r *http.Request) (string, error)
@@ -62,6 +68,9 @@ type Server struct {
 	access   *access.Service
 	clientID func(r *http.Request) (string, error)
 	ops      map[string]operation // "METHOD /path" of every management operation
+	limiter  interface {
+		Allow(key string) (bool, time.Duration)
+	}
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -97,7 +106,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops}
+	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter}
 
 	r := chi.NewRouter()
 	r.Use(s.requestContext(metrics), s.recoverer, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.authenticate)

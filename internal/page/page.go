@@ -12,7 +12,7 @@ import (
 const (
 	DefaultLimit = 100
 	MaxLimit     = 500
-	maxKey       = 384
+	maxKey       = 1024
 )
 
 // Args checks a requested limit (0 means DefaultLimit) and decodes a cursor

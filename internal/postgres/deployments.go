@@ -19,7 +19,7 @@ import (
 
 const sqlDeploymentColumns = `d.id::text, d.client_id, d.device_id, d.application_id, r.version, r.profile_id, d.state, d.state_reason,
 d.state_changed_at, d.revision, d.installed_revision, r.parameters::text, d.desired_since, d.removing, d.newest_adopted, d.reports,
-d.created_at, d.updated_at`
+d.generation, r.components, d.created_at, d.updated_at`
 
 const sqlDeploymentFrom = ` FROM deployments d JOIN revisions r ON r.deployment_id = d.id AND r.n = d.revision`
 
@@ -29,7 +29,8 @@ func scanDeployment(row pgx.Row) (fleet.Deployment, error) {
 	var installed *int32
 	var since, adopted int64
 	if err := row.Scan(&d.ID, &d.ClientID, &d.DeviceID, &d.ApplicationID, &version, &d.ProfileID, &state, &d.StateReason,
-		&d.StateChangedAt, &d.Revision, &installed, &params, &since, &d.Removing, &adopted, &d.Reports, &d.CreatedAt, &d.UpdatedAt); err != nil {
+		&d.StateChangedAt, &d.Revision, &installed, &params, &since, &d.Removing, &adopted, &d.Reports, &d.Generation, &d.Components,
+		&d.CreatedAt, &d.UpdatedAt); err != nil {
 		return d, err
 	}
 	v, err := lifecycle.ParseVersion(version)
@@ -81,6 +82,14 @@ func (s *FleetStore) CreateDeployment(ctx context.Context, nd fleet.NewDeploymen
 		if err != nil {
 			return err
 		}
+		var status string
+		if err := tx.QueryRow(ctx, `SELECT status FROM clients WHERE id = $1`, nd.ClientID).Scan(&status); err != nil {
+			return err
+		}
+		if status != string(fleet.ClientAccepted) {
+			return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "client-retired",
+				Message: fmt.Sprintf("Client %s is retired; accept it again before deploying to its devices.", nd.ClientID)}
+		}
 		v, err := bumpManifest(ctx, tx, nd.ClientID)
 		if err != nil {
 			return err
@@ -96,9 +105,9 @@ VALUES ($1, $2, $3, $4, 'pending', $5, $6, 1, $7, $6, $6)`,
 			return err
 		}
 		if _, err := tx.Exec(ctx, `
-INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, yaml, digest, manifest_version, created_at)
-VALUES ($1, 1, $2, $3, $4, $5::jsonb, 'install', 'pending', $6, $7, $8, $9)`,
-			nd.ID, nd.ApplicationID, nd.Version.String(), nd.ProfileID, string(params), yaml, margo.Digest(yaml), int64(v), now); err != nil {
+INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, yaml, digest, manifest_version, created_at)
+VALUES ($1, 1, $2, $3, $4, $5::jsonb, 'install', 'pending', $6, $7, $8, $9, $10)`,
+			nd.ID, nd.ApplicationID, nd.Version.String(), nd.ProfileID, string(params), nd.Components, yaml, margo.Digest(yaml), int64(v), now); err != nil {
 			return err
 		}
 		if err := appendHistory(ctx, tx, nd.ID, "", lifecycle.StatePending, fleet.CauseOperation, 1, "install of "+nd.Version.String()+" published", now); err != nil {
@@ -134,8 +143,8 @@ func (s *FleetStore) RemoveDeployment(ctx context.Context, id string, check func
 			return err
 		}
 		reason := "Removal published; waiting for the device to remove the workload."
-		if _, err := tx.Exec(ctx, `UPDATE deployments SET removing = true, state = $2, state_reason = $3, state_changed_at = $4, desired_since = $5, updated_at = $4
-WHERE id = $1 AND state = $6`, id, string(next), reason, now, int64(v), string(d.State)); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE deployments SET removing = true, state = $2, state_reason = $3, state_changed_at = $4, desired_since = $5, updated_at = $4,
+generation = generation + 1 WHERE id = $1 AND state = $6`, id, string(next), reason, now, int64(v), string(d.State)); err != nil {
 			return err
 		}
 		if next != d.State {
@@ -166,21 +175,29 @@ func lockDeployment(ctx context.Context, tx pgx.Tx, id, clientID string) (fleet.
 }
 
 // RecordReport implements fleet.Store.
-func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo.StatusReport, decide func(fleet.Deployment) lifecycle.Decision, now time.Time) (bool, error) {
+func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo.StatusReport, decide func(fleet.Deployment) (lifecycle.Decision, error), now time.Time) (bool, error) {
 	first := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		d, err := lockDeployment(ctx, tx, r.DeploymentID, clientID)
 		if err != nil {
 			return err
 		}
+		var published int64
+		if err := tx.QueryRow(ctx, `SELECT manifest_version FROM clients WHERE id = $1`, d.ClientID).Scan(&published); err != nil {
+			return err
+		}
+		d.Published = uint64(published)
 		first = d.Reports == 0
-		dec := decide(d)
+		dec, err := decide(d)
+		if err != nil {
+			return err // a refused report changes nothing
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report) VALUES ($1, $2, $3, $4, $5, $6::jsonb)`,
 			d.ID, now, int64(r.AdoptedManifestVersion), string(r.State), dec.Stale, string(r.JSON)); err != nil {
 			return err
 		}
 		adopted := max(d.NewestAdopted, r.AdoptedManifestVersion)
-		set := `newest_adopted = $2, reports = reports + 1, updated_at = $3`
+		set := `newest_adopted = $2, reports = reports + 1, updated_at = $3, generation = generation + 1`
 		args := []any{d.ID, int64(adopted), now}
 		if dec.Changed {
 			args = append(args, string(dec.Next), dec.Reason, string(d.State))

@@ -108,22 +108,26 @@ func (s *FleetStore) createClient(ctx context.Context, clientID string, now time
 
 // AcceptClient implements fleet.Store.
 func (s *FleetStore) AcceptClient(ctx context.Context, clientID string, now time.Time) (fleet.Client, bool, error) {
-	_, err := s.readManifest(ctx, s.pool, clientID)
-	created := false
-	switch lifecycle.ErrorCode(err) {
-	case lifecycle.ENOTFOUND:
-		if err := s.createClient(ctx, clientID, now); err != nil {
-			return fleet.Client{}, false, err
-		}
-		created = true
-	case "":
-		if _, err := s.pool.Exec(ctx, sqlAcceptAgain, clientID, now); err != nil {
-			return fleet.Client{}, false, translate(err)
-		}
-	default:
+	js, _, err := margo.RenderManifest(margo.StateManifest{Version: 1})
+	if err != nil {
 		return fleet.Client{}, false, err
 	}
-	if _, err := s.pool.Exec(ctx, sqlNotify, clientID); err != nil {
+	created := false
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlInsertClient, clientID, js, margo.ETag(js), now)
+		if err != nil {
+			return err
+		}
+		created = tag.RowsAffected() == 1
+		if !created {
+			if _, err := tx.Exec(ctx, sqlAcceptAgain, clientID, now); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, sqlNotify, clientID)
+		return err
+	})
+	if err != nil {
 		return fleet.Client{}, false, translate(err)
 	}
 	c, err := s.Client(ctx, clientID)
@@ -286,13 +290,17 @@ func (s *FleetStore) PutDevice(ctx context.Context, clientID, deviceID string, c
 		}
 		rep, _ := json.Marshal(reported)
 		eff, _ := json.Marshal(effectiveLabels(reported, operator))
-		created = wasRegistered == nil || !*wasRegistered
-		_, err = tx.Exec(ctx, `
+		var inserted bool
+		// xmax = 0 tells a fresh insert from the update of a row a
+		// concurrent first registration inserted meanwhile.
+		err = tx.QueryRow(ctx, `
 INSERT INTO devices (client_id, id, registered, capabilities, reported_labels, operator_labels, labels, created_at, updated_at)
 VALUES ($1, $2, true, $3::jsonb, $4::jsonb, '{}', $5::jsonb, $6, $6)
 ON CONFLICT (client_id, id) DO UPDATE SET registered = true, capabilities = EXCLUDED.capabilities,
-    reported_labels = EXCLUDED.reported_labels, labels = EXCLUDED.labels, updated_at = EXCLUDED.updated_at`,
-			clientID, deviceID, string(capabilities), string(rep), string(eff), now)
+    reported_labels = EXCLUDED.reported_labels, labels = EXCLUDED.labels, updated_at = EXCLUDED.updated_at
+RETURNING (xmax = 0)`,
+			clientID, deviceID, string(capabilities), string(rep), string(eff), now).Scan(&inserted)
+		created = inserted || (wasRegistered != nil && !*wasRegistered)
 		return err
 	})
 	return created, translate(err)
@@ -308,11 +316,8 @@ func (s *FleetStore) UnregisterDevice(ctx context.Context, clientID, deviceID st
 		if tag.RowsAffected() == 0 {
 			return notFound("Client %s has no registered device %s.", clientID, deviceID)
 		}
-		v, err := bumpManifest(ctx, tx, clientID)
-		if err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT id::text, state, revision FROM deployments WHERE client_id = $1 AND device_id = $2 AND state <> 'removed' FOR UPDATE`, clientID, deviceID)
+		// Lock order everywhere: device, deployments, client row.
+		rows, err := tx.Query(ctx, `SELECT id::text, state, revision FROM deployments WHERE client_id = $1 AND device_id = $2 AND state <> 'removed' ORDER BY id FOR UPDATE`, clientID, deviceID)
 		if err != nil {
 			return err
 		}
@@ -328,10 +333,14 @@ func (s *FleetStore) UnregisterDevice(ctx context.Context, clientID, deviceID st
 		if err != nil {
 			return err
 		}
+		v, err := bumpManifest(ctx, tx, clientID)
+		if err != nil {
+			return err
+		}
 		for _, d := range deps {
 			reason := "The device unregistered (DELETE /api/v1/capabilities); its deployments left the manifest."
 			if _, err := tx.Exec(ctx, `UPDATE deployments SET removing = true, state = 'removed', state_reason = $2, state_changed_at = $3,
-desired_since = $4, updated_at = $3 WHERE id = $1`, d.id, reason, now, int64(v)); err != nil {
+desired_since = $4, updated_at = $3, generation = generation + 1 WHERE id = $1`, d.id, reason, now, int64(v)); err != nil {
 				return err
 			}
 			if err := appendHistory(ctx, tx, d.id, lifecycle.State(d.state), lifecycle.StateRemoved, fleet.CauseDeviceUnregistered, d.rev, reason, now); err != nil {

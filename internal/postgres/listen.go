@@ -22,6 +22,16 @@ type Listener struct {
 	Log     *slog.Logger
 	// Ready, when not nil, receives one value each time LISTEN is in place.
 	Ready chan<- struct{}
+	// PingEvery is how long to wait for a notification before checking the
+	// connection is alive; 0 means 30 s.
+	PingEvery time.Duration
+}
+
+func (l *Listener) pingEvery() time.Duration {
+	if l.PingEvery <= 0 {
+		return 30 * time.Second
+	}
+	return l.PingEvery
 }
 
 // Run listens until ctx is done; it returns ctx's error. Connection failures
@@ -64,11 +74,24 @@ func (l *Listener) listenOnce(ctx context.Context) error {
 		}
 	}
 	for {
-		n, err := pc.WaitForNotification(ctx)
-		if err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return ctx.Err()
+		// Wait in bounded slices and ping between them: a half-open
+		// connection (failover, a NAT dropping state) would otherwise block
+		// until TCP keepalive gives up, while the cache served stale data.
+		wctx, cancel := context.WithTimeout(ctx, l.pingEvery())
+		n, err := pc.WaitForNotification(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = pc.Ping(pctx)
+			cancel()
+			if err == nil {
+				continue
 			}
+		}
+		if err != nil {
 			return err
 		}
 		l.Notify(n.Payload)
