@@ -59,6 +59,7 @@ type config struct {
 	clientCA        string
 	acceptClients   string
 	devHeaderID     bool
+	deviceTLS12     bool
 	reportRetention int
 	deviceRate      float64
 	deviceBurst     int
@@ -93,6 +94,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.devHeaderID, "dev-header-identity", getenv("WFM_DEV_HEADER_IDENTITY") == "true", "INSECURE, development only: serve the device API over plain HTTP and take the client id from the X-WFM-Client-ID header (env WFM_DEV_HEADER_IDENTITY=true)")
 	fs.Float64Var(&c.deviceRate, "device-rate", 20, "device API requests per second allowed per client, on average (per server process)")
 	fs.IntVar(&c.deviceBurst, "device-burst", 40, "device API requests a client may make at once above its rate")
+	fs.BoolVar(&c.deviceTLS12, "device-tls12", getenv("WFM_DEVICE_TLS12") == "true", "also accept TLS 1.2 on the device listener (Margo allows it only as a non-default fallback) (env WFM_DEVICE_TLS12=true)")
 	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
 	c.adminToken = getenv("WFM_ADMIN_TOKEN")
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", getenv("WFM_ADMIN_TOKEN_FILE"), "file holding the bootstrap admin token (env WFM_ADMIN_TOKEN_FILE; or the token itself in WFM_ADMIN_TOKEN); empty with the private PostgreSQL: <data-dir>/admin-token, created once")
@@ -322,7 +324,7 @@ func deviceTLSConfig(c config, log *slog.Logger) (*tls.Config, error) {
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("-client-ca %s holds no PEM certificate", c.clientCA)
 		}
-		return identity.ServerTLSConfig(cert, pool, identity.RequireClientCert()), nil
+		return identity.ServerTLSConfig(cert, pool, tlsOptions(c)...), nil
 	}
 	dir := filepath.Join(c.dataDir, "pki")
 	ca, cert, created, err := devPKI(dir)
@@ -332,7 +334,18 @@ func deviceTLSConfig(c config, log *slog.Logger) (*tls.Config, error) {
 	if created {
 		log.Info("created a development CA for the device API; issue client certificates with: wfm issue-client-cert -client-id <id>", "dir", dir)
 	}
-	return identity.ServerTLSConfig(cert, ca.Pool(), identity.RequireClientCert()), nil
+	return identity.ServerTLSConfig(cert, ca.Pool(), tlsOptions(c)...), nil
+}
+
+// tlsOptions are the device listener's TLS options: a client certificate
+// is required at the handshake (the listener serves only the device API),
+// TLS 1.3 unless TLS 1.2 is explicitly allowed.
+func tlsOptions(c config) []identity.TLSOption {
+	opts := []identity.TLSOption{identity.RequireClientCert()}
+	if c.deviceTLS12 {
+		opts = append(opts, identity.AllowTLS12())
+	}
+	return opts
 }
 
 // devPKI loads or creates the development CA and the device listener's

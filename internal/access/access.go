@@ -193,15 +193,9 @@ func (s *Service) Authenticate(ctx context.Context, header string) (Principal, e
 	if !ok {
 		return Anonymous, unauthorized("The Authorization header must be \"Bearer <token>\".")
 	}
-	t, hash, err := s.store.Token(ctx, id)
-	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
-		return Anonymous, unauthorized("The API token is not valid.")
-	}
+	t, err := s.match(ctx, id, secret)
 	if err != nil {
 		return Anonymous, err
-	}
-	if subtle.ConstantTimeCompare([]byte(hash), []byte(Hash(secret))) != 1 {
-		return Anonymous, unauthorized("The API token is not valid.")
 	}
 	now := s.now()
 	switch {
@@ -214,6 +208,29 @@ func (s *Service) Authenticate(ctx context.Context, header string) (Principal, e
 		_ = s.store.TouchToken(ctx, t.ID, now.UTC())
 	}
 	return Principal{TokenID: t.ID, Name: t.Name, Role: t.Role}, nil
+}
+
+// match finds the token a secret belongs to: the one its id names, or else
+// the bootstrap token (configured secrets may have any shape, including
+// that of a generated token).
+func (s *Service) match(ctx context.Context, id, secret string) (Token, error) {
+	ids := []string{id}
+	if id != BootstrapID {
+		ids = append(ids, BootstrapID)
+	}
+	for _, id := range ids {
+		t, hash, err := s.store.Token(ctx, id)
+		if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+			continue
+		}
+		if err != nil {
+			return Token{}, err
+		}
+		if subtle.ConstantTimeCompare([]byte(hash), []byte(Hash(secret))) == 1 {
+			return t, nil
+		}
+	}
+	return Token{}, unauthorized("The API token is not valid.")
 }
 
 // Authorize checks that p may do what needs role need.
@@ -281,11 +298,7 @@ func (s *Service) Tokens(ctx context.Context, limit int, cursor string) ([]Token
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(ts) > limit {
-		ts = ts[:limit]
-		next = page.Encode(ts[limit-1].ID)
-	}
+	ts, next := page.Trim(ts, limit, func(x Token) string { return x.ID })
 	return ts, next, nil
 }
 
@@ -316,10 +329,6 @@ func (s *Service) Audit(ctx context.Context, f AuditFilter, limit int, cursor st
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(es) > limit {
-		es = es[:limit]
-		next = page.Encode(fmt.Sprint(es[limit-1].ID))
-	}
+	es, next := page.Trim(es, limit, func(x AuditEntry) string { return fmt.Sprint(x.ID) })
 	return es, next, nil
 }

@@ -171,11 +171,7 @@ func (s *Service) Versions(ctx context.Context, appID string, limit int, cursor 
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(vs) > limit {
-		vs = vs[:limit]
-		next = page.Encode(vs[limit-1].Version.SortKey())
-	}
+	vs, next := page.Trim(vs, limit, func(x Version) string { return x.Version.SortKey() })
 	return vs, next, nil
 }
 
@@ -195,11 +191,7 @@ func (s *Service) Applications(ctx context.Context, limit int, cursor string) ([
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(as) > limit {
-		as = as[:limit]
-		next = page.Encode(as[limit-1].ID)
-	}
+	as, next := page.Trim(as, limit, func(x Application) string { return x.ID })
 	return as, next, nil
 }
 

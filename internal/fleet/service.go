@@ -283,14 +283,12 @@ func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID strin
 	return first, err
 }
 
-// currentOp is the operation that produced the desired revision. Only
-// installs exist until lifecycle operations land; removal is Removing.
+// currentOp is the operation that produced the desired revision. Until the
+// lifecycle operations (upgrade, reconfigure, rollback) exist, every
+// revision is an install; a removal is marked by Removing.
 func currentOp(d Deployment) lifecycle.OperationKind {
 	if d.Removing {
 		return lifecycle.OperationRemove
-	}
-	if d.Revision <= 1 {
-		return lifecycle.OperationInstall
 	}
 	return lifecycle.OperationInstall
 }
@@ -340,11 +338,16 @@ func (s *Service) CreateDeployment(ctx context.Context, req CreateRequest) (Depl
 	if err != nil {
 		return Deployment{}, err
 	}
+	if err := desc.CheckValues(req.Parameters, false); err != nil {
+		return Deployment{}, err
+	}
 	values := desc.DefaultValues()
 	for k, val := range req.Parameters {
 		values[k] = val
 	}
-	if err := desc.CheckValues(req.Parameters, false); err != nil {
+	// Every parameter whose schema refuses an empty value must now have one,
+	// from its default or from the request.
+	if err := desc.CheckValues(values, true); err != nil {
 		return Deployment{}, err
 	}
 	id := newUUID()
@@ -484,10 +487,7 @@ func (s *Service) Clients(ctx context.Context, limit int, cursor string) ([]Clie
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(cs) > limit {
-		cs, next = cs[:limit], page.Encode(cs[limit-1].ID)
-	}
+	cs, next := page.Trim(cs, limit, func(x Client) string { return x.ID })
 	return cs, next, nil
 }
 
@@ -507,11 +507,7 @@ func (s *Service) Devices(ctx context.Context, clientID, selector string, limit 
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(ds) > limit {
-		ds = ds[:limit]
-		next = page.Encode(ds[limit-1].ClientID + "\x00" + ds[limit-1].ID)
-	}
+	ds, next := page.Trim(ds, limit, func(x Device) string { return x.ClientID + "\x00" + x.ID })
 	return ds, next, nil
 }
 
@@ -572,11 +568,7 @@ func (s *Service) Revisions(ctx context.Context, id string, limit int, cursor st
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(rs) > limit {
-		rs = rs[:limit]
-		next = page.Encode(strconv.Itoa(rs[limit-1].N))
-	}
+	rs, next := page.Trim(rs, limit, func(x Revision) string { return strconv.Itoa(x.N) })
 	return rs, next, nil
 }
 
@@ -599,11 +591,7 @@ func (s *Service) History(ctx context.Context, id string, limit int, cursor stri
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(ts) > limit {
-		ts = ts[:limit]
-		next = page.Encode(strconv.FormatInt(ids[limit-1], 10))
-	}
+	ts, next := page.Trim(ts, limit, func(Transition) string { return strconv.FormatInt(ids[limit-1], 10) })
 	return ts, next, nil
 }
 

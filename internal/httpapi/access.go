@@ -70,8 +70,14 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="wfm"`)
 			}
 			prob := problemFromError(s.log, r, err)
+			// Unauthenticated callers cannot grow the audit log without
+			// bound: beyond a modest rate their refusals only reach the log.
 			if mutating(r.Method) {
-				s.audit(r, access.Anonymous, "", prob.Status, map[string]any{"reason": prob.Detail})
+				if ok, _ := s.anonAudit.Allow("anonymous"); ok {
+					s.audit(r, access.Anonymous, "", prob.Status, map[string]any{"reason": prob.Detail})
+				} else {
+					s.log.WarnContext(r.Context(), "unauthenticated mutating call (not audited: rate exceeded)", "method", r.Method, "path", r.URL.Path)
+				}
 			}
 			writeProblem(w, r, prob)
 			return

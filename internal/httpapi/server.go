@@ -24,6 +24,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/ratelimit"
 	"github.com/wfm-dev/wfm/internal/telemetry"
 )
 
@@ -71,6 +72,7 @@ type Server struct {
 	limiter  interface {
 		Allow(key string) (bool, time.Duration)
 	}
+	anonAudit *ratelimit.Limiter // bounds audit entries of unauthenticated calls
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -106,7 +108,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter}
+	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
+		anonAudit: ratelimit.New(1, 60, 1, time.Now)}
 
 	r := chi.NewRouter()
 	r.Use(s.requestContext(metrics), s.recoverer, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.authenticate)

@@ -29,7 +29,9 @@ import (
 )
 
 // Problem types of identity refusals (lifecycle.Error.Type); both come with
-// code EUNAUTHORIZED (HTTP 401).
+// code EUNAUTHORIZED. (wfm's device API answers them as 403
+// #not-authorized, the only refusal Margo rc.3 declares; see
+// internal/httpapi.)
 const (
 	// TypeClientCertificateRequired: the request carries no verified client
 	// certificate (not TLS, no certificate, or an unverified one).

@@ -128,7 +128,8 @@ func (k OperationKind) Drains() bool {
 //     from removing or from failed while removing), or the removal was
 //     forced: the device was unregistered or an operator confirmed it gone.
 //   - removing → failed: the device failed to remove it (report, deadline);
-//     failed → removing: the device retries the removal.
+//     failed → removing: only by publishing a removal (Publish), never by a
+//     report: a report cannot tell a retry from a reordered old report.
 //   - removed: final.
 var transitions = map[State][]State{
 	StatePending: {

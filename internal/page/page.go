@@ -55,3 +55,14 @@ func BadCursor() error {
 	return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "The cursor is not one this server issued.",
 		Fields: []lifecycle.FieldError{{Pointer: "query/cursor", Detail: "not a cursor from a previous page"}}}
 }
+
+// Trim cuts items fetched with limit+1 down to one page and returns the
+// cursor of the next page ("" when there is none); key gives an item's sort
+// key.
+func Trim[T any](items []T, limit int, key func(T) string) ([]T, string) {
+	if len(items) <= limit {
+		return items, ""
+	}
+	items = items[:limit]
+	return items, Encode(key(items[limit-1]))
+}
