@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wfm-dev/wfm/internal/catalog"
@@ -39,11 +40,17 @@ deploymentProfiles:
 
 func newService(t *testing.T) *fleet.Service {
 	t.Helper()
+	s, _ := newServiceAndPool(t)
+	return s
+}
+
+func newServiceAndPool(t *testing.T) (*fleet.Service, *pgxpool.Pool) {
+	t.Helper()
 	pool := pgtest.New(t)
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
 	_, _, err := cat.Add(t.Context(), []byte(description), catalog.MediaYAML)
 	require.NoError(t, err)
-	return fleet.NewService(postgres.NewFleetStore(pool, 5), cat, fleet.Policy{AcceptAll: true}, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return fleet.NewService(postgres.NewFleetStore(pool, 5), cat, fleet.Policy{AcceptAll: true}, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil))), pool
 }
 
 func caps(id string) []byte {
@@ -317,4 +324,76 @@ func TestConcurrentFirstRegistrationIsCreatedOnce(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, n, "exactly one first registration answers 201")
+}
+
+func TestUnregisterRemovesDeploymentsFromTheManifest(t *testing.T) {
+	ctx := t.Context()
+	s, d := setup(t)
+	before, err := s.Manifest(ctx, "c")
+	require.NoError(t, err)
+	require.Contains(t, string(before.JSON), d.ID)
+
+	require.NoError(t, s.Unregister(ctx, "c", "d"))
+	after, err := s.Manifest(ctx, "c")
+	require.NoError(t, err)
+	require.Greater(t, after.Version, before.Version)
+	require.NotContains(t, string(after.JSON), d.ID)
+	got, err := s.Deployment(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StateRemoved, got.State)
+	hist, _, err := s.History(ctx, d.ID, 0, "")
+	require.NoError(t, err)
+	last := hist[len(hist)-1]
+	require.Equal(t, fleet.CauseDeviceUnregistered, last.Cause)
+	require.Equal(t, lifecycle.StateRemoved, last.To)
+
+	require.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(s.Unregister(ctx, "c", "d")), "unregistering twice: 404")
+	dev, err := s.Device(ctx, "c", "d")
+	require.NoError(t, err)
+	require.False(t, dev.Registered)
+	created, err := s.PutCapabilities(ctx, "c", "d", caps("d"))
+	require.NoError(t, err)
+	require.True(t, created, "reporting again registers the device again (201)")
+}
+
+func TestReportRetentionKeepsTheNewest(t *testing.T) {
+	ctx := t.Context()
+	s, pool := newServiceAndPool(t) // retention 5
+	_, err := s.PutCapabilities(ctx, "c", "d", caps("d"))
+	require.NoError(t, err)
+	d, err := s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d"})
+	require.NoError(t, err)
+	for range 12 {
+		_, err := s.ReportStatus(ctx, "c", d.ID, report(d.ID, d.DesiredSince, "installing"))
+		require.NoError(t, err)
+	}
+	_, err = s.ReportStatus(ctx, "c", d.ID, report(d.ID, d.DesiredSince, "installed"))
+	require.NoError(t, err)
+	var stored int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM status_reports WHERE deployment_id = $1`, d.ID).Scan(&stored))
+	require.Equal(t, 5, stored, "only the newest reports are kept")
+	latest, err := s.LatestReport(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, "installed", latest.State)
+	got, err := s.Deployment(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(13), got.Reports)
+}
+
+// TestDevicePollNeedsNoDatabase: once a client's manifest is cached, the
+// poll is answered with the database gone.
+func TestDevicePollNeedsNoDatabase(t *testing.T) {
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	s := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m1, err := s.Manifest(ctx, "c")
+	require.NoError(t, err)
+	pool.Close()
+	m2, err := s.Manifest(ctx, "c")
+	require.NoError(t, err, "served from memory")
+	require.Equal(t, m1.ETag, m2.ETag)
+	s.Invalidate("c")
+	_, err = s.Manifest(ctx, "c")
+	require.Error(t, err, "after invalidation it needs the database again (which is gone)")
 }

@@ -404,3 +404,36 @@ func TestDeviceInputIsValidated(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+func TestCatalogVersionsInUseAndYanked(t *testing.T) {
+	e := newFleetEnv(t, fleet.Policy{AcceptAll: true})
+	for _, v := range []string{"1.0.0", "2.0.0"} {
+		require.Equal(t, http.StatusCreated, postYAML(t, e.mgmt, minimal("used", v, "")).StatusCode())
+	}
+	dev := e.client(t, "c1")
+	res, _ := dev.do("PUT", "/api/v1/capabilities/d1", capabilities("d1", "compose"))
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	e.deploy(t, "c1", "d1", "used", "1.0.0")
+
+	del, err := e.mgmt.DeleteApplicationVersionWithResponse(t.Context(), "used", "1.0.0")
+	require.NoError(t, err)
+	p := problemOf(t, del.HTTPResponse, del.Body, http.StatusConflict)
+	assert.Equal(t, httpapi.ProblemBase+"version-in-use", p.Type)
+
+	_, err = e.mgmt.YankApplicationVersionWithResponse(t.Context(), "used", "2.0.0", sdk.YankRequest{})
+	require.NoError(t, err)
+	cr, err := e.mgmt.CreateDeploymentWithResponse(t.Context(), sdk.CreateDeploymentRequest{ApplicationId: "used", Version: "2.0.0", ClientId: "c1", DeviceId: "d1"})
+	require.NoError(t, err)
+	p = problemOf(t, cr.HTTPResponse, cr.Body, http.StatusUnprocessableEntity)
+	assert.Equal(t, httpapi.ProblemBase+"version-yanked", p.Type)
+
+	// A helm-only description has no profile this compose device can run.
+	helmOnly := strings.Replace(string(minimal("helmy", "1.0.0", "")), "type: compose", "type: helm", 1)
+	require.Equal(t, http.StatusCreated, postYAML(t, e.mgmt, []byte(helmOnly)).StatusCode())
+	cr, err = e.mgmt.CreateDeploymentWithResponse(t.Context(), sdk.CreateDeploymentRequest{ApplicationId: "helmy", Version: "1.0.0", ClientId: "c1", DeviceId: "d1"})
+	require.NoError(t, err)
+	p = problemOf(t, cr.HTTPResponse, cr.Body, http.StatusUnprocessableEntity)
+	assert.Equal(t, httpapi.ProblemBase+"not-placeable", p.Type)
+	require.NotEmpty(t, p.Errors)
+	assert.Equal(t, "/deploymentProfiles/0", p.Errors[0].Field)
+}
