@@ -147,18 +147,36 @@ func (e DeviceState) Valid() bool {
 	}
 }
 
+// Defines values for DrainOverrideOnTimeout.
+const (
+	DrainOverrideOnTimeoutAbort   DrainOverrideOnTimeout = "abort"
+	DrainOverrideOnTimeoutProceed DrainOverrideOnTimeout = "proceed"
+)
+
+// Valid indicates whether the value is a known member of the DrainOverrideOnTimeout enum.
+func (e DrainOverrideOnTimeout) Valid() bool {
+	switch e {
+	case DrainOverrideOnTimeoutAbort:
+		return true
+	case DrainOverrideOnTimeoutProceed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DrainRulesOnTimeout.
 const (
-	Abort   DrainRulesOnTimeout = "abort"
-	Proceed DrainRulesOnTimeout = "proceed"
+	DrainRulesOnTimeoutAbort   DrainRulesOnTimeout = "abort"
+	DrainRulesOnTimeoutProceed DrainRulesOnTimeout = "proceed"
 )
 
 // Valid indicates whether the value is a known member of the DrainRulesOnTimeout enum.
 func (e DrainRulesOnTimeout) Valid() bool {
 	switch e {
-	case Abort:
+	case DrainRulesOnTimeoutAbort:
 		return true
-	case Proceed:
+	case DrainRulesOnTimeoutProceed:
 		return true
 	default:
 		return false
@@ -167,16 +185,115 @@ func (e DrainRulesOnTimeout) Valid() bool {
 
 // Defines values for LifecycleRulesStrategies.
 const (
-	BlueGreen LifecycleRulesStrategies = "blueGreen"
-	Recreate  LifecycleRulesStrategies = "recreate"
+	LifecycleRulesStrategiesBlueGreen LifecycleRulesStrategies = "blueGreen"
+	LifecycleRulesStrategiesRecreate  LifecycleRulesStrategies = "recreate"
 )
 
 // Valid indicates whether the value is a known member of the LifecycleRulesStrategies enum.
 func (e LifecycleRulesStrategies) Valid() bool {
 	switch e {
-	case BlueGreen:
+	case LifecycleRulesStrategiesBlueGreen:
 		return true
-	case Recreate:
+	case LifecycleRulesStrategiesRecreate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationOnFailure.
+const (
+	OperationOnFailureHalt     OperationOnFailure = "halt"
+	OperationOnFailureRollback OperationOnFailure = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the OperationOnFailure enum.
+func (e OperationOnFailure) Valid() bool {
+	switch e {
+	case OperationOnFailureHalt:
+		return true
+	case OperationOnFailureRollback:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationType.
+const (
+	OperationTypeInstall     OperationType = "install"
+	OperationTypeReconfigure OperationType = "reconfigure"
+	OperationTypeRemove      OperationType = "remove"
+	OperationTypeRollback    OperationType = "rollback"
+	OperationTypeUpgrade     OperationType = "upgrade"
+)
+
+// Valid indicates whether the value is a known member of the OperationType enum.
+func (e OperationType) Valid() bool {
+	switch e {
+	case OperationTypeInstall:
+		return true
+	case OperationTypeReconfigure:
+		return true
+	case OperationTypeRemove:
+		return true
+	case OperationTypeRollback:
+		return true
+	case OperationTypeUpgrade:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationState.
+const (
+	OperationStateCancelled OperationState = "cancelled"
+	OperationStateFailed    OperationState = "failed"
+	OperationStateQueued    OperationState = "queued"
+	OperationStateRunning   OperationState = "running"
+	OperationStateSucceeded OperationState = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the OperationState enum.
+func (e OperationState) Valid() bool {
+	switch e {
+	case OperationStateCancelled:
+		return true
+	case OperationStateFailed:
+		return true
+	case OperationStateQueued:
+		return true
+	case OperationStateRunning:
+		return true
+	case OperationStateSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationStepState.
+const (
+	OperationStepStateCancelled OperationStepState = "cancelled"
+	OperationStepStateFailed    OperationStepState = "failed"
+	OperationStepStateInstalled OperationStepState = "installed"
+	OperationStepStatePending   OperationStepState = "pending"
+	OperationStepStatePublished OperationStepState = "published"
+)
+
+// Valid indicates whether the value is a known member of the OperationStepState enum.
+func (e OperationStepState) Valid() bool {
+	switch e {
+	case OperationStepStateCancelled:
+		return true
+	case OperationStepStateFailed:
+		return true
+	case OperationStepStateInstalled:
+		return true
+	case OperationStepStatePending:
+		return true
+	case OperationStepStatePublished:
 		return true
 	default:
 		return false
@@ -195,6 +312,27 @@ func (e ParameterRulesOnUpgrade) Valid() bool {
 	case Keep:
 		return true
 	case Reset:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlanType.
+const (
+	PlanTypeReconfigure PlanType = "reconfigure"
+	PlanTypeRollback    PlanType = "rollback"
+	PlanTypeUpgrade     PlanType = "upgrade"
+)
+
+// Valid indicates whether the value is a known member of the PlanType enum.
+func (e PlanType) Valid() bool {
+	switch e {
+	case PlanTypeReconfigure:
+		return true
+	case PlanTypeRollback:
+		return true
+	case PlanTypeUpgrade:
 		return true
 	default:
 		return false
@@ -222,27 +360,45 @@ func (e ProblemBackoffStrategy) Valid() bool {
 	}
 }
 
+// Defines values for ReconfigureRequestOnFailure.
+const (
+	ReconfigureRequestOnFailureHalt     ReconfigureRequestOnFailure = "halt"
+	ReconfigureRequestOnFailureRollback ReconfigureRequestOnFailure = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the ReconfigureRequestOnFailure enum.
+func (e ReconfigureRequestOnFailure) Valid() bool {
+	switch e {
+	case ReconfigureRequestOnFailureHalt:
+		return true
+	case ReconfigureRequestOnFailureRollback:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RevisionOperation.
 const (
-	Install     RevisionOperation = "install"
-	Reconfigure RevisionOperation = "reconfigure"
-	Remove      RevisionOperation = "remove"
-	Rollback    RevisionOperation = "rollback"
-	Upgrade     RevisionOperation = "upgrade"
+	RevisionOperationInstall     RevisionOperation = "install"
+	RevisionOperationReconfigure RevisionOperation = "reconfigure"
+	RevisionOperationRemove      RevisionOperation = "remove"
+	RevisionOperationRollback    RevisionOperation = "rollback"
+	RevisionOperationUpgrade     RevisionOperation = "upgrade"
 )
 
 // Valid indicates whether the value is a known member of the RevisionOperation enum.
 func (e RevisionOperation) Valid() bool {
 	switch e {
-	case Install:
+	case RevisionOperationInstall:
 		return true
-	case Reconfigure:
+	case RevisionOperationReconfigure:
 		return true
-	case Remove:
+	case RevisionOperationRemove:
 		return true
-	case Rollback:
+	case RevisionOperationRollback:
 		return true
-	case Upgrade:
+	case RevisionOperationUpgrade:
 		return true
 	default:
 		return false
@@ -342,6 +498,60 @@ func (e TransitionCause) Valid() bool {
 	case TransitionCauseOperator:
 		return true
 	case TransitionCauseReport:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UpgradeRequestOnFailure.
+const (
+	UpgradeRequestOnFailureHalt     UpgradeRequestOnFailure = "halt"
+	UpgradeRequestOnFailureRollback UpgradeRequestOnFailure = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the UpgradeRequestOnFailure enum.
+func (e UpgradeRequestOnFailure) Valid() bool {
+	switch e {
+	case UpgradeRequestOnFailureHalt:
+		return true
+	case UpgradeRequestOnFailureRollback:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UpgradeRequestPath.
+const (
+	Auto   UpgradeRequestPath = "auto"
+	Direct UpgradeRequestPath = "direct"
+)
+
+// Valid indicates whether the value is a known member of the UpgradeRequestPath enum.
+func (e UpgradeRequestPath) Valid() bool {
+	switch e {
+	case Auto:
+		return true
+	case Direct:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UpgradeRequestStrategy.
+const (
+	UpgradeRequestStrategyBlueGreen UpgradeRequestStrategy = "blueGreen"
+	UpgradeRequestStrategyRecreate  UpgradeRequestStrategy = "recreate"
+)
+
+// Valid indicates whether the value is a known member of the UpgradeRequestStrategy enum.
+func (e UpgradeRequestStrategy) Valid() bool {
+	switch e {
+	case UpgradeRequestStrategyBlueGreen:
+		return true
+	case UpgradeRequestStrategyRecreate:
 		return true
 	default:
 		return false
@@ -643,6 +853,18 @@ type DeviceList struct {
 // DeviceState defines model for DeviceState.
 type DeviceState string
 
+// DrainOverride defines model for DrainOverride.
+type DrainOverride struct {
+	OnTimeout *DrainOverrideOnTimeout `json:"onTimeout,omitempty"`
+	Required  bool                    `json:"required"`
+
+	// Timeout Go duration.
+	Timeout *string `json:"timeout,omitempty"`
+}
+
+// DrainOverrideOnTimeout defines model for DrainOverride.OnTimeout.
+type DrainOverrideOnTimeout string
+
 // DrainRules defines model for DrainRules.
 type DrainRules struct {
 	OnTimeout DrainRulesOnTimeout `json:"onTimeout"`
@@ -714,6 +936,75 @@ type NewToken struct {
 	Token  Token  `json:"token"`
 }
 
+// Operation defines model for Operation.
+type Operation struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Deadline When the current step fails if the device has not installed it.
+	Deadline     time.Time          `json:"deadline"`
+	DeploymentId openapi_types.UUID `json:"deploymentId"`
+	Drain        *DrainRules        `json:"drain,omitempty"`
+	FinishedAt   *time.Time         `json:"finishedAt,omitempty"`
+
+	// FollowUp The automatic rollback operation started by onFailure rollback.
+	FollowUp    *openapi_types.UUID `json:"followUp,omitempty"`
+	ForceReason *string             `json:"forceReason,omitempty"`
+	Forced      *bool               `json:"forced,omitempty"`
+	FromVersion *string             `json:"fromVersion,omitempty"`
+	Id          openapi_types.UUID  `json:"id"`
+	OnFailure   OperationOnFailure  `json:"onFailure"`
+
+	// Reason Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed).
+	Reason      *string         `json:"reason,omitempty"`
+	RequestedBy string          `json:"requestedBy"`
+	State       OperationState  `json:"state"`
+	Steps       []OperationStep `json:"steps"`
+	Strategy    *string         `json:"strategy,omitempty"`
+	ToVersion   *string         `json:"toVersion,omitempty"`
+	Type        OperationType   `json:"type"`
+	UpdatedAt   time.Time       `json:"updatedAt"`
+}
+
+// OperationOnFailure defines model for Operation.OnFailure.
+type OperationOnFailure string
+
+// OperationType defines model for Operation.Type.
+type OperationType string
+
+// OperationList defines model for OperationList.
+type OperationList struct {
+	Items      []Operation `json:"items"`
+	NextCursor *string     `json:"nextCursor,omitempty"`
+}
+
+// OperationState defines model for OperationState.
+type OperationState string
+
+// OperationStep defines model for OperationStep.
+type OperationStep struct {
+	FinishedAt  *time.Time `json:"finishedAt,omitempty"`
+	N           int        `json:"n"`
+	PublishedAt *time.Time `json:"publishedAt,omitempty"`
+
+	// Revision The revision this step published (absent until published).
+	Revision *int               `json:"revision,omitempty"`
+	State    OperationStepState `json:"state"`
+	Version  string             `json:"version"`
+}
+
+// OperationStepState defines model for OperationStep.State.
+type OperationStepState string
+
+// ParameterChange defines model for ParameterChange.
+type ParameterChange struct {
+	After  interface{} `json:"after,omitempty"`
+	Before interface{} `json:"before,omitempty"`
+
+	// Kind kept, reset, dropped, added, changed or unchanged.
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
 // ParameterRules defines model for ParameterRules.
 type ParameterRules struct {
 	// OnUpgrade keep - carry the operator's value over an upgrade; reset - take the new version's default.
@@ -725,6 +1016,36 @@ type ParameterRulesOnUpgrade string
 
 // ParameterValues Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
 type ParameterValues map[string]interface{}
+
+// Plan defines model for Plan.
+type Plan struct {
+	Allowed     bool               `json:"allowed"`
+	Checks      []PlanCheck        `json:"checks"`
+	Drain       *DrainRules        `json:"drain,omitempty"`
+	Forced      *bool              `json:"forced,omitempty"`
+	FromVersion *string            `json:"fromVersion,omitempty"`
+	Hops        *[]string          `json:"hops,omitempty"`
+	Parameters  *[]ParameterChange `json:"parameters,omitempty"`
+
+	// Problem RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+	// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+	// problem types; clients must ignore members they do not know.
+	Problem    *Problem `json:"problem,omitempty"`
+	Strategy   *string  `json:"strategy,omitempty"`
+	ToRevision *int     `json:"toRevision,omitempty"`
+	ToVersion  *string  `json:"toVersion,omitempty"`
+	Type       PlanType `json:"type"`
+}
+
+// PlanType defines model for Plan.Type.
+type PlanType string
+
+// PlanCheck defines model for PlanCheck.
+type PlanCheck struct {
+	Detail string `json:"detail"`
+	Name   string `json:"name"`
+	Passed bool   `json:"passed"`
+}
 
 // Problem RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
@@ -759,6 +1080,19 @@ type Problem struct {
 
 // ProblemBackoffStrategy defines model for Problem.BackoffStrategy.
 type ProblemBackoffStrategy string
+
+// ReconfigureRequest defines model for ReconfigureRequest.
+type ReconfigureRequest struct {
+	DryRun    *bool                        `json:"dryRun,omitempty"`
+	OnFailure *ReconfigureRequestOnFailure `json:"onFailure,omitempty"`
+
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters ParameterValues `json:"parameters"`
+	Timeout    *string         `json:"timeout,omitempty"`
+}
+
+// ReconfigureRequestOnFailure defines model for ReconfigureRequest.OnFailure.
+type ReconfigureRequestOnFailure string
 
 // Revision defines model for Revision.
 type Revision struct {
@@ -795,6 +1129,17 @@ type RevisionList struct {
 
 // Role defines model for Role.
 type Role string
+
+// RollbackRequest defines model for RollbackRequest.
+type RollbackRequest struct {
+	DryRun *bool `json:"dryRun,omitempty"`
+	Force  *bool `json:"force,omitempty"`
+
+	// Reason Required with force; recorded in the audit log and on the revision.
+	Reason     *string `json:"reason,omitempty"`
+	Timeout    *string `json:"timeout,omitempty"`
+	ToRevision *int    `json:"toRevision,omitempty"`
+}
 
 // RollbackRules defines model for RollbackRules.
 type RollbackRules struct {
@@ -896,6 +1241,37 @@ type UnsignedAppStateManifest struct {
 	ManifestVersion ManifestVersion `json:"manifestVersion"`
 }
 
+// UpgradePath defines model for UpgradePath.
+type UpgradePath struct {
+	Direct bool     `json:"direct"`
+	Path   []string `json:"path"`
+}
+
+// UpgradeRequest Example: {"path":"auto","targetVersion":"2.0.0"}
+type UpgradeRequest struct {
+	Drain     *DrainOverride           `json:"drain,omitempty"`
+	DryRun    *bool                    `json:"dryRun,omitempty"`
+	OnFailure *UpgradeRequestOnFailure `json:"onFailure,omitempty"`
+
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters    *ParameterValues        `json:"parameters,omitempty"`
+	Path          *UpgradeRequestPath     `json:"path,omitempty"`
+	Strategy      *UpgradeRequestStrategy `json:"strategy,omitempty"`
+	TargetVersion string                  `json:"targetVersion"`
+
+	// Timeout Go duration each step may take to install (default 30m), on top of the drain timeout.
+	Timeout *string `json:"timeout,omitempty"`
+}
+
+// UpgradeRequestOnFailure defines model for UpgradeRequest.OnFailure.
+type UpgradeRequestOnFailure string
+
+// UpgradeRequestPath defines model for UpgradeRequest.Path.
+type UpgradeRequestPath string
+
+// UpgradeRequestStrategy defines model for UpgradeRequest.Strategy.
+type UpgradeRequestStrategy string
+
 // WFMClient defines model for WFMClient.
 type WFMClient struct {
 	CreatedAt   time.Time `json:"createdAt"`
@@ -944,6 +1320,9 @@ type DeviceIdPath = DeviceId
 // DigestPath defines model for DigestPath.
 type DigestPath = string
 
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
+
 // IfMatch defines model for IfMatch.
 type IfMatch = string
 
@@ -956,8 +1335,14 @@ type LabelSelector = string
 // Limit defines model for Limit.
 type Limit = int
 
+// OperationIdPath defines model for OperationIdPath.
+type OperationIdPath = string
+
 // Version defines model for Version.
 type Version = string
+
+// OperationAccepted defines model for OperationAccepted.
+type OperationAccepted = Operation
 
 // TooManyRequests RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
@@ -987,6 +1372,12 @@ type ListApplicationsParams struct {
 
 // CreateApplicationVersionJSONBody defines parameters for CreateApplicationVersion.
 type CreateApplicationVersionJSONBody = json.RawMessage
+
+// GetUpgradePathParams defines parameters for GetUpgradePath.
+type GetUpgradePathParams struct {
+	From string `form:"from" json:"from"`
+	To   string `form:"to" json:"to"`
+}
 
 // ListApplicationVersionsParams defines parameters for ListApplicationVersions.
 type ListApplicationVersionsParams struct {
@@ -1065,6 +1456,15 @@ type ListHistoryParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ReconfigureDeploymentParams defines parameters for ReconfigureDeployment.
+type ReconfigureDeploymentParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListRevisionsParams defines parameters for ListRevisions.
 type ListRevisionsParams struct {
 	// Limit Largest number of items in the page.
@@ -1074,6 +1474,24 @@ type ListRevisionsParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// RollbackDeploymentParams defines parameters for RollbackDeployment.
+type RollbackDeploymentParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// UpgradeDeploymentParams defines parameters for UpgradeDeployment.
+type UpgradeDeploymentParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListDevicesParams defines parameters for ListDevices.
 type ListDevicesParams struct {
 	ClientId *ClientId `form:"clientId,omitempty" json:"clientId,omitempty"`
@@ -1081,6 +1499,18 @@ type ListDevicesParams struct {
 	// LabelSelector Comma-separated requirements, all of which must hold: `key=value`, `key!=value`, `key` (present),
 	// `!key` (absent). Matches a device's effective labels.
 	LabelSelector *LabelSelector `form:"labelSelector,omitempty" json:"labelSelector,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListOperationsParams defines parameters for ListOperations.
+type ListOperationsParams struct {
+	DeploymentId *string         `form:"deploymentId,omitempty" json:"deploymentId,omitempty"`
+	State        *OperationState `form:"state,omitempty" json:"state,omitempty"`
 
 	// Limit Largest number of items in the page.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
@@ -1118,6 +1548,15 @@ type PutDeviceLabelsJSONRequestBody = DeviceLabels
 
 // CreateDeploymentJSONRequestBody defines body for CreateDeployment for application/json ContentType.
 type CreateDeploymentJSONRequestBody = CreateDeploymentRequest
+
+// ReconfigureDeploymentJSONRequestBody defines body for ReconfigureDeployment for application/json ContentType.
+type ReconfigureDeploymentJSONRequestBody = ReconfigureRequest
+
+// RollbackDeploymentJSONRequestBody defines body for RollbackDeployment for application/json ContentType.
+type RollbackDeploymentJSONRequestBody = RollbackRequest
+
+// UpgradeDeploymentJSONRequestBody defines body for UpgradeDeployment for application/json ContentType.
+type UpgradeDeploymentJSONRequestBody = UpgradeRequest
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = CreateTokenRequest
@@ -1351,6 +1790,9 @@ type ServerInterface interface {
 	// GetApplication Get one application
 	// (GET /mgmt/v1/applications/{applicationId})
 	GetApplication(w http.ResponseWriter, r *http.Request, applicationId ApplicationId)
+	// GetUpgradePath The upgrade path from one version to another, or why there is none
+	// (GET /mgmt/v1/applications/{applicationId}/upgrade-path)
+	GetUpgradePath(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, params GetUpgradePathParams)
 	// ListApplicationVersions List an application's versions in SemVer order
 	// (GET /mgmt/v1/applications/{applicationId}/versions)
 	ListApplicationVersions(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, params ListApplicationVersionsParams)
@@ -1402,18 +1844,36 @@ type ServerInterface interface {
 	// ListHistory Every state transition of a deployment, oldest first
 	// (GET /mgmt/v1/deployments/{deploymentId}/history)
 	ListHistory(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListHistoryParams)
+	// ReconfigureDeployment Change a deployment's parameter values (same version)
+	// (POST /mgmt/v1/deployments/{deploymentId}/reconfigure)
+	ReconfigureDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ReconfigureDeploymentParams)
 	// ListRevisions List a deployment's revisions, newest first
 	// (GET /mgmt/v1/deployments/{deploymentId}/revisions)
 	ListRevisions(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListRevisionsParams)
 	// GetRevision Get one revision with its rendered ApplicationDeployment YAML
 	// (GET /mgmt/v1/deployments/{deploymentId}/revisions/{revision})
 	GetRevision(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, revision int)
+	// RollbackDeployment Go back to an earlier revision
+	// (POST /mgmt/v1/deployments/{deploymentId}/rollback)
+	RollbackDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params RollbackDeploymentParams)
 	// GetDeploymentStatus The latest status report of the device for this deployment
 	// (GET /mgmt/v1/deployments/{deploymentId}/status)
 	GetDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath)
+	// UpgradeDeployment Upgrade a deployment to a newer version
+	// (POST /mgmt/v1/deployments/{deploymentId}/upgrade)
+	UpgradeDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params UpgradeDeploymentParams)
 	// ListDevices List devices
 	// (GET /mgmt/v1/devices)
 	ListDevices(w http.ResponseWriter, r *http.Request, params ListDevicesParams)
+	// ListOperations List operations, newest first
+	// (GET /mgmt/v1/operations)
+	ListOperations(w http.ResponseWriter, r *http.Request, params ListOperationsParams)
+	// GetOperation Get one operation with its steps
+	// (GET /mgmt/v1/operations/{operationId})
+	GetOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath)
+	// CancelOperation Cancel a queued or running operation
+	// (POST /mgmt/v1/operations/{operationId}/cancel)
+	CancelOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath)
 	// ListTokens List API tokens (never their secrets)
 	// (GET /mgmt/v1/tokens)
 	ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams)
@@ -1492,6 +1952,12 @@ func (_ Unimplemented) CreateApplicationVersion(w http.ResponseWriter, r *http.R
 // GetApplication Get one application
 // (GET /mgmt/v1/applications/{applicationId})
 func (_ Unimplemented) GetApplication(w http.ResponseWriter, r *http.Request, applicationId ApplicationId) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetUpgradePath The upgrade path from one version to another, or why there is none
+// (GET /mgmt/v1/applications/{applicationId}/upgrade-path)
+func (_ Unimplemented) GetUpgradePath(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, params GetUpgradePathParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1597,6 +2063,12 @@ func (_ Unimplemented) ListHistory(w http.ResponseWriter, r *http.Request, deplo
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// ReconfigureDeployment Change a deployment's parameter values (same version)
+// (POST /mgmt/v1/deployments/{deploymentId}/reconfigure)
+func (_ Unimplemented) ReconfigureDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ReconfigureDeploymentParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // ListRevisions List a deployment's revisions, newest first
 // (GET /mgmt/v1/deployments/{deploymentId}/revisions)
 func (_ Unimplemented) ListRevisions(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListRevisionsParams) {
@@ -1609,15 +2081,45 @@ func (_ Unimplemented) GetRevision(w http.ResponseWriter, r *http.Request, deplo
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// RollbackDeployment Go back to an earlier revision
+// (POST /mgmt/v1/deployments/{deploymentId}/rollback)
+func (_ Unimplemented) RollbackDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params RollbackDeploymentParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // GetDeploymentStatus The latest status report of the device for this deployment
 // (GET /mgmt/v1/deployments/{deploymentId}/status)
 func (_ Unimplemented) GetDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// UpgradeDeployment Upgrade a deployment to a newer version
+// (POST /mgmt/v1/deployments/{deploymentId}/upgrade)
+func (_ Unimplemented) UpgradeDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params UpgradeDeploymentParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // ListDevices List devices
 // (GET /mgmt/v1/devices)
 func (_ Unimplemented) ListDevices(w http.ResponseWriter, r *http.Request, params ListDevicesParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListOperations List operations, newest first
+// (GET /mgmt/v1/operations)
+func (_ Unimplemented) ListOperations(w http.ResponseWriter, r *http.Request, params ListOperationsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetOperation Get one operation with its steps
+// (GET /mgmt/v1/operations/{operationId})
+func (_ Unimplemented) GetOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CancelOperation Cancel a queued or running operation
+// (POST /mgmt/v1/operations/{operationId}/cancel)
+func (_ Unimplemented) CancelOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1955,6 +2457,61 @@ func (siw *ServerInterfaceWrapper) GetApplication(w http.ResponseWriter, r *http
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetApplication(w, r, applicationId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetUpgradePath operation middleware
+func (siw *ServerInterfaceWrapper) GetUpgradePath(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "applicationId" -------------
+	var applicationId ApplicationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "applicationId", chi.URLParam(r, "applicationId"), &applicationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "applicationId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetUpgradePathParams
+
+	// ------------- Required query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "from", r.URL.Query(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "from"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "from", Err: err})
+		}
+		return
+	}
+
+	// ------------- Required query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "to", r.URL.Query(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "to"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "to", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetUpgradePath(w, r, applicationId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2745,6 +3302,75 @@ func (siw *ServerInterfaceWrapper) ListHistory(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ReconfigureDeployment operation middleware
+func (siw *ServerInterfaceWrapper) ReconfigureDeployment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ReconfigureDeploymentParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReconfigureDeployment(w, r, deploymentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListRevisions operation middleware
 func (siw *ServerInterfaceWrapper) ListRevisions(w http.ResponseWriter, r *http.Request) {
 
@@ -2835,6 +3461,75 @@ func (siw *ServerInterfaceWrapper) GetRevision(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// RollbackDeployment operation middleware
+func (siw *ServerInterfaceWrapper) RollbackDeployment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params RollbackDeploymentParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RollbackDeployment(w, r, deploymentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetDeploymentStatus operation middleware
 func (siw *ServerInterfaceWrapper) GetDeploymentStatus(w http.ResponseWriter, r *http.Request) {
 
@@ -2852,6 +3547,75 @@ func (siw *ServerInterfaceWrapper) GetDeploymentStatus(w http.ResponseWriter, r 
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetDeploymentStatus(w, r, deploymentId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpgradeDeployment operation middleware
+func (siw *ServerInterfaceWrapper) UpgradeDeployment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params UpgradeDeploymentParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpgradeDeployment(w, r, deploymentId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2924,6 +3688,130 @@ func (siw *ServerInterfaceWrapper) ListDevices(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListDevices(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListOperations operation middleware
+func (siw *ServerInterfaceWrapper) ListOperations(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListOperationsParams
+
+	// ------------- Optional query parameter "deploymentId" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "deploymentId", r.URL.Query(), &params.DeploymentId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "deploymentId"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", r.URL.Query(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListOperations(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetOperation operation middleware
+func (siw *ServerInterfaceWrapper) GetOperation(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "operationId" -------------
+	var operationId OperationIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "operationId", chi.URLParam(r, "operationId"), &operationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "operationId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetOperation(w, r, operationId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CancelOperation operation middleware
+func (siw *ServerInterfaceWrapper) CancelOperation(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "operationId" -------------
+	var operationId OperationIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "operationId", chi.URLParam(r, "operationId"), &operationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "operationId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CancelOperation(w, r, operationId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3275,6 +4163,27 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/mgmt/v1/audit", wrapper.ListAudit)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/upgrade", wrapper.UpgradeDeployment)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/reconfigure", wrapper.ReconfigureDeployment)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/rollback", wrapper.RollbackDeployment)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/operations", wrapper.ListOperations)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/operations/{operationId}", wrapper.GetOperation)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/operations/{operationId}/cancel", wrapper.CancelOperation)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/applications/{applicationId}/upgrade-path", wrapper.GetUpgradePath)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealth)
 	})
 	r.Group(func(r chi.Router) {
@@ -3282,6 +4191,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 
 	return r
+}
+
+type OperationAcceptedResponseHeaders struct {
+	Location string
+}
+type OperationAcceptedJSONResponse struct {
+	Body Operation
+
+	Headers OperationAcceptedResponseHeaders
 }
 
 type ProblemApplicationProblemPlusJSONResponse Problem
@@ -4284,6 +5202,118 @@ type GetApplicationdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetApplicationdefaultApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetUpgradePathRequestObject struct {
+	ApplicationId ApplicationId `json:"applicationId"`
+	Params        GetUpgradePathParams
+}
+
+type GetUpgradePathResponseObject interface {
+	VisitGetUpgradePathResponse(w http.ResponseWriter) error
+}
+
+type GetUpgradePath200JSONResponse UpgradePath
+
+func (response GetUpgradePath200JSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetUpgradePath400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetUpgradePath400ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetUpgradePath401ApplicationProblemPlusJSONResponse Problem
+
+func (response GetUpgradePath401ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetUpgradePath403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetUpgradePath403ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetUpgradePath404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetUpgradePath404ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetUpgradePath422ApplicationProblemPlusJSONResponse Problem
+
+func (response GetUpgradePath422ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetUpgradePathdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetUpgradePathdefaultApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -6028,6 +7058,162 @@ func (response ListHistorydefaultApplicationProblemPlusJSONResponse) VisitListHi
 	return err
 }
 
+type ReconfigureDeploymentRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Params       ReconfigureDeploymentParams
+	Body         *ReconfigureDeploymentJSONRequestBody
+}
+
+type ReconfigureDeploymentResponseObject interface {
+	VisitReconfigureDeploymentResponse(w http.ResponseWriter) error
+}
+
+type ReconfigureDeployment200JSONResponse Plan
+
+func (response ReconfigureDeployment200JSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconfigureDeployment202JSONResponse struct{ OperationAcceptedJSONResponse }
+
+func (response ReconfigureDeployment202JSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconfigureDeployment400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ReconfigureDeployment400ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconfigureDeployment401ApplicationProblemPlusJSONResponse Problem
+
+func (response ReconfigureDeployment401ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconfigureDeployment403ApplicationProblemPlusJSONResponse Problem
+
+func (response ReconfigureDeployment403ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconfigureDeployment404ApplicationProblemPlusJSONResponse Problem
+
+func (response ReconfigureDeployment404ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconfigureDeployment409ApplicationProblemPlusJSONResponse Problem
+
+func (response ReconfigureDeployment409ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconfigureDeployment412ApplicationProblemPlusJSONResponse Problem
+
+func (response ReconfigureDeployment412ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconfigureDeployment422ApplicationProblemPlusJSONResponse Problem
+
+func (response ReconfigureDeployment422ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconfigureDeploymentdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReconfigureDeploymentdefaultApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListRevisionsRequestObject struct {
 	DeploymentId DeploymentIdPath `json:"deploymentId"`
 	Params       ListRevisionsParams
@@ -6210,6 +7396,162 @@ func (response GetRevisiondefaultApplicationProblemPlusJSONResponse) VisitGetRev
 	return err
 }
 
+type RollbackDeploymentRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Params       RollbackDeploymentParams
+	Body         *RollbackDeploymentJSONRequestBody
+}
+
+type RollbackDeploymentResponseObject interface {
+	VisitRollbackDeploymentResponse(w http.ResponseWriter) error
+}
+
+type RollbackDeployment200JSONResponse Plan
+
+func (response RollbackDeployment200JSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RollbackDeployment202JSONResponse struct{ OperationAcceptedJSONResponse }
+
+func (response RollbackDeployment202JSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RollbackDeployment400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RollbackDeployment400ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RollbackDeployment401ApplicationProblemPlusJSONResponse Problem
+
+func (response RollbackDeployment401ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RollbackDeployment403ApplicationProblemPlusJSONResponse Problem
+
+func (response RollbackDeployment403ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RollbackDeployment404ApplicationProblemPlusJSONResponse Problem
+
+func (response RollbackDeployment404ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RollbackDeployment409ApplicationProblemPlusJSONResponse Problem
+
+func (response RollbackDeployment409ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RollbackDeployment412ApplicationProblemPlusJSONResponse Problem
+
+func (response RollbackDeployment412ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RollbackDeployment422ApplicationProblemPlusJSONResponse Problem
+
+func (response RollbackDeployment422ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RollbackDeploymentdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RollbackDeploymentdefaultApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetDeploymentStatusRequestObject struct {
 	DeploymentId DeploymentIdPath `json:"deploymentId"`
 }
@@ -6282,6 +7624,162 @@ type GetDeploymentStatusdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetDeploymentStatusdefaultApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeploymentRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Params       UpgradeDeploymentParams
+	Body         *UpgradeDeploymentJSONRequestBody
+}
+
+type UpgradeDeploymentResponseObject interface {
+	VisitUpgradeDeploymentResponse(w http.ResponseWriter) error
+}
+
+type UpgradeDeployment200JSONResponse Plan
+
+func (response UpgradeDeployment200JSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeployment202JSONResponse struct{ OperationAcceptedJSONResponse }
+
+func (response UpgradeDeployment202JSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeployment400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UpgradeDeployment400ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeployment401ApplicationProblemPlusJSONResponse Problem
+
+func (response UpgradeDeployment401ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeployment403ApplicationProblemPlusJSONResponse Problem
+
+func (response UpgradeDeployment403ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeployment404ApplicationProblemPlusJSONResponse Problem
+
+func (response UpgradeDeployment404ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeployment409ApplicationProblemPlusJSONResponse Problem
+
+func (response UpgradeDeployment409ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeployment412ApplicationProblemPlusJSONResponse Problem
+
+func (response UpgradeDeployment412ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeployment422ApplicationProblemPlusJSONResponse Problem
+
+func (response UpgradeDeployment422ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeploymentdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpgradeDeploymentdefaultApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -6379,6 +7877,269 @@ type ListDevicesdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListDevicesdefaultApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListOperationsRequestObject struct {
+	Params ListOperationsParams
+}
+
+type ListOperationsResponseObject interface {
+	VisitListOperationsResponse(w http.ResponseWriter) error
+}
+
+type ListOperations200JSONResponse OperationList
+
+func (response ListOperations200JSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListOperations400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListOperations400ApplicationProblemPlusJSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListOperations401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListOperations401ApplicationProblemPlusJSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListOperations403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListOperations403ApplicationProblemPlusJSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListOperationsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListOperationsdefaultApplicationProblemPlusJSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperationRequestObject struct {
+	OperationId OperationIdPath `json:"operationId"`
+}
+
+type GetOperationResponseObject interface {
+	VisitGetOperationResponse(w http.ResponseWriter) error
+}
+
+type GetOperation200JSONResponse Operation
+
+func (response GetOperation200JSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperation401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetOperation401ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperation403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetOperation403ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperation404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetOperation404ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperationdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetOperationdefaultApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperationRequestObject struct {
+	OperationId OperationIdPath `json:"operationId"`
+}
+
+type CancelOperationResponseObject interface {
+	VisitCancelOperationResponse(w http.ResponseWriter) error
+}
+
+type CancelOperation200JSONResponse Operation
+
+func (response CancelOperation200JSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperation401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CancelOperation401ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperation403ApplicationProblemPlusJSONResponse Problem
+
+func (response CancelOperation403ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperation404ApplicationProblemPlusJSONResponse Problem
+
+func (response CancelOperation404ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperation409ApplicationProblemPlusJSONResponse Problem
+
+func (response CancelOperation409ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperationdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CancelOperationdefaultApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -6830,6 +8591,9 @@ type StrictServerInterface interface {
 	// GetApplication Get one application
 	// (GET /mgmt/v1/applications/{applicationId})
 	GetApplication(ctx context.Context, request GetApplicationRequestObject) (GetApplicationResponseObject, error)
+	// GetUpgradePath The upgrade path from one version to another, or why there is none
+	// (GET /mgmt/v1/applications/{applicationId}/upgrade-path)
+	GetUpgradePath(ctx context.Context, request GetUpgradePathRequestObject) (GetUpgradePathResponseObject, error)
 	// ListApplicationVersions List an application's versions in SemVer order
 	// (GET /mgmt/v1/applications/{applicationId}/versions)
 	ListApplicationVersions(ctx context.Context, request ListApplicationVersionsRequestObject) (ListApplicationVersionsResponseObject, error)
@@ -6881,18 +8645,36 @@ type StrictServerInterface interface {
 	// ListHistory Every state transition of a deployment, oldest first
 	// (GET /mgmt/v1/deployments/{deploymentId}/history)
 	ListHistory(ctx context.Context, request ListHistoryRequestObject) (ListHistoryResponseObject, error)
+	// ReconfigureDeployment Change a deployment's parameter values (same version)
+	// (POST /mgmt/v1/deployments/{deploymentId}/reconfigure)
+	ReconfigureDeployment(ctx context.Context, request ReconfigureDeploymentRequestObject) (ReconfigureDeploymentResponseObject, error)
 	// ListRevisions List a deployment's revisions, newest first
 	// (GET /mgmt/v1/deployments/{deploymentId}/revisions)
 	ListRevisions(ctx context.Context, request ListRevisionsRequestObject) (ListRevisionsResponseObject, error)
 	// GetRevision Get one revision with its rendered ApplicationDeployment YAML
 	// (GET /mgmt/v1/deployments/{deploymentId}/revisions/{revision})
 	GetRevision(ctx context.Context, request GetRevisionRequestObject) (GetRevisionResponseObject, error)
+	// RollbackDeployment Go back to an earlier revision
+	// (POST /mgmt/v1/deployments/{deploymentId}/rollback)
+	RollbackDeployment(ctx context.Context, request RollbackDeploymentRequestObject) (RollbackDeploymentResponseObject, error)
 	// GetDeploymentStatus The latest status report of the device for this deployment
 	// (GET /mgmt/v1/deployments/{deploymentId}/status)
 	GetDeploymentStatus(ctx context.Context, request GetDeploymentStatusRequestObject) (GetDeploymentStatusResponseObject, error)
+	// UpgradeDeployment Upgrade a deployment to a newer version
+	// (POST /mgmt/v1/deployments/{deploymentId}/upgrade)
+	UpgradeDeployment(ctx context.Context, request UpgradeDeploymentRequestObject) (UpgradeDeploymentResponseObject, error)
 	// ListDevices List devices
 	// (GET /mgmt/v1/devices)
 	ListDevices(ctx context.Context, request ListDevicesRequestObject) (ListDevicesResponseObject, error)
+	// ListOperations List operations, newest first
+	// (GET /mgmt/v1/operations)
+	ListOperations(ctx context.Context, request ListOperationsRequestObject) (ListOperationsResponseObject, error)
+	// GetOperation Get one operation with its steps
+	// (GET /mgmt/v1/operations/{operationId})
+	GetOperation(ctx context.Context, request GetOperationRequestObject) (GetOperationResponseObject, error)
+	// CancelOperation Cancel a queued or running operation
+	// (POST /mgmt/v1/operations/{operationId}/cancel)
+	CancelOperation(ctx context.Context, request CancelOperationRequestObject) (CancelOperationResponseObject, error)
 	// ListTokens List API tokens (never their secrets)
 	// (GET /mgmt/v1/tokens)
 	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
@@ -7228,6 +9010,33 @@ func (sh *strictHandler) GetApplication(w http.ResponseWriter, r *http.Request, 
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetApplicationResponseObject); ok {
 		if err := validResponse.VisitGetApplicationResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetUpgradePath operation middleware
+func (sh *strictHandler) GetUpgradePath(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, params GetUpgradePathParams) {
+	var request GetUpgradePathRequestObject
+
+	request.ApplicationId = applicationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetUpgradePath(ctx, request.(GetUpgradePathRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetUpgradePath")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetUpgradePathResponseObject); ok {
+		if err := validResponse.VisitGetUpgradePathResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -7714,6 +9523,40 @@ func (sh *strictHandler) ListHistory(w http.ResponseWriter, r *http.Request, dep
 	}
 }
 
+// ReconfigureDeployment operation middleware
+func (sh *strictHandler) ReconfigureDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ReconfigureDeploymentParams) {
+	var request ReconfigureDeploymentRequestObject
+
+	request.DeploymentId = deploymentId
+	request.Params = params
+
+	var body ReconfigureDeploymentJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReconfigureDeployment(ctx, request.(ReconfigureDeploymentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReconfigureDeployment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReconfigureDeploymentResponseObject); ok {
+		if err := validResponse.VisitReconfigureDeploymentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListRevisions operation middleware
 func (sh *strictHandler) ListRevisions(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListRevisionsParams) {
 	var request ListRevisionsRequestObject
@@ -7768,6 +9611,43 @@ func (sh *strictHandler) GetRevision(w http.ResponseWriter, r *http.Request, dep
 	}
 }
 
+// RollbackDeployment operation middleware
+func (sh *strictHandler) RollbackDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params RollbackDeploymentParams) {
+	var request RollbackDeploymentRequestObject
+
+	request.DeploymentId = deploymentId
+	request.Params = params
+
+	var body RollbackDeploymentJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RollbackDeployment(ctx, request.(RollbackDeploymentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RollbackDeployment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RollbackDeploymentResponseObject); ok {
+		if err := validResponse.VisitRollbackDeploymentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // GetDeploymentStatus operation middleware
 func (sh *strictHandler) GetDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
 	var request GetDeploymentStatusRequestObject
@@ -7794,6 +9674,40 @@ func (sh *strictHandler) GetDeploymentStatus(w http.ResponseWriter, r *http.Requ
 	}
 }
 
+// UpgradeDeployment operation middleware
+func (sh *strictHandler) UpgradeDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params UpgradeDeploymentParams) {
+	var request UpgradeDeploymentRequestObject
+
+	request.DeploymentId = deploymentId
+	request.Params = params
+
+	var body UpgradeDeploymentJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UpgradeDeployment(ctx, request.(UpgradeDeploymentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpgradeDeployment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpgradeDeploymentResponseObject); ok {
+		if err := validResponse.VisitUpgradeDeploymentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListDevices operation middleware
 func (sh *strictHandler) ListDevices(w http.ResponseWriter, r *http.Request, params ListDevicesParams) {
 	var request ListDevicesRequestObject
@@ -7813,6 +9727,84 @@ func (sh *strictHandler) ListDevices(w http.ResponseWriter, r *http.Request, par
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ListDevicesResponseObject); ok {
 		if err := validResponse.VisitListDevicesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListOperations operation middleware
+func (sh *strictHandler) ListOperations(w http.ResponseWriter, r *http.Request, params ListOperationsParams) {
+	var request ListOperationsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListOperations(ctx, request.(ListOperationsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListOperations")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListOperationsResponseObject); ok {
+		if err := validResponse.VisitListOperationsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetOperation operation middleware
+func (sh *strictHandler) GetOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath) {
+	var request GetOperationRequestObject
+
+	request.OperationId = operationId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetOperation(ctx, request.(GetOperationRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetOperation")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetOperationResponseObject); ok {
+		if err := validResponse.VisitGetOperationResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CancelOperation operation middleware
+func (sh *strictHandler) CancelOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath) {
+	var request CancelOperationRequestObject
+
+	request.OperationId = operationId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CancelOperation(ctx, request.(CancelOperationRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CancelOperation")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CancelOperationResponseObject); ok {
+		if err := validResponse.VisitCancelOperationResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -7958,192 +9950,226 @@ func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rdhs30uCr4OP3nWMy07xKVmzpzA/Fl8S7suOVnJmdDT1psBskMeoGGAAtmvHRnnmI7xn2weZJ9qAA",
-	"dKOb4E2RHWWcPzZFogF0oapQ9/rYSni+4IwwJVunH1tzglMi4OOLd3im/0+JTARdKMpZ67R1pQRnM0SY",
-	"omqFFJ4hPkVqTpAgC0EkYQrrkb1W1BLk54IKkrZOlShI1JLJnORYT6lWC9I6bUklKJu1bm+j1gVPsFmh",
-	"ueAPlxfVEpIXIiGHTX4btRZY4Jwo+2Lni0VGzXKv0vUFvZ8RTVH7NRYz/kii+O8/4u4vg+7T7vuPw2g0",
-	"GNz+V9zRWyEfcL7I9JoJz7uMCzWXCgtFU9xN6YxqiHW5SOZEKoEVF62oRfVKC6zmrajFcK4fxrVtbXvD",
-	"HH+4IGym5q3T0WCgX08pIvSM61tsRQFoP8soYepV+lZv4PRjaDeJHbJ1I/8lyLR12vrPfoVEffOr7Ls1",
-	"zIKFkFysw/r7Bf65ICiBn9FU8BxhtBDkhvJCogWeEQ14Rj4oM0Pcc7D7uSBi5W3XLLABSo+HozqUzrv/",
-	"xwDqp+77r8Iwek4WGV/lu+CUesP2PbST4/CCNzQhOxYzQ+58KG4NsyCdEam2LQcD9n2rJ4PQW72avsYq",
-	"qVYwDKZa49W0awZsmHU4GB2H533DGdk5tx50twUu8IRkVyQjiQph7jOe57griWYtiqTIgkgjgowQzjLN",
-	"tJZzmsxRXkiF5jxLT1F8TVZ/vsFZQeII/viP2l8xalsm2onGLP4P8xWewDc9BO9BJMLIIMIjich0ShJF",
-	"bwjK9H5lb8xqHElSRf68yDBTXZxNcfQfKUl4nlMpKWck3UBNWe3dDwUczalaB9gFFhqbECvyCREaOlSR",
-	"XCLKgLdrWt9E3BnM6G8jJVNcZEpvYhDpTdG8yFunj+Evysxfw3J3lCkyIwK29xciZPCiOUdXJP8LEejG",
-	"jDhD8bA3iBFmKXzSn/WGYLtSf7AD63fAsDfqDcMc3o7fl6CGoyfwNuXfUehuE0QuOJMErra3gk8ykuuP",
-	"CWeKMDgI72bpL8yIP/1DGhjsxzfcvLBiA2wMXb58hp4eP/4a2cl7rduo9Y7z15itLsnPBZFGuPhcW3o3",
-	"J8jcX4h8SAhJSYqokkCjGgU1xfZQfEmUWHXPp4qIGEm8kmg5JwwpjpRYITzDlJ0Z3DRLoQQLQYkcMycS",
-	"CD0DyonGaInaMfyNJxnQM/wBs1+RhLNU6i8nOLnm0+mVFgTIbBV3DMF6Ype3K/3nFkzZhucAFQsqkHmS",
-	"hCyUuZPtkcAxpCnVQMPZW8EXRCiq8WiKM0mi1sL76mOLpgfd+NW+f9SPvi/3yCf/IInSGOIJWnrq+nKJ",
-	"IJqvnsM2p1zkWOkbCSvSVTQn61d2ZHd4F2lsbaoMKyLVRlahEWxOZ3oKxwSQmmOFqESMK7TC7JqkqK0C",
-	"4wDH9P2ABbEDO2EOsrYrw0aam4lzonCKFe7p32MnLJtXCPOo5xYOaBcc7NPPeGHItpziKMhbG4dud9wE",
-	"Z2PayDvrHWhyQQ3aNjBT3yO1D9uw1Me623I5LAReAYxLWXMd0m/N3WzZxJwIAoeYc0HMZXaGFlhKRBXC",
-	"EsVJJbKu35I1UMG+d7y7h4z118dNdeZeKOAO9FcD1ibeYrjYOjl5b4G8XzUg/8fV929Qm7NsZSDPWXn1",
-	"aoITBBsKqkMvan3oznjXfqnvlt4lXr4mUuIZge0a6XadnuQcjx6fnI6LweAomZMP8KEiLH93k5UiEpEP",
-	"OFHZSu91waUiqd6Np27YCX8cdJ/i7vT9x5PjkF4WtTI6JckqycguHL5wAy+LjEj9aE5Sit/BhM33+Y4v",
-	"1/a9rG2VMH2N/Fi7lFc4z1pR7Su4n99v4Ut3ZzAB+RozzmiCMyeVyQXJMspme/JKw1k9e8CE84xgVv12",
-	"CGqbJy4JtiLKdnpuavKV3FdqVNV5lUyyorhy9z5K7Mce7plDOqazk1HemcEVKVUvmBKrAGNLHCvZrjtH",
-	"emSIX7/j18TYcMYtjU6rnBdy3DJchHF0gzOaIgWjNEXM6A1hwEp2LngQW1SYZrs44oHMy8g65QYoUyfH",
-	"rfU7WSOamvO0qaoHtskLlXBLx5YfyCJJiJStqDXFNCsECVK/lapfpSH1ZX00N+zNH3gSGCcVVoX0UMt7",
-	"J6VVSbVmCTt+svOi1SSFNXix1WwtjpVwKicvd1BBZiP+3gvRVYRwC/j3yjwFKu122msauu5Ki6X8XmPl",
-	"lfGgi2cE5LXmIQcta72fwAg5HD0JX3bPHAyuypOuw48IYd5vG9jMwy9gqHcTBdGJ7Gcdu4KhTbBZJm3m",
-	"CUIP2HdlNdxXyyohvSbJHSC+ldba4HmVZsPTFklnpDsYtpo28QXPspdAySxZtU5PBv7dbG/Z22iX5Pnr",
-	"DNP+a+yrafovt6/ps/nuW60MbuRfcFYYUWsh+JRmJOg6QJU5GNlxAbHxDPGcKkVS1IWfplRIBWKtGag3",
-	"ihLMkChY4zYaDQbbpagdDHhvScWz/5cQ3oz2cNPeza5APiyoIPJVQAb8lqO0EEYnKJiiGcDH3Nf2MdQm",
-	"vVkPfT0azDs+WBm5IaIuKuoxdWAejfYSZhPaXdAFySgjAea31UBX3XfbkOxSj9nAcOD5EOArThOQnFK+",
-	"UCR9jRmd7rJjMLIkUqHwIz5CCrLgQkN3ygVScyo9ZO+tyx51EaYwEspttM407oUL3EldPZxxNMSuogCJ",
-	"Yt0SxaTCWaY1hhu6E/TCDqpRP2dTKnKSonKuCNEpwmzVC8t5+5y1NYrma4eMlWVCi2KSUTknqeNZGh2r",
-	"Hbbh6DUu5PwGZ50Dzr3Oc/c3DrwoPRzlDAh8JtLjrLVdrtsCmlw7IMNuPafSZbFjOe889hQ4HAFZocM+",
-	"92yO2ewwbIbnNiqoUatYpIcSyM02VHIGmN1A2SqLH3T/+KfoIFx/8zX4eUdbQ8G6ul0BZzun/aZgaUYu",
-	"9YGGYCIpm2UEYZHMNb7OeZZSNkP6KlohT6uuJkQpTwr4YOHoSPMMxazIshi14SYbM3u1dZrGR8Y9Nix7",
-	"qC2S3hHKqFQSxRPYb680NoAHwnxnLBHg3Roz92Uhshhh6ZyZaenaWNudJETvXfZzLGa8S4TACvfytNcB",
-	"f4beO57om8+QdP16qixvdzCS1SxdIcvVDUt7sKuefaub4Z8UFn+a/UIXQQVW0l/INytl9lZ6VQYhqi5E",
-	"ttva4dt2SoOPfnI7ct2HFukJBZ/MZFOt4YQFSxCNQ/YDI0Ic6VdhwX2fWSOM44Bju3KMvs4PFoRp4j9d",
-	"v0PLKzYyviJSCl9n7rKHB82FbL9BE6JZCeA5Sc/GrBQLTmsyWsFkkB+foVRgyvQcfVQsZgKn5rMgIGrM",
-	"CgF/j5ngsH53gpPrU4QZ0odqo6GYVmpmgkh5hqaYrq1eSojGXATiAkYpwakWnsE5QtLO2ZiB/OA2kPMb",
-	"PVFKMqI0VGoz6h/Bo9L3ZKIZZ8RGOlgGYMHdKmWv2h9gSnUAAH5vAQD3gwcAI3CX728tX8QE3Jgtu48k",
-	"DTKTOmIU0tHILqFnXwF+G/U3h2u5uBbdtxcPaRpmAoxkN23fQbaW92gH+tXmns12ng/d5TTvkg+KMA1k",
-	"uefO3PhdnGfDyXvmSO9I3x9sNzbvHHC34wWe0IxWCHiI8y7DUiF/ikquCbCHO/jqPpNKSA9CWBNxdVdt",
-	"xjyN2g4qEeI3RAiapoShyQoAZ1gvF49kJ6jUuN8vyp1s9RqaUYB/MyoVESRgwwIjDcJTrWd5h1ew6iHU",
-	"fv7i4sW7F6iPF7R/M+z7R9+xphqq7IFLE0rjvYDninNvf7EXLNcAcLBW0yA+T8ughsmXgCnPd22Ta3CP",
-	"6uRzmG6hofvMe3zfC6N+ahCRhED23zxlD31DJE2JRHFF/TbAzbxsHCHws98QlnKBSi43ZmbLEiLgUhR/",
-	"6Br3uP7T+Mc9lhiDZoKzjC81ssCuyIeFlhuINNaGJVVzFFvBr3q5ODIxk2P2/YKw87ev0FFvgDKcXMsz",
-	"tJzmiLApF4mRCPS+MZNLraAcj0Z6a1qkAEUF9JZOIxryo0eykqq6d2PdvJ0s9HX048cWKHSKJKoQcA3m",
-	"KTjbEi70wOPb94ZzeMb1nORcrFqnreHJt1T/zVOSvQEzQuu09eaqOxwMNE8nguLq+6s33cEAnpeKC836",
-	"TlvD0ROYQRYLg4SVgKFVDAlYrGldEogjy3KNZ+XoS02MuRnGE6p/M2ert+FcC0AW9Xe/C2+7KkA6Fd2U",
-	"TCkjqWVxZ85cA0iBDCVG1qgSIcsMkBYVGQIRQ6ubZpjUX5uRcpNZx9t16Pw8qachY9VO1dMl7fFikbv/",
-	"g5KePf5S+jHbXGcxMCxE+02p6rDbR2s4YooTsu0dVUNPJmpOBAP35pJONV4lJMuKDItW1JpkBVGcQ8Rq",
-	"ISfA1tgEZA4hR0ejABQa7wq/7vOqjj4ComONVAK/c0WyZzyr4rLXL5UFEXQxJwJn22CTY1ZMMRy/2LyT",
-	"4C9NsM4WBSiNcpHhFcAtJwJruqeJ4Is5B8+BXBB8TcQ9grHOP4JuT8tHQr9t5CgeyNwbAmOJPE6TFFLx",
-	"MGHklFnn9TCw5XXOFFhOs6q7r+E43Md9TJB2cB3xGqBdP4vGTB5m3VUmX/Ogbk5a6f30f7vv/9Qej/vN",
-	"7zpfBa0lZoVdMlbQPZcdJFo2wGIf3iz43I/NC1SaT2jvqtRED0X3sDgcbDsQmDIT0rcGE87e0ZzwQtWu",
-	"qgkXypjFE7Jh0uolQ6xSVZNu9L02Iu4G+UDuFKzLz9USkfcOITi/pCRLvQSG+vtP9a/r24TY0AWHyxBR",
-	"prh1T5lA/1ILbXOBYsgq6Tfl1jgCOXQe/MHE5a//BD7Qyp3QCODuu4jsfuXP2JU4o+9EwxFqvuexjZ0e",
-	"t1xsOW6kqewxd+NsDCirBUOH8R3BmckLqx9DZaSp9sivd7rVA9aVIkxt31F9Z63ugzG8E5hJqj5p/OIu",
-	"nlqPiXl8sits2kyIrslKovawO3p8hJI5FrKDFHdydNvJxsVCfzt6fGLH2FgRf30vetHbdD18eJt/75FE",
-	"ZQgqEnq4Ud2MT8umYTmzNGqXbqHyoUot7OWpVcgajgLN9XYy+Yo1mtv/BzDhkpeC58E4HCpIoqylm0BO",
-	"z5zK0mvJCEmNobzk11UiB0cTgrBCGcFSwXM9dA45eKiLMFshnqUV/TXjkR/3BqEreB/3956hSCUYGtkJ",
-	"xGNJWo/GWkXeCIKUu7OsW5oMlgWVLcGzDMziu+NZYFy5UWnSnWgI2a7K3+r7s4KiPPNCpKiEPC6LdpAu",
-	"2JQcBTHGF6vPfCsICQet1/nBGoMqN+y9dogB7Iyxec0ZVyaUPVshyvT2JGUzVDBJZ1pNPjnuTqhC1mWF",
-	"KEM/DiM0+vvJcXf4PoK4MGki8whaEIH++vK1jeQA2IyZAY5zzmooDZ0jGNLaYr3rU6tHx8aQgrOl/kkQ",
-	"lhIhETZZFnYP1ou7JcNsU5THG7KEWLDAzaEPRoWZzYRgQYSJ7OqhqzlfMsRZQs6QvgwIogoxvuwFoq/W",
-	"j9WtvvVmgEFrahd8G7mdhk67QYMBKc3ypfX3vCZkgbqQQ7gKkhzYfz2KPUOCSKJ5jsLXJjSQkaXHmD0y",
-	"cNivFwEhU9ZeYMO1Vu1267va0MeDbEHlwzZl1l5e7u4Km3+c7UfNSd6JUDInyTVJjflYqmYU5SOJnOfO",
-	"uCfN6QYuQf/e9d6vEjX3f69mqisy0f0yMqzUJYaWl94ByaFjtpYdGqEYvF8y7oC1cznNH5mpbMh93Omh",
-	"15pC3DI5XunbmGABIqpckIROaTJmbr8aDPLM8g9pctPpjPlzqDlZoZSDtHmt6S5waTd26nNgZqwdU/oB",
-	"xH/ywVAfxVmQD1fpEdUt+oYjwQtFUG4z3r998Q71Ge/KIpl3tbTe4AXHg6ch0coAb50WX4D04kBSXoIW",
-	"rBEiOJmjjCeQ2T9ZOe7o9Iy2xoKTp4Nhp3YFbeM4NeWmFuA/HIQi/EEsYUlDG6iBQMO4DEQUtCvIlAh9",
-	"STQjho+f7MraWOfIToOiaYRwJrlL04//d9eG+XZfpTEy+hHgph0gidBsLOOzvdj1Gh3sjuco6Sis0QY0",
-	"lOPBsV8k4OlT/2obBBdRVGWkiZQKTXnB0gZ8g0J9aSEsH58rtZCn/f6Mqnkx6SU87y+neTclN/r//iTj",
-	"k36OKeuD/GxxU/by9D8ZV1238D4nvkcSiDLRSeYto236mB/BuiP6/15ySDckZZq4oKoQkJZaSLohqO5v",
-	"568vesHYsfsPkoUE1I2BoJvEpDKmxmecVhUp41NILTqF+JKosyMFOWogk6syVmHwPhuHEhGSpL6l6v0d",
-	"FZcN3tn9Y27XCdALPg1kY+bZJra1EzGamcRlXFYglXijcasMKd0cwOqHqtYCT6uzr47KizjbngzvyPE+",
-	"7CMlaX8y68ilTX5waHhDyRKowsm+EPCS07CGVlcj1/mP8S8HNC4tA/mZOKJgzHiGPf1yxpGeXIumWvwE",
-	"lZ4zUqr6lK1lTXcRmMjDkQw59VP0fYvAk7BFQGwO1l5SlvLl9oQYE6FheYbNmzdBfKbqEEaOW2jMtsDy",
-	"DBmMI6ir00ySme9l33XAD526H4u17pTladgd5Zk/111VUPYtjImbli8Drnb5O+ogNiI2X5jhyNyMpWis",
-	"ZWqwV3XxEtzZM5Ci2ynRujySBNJJ0QkwkfqLz8GiugoLLZS9zOhsrnZLPx6YdpuUF3MsawToxUDCR2ID",
-	"6YWibNZlZGlYGJ2uzCC5pCqZ689BZXID7C8hXuaQtKQ9r01BEkJvDpMoRLmZw2LazHMISz8KynAGhdoV",
-	"O0WUJVmRkjvVoNDEG7AV6D2Vgf5uJ0ssLZtSc2zuLpzpG2uFJCEMhPDEJD5o1W1uayWEJeRfFRzpHcOO",
-	"gEUrXGakjKIKcowNJqM7yI/2kW9W+5QNsDmEh0cI7sohzLBUP8jDdu7yDvdQmW74geUr7pyE6BfxgUl2",
-	"ySdwkvfivDEmut8oFd5zHa1zsUPQERd1BmyJoC4FugD5umBkWE7XD7wMiklT6wI5MNFsi/ixXTJX/ODV",
-	"msKDBoDiLQefcjOho/jBmsnPFwuYzY+P9CL7TK6Pn11kdcbTyePkJP2aPJk+HeDhZJQcpcfk8fRk8PXw",
-	"yejpET7e9XutWsvp/qlGtSSV4ejo2KaitFzUrHlG9u9rn7XAfBO5WA/Ub+EjMpo+TpPu0+GIdI+fHk+7",
-	"T46ePu4+HiXTo69Pnk6SwUmli5QQxMdkcJcdud/roDAGqToovH3399lk/752dvs+YBU4WgssrLBrP7yv",
-	"EgWbh3JwIpefZBWKpPuVKSLN3LW1a9y+ev01QoT615evTfj9vVzkhvuVhefW2RA9KBngAMvPI4mSQggt",
-	"6YEIUznWPI/v3gKr0pA9NJG3qLk0MdRutIFEMF/wHvi1sfA09bNM1hFh/6D2EhPuQxCo0OqTmSn+htn1",
-	"3YpXVJdopUI/+8uL7mgwOulqnu/MCIaKUvT9grCrq4v9gnbWYw4lSQpB1epKA8eyJvCdnhcmWqdpCWF4",
-	"BjWJ0fnbV7ZyRjvWg7mgv8Aldoq+Md7X5TT/6V///H9xp4e0LChPUWzsNTHYxeQZip10EoNPYMyMumE0",
-	"pAQrnPEZqCEeqzhDMVh4zCOaljA8obcio9IPpZ/Ss+AipQq8B2P2AidzL/tQi6FmKS2Jgk8YojgoQ7FJ",
-	"ytLfxz30rowXgJXtaydcPw4lxsFpbhwVa07EdvzXl69/On/++tWbn959/z9fvIkRF6j55U8vX128iM9Q",
-	"nONryLqM0VJQRaSp4sLHLO5BABjsoAs7cLVeAbFBJQO4V3Q5V2phytlSNuXrp7mc5mDKMV5G9FcurjOO",
-	"U/QyI0Qhc9aih14pNNda65IjCA+P0ISruTVkTUiK5kSQ0zEbs68Aml99ZZXb87evvvoKFUyrmLG9meMI",
-	"LakgXU2YWNFJRip3WWMbdWQbM4SgaHJXJL2jCCUmyGaycqq0M51U0QyyY1zgeaEKnKF3F1dn1R7z2uze",
-	"PvNZrsxGp1yUTnWDUbhQPDcxjPp9jdsPnIIAyPXKxagdb6pMrOnire9ERS7NYbLStDNmGb0hblt39/aY",
-	"WEO9go01PPMNEJqMC1mvQVymZZlttcvF9dxWPuVi1nfO4Nq7wZ0l11e1yJrRhDCjwtgi1ucLnMxJdwRG",
-	"TSPFufWWy2UPw8+wnn1W9i9ePXvx5uoFPFP51gCf//XP/96AyC2/ANWgNzTP8gVheEFbp62j3qB3ZOps",
-	"zoERNsXqj0aMvdW/2XJxJTMBafhbYuW0RjWsH8MXUjWk71XOv42aZPq/Cq5Iil68wzPUhjrhWCKzl07Z",
-	"2yBbIUFUIZhfT8cqEa54+D2Ws3/fqBM+Ggy2FOTeqtbUCnSXYsaEMgwl2wMVyuvgMSAvi2S0aZ4XCk8y",
-	"0qnXwX4GaPaMMyV4wNuzEPQGKxKhHH/o4hn589Hw8dHJYDCIUDnjgT1Iwg1P7HGaA6wckPbsJrW3Oawv",
-	"yW3UOhocr694WeukAmEYOU/plBIQZY8HR5tkpvKM+16owbFZY//xo6e7xzeru8Mx25r8e6/lCTSt0x8h",
-	"bS3PMeTNXRIlKLkhdUeOhfZkBWGAFntR6TpTeCZNSjVkBLzXC4RSVPsfXX76rYF+RkIlHKqcyh76obTC",
-	"+PbgUxuOWEo7KCP4xsRqlcpEQ4loY8TIcszihoQdd2zcCZUox+KapCi2yQJxdeeCwQTFAdtQrAUhvZ25",
-	"iaCOxswJVfbuYBxlnM2IQIlWq4w3Y5HhBK7VHjqHmuGinshtjc/V21Nl83nhfqhz1OcAyfUE1NYa+wmg",
-	"/XNX9662OgAA2Uqk0yLLVl8QDeiXd6fXrlCwE8L1g+8wv92MviAWoTQQnwYquXoNKWqJ4qnNHE9MUowL",
-	"qGiPBsPOmcUxmxo+ZoIABhqC9o++PRoMOj0/U7lH09gErJGftYBo2oao+SPpCOJVGqP28WjUCSHn20Jt",
-	"wEw4v294utpyJx7WnGJLWvdtXS/Vt8Rt+HbeTR5WDV8jj9FguN8EVqcP0NfgQPr61PQ4+j3SL1AJF/ac",
-	"qsqeNfzbdms1TIczsgeJ1slu7QLqoXPImdeCp1aGTSruKcIm2FI/GdckzXjMZkRJdDQ4hnuIFwopXpih",
-	"QPhY4QmWJER03xJVt9qvsalGZOa7qqMcVBXxMRPJFUtIWr3KA5KUyz3dDA9sZLPRwREQnt1vlQBq7UuM",
-	"zLii2JbnzMHDcrAwfUd5+R5E3jdcoddWxkVdVL7mHJukN+vXvhurOfkdi79wj/J8oeWqsqiXIWgtveEs",
-	"Q0urPkuEpc0oUbzsEbY/g9FSceUtuu179Zi4PFQ0mNrKX6Xo7gp1jAbDyMoAnBH990BLni7GYc4lGbM4",
-	"HFQQa9l4WwgElSZhROtlDmlkGQwxZs/XQ3cgYD41crIxtDprol/PpP0RQmki5AJ1ImTjeSJkI3Juw0IH",
-	"l6pZEuxwc0OzFaHhUp9CbNlQvOyuQss7kAtLJLDRVEscFl16G2WXzfOEJJjeZxFhfsciyRoo784lAla2",
-	"zWzimUHSLk5TKAaUmswBZ685hezKMiCXT4HCrTQABmTxqKZuR2PmXHVcoCqiOXImArO5DYJJhe1/O399",
-	"cQ9UGR1kODxM0nAxz1v73Aai2PByR5D8gzC5HSZCfGEWMIYoS+kNTbXSuyWwfUqzjde9ua1+2Uil5+X1",
-	"PEBYgp3IhT5CcQkpTWaPRN+9e/cWnEyQQKyFM1AG6ppAiNxsSYGDsP4fTe9qVYGgxa9bt/v2vbVrbyAS",
-	"94ZUX0u9ez/JC3pDmJ7/X//87xpEYT3vxPhC2uOyTq2+Bwu50Y9xQaU69wceyslMx9Y92Jd1tR/Iug6T",
-	"QZrt/gJn9j0z/WL11eBDKEJcmPQPzf7TO4oBw08qNvxazKo7/H98f9tANakaIHGmYyoaLSE9xLO++9Z7",
-	"V97UBIy6fI3baIMK8BYLSYyrFXpp6flL//SGjn6RYVZcQE5lBA+D0O76Jmp+566TMWvUmfcnNaUI7U0f",
-	"0zSOjDTo7BL+WG5s40ZHcXE8Y+ZXsqcSVa007ZdxBLEPelu26krbNAXWg01P4E7PuNLrOaVUVtWQsYJk",
-	"drBMRuCkRTFlALCuB5jSAQAnVk857ekVtC7h3g38is4BAvZ4KI6QknzB9XenwMlLt4HViqoX/wo9p1PI",
-	"HlTlNFNTgo98oGadWo/FaSFJeoqOB09RbH/owkitHdkvTIm/yqEXkrtMv5hAi7m7azT31lat3p2kFLmq",
-	"0B68oHa7p+hmOGY0PUVzkmW8u+QiS8fM4c/pmCHAz1P0nf4d/dX8jhxQT9G4NewNxq0xq+TZtyZlTMLT",
-	"XWSqNtiSa/orhBoLdms/Vmzk1HyhJzGbgGfclwhVNvXT6ksEGCupAnMgT+hpv29fHeIXGnOgUlD33mWz",
-	"re34yeOvTzY0sN5Drbzvq6WKfwxIBNS29Kx69mq25AwNhpRMFZyfC3qDM4+Izpy1wZmsGiK2E3hD27TD",
-	"+jDmNmpd8Ko58rbx5Th4Gas/f1aAkTqk0vQ3eO+HdtEfD54eNn544PzDx5/UXvFpBZXzNIVyr94V7VAI",
-	"vBLGr16lXraNlV2z5M4egkuZRrFRmu5/rKXubo0S8ltGfx72tInMvMnvTGC3nwX5jx8Qsn1LTHc9XDvH",
-	"A4Tfg7Sp81pK+O37fTHQFQvc7Om74Eu/k7wRZttWMF0IkpCUsIScWtG0K5LeMEYmtM+Jq96fQxBffaGz",
-	"MplFY2Zkac6QojmJXE/7aYZNjC9GFsBaNNcPNurEhYS/hqb6F/fC/y4Kq9+EeYfe6g77QSqpD4t8jVJb",
-	"uywelXn8EP9tSQC0/4dM2f2P9tPWuLNLo2wZkqwpXJR1C0litJzTjICx3LPkQ7Md335OWc0F96gMDeuM",
-	"GZSOkUhxRNUZ0DaiptkQwWkPQSCX0zXBD+/p4Y1727yGbKrcm+PDNih/u+PDoD9Q7yESwMHC3oMSxgxk",
-	"Ea5KYM6xqneWg6DzgwSvKHyHWRdQGbBglhO8mM1RfA6ZTvEpipvsOEZtE2MGcOiU7mTl6R6CmDoRY1ba",
-	"PXwREktX4xDFvtnlrL6aFjHj2vz+JKAXZiuE5ZhRk5O/4FKRFLVxbaD9tlxU2m7zYPxSnHd6CPJbRD3Y",
-	"d45NiUu+ZGMmleBshmItt+lt1sNyyj0eDY43eLiClHYYz3s11UuaQJrPfI1uNMgc6APz0vbuLDAHo1Zs",
-	"mQj//FzBusZZ/VsJ64dH1IweoDJgsSIqSVRfn4bguaAzynBWI+gJZC9/NuFit2xbUsmvkUP6BdOXv+nC",
-	"+Jm2W3kT6gzrB9jKPtLB4LezcEVeGL1RiR6mQPKgaO4HlnKEAV6fxHgTQuzfEK2bxcit6lxWtlZ4BWqL",
-	"iXyfQqMt63Pxc0ls+gYVZUoHhLVV7hh4FJJJ/JgYVz/YpkAahxpTREAVC0XQnC9AjNfrM0bSskQ4FFZF",
-	"f8PsGnqNNvY9ZsbPBOXzTPiWTceFJOiQCPK3zfR8/8Frfhb3rfUsPCSusfyDX+zLL/RRVurI3VlGkVK1",
-	"0ZpmHLZ5oYzH2EswTnCWoXYVUahFA0tynci2PjBJ5YUktp8drlMlhdwWnhHj4DbPTATB191ZhqV0zR5J",
-	"D50vFoSlXU1Wppvu+dtXKMGsinvW6xstGxGmBN1iXIM33hFjD6WVID7Chs9DY5Qqeh4npgBR0JN3EqpU",
-	"0Fzh+6plcBoh0pv1bJxmFbK0ZXFbPuyA1UMTVaU1q5lcRQ17tLbwaSFIsLxdeF5JTcHdQBLs1lob4dmg",
-	"V+adZvtdmUg1Wu5jFXXo/eVF7lwS3KiAEemrnUhbdNhjgtggb5MHmkKqNQZo6ypsjRx7Zsf8rm3w9Yoz",
-	"O5DMQuWPaDEwrHv1N1C7XpuDpoQpk5MzWaH83cWV73udZsQ0mQhh4caIsUILti4llKaIm/wlV+MIZVSq",
-	"HnpDSErSqgSmrSpvRkkjguqRJHV7PyuDncZswTOarNDYVk6yt69d0waSKVFAg7AcUzZuVXVohLeX0sem",
-	"cRQnqjdm59CDw04FhVNtE51mufAh3Ps1G2rw1jYmT1vh6NMIxv4SnoD8OSNvvCJOYTnZQtQPtHHHoOnU",
-	"yldQ/MrkDMjqmGx76XuOfdl3y1QCSoCuZXfUsPb9m8SzPKz4EUPZJScB55f7ziEK+Pw1cuzNtgKXZ/+j",
-	"axK+NUbEo+DfloZ6rS82viNxZ7DvFXWQwOPKCdrsne2o0jc3abPUyCbsee5yNT8Z9rguqWHUMZv8glFn",
-	"LVk2jDp3Ne7XcSc6tDjHwbjWr9r2ftaNbqgicmmKfMhm3zOzyx46t/B/JBGZTgm0KLE/gkQGjzFiXKMg",
-	"nLoCIrbozZj5RRUiZ11JCdOSa2NVKwFCCP01WZ2ZlZAkpqe4NE68tZ1srSli+4B+ymoiZY/lzyq57cM3",
-	"quAxLQlZaP07xDU9LJnniqgaKjsKAVv+ngwsbCgN8BQjQ/1aBrLFKeKENCvAQYmR48HR3coXMq662FY1",
-	"JWncQZyNmetRWxZOTHCWRVqrM79YpVIQoI2orA2KGPmgyg5onPXQK4hGBiarBf2avwUY1DVZqDMrgFI2",
-	"K4tkIUFsbpMx2oR4yCUA4sHIj8ZVYU/nC5QIzHGUmsVdNIdw1Z5109tzb9yaRBE0jje6TQVt5KPBAKpi",
-	"KiL0FH//EXd/GXSfdt9/HEajweD2v/a3TlcOmHBWT6A/xaapHGdp7ZuyW1Xv3jSlk3b2ntIJK1uM+65n",
-	"yR3KZZD97PKaZ19ZUaP1ezPkV2+8j6G15pX2jdmoLSFD0FhgtYhWCzY3Fp608zBliAclE4AJN63xkSr/",
-	"v1av/7DEXiOuN5ImqiBg5ilNcFquJSIk8bbLEORh5BXwjm2zsrhzOma1EplN4+mMQ3G7sqcotBAWmEnj",
-	"HTT1hrzgVNtrD1HpVIUxg+xgsB2STBKvibgV//3YLnDh+m2ebO9x03R3zquSm884k0pgypSMIQJUYkXl",
-	"FAoWHo9GKNaSCCg7ttOvyRPEydxtEko2Y8lZZMzbDCDJiez0UNU12bT6HzMtXLjU6kM7IZ8hnlNlDNla",
-	"97JdpKlwYbQSDNqN6BQvvMS8kQs+N+PiLVm9FXf4RIpQc5mDrNnDT8AFN+tFbkRUdQv9IyXyC4uq1ziw",
-	"KctxU4m2zTw7rLptLs20LcXkueALF9xectEy8XJ76eImt44QNdeBx6E7pvhwzm/MjaC4LWZM2Sw+099M",
-	"iGnI4NU4ds4+y4SdhUfyHvqOM14IE1ZtI6rH7NJOWC80B7ycVm4kt6wJ4jHlhNcrw20sZexxtEMD5zcG",
-	"zY8+EycCAOGs4kC1VgJLmmUWIvC1qyN4T96rB8ZKhqMHpWMC1HGQ+u7IFKItzoXatfzJVYPdl+Ifuct3",
-	"cFB4h3igiP9ri03ud9/0bZTyVpPHd3bM7zrayL7EPiqwKhtJ/pHpuxvZTUiukToqyDkDdyVS8ywNBcY9",
-	"LHJwSvB2G+BlOep3TRK1vvQ7aKIEzB8UsWfuez2Lu4TfxgjRB0oI/Y/u49ZgCIdLrc+Arxvrptrfv+CQ",
-	"iNKIV3p3BWEmYHZzEdLPjoTOkL/AUFvU2vGFj0KbSsvm+INptD8aHn99/OTo5PjrqOq+P1zvvr83xlel",
-	"03fL5GVN8E+G67Wm/Bvw3TKSsrGLafAOdvrMxV7YPveRbU/U+QJp4x2Uw4AqmrYGuYVYaVQG1brs6PZw",
-	"pHZwXu/wRpoxe3kif6U779/cSQbhOns5yADktUyEKjTedFIFhHqg6QkP0hfmsHi/SD6fSkxT2q1E8s4M",
-	"+V3L6vAOeymvtknvH3ky0mugLFEbQousL02SRBAlO3snaG0qf2CcW3A4n9R9Biv8Rp6zN2RpXnCDGAIA",
-	"jiqJ0wDX+HvNZ6/HC2QBYYkwmmM5N/k2cDByzpfMpYX8kYrxianDYBXCzO8xXh0eHBgcCGcJ6dwpj9HQ",
-	"Xf8j/L/DtXVJbvg19EACWpUKl6libcCrWJgR5yruWEnNZV0qgWnWQzAFVD9bQr+2hrcoEMGnJ6wo91Py",
-	"7R2UY9/ti4zb029eQ8MDWPImPe0BHOoXbIK4y0mGlJe6ccBykV22ARfleDQKhVO+/ziMjkbBYErQvMD5",
-	"vF+/lcrxbdunlJXdqtIROZ3Z2B6ST0iaus5/VCLTehtROWaAhiQ9Q48HR6jtd693fQcYV13YWtxBXM2J",
-	"WNKNjRsv9bj769cCy95HyxbYF1LcBHADeTz+zPLiWuo+rTV4KQ8SgqlwModgR4iIgHMk6XrXl9vym1CZ",
-	"OdNSo+yU/7oqVqJppCz3e6RlJ0GgLwBWdJKRCK64el5328v57vTG7Bm01pIIF2pOmNKHaXM68kIVOEPv",
-	"Lq5QW/8z7B11Tr321lpNtUF3plsnmeVekvXV21cvX75Ar56PWSwXdDolp/2+KUAM+dddm3+tvyF9CPXv",
-	"L6e5HaKpm6b2R7Oe/cX8Uf4Yu0DBhAhlUgTII4l+uHyFrs7f9Mas/f2CMA2oo97A9pREsXm3dxdXMXIn",
-	"awLnyBm0K0MpSTIsTBhkr2MbfLgikyDWJHwBkoYNZ6w1Xu2hZ3Oapd1Sg5eoHc+wIku86if6p7gDuQOM",
-	"KxdwSFK0IgoAvLJMAB276o61qOfWetEVL5q80RinqpWreGVzMOqL50yw/lvbkUVTbc9ftjJara+9uYhA",
-	"xytjZZf2ZjW6+fp8nrLlmpiXdTFQG3g9iP+dnl85Bi6GwGThRjQStQ1VxVVteRewuZzmjyTiC9NWBMVl",
-	"bWvAFYhwcloIVAJ1LU8iW4q461Tmssyzf4SuitH6Vt/azlCmXReQLtD7BGeYJe5K4CKZE6kg8MOHpuYk",
-	"t+9v/38AAAD//w==",
+	"7L3rdhs3sij8Ktjcey2LmeZFlOzE1No/NI6d8Te2409yJmdO6J0Gu4skRk2AAdCiGS+dNQ8xz3AebJ7k",
+	"LBSAbnSzeZMlx4n9xxZJdAMoVBXqXu9biZgvBAeuVWv4vjUDmoLEP5++oVPzfwoqkWyhmeCtYetSS8Gn",
+	"BLhmekU0nRIxIXoGRMJCggKuqRnZbUUtCb/kTELaGmqZQ9RSyQzm1LxSrxbQGraUloxPWzc3UeuFSKid",
+	"oT7hDxcvyimUyGUCh738JmotqKRz0G5j54tFxux0z9P1CYOfCUvJ0Usqp+KBIvH//EQ7v/Y7jztv3x9H",
+	"g37/5r/itlkKvKPzRWbmTMS8w4XUM6Wp1CylnZRNmYFYR8hkBkpLqoVsRS1mZlpQPWtFLU7n5mFaWda2",
+	"Hc7puxfAp3rWGg76fbM9rUGaN64vsRU1QPtJxoDr5+lrs4Dh+6bVJG7I1oX8l4RJa9j6z16JRD37q+r5",
+	"OeyEuVRCrsP6+wX9JQeS4M9kIsWcULKQcM1ErsiCTsEAnsM7bd8Qdz3sfslBroLl2gk2QOnh8aAKpfPO",
+	"/7aA+rnz9qtmGH0Li0ys5rvglAbD9j20R6fNE16zBHZMZofc+lD8HHZCNgWlt02HA/bd1Tf9pl09T2G+",
+	"EBp4svorrNYx4AIWQDXjU0KJmQaUJkumZ0jwis6BXMGKUJ6SsUhXRILOJVf4q5BsyjjNDF9YCK7grPoQ",
+	"voaOeMomE5DAtX0FU+R0MCAxK1fWuYJVR0KuII275K+wUoRK85KFJhMhyeCUzEQuVUQWIIkWV8C7I+5R",
+	"0fLMEmzBljtmz5tI9+HDqDVn3H8+bgTf5CXVSXlAa3NNOnbAhkmO+4PT5ve+Ehx2vtsMut0EL+gYskvI",
+	"INFNhP9EzOe0o8BwZg0pcRhm6EhFhGaZ4fnLGUtmZJ4rTWYiS4ckvoLVf1/TLIc4wg//UfkUkyN3B7Wj",
+	"EY//w35Fx/hNl+A+QBFKLB09UAQmE0g0uwaSmfUqe6olQ1dMw38vMsp1h2YTGv1HComYz5lSTHBINzCj",
+	"rLL3QwHH5kyvA+wFlYYYCc/nY5AGOkzDXBHGEekNq9zEGzN8Y7iMFCY0z7RZRD8yi2LzfN4aPsRPjNtP",
+	"JT4yrmEKEpf3/QKku6O2cA5Rjvowpvg3kKpRLDgnlzD/G0hybUeckfi424+RU5i/zN9mMSVLcAOrN/Zx",
+	"d9A9br6P3fh91388+GYXOd+YV1lWhYJIAcvzJIGFBhRGEsE1cMSAQCLo/UNZKOzH54s321mroHtjeKcf",
+	"QJZUkUSCocIzwjSROS+wakyTq6kUOU+7JPYiWmw4KNOK/HDxwgAzEBlDKa5peW5orxiHq3stxTiD+ZbN",
+	"L+yIPx0GBP/eBhCcc3Lx7Al5fPrwa+Je3m3dRK03QrykfHVhLyL1MZdkTsUKXQTeJQAppAhlfykaPtkl",
+	"8QVoueqcTzTImCi6UmQ5A060IFquCJ1Sxu016BZIEiolAzXiXo6V5g1kDoaPKHIU42c6zpCL4gd8+yUk",
+	"gqfKfGnQQEwml0Z6hekqbls2GRx8sCrzcQvBbOMuCBUHKhTUkSysIOmOBI8hTZkBGs1eS4PHmhlymtBM",
+	"QdRaBF+9b7H0IDG1XPdP5tG3xRrF+B+QaIMhgXZgXl2dztHROS5zIuScaiNGUQ0dzeawLmdGboW3USHW",
+	"XpVRDUpv5JgGwWZsal7heSHRM6oNOXOhyYryK0jJkW4YhzhmbmUjFtmB7WZGurYqy03ri4nnoGlKNe2a",
+	"32Ov4dktNLPqbx0cyC44uKefiNySbfGKk8YbrXbobsV1cNZeGwVnvQNNXjCLtjXMNLd35Y9tWBpi3U0x",
+	"HZWSrhDGhYK0DunXViJybGIGEvAQ50KCFSHOyIIqw9EJVSROSj1r/TaugArXvWPvATJWt0/rOvidUMAt",
+	"6K8CrE28xXKxdXIKdkGCXw0g/7/L71+RI8GzlYW84IUEYghOArUUVIVe1HrXmYqO+9LcLd0LunwJStEp",
+	"4HKtSrZOT2pGBw8fDUd5v3+SzOAd/lESVri68UqDIvCOJjpbmbUuhNKQmtUEOrJ74U/9zmPambx9/+i0",
+	"yZgQtTI2gWSVZLALh1/4gRd5Bso8OoeU0Tf4wvp+/iKWa+teVpYK3FwjP1Uu5RWdZ61oXW56u4Uv3Z7B",
+	"NGg1lAvOEpp54VQtIMsYn+7JKy1nDYxYYyEyoLz87RDUtk9cAHUiynZ6rpufSvG3MAOU51UwyZLiitWH",
+	"KLEfe7hjDumZzk5GeWsGl6dMP+VarhoYW+JZyXbdJjIjm/j1G3EF1vA4ahl0Ws1FrkYty0W4INc0Y6m1",
+	"QSBFTNk1cGQlOyc8iC1qyrJdHPFA5mVlnWIBjOtHp631O9kgmp6JtG5falimyHUiHB07fqDyJAGlWlFr",
+	"QlmWS2ikfidVP0+btLj10cKyt3Dgo4ZxSlOdqwC1gj1po8DrNfPt6Tc7L1pDUtSAlzp7gsOxAk7Fy4sV",
+	"lJDZiL93QnQlIdwg/j23T6EhYTvt1a2zt6XFQn6vsPLSZNOhU0B5rX7Ijebg7s9oOT8efNN82T3xMLgs",
+	"TroKP5DS7m8b2OzDT3FocBM1ohPsZ9K9xKF1sDkmbd/TCD1k36Wpe18tq4D0miR3gPhWuBgaz6uwdQ9b",
+	"kE6h0z9u1R05C5Flz5CSebJqDR/1w7vZ3bI30S7J88O8KeE29tU0w83ta6+v732rlcGP/BvNcitqLaSY",
+	"sAwa/V2k9GEQN65BbDwjYs60hpR08KcJk0qjWGsHmoWShHIic167jQb9/nYpagcD3ltSCZxWBYQ3oz3e",
+	"tLezK8C7BZOgnjfIgN8JkubOtpZzzTKEj72v3WPkCLrTLvl60J+1Q7ByuAZZFRXNmCowTwZ7CbMJ6yzY",
+	"AjLGoYH5bbVTlvfdNiS7MGM2MBx8vgnwJadpkJxSsdCQvqScTXbZMTgsQWnS/EiIkBIWQhroToQkesZU",
+	"gOzdddmjKsLkVkK5idaZxp1wgVupq4czjprYlecoUaxborjSNMuMxnDNdoJeukEV6hd8wuQcUlK8KyJs",
+	"QihfdZvlvH3O2hlF52uHTLVjQot8nDE1g9TzLIOO5QqP8OgNLszFNc3aB5x7lefubxx4WviVijcQ9FSp",
+	"gLNWVrluC6hz7QYZdus5FY6iHdMF57GnwOEJyAkd7rknM8qnh2EzPrdRQY1a+SI9lECut6GSN8DsBspW",
+	"Wfyg+yc8RQ/h6s7X4BccbQUFq+p2CZztnPbPOU8zuDAH2gQTxfg0A0JlMjP4OhNZyviUmKtoRQKtunwh",
+	"SUWS4x8Ojp40z0jM8yyLyRHeZCPurrZ23fjIRcCGVZccyaR7QjKmtCLxGNfbLYwN6IGw31lLBDr5Rtx/",
+	"mcssJlR5F3JauDbWVqcAzNpVb07lVHRASqppd5522+jPMGunY3PzWZKuXk+l5e0WRrKKpavJcnXN0y6u",
+	"qut2dX38J03ln6a/skWjAqvYr/DnlbZrK7wq/SaqzmW229oR2nYKg495cjty3YUWGQgF92ayKefwwoIj",
+	"iNohh9E8TRzpg7Dgrs+sFnt0wLFdekZf5QcL4Ib4h+t3aHHFRtZXBIXwdeYve3zQXsjuGzIGDOwxeA7p",
+	"2YgXYsGwIqPlLqCnPusZSSVl3LyjR/LFVNLU/i0BRY1pLvHziEuB83fGNLkaEsoD/zbjRqmZSlDqjEwo",
+	"W5u9kBCtuQjFBUpSoKkRntE5Amn7bMRRfvALmItr86IUMtAGKpU3mh/Ro9ILZKKp4ODiSxwDcOBuFbJX",
+	"5QOaUj0AkN87AOD9EADACtzF/p3lC2zkhV2y/xPSRmZSRYxceRrZJfTsK8Bvo/76cCMXV0JS9+IhdcNM",
+	"AyPZTdu3kK3VHdqBPtjcs9nO866znMw78E4DN0BWe67Mj9/FeTacfGCODI707cF2Y7vnBnc7XdAxy1iJ",
+	"gIc47zKqNAlfUco1DezhFr66j6QSsoMQ1sa53VabsU+TIw+ViIhrkJKlKXAyXtmwTGS9Qj5Q7Ualxv/+",
+	"oljJVq+hHYX4N2VKg4QGGxYaaQidGD0rOLyclw+Ro2+fvnj65inp0QXrXR/3wqNvO1MN0+7AlQ2lCTYQ",
+	"uOL87l/sBcs1ABys1dSIL9AymGXyBWCK811b5Brcoyr5HKZbGOg+CR7f98KonhpGJBGU/Te/skv+DIql",
+	"oEhcUr+L87ObjSOCfvZr4KmQpOByI26XrDAQMCXxu451j5uP1j8esMQYNROaZWJpkAVXBe8WRm4AZa0N",
+	"GFAcO8Gv3Fwc2UjVEf9+Afz89XNy0u2TjCZX6owsJ3MCfCJkYiUCs27K1dIoKKeDgVmaESlQUUG9pV2L",
+	"QX0fkKxiuurdWDdvJwtzHf30voUKnYZE5xKvwXmKzrZESDPw9Oat5RyBcX0OcyFXrWHr+NF3zHwWKWSv",
+	"0IzQGrZeXXaO+33D00EyWn5/+arT7+PzSgtpWN+wdTz4Bt+g8oVFwlLAMCqGQiw2tK4A48iyucGzYvSF",
+	"Ica5HSYSZn6zZ2uW4V0LSBbVvd+Gt13mKJ3KTgoTxiF1LO7Mm2sQKYilxMgZVSLimAExoiInKGIYddMO",
+	"U+ZrO1JtMusEq246v0DqqclYlVMNdEl3vFTO/f+Nkp47/kL6sctcZzE4rIn261LVYbeP0XDkhCawbY+6",
+	"pieDnoHk6N5csonBqwSyLM+obEWtcZaDFgIDd3M1RrbGxyhzSDU4GTRAobZX/HWfrXr6aBAdK6TS8LvQ",
+	"kD0RWRkNv36pLECyxQwkzbbBZk55PqF4/HLzShp/qYN1ushRaVSLjK4QbnOQ1NA9S6RYzAR6DtQC6BXI",
+	"OwRjlX80uj0dH2n6bSNHCUDmd4iMJQo4TZIrLZoJY864c14fNyx5nTM1TGdY1e3n8Bzu/T4mSDe4ing1",
+	"0K6fRe1NAWbdViZf86BuzrTq/vx/Om//dDQa9erftb9qtJbYGXbJWI3uuewg0bIGFvfwZsHnbmxeqNLc",
+	"o72rVBMDFN3D4nCw7UBSxr+3WgAceE6Cv2FzELmuXGVjIbU1myewYdISCE2sVJcv3eib7e70qtZgXfzd",
+	"CG4DBBvXuIYYv/Emg7DD/ryvWnvvs5wiCvbQtPtnDLI0yOKo7n9ifl1fJgbILgRKBIRxLZyPzmY7FKr4",
+	"kZAkxoSmXl14jyMUxmeNP9jkhPWf0BFc+lRqUew9H5beK506u3K2jGBg2WLFAT9yAeSjlg+wp7WUpT3e",
+	"XTsbC8pywqbD+AvQzOZlVY+htFSVaxRXh1KBe0vjxMxc3Ku74I5vJOWK6XsN4tx1sdRyNR/tih23LyRX",
+	"sFLk6LgzeHhCkhmVqk208MrEkVcQ8oX5dvDwkRvjuFE4fxDCGSy6GkO9zcn5QJEiDpdIM9zqr9ax5zIA",
+	"vW2eHBW+seKhUjfuzlOnlda8JYbr7bzpStZoRaAf0I4Nz6SYNwYjMQmJduZ+wMSmGVOF65YDpNZbUFxa",
+	"ZTaLIGMgVJMMqNL4XJecY/on6RDKV0RkaUl/9aDsh91+kxyyTwzAnvFYBRhqKRoQsKSILGdUG7VyEwhS",
+	"4c+yam6zWNaocUqRZegb2B3Ug+OKhSqb88WakO2y+K26Pictq7MgTsylDDq0w0zVuvgswVqgnFL3nQRo",
+	"jtyv8oM1BlUsONh2EwPYGWj0UnChbTx/tiKMm+Upxqck54pNOaTk0WlnzDRxfjvCOPnpOCKD/3l02jl+",
+	"G2FwnLLhiYCZ4z8+e+nCWRA2I26B4z3UBkrH3huOuX2xWfXQGRNia02i2dL8JIGnIBWhNtXErcG5srek",
+	"2W0KdXkFSwyIa7g5zMHoZmYzBiqLlHhyORNLTgRP4IyYywAI04SLZbchBG39WP3sW28GHLSme+K3kV9p",
+	"02mXGbF3kbXnvYPrQPnRRTqQJJdYc0BpWKBvURE2CY3TM2rFgpKPMSSMfVdQ9WbtDO+6BbOeMI4+30Mg",
+	"MxFZJpY/LJrRheZazKlmCfGkGXhqMWAYUjJeEcGfOW+sH1eBzKY9opl1SzwR/r5Bnp5IMQ9YwQY3y84l",
+	"FCuvGCJoppvZUSjt+2XXEWplqMiqZURIm7BNeQKIMzaUFA+34+T1iBR/WFTr2Ifb3dbmTAhI/7y6fRB6",
+	"QV1BSBgs9hf4gudh0Wg0crnHzZYtse3g6nYvR2+FRx0q/nQIz8lrvo0H9qFuHGbDxCqOVG0DcHyUWLNL",
+	"JmA/Hs4h3lWPdCsvvAtZPSg1cF+ieg27grP8JYfcGity7sIkMP8H0qoto6CXxpOsYl+DAns4G+TNSUBF",
+	"GM0h79oe5xkE4jJlb5syHtYVP3HezeL79o7wz3VzUfHoJmvRdghfb6TPegB5JZ5yc0BDIVLbqMkGR4mr",
+	"RXATtcYwEciPb6LWFeMNtogrWOiISFBgeKYUiwWkEaFpav5LbFymYb05dx+62zLdd+zQhsjjQrbubKM5",
+	"ySlQTduABelgxYdVo26A3vpAtTizeyYdoumVTeTgsAw0yEBe9zhhJkEeoyqS1obdlqvduleXqHKQ5654",
+	"2NV5cVq2V7KbnXXeU6dnMG+bs4XkClLr7Fe6nvPyQBF/LzgRBZleg7YeGgiC/WW0Kffd+pibxRBc0f7c",
+	"18zwxDzSGPF0C5HvAySkmajd+Ds0t7pqvd+Ga4Tf9NbSErlXLZad0kWYENGQ2HmQ9LFT5thJUh59CmnB",
+	"oczbDQho0aMh1NVn+O7LyMx5KdWMHc1Mzo0v0okbl1ie1v60Xy/eQ+wEKrJ2EV/qprBgHVDuZsTX6t1E",
+	"JMZ4PhW3MX5jOZk/sK9yScRxu0teGnXXTzOnK0IXC6AS7c1qAQmbsGTE/XoNGNSZMwYoW+OMTXn4Dj2D",
+	"FUkF6ohXRolusMDVVhoiGrf+2wl7hycA7yz+M5o13tAlOpQmsVeCSJFrIHNXOe27p29Ij4uOypNZZ0H1",
+	"rKbYn/YfN9lJLfDW76unaIr0ICksWg6sEQGazEgmEuq0Qmfq8E6DI4MFjx73j9sVe9I2mq94Kiopy8f9",
+	"ppxlFHV4UjPtV0BQ0Usl60jAYoMJ1HMgT7/ZlYfeJNxZdwgz4kimhC/MFf+vjktc7DxPY2KdHYibboAC",
+	"aa76TEz3sr2s0cHuCPWCjpoviwZ3w2n/NCw29/hxaKfqN06imc6gjpSaTETO0xp8Gy30BfctHp9pvVDD",
+	"Xm/K9CwfdxMx7y0n804K1+b/3jgT496cMt5DY7jDTdWdp//Jhe74ifc58T3S2h0Dt7uMtjlXLsrL4nYZ",
+	"q6lcXeS8UvzPjVs/u4oNoxjurRiHGDU+KGc58HAe5KMKJm0GZXmb70gNv5MCQxsq9tikkbK0MU8xSrU5",
+	"4+rv5y9fNOoc95BBidWJNmYJbjIfi9C+etemloYyH6VqSjE02UYbglRV1f/tLR06G0J390/IXOdl11uk",
+	"RCxctOEG2IkY9TJThUWgoc7URqd/kW+4ObsxzGOsZCWWZ18eVZCOtL1SmifHu7BFFaR9b6aoC5cZ79Hw",
+	"msESqcKr2pgNMWfNnqvCvXbvLBz1uP2GbjI8X/h8ShTM8IVnmHklsTSllTNonjJtxAwUPlw6eMg+dkdP",
+	"7M3m66pYIUoMjk+/Pv3m5NHp1zvL1zYdaODx3Kar12PXV5glVlCis0BWXaFTgTVUiRaYlIbeZ8Gh8Eoz",
+	"vlblrEPwpJozD+YsLKkXOq+/aXZey83OkCXjqVhuL2BhMyocG3d17mzSna3NTEs/DlM+eD7wuXNBsPpw",
+	"vajFbK9QJA/8JkIMc6fWPXoibVZgg0iddUcH9hZoZg6bpi8SpHZRchXEVoEUCzucWLmvUPyMxmgdOnSJ",
+	"4edT1BGPUlBsyokCLP9EHiFfr258hsE/q2aRnPFnGZvO9G7ZPgDTbvpdzKiq8MQgZxH/BJf4LjXj0w6H",
+	"pb1V2GTlLPZLppOZ+bvR9rEB9heY33JIGZE9JRkJCbDrQ030fjGH5aDZ5whVoWPYcgZNjsobjjCeZHkK",
+	"t6oZaYi3wVps1lQk5vuVLKlybErPqBUnaGaEiBVRABy5vDeIc6FnrrZhs/73QcmMwTHsSDB0qlMGRdZT",
+	"I8fYEN1wC5HePWIdpruq7rmaP4dn9O26DDOq9A/qQLeUs+ztYRC4FgeWm7x10aCw6C6+ZJfIiCd5J3GG",
+	"NprkNypdF0Q5rnOxQ9CR5lUG7IigKpgHPuNAVnUBAmGiZKPkOnHRegcWhtkifsgdRvWDZ6sLDwYAWrQ8",
+	"fIrFNB3FDy6i63yxwLeF+YxBJp6tzRFWA3Fq/HD8MHmUfg3fTB736fF4kJykp/Bw8qj/9fE3g8cn9HTX",
+	"75XqqsP9S4NUikocD05OXemIls9ytc+o3l2tsxJ6ZDMNq6FILXoCg8nDNOk8Ph5A5/Tx6aTzzcnjh52H",
+	"g2Ry8vWjx+Ok/6hUDwsI0lPo32ZF/vcqKKy5tQqKYN29fRbZu6uV3bxtMNScrCUClti1H96XhX3qh3Jw",
+	"4ZWwKEpT5tsHlnSo15pZu8bd1qvbaCRUa0fyrUfqJXqkGdacXueblezpnFyzKaKl382wZWW3qKBpl9ai",
+	"OXIrW8q1gHRr0O13++tZo/v7dovcHPQI/+6swP7gyhW4QyjXUHyBIGysltTgINs/3rh6IntIT/vk5ljv",
+	"FsbrzOnKBWCIonTOkY/QP+nP2xFaVsSiKFxmztVH+R2cyVTdTxMu//jspS1KcUfBspjb79sxrF/27KAS",
+	"GQeYvB+oIAyX6rIWWJgCsLdaqA0ADy1vl1di3Klv9FO87/5CC4vaK+vsdv9SDwUm3IW4XaLVvdln/075",
+	"La2rpahaGqqe/O1pZ9AfPOoYyapoioR3VUq+XwC/vHyxXxbXeiaugiSXTK8uDXCcAIDB9Oe5Z3hVeyOn",
+	"U+yPRs5fP3f1ZI9iM1hI9iuylCH5sw3HX07mP//7n/83bneJ0bjUkMTWUB2jQ0CdkdjrADH6lUcusM3a",
+	"IRKqqTfpBhfyGYnRtG0fMbRE8QmzFBUVsQzmqYppuDviTw2vKyO9jbJnpzL6HiYJYFoP4yS2pYrM93GX",
+	"vCkSSHBmt+1EmMexWyRmUVhn91qw1lH847OXP59/+/L5q5/ffP/Xp69iIiSpf/nzs+cvnsZnJJ4bDixz",
+	"HpOlZBqUrW0sRjzuYkYgrqCDK/AdkBCx8dpEuJd0OdN6YZs8MT4R66e5nMzRYGojVciPQl5lgqbkWQag",
+	"iT1r2SXPNWYJ6KUgWDQhImOhZ85cPIaUzEDCcMRH/CuE5ldfORPS+evnX31Fcp6CJLGTf+OILJmEjiFM",
+	"qtk4gzLkoraMKrKNOCHYUa0jk+5JRBKbrTBeeYOVN1CW6S2qbUMN57nOaUbevLg8K9c4r7w9WOd8Otd2",
+	"oRMhi+BFi1E+c0DwrtmvDR3BwBIE5Ho/L3IUb+rXZejidRiIQ3zxj/HK0M6IZ+wa/LJuHzFgk0/NDC75",
+	"9Cw08xkyzlW1M1dRrMgu66iY3LzbaYFCTns+oKiyN7yz1PqsDlkzlgC3hgLX4e58QZMZdAboOrC6kp9v",
+	"uVx2Kf6M87lnVe/F8ydPX10+xWfK+AzE53//818bELkVlmXvd4/ts2IBnC5Ya9g66fa7J7b7zAwZYV15",
+	"fW+VxRvzm2uiEHYYHLa+A6cN1WrE/9R8IZVDekET1JuoTqb/fy40pOTpGzolR9hEkCpi19Iu2tRmvitp",
+	"WGXaqeobW4TevrXm21oTwUG/v6VN3VbjQaVtXSFmjBmn2D6yoX1hFTwW5EXp2CM2n+eajjNoV7vDPUE0",
+	"eyK4lqLBzb2Q7JpqiMicvuvQKfz3yfHDk0f9fj8ixRsPbCfd3LvaHac9wDLywp3duLKbw1pM30Stk/5p",
+	"Y3fboCk2hvLNRcomDFCUPe2fbJKZijMO41RP7Rz7jx883j2+3vMQj9npWnvPFQg0reFPWMxpPqdYTeoC",
+	"tGRwDVV3qYP2eIV5oQ57SREzoOlU2UKDWCfjrZmgqXBb772v2nhjoZ9BU2HTstJYl/xQ2DpDr8vQ5acW",
+	"0g7JgF7bmPhCmagpEUeUcFiOeFyTsOO2i11kisypvIKUxK6ERlzeuWiWJHGDBTY2gpBZzsym1Ecj7oUq",
+	"d3dwQTLBpyBJYtQq6zNcZDTBa7VLzrGTnqyWN3QunnL3TLsqd3g/VDnqtwjJ9bJsrTX204D23/puEJXZ",
+	"EQDE9eeZ5Fm2+oxowGzen95RiYLtJlw/+A4LO4ebC2LRZHsIaaCUq9eQolI+MXX1FBNbKsZHkh0N+sft",
+	"M4djrmDiiEtADLQEHR790aDfb3fD+n1dlsY26Bl+MQKibWGsZw+UJ4jnaUyOTgeDdhNyvs71BszE8/uz",
+	"SFd31kp3S7HDm6peam6Jm+bbeTd5ODV8jTwG/eP9XuB0+gb66h9IX/dNj4PfI/0ilQjpzqnsd1PBv223",
+	"Vs1AP4U9SLRKdmsXUJecYyVJI3gaZdgWqBsSagP2zZNxRdKMR3wKWpGT/ineQyLXRIvcDkXCp5qOqYIm",
+	"ovsOdNU3tsamatH9Rmou+roqXcFMolY8gbTcyickKRdruj4+sL3zRjdig/DsfysFUGdf4jAVmlHXtGaO",
+	"fsyDhelbyst3IPK+Epq8dDIu6ZBim77cgYseuR2refQ7Fn/xHhXzhZGrilL3lqCN9EazjCyd+qwIVa7E",
+	"iBYoNyM/2ZvBGKm49Mne9IIq5UIdKhpMXD38QnT35WsH/ePIyQCCg/ncN5KnjySaCQUjHjeH7mAT+W2B",
+	"RpjLLCTqZR5pVBFyNOLfrgfIYdJVauVka2j11sSwyu/RewxYi4gPh4uIi5qLiIt7u2kWOoTS9UL5h5sb",
+	"gnMpxLX7EVs2lPS/rdDyBuXCAglczOKSNosu3Y2yy+b3NEkw3Y8iwvyORZI1UN6eSzRY2TaziScWSTs0",
+	"TbFEdmqzz7y9ZojltopMBDFBCnfSABqQ5YOKuh2NuHfVCUnKVI7Imwjs4jYIJiW2//385Ys7oMroIMPh",
+	"YZKGT/bYcrk2xorS5Y7soE/C5HaYCPGZWcA4YTxl1yw1Su+WjJ4JyzZe9/a2+nUjlZ4X13OfUIV2Ih9g",
+	"jNVGlbLZoYr85c2b1+hkwopyRjhDZaCqCTSRm6sxeRDW/6PuXS1LUrYEli/Y72Jzc28gEr9DZq6l7p2f",
+	"5At2Ddy8/9///FcFojhfcGJiodxxOadWL4CF2ujHeMGUPg8HHsrJXrA50/uwL+dqP5B1HSaDBDvB8IGG",
+	"M/seOyxN8WoIIRQRIW3em2H/6S3FgON7FRs+FLOqDv+f3t7UUE3pGki86ZhJYmvLBpVkPeI5333rrW/6",
+	"Y8OyfaLaTbRBBXhNpQLrasUO8+b9hX86WEaYqxRZZiUk5uVH+DAK7da0jG7Z4joZ8Vr3xfCltkGHu+lj",
+	"lsaRlQa9XSIcK6xt3OooPo5nxMP+jkyR2Ffy7bov4whjH8yyXBneo/i420dFJEb3NjpKR/wrUq1LwFTZ",
+	"I4xqrG6IlskInbQkZhwB1gkAUzgA8MSqZQu6ZgajS/i9oV/RO0DQHo/VMlOYL4T5boicvHAbOK2o3PhX",
+	"5Fs2wQx0XbxmYhtTwDtm5wkAI2GSK0iH5LT/mMTuhw6ONNqR+8I2vigdek1yl+2iHBB5GWB0W41m/2Tc",
+	"HVkv1Z69hchVhvbQBXPLHZLr4xFn6ZDMIMtEZylklo64x5/hiBPEzyH5i/md/Gh/Jx6oQzJqHXf7o9aI",
+	"l/Lsa5srq/DpDrFlPF0jAvMVIbUJO5UfSzYytF+Yl9hF4DP+S0JKm/qw/JIgxiqm0RwoEjbs9dzWMX6h",
+	"9g5SCOrBXjbb2k6/efj1o0b38F5q5V1fLWWUcYNEwBSBdzQpGAUqmoWhwZKSLYv8S86uaRYQ0Zm3NpCg",
+	"6FcgYnuBt2mZblgPx9xErRciKZLjt40vxuFmnP78UQEGVUil6W+w70/toj/tPz5s/PGB7z9+eK/2ivsV",
+	"VM7TFJsgBVe0RyH0Sli/epngfGSt7IYlt/cQXIpkpY3SdO99pWbB1iihgAxaH4c9bSKz4OW3JrCbj4L8",
+	"p58Qsn0H2tqKK+d4gPB7kDZ1XqmFcfN2XwzsuXInHZ+8sAkdw3SWtcWhPwxbX5TuMMzD22aY2ZGbYDTD",
+	"pvdi6snt33qfWmQIo01aP9UzcoTcBtWCiGiBPkdXr22GLcSMUsKUazDwSWqU9+1Lv1/aNCfhexbgieCB",
+	"GGoNGjRQI1SBjLCS9WzlmsJjhxQOFQOKIxX121Oz14k2mtxeiGWgjTvV9MipmQsJCaTAExg6RbMjk+5x",
+	"TGygrlc+g4/HqIyGKmRpAI9G3GrGwiYARWRF+RWkZJJRG7FPiTsSo2ibB2ttQJpUuZrd6W9+w38U85Pb",
+	"0D5WKH/YfwgG8TFMVBXR70FR+wazORwJoC3vU7yn/Vp7791fW6NIL6zpxJJkxXzCeCdXEJPljGWArq/A",
+	"L4cN5UNvGOMVh/qDItCzPeJYTFBhJqA+Q9rGa4srDTTtEgzL9JYjjKoJrGo1KdxuQ9UNaJujPTeYcnZH",
+	"e2IP/O4neUMeqrp9UjeqhSyh5QU6o5pwEWJXriqhZ7vVqKj5DnMO3SL8yE4nRT6dkfgc8xbjIYnr7Dgm",
+	"RzZiFOHQLoJDdGBJkGBrK414YcUMFUKqfAsbEodG1LPqbEZhjCvvD1+CVp5sRagacWbr2CyE0lgDvzLQ",
+	"fVtMqqy925qytRDtLsFsNVkN3Z9R28FILPmIKy0Fn5LYaGFmmdUgu2KNJ/3TDf7qRko7jOc9n5gpbVjc",
+	"R75GN5pXD/RoB0m4t1Z/G2PQXGml8Px8CePaWf2hVO/D4+MGn6Bq77AiKkjUXJ+W4IVkU8ZpViHoMVb8",
+	"+GjCxW7ZtqCSD5FDejk3l7+tD/GRllv6BqsM6wdcyj7SQf+3s1dHQVKMVYm6X1T2XTT3A08FoQivezHF",
+	"NiH2b4jW9V6TTnUuGhdqukK1xeaxTIQsPahhZphLxmKySNDCINXSuYqPYmpYGOHmjSMuodm6x7kGiZWf",
+	"NJCZrfBBzfycQ1qxpnTJ3ym/MkuhtXWPuPUaYxVgG4zpkuuxpEGTCPL3zfR896GoYU2GG+cn/JS4xvIL",
+	"v9iXX5ijLNWR27OMPGV6ozXNhl/Mc23jP4JyAQlWxinjg41o4EiuHbnOtrZERK7AKktGEQipkmGmmsjA",
+	"hqvYZ8YS6FVnmlGlsG6BZCl0yfliATztGLIaIj2dv35OEsrLLAYzv9WyCXAt2RbjGu54R8YMliPEaKeo",
+	"0UhPE1u0r9Eu/+i00dhfM3QVJThYGhFsHWijrssAxC2Tu5KbB8ze9KKyQnj5Jl8fxx2tq9+eS2gsCdv8",
+	"XsVsC4aGlPatlXOa34Yd0271tt+VidSg5T5WUY/en18c3gXQWj2byFztoFzvhIAJUou8dR5o68FXGKCr",
+	"krI1DvSJG/O7tsFX60ftQDIHlS+xn2hYD6rpkKNqpR2WAtc2w268IvM3Ly7DSIpJBrY1XxMWboz/zI1g",
+	"6xO8WVHL31csIxlTukteYWvNsmy06zNkRykrgpqRkPq1nxWhiyO+EBlLVmTk6qC529fN6cJCtcyVJqmY",
+	"U8ZHrbKqlAzWUvjYDI7SRHdH/Bw7F7pXYbFx1yO93vXkGO/9ig218da2Jk9Xr+x+BONwikBA/phxdEFJ",
+	"tmY52UE0DJvzxxD5bsSulJ3NAFLlMdniEq07jmTbd8lMIUqgruVWVLP2/UGi0z6taDBL2QUnQeeX/84j",
+	"CkbwGOTYm201XJ6994mrCrk14iug4N+WhrqtzzZaK/FnsO8VdZDA44uDuly87ajSszdpvXDQJuz51mde",
+	"3xv2uBk2oI5d5GeMOmup782oc1vjfhV3okNL7RyMa72MjiFTh9s/P3ChG2oCXdiSPareLdquskvOHfwf",
+	"KAKTCWCnNfcjSmT4GAfrGkXh1JcDciWsRjwskRJ560oK3EiutVmdBIgJMVewOrMzEQUZJFgIEp14ayvZ",
+	"WiHohYX3fdYGclN8ZMltH75RBo8ZSchB60vg413zqkvQFVT2FIK2/D0ZWLOhtIGnWBnqQxnIFqeIF9Kc",
+	"AIcFg077J7crRsqF7lBXoxjSuE0EH3Gr9gVlUBOaZVjj3P7ilEoJSBtRUemXcHini564gnfJc8wtQCZr",
+	"BP2KvwUZ1BUs9JkTQBmfFiXviASXqWiNNk085AIB8cnIj9ZV4U7nM5QI7HEUmsVtNIfmGlzrprdvg3F7",
+	"heXXm2Y22sgH/T7WuNUgzSv+5yfa+bXfedx5+/44GvT7N/+1v3W6dMB8cOS/5yytfRPwy1r8m17ppZ29",
+	"X+mFlS3Gfd/n6xbFb2A/u7zh2ZdO1Gj93gz55Y73MbRWvNKhMZscKcz3tRZYI6JVgs2thSdtf5oyxCcl",
+	"E6AJN63wkbKaR6XHzWFp+lZcr6VAlUHAPFCa8LR8Z2dMyT8qQpCPo6Acf+yajsTt4YhXCt7WjadTgaUq",
+	"iy7zRlLXknJlvYO2elgQnOpaBhOmvKow4pjrj7ZDyJRVISzu+eYmQWwXunDD1oj5wmoXNq1HlAV0nwiu",
+	"tKSMaxVjBKiimqkJlh89HQxIbCQRVHYMfseumAJmWLhFYgF2qgSPrHmbIyQFqHaXFH1pyDU2phlxI1z4",
+	"QgnO0ql0ff1rLQksuZ4RMWfaGrKN7oWtXzCexOGkQoN2LTolCC+xO/LB53ZcvCVHv+QO96QI1ac5yJp9",
+	"fA9ccLNe5EdEZdPzLwnOn1lUvcGBTTnLmwoububZzarb5kJr21JMvpVi4YPbCy5apFFvL0Re59YRYfY6",
+	"CDh025YSn4treyNo4UqTMz6Nz8w3Y7DtVYKK5d7Z55iwt/Ao0SV/EVzk0oZVu4jqEb9wL6yWjURezko3",
+	"kp/WBvHY4uDrdR43FiYPONqhgfMbg+YHH4kTIYBoVnKgSmOQJcsyBxH82lcFvSPv1SfGSo4Hn5SOiVCn",
+	"jdR3S6YQbXEuVK7le1cNdl+KXyoR3MJBERzigSL+h5aO3e++6bko5a0mj7+4Mb/raCO3iX1UYF00X/6S",
+	"6bsb2W1IrpU6Ssh5A3cpUossbQqM+7TIQYJXym5hRm8s4Nysq9sepuTDNMWcX3Gx5KRcQtCDX424EeCK",
+	"Mm2xVSjNjKGq2O6Sc5fl6OKWS6uAlRzDQr2FYl+WmGswjRcgvAtJbDf3eO7L4SWrv8Lq3qpmB/v6jQKy",
+	"Xmd0Y87CIqOe5uSKyNzHVu0hQRWB3+e+A+nnqIYeD37HausTS7q1ygGLmmXK9alztNver6LKoRpsz/OL",
+	"7W6Ui2LU71qq8NvYR6woAPNFqNizfEgVnQv4bQyy/9RkCbfe3nv/59Z4Mo9LrY+ArxsLybvfP+OoskLe",
+	"KQJkJHCbc7C5KvtHR0LvC13Y8nDOFSpDFNpSsI3N83lrODg+/fr0m5NHp19HrTnj9svjta7nN/tjvO/0",
+	"f5+i8+tN8qn1+fgyx9g8rmQaJNbCI39cdNAflrVyioF6RvWIL6ny/fYhJWOYCBfSVnSi4NCOQtGb8STL",
+	"U0i75DuBVXgEoSQTS3P9lm6aqbgG21J0Zf1p5SRu1ANF4qIsV9eDNHaOHf+5MxFyjMFyQdtIlRsExfYZ",
+	"1l3V7o54PBEygSExaBD7qtOx/T0uUhqVtcHaLIyha6mNHbgFz1YRMYqRTMtOVEXGE6ocgtvNeCDaBMqF",
+	"UAp7SWPqx1peSJaJZZlT2Rxm43b7x1Ik3KY+Ut7zF63hi9aw4cYTxOChLb1IgErDO0hwh9yHelD2G9tt",
+	"+i4aad0bcdgZbL+kTUTihM2iG2oC7BpSDIfJfIiz4/2R6+nb/gzlpzd4k2LrCde4y0GsiN1AD1bRBv13",
+	"YBx3NTbuVZx5MoPkyrp1NZVT0KEcMGfclbh9JsU8rlgI1wSHLvnRXO6xEQmHrpRtPOL1GmxF5RBbMA4g",
+	"VdVSI2WRxnpUSVi6uOMFzDgKarcZcOQaUruKuO0yPN2aaK5FHIRDY821QpzDgJuZsBFEueSuyKkRHkac",
+	"TrTrN+x766OwzgIprUu+d8yoo0CHollCpVyhpEFynoGqgFvRlRrxWHhID4kEBTo+M6v2r4iJAq28HUUL",
+	"0SVxKlcXOfeCVVh8Dq9V7GxcNch61zX5Xs9ALpkCMugPSvmtgMqZLSFZfO4w3llIMZWgVFlJEqvlmlu7",
+	"UXZy2/lDiU5uT1/sr18kqU+rVpZjqdWgFmE11FIB/DCRClMZdsSm2zF7xaV/YHD3HzxkGpO39gqXRpBX",
+	"6lKUhRIM93dyzydarOKTjIz2WLxfXmdIJQFZbSOU78the9FKKBbeQZmjwzIWisUekLDwKRFTsf596Kk8",
+	"wM+1tksJgY1+jj0aIDQTRe99QAtbnRHFobU+BmZskqqKZX3G/ohSVSocEkrDQt1vQ4zvS4Ro0Jk3YVQv",
+	"oTyB7HCFeX26TfpyBS0I8FSR2M6aQRqf1eOjrwAWiixnVMN1YNzCZi+uzz4XS3JEUfN08ccjXkTfusKf",
+	"xed2lzyxs2EQM64A0mBFTBndrTHfAp/7xAgrIgXw/hBF+u85zgJhRSj5JYfcHDuq3xwj1YNzvbWQjwUq",
+	"t4sub+yQ33XUBO5hr0hM3OyXom8oGJy/fu4AQo4wT94lhilIJGjV3rva4KZa3jZTCw/nXnPBcIbfKA3s",
+	"FSztBjcwRgRwFFy1CFybvGj/NhzedQdFvyZVhJIZVTNbPA4PRs3EkvsaZ1/qit03V0asMpdxQSLkqDw8",
+	"PDA8EMETaN+qKKelu957/H9HntYFXIsrSD2tGgHC1z08stZwaUec67jt/CHeoa4lZVmX4CswiGDJElhL",
+	"fWqIuTUvLCn3Pvn2Dspxe/ssi1CYnVfQ8ACWvEkR+wQO9TNWvm5zkk32pGqYluMi+7bVPBk01QZ5+/44",
+	"Ohk0VgZBXQ01mV83VlI/d/4qbCBfZHFSTcdUQeHNKuugz9nU61zzMaRFKBBTZMw4lSvC1IgjGkJ6Rh72",
+	"T8iRq/fzp39g5rxtic+F7uDS4jYR3g22oRXShRl3O9wvurm/b/mIgxZOa05oz4whoFlzX1FcF9HChjIh",
+	"eTz8yPLiWh1qxkEp8u9//qt6kOjDpckMK3dgei+eI6QVNUW13uI23TdNOvdLKqfY4B7zTcnLsvK+oZGi",
+	"d+WJkZ0kYMt6qtk4gwivuGqR4qOggHG7O+JPaJYhuuV6Blybw3QFyua5zmlG3ry4JEfmn+PuSdtG7ZVW",
+	"dldBAsP4FEznQcXgy9fPnz17Sp5/O+KxWrDJBIa9nu2micWEO66YsPkGeli3qreczN0QQ90sdT/a+dwv",
+	"9kPxY+zD4hKQ2ta7ggeK/HDxnFyev+qO+NH3C+AGUCfdPvYL44LEdm9vXlzGxJ+sze2BM2JASVJIMipt",
+	"TY9um9hMK98xDcWaRCxQ0nC1Oag1S7iiouTJjGVpp3BAKHIUT6mGJV31EvNT3MZ8IC60r54BKVmBDYtc",
+	"OSZATn2rskoJn9Z6B4GgNBK6Qtcz6LF5YeEysepLENbtkhERTy3Vdpts8Kph7s0VsdtBTxY3dfBW61pY",
+	"f5/z6Ckb+RhkX1me6MMwcaPeBFApnSNz7F4X2rPLNgelXWB95kDNcwsPgi2PbGCmUTza3bABA15JDS+r",
+	"9HwsflHkyNJzXDZc93VPlpP5A7NuM45mQSwqYikWCvD6DzbU8wlmkevo2fHKetEtNUQe3wxkfamvpTCb",
+	"IDNku8g0kNOMaUZ54i8jIZMZKI22kypIVevm7c3/CwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

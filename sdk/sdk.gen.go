@@ -143,18 +143,36 @@ func (e DeviceState) Valid() bool {
 	}
 }
 
+// Defines values for DrainOverrideOnTimeout.
+const (
+	DrainOverrideOnTimeoutAbort   DrainOverrideOnTimeout = "abort"
+	DrainOverrideOnTimeoutProceed DrainOverrideOnTimeout = "proceed"
+)
+
+// Valid indicates whether the value is a known member of the DrainOverrideOnTimeout enum.
+func (e DrainOverrideOnTimeout) Valid() bool {
+	switch e {
+	case DrainOverrideOnTimeoutAbort:
+		return true
+	case DrainOverrideOnTimeoutProceed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DrainRulesOnTimeout.
 const (
-	Abort   DrainRulesOnTimeout = "abort"
-	Proceed DrainRulesOnTimeout = "proceed"
+	DrainRulesOnTimeoutAbort   DrainRulesOnTimeout = "abort"
+	DrainRulesOnTimeoutProceed DrainRulesOnTimeout = "proceed"
 )
 
 // Valid indicates whether the value is a known member of the DrainRulesOnTimeout enum.
 func (e DrainRulesOnTimeout) Valid() bool {
 	switch e {
-	case Abort:
+	case DrainRulesOnTimeoutAbort:
 		return true
-	case Proceed:
+	case DrainRulesOnTimeoutProceed:
 		return true
 	default:
 		return false
@@ -163,16 +181,115 @@ func (e DrainRulesOnTimeout) Valid() bool {
 
 // Defines values for LifecycleRulesStrategies.
 const (
-	BlueGreen LifecycleRulesStrategies = "blueGreen"
-	Recreate  LifecycleRulesStrategies = "recreate"
+	LifecycleRulesStrategiesBlueGreen LifecycleRulesStrategies = "blueGreen"
+	LifecycleRulesStrategiesRecreate  LifecycleRulesStrategies = "recreate"
 )
 
 // Valid indicates whether the value is a known member of the LifecycleRulesStrategies enum.
 func (e LifecycleRulesStrategies) Valid() bool {
 	switch e {
-	case BlueGreen:
+	case LifecycleRulesStrategiesBlueGreen:
 		return true
-	case Recreate:
+	case LifecycleRulesStrategiesRecreate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationOnFailure.
+const (
+	OperationOnFailureHalt     OperationOnFailure = "halt"
+	OperationOnFailureRollback OperationOnFailure = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the OperationOnFailure enum.
+func (e OperationOnFailure) Valid() bool {
+	switch e {
+	case OperationOnFailureHalt:
+		return true
+	case OperationOnFailureRollback:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationType.
+const (
+	OperationTypeInstall     OperationType = "install"
+	OperationTypeReconfigure OperationType = "reconfigure"
+	OperationTypeRemove      OperationType = "remove"
+	OperationTypeRollback    OperationType = "rollback"
+	OperationTypeUpgrade     OperationType = "upgrade"
+)
+
+// Valid indicates whether the value is a known member of the OperationType enum.
+func (e OperationType) Valid() bool {
+	switch e {
+	case OperationTypeInstall:
+		return true
+	case OperationTypeReconfigure:
+		return true
+	case OperationTypeRemove:
+		return true
+	case OperationTypeRollback:
+		return true
+	case OperationTypeUpgrade:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationState.
+const (
+	OperationStateCancelled OperationState = "cancelled"
+	OperationStateFailed    OperationState = "failed"
+	OperationStateQueued    OperationState = "queued"
+	OperationStateRunning   OperationState = "running"
+	OperationStateSucceeded OperationState = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the OperationState enum.
+func (e OperationState) Valid() bool {
+	switch e {
+	case OperationStateCancelled:
+		return true
+	case OperationStateFailed:
+		return true
+	case OperationStateQueued:
+		return true
+	case OperationStateRunning:
+		return true
+	case OperationStateSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationStepState.
+const (
+	OperationStepStateCancelled OperationStepState = "cancelled"
+	OperationStepStateFailed    OperationStepState = "failed"
+	OperationStepStateInstalled OperationStepState = "installed"
+	OperationStepStatePending   OperationStepState = "pending"
+	OperationStepStatePublished OperationStepState = "published"
+)
+
+// Valid indicates whether the value is a known member of the OperationStepState enum.
+func (e OperationStepState) Valid() bool {
+	switch e {
+	case OperationStepStateCancelled:
+		return true
+	case OperationStepStateFailed:
+		return true
+	case OperationStepStateInstalled:
+		return true
+	case OperationStepStatePending:
+		return true
+	case OperationStepStatePublished:
 		return true
 	default:
 		return false
@@ -191,6 +308,27 @@ func (e ParameterRulesOnUpgrade) Valid() bool {
 	case Keep:
 		return true
 	case Reset:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlanType.
+const (
+	PlanTypeReconfigure PlanType = "reconfigure"
+	PlanTypeRollback    PlanType = "rollback"
+	PlanTypeUpgrade     PlanType = "upgrade"
+)
+
+// Valid indicates whether the value is a known member of the PlanType enum.
+func (e PlanType) Valid() bool {
+	switch e {
+	case PlanTypeReconfigure:
+		return true
+	case PlanTypeRollback:
+		return true
+	case PlanTypeUpgrade:
 		return true
 	default:
 		return false
@@ -218,27 +356,45 @@ func (e ProblemBackoffStrategy) Valid() bool {
 	}
 }
 
+// Defines values for ReconfigureRequestOnFailure.
+const (
+	ReconfigureRequestOnFailureHalt     ReconfigureRequestOnFailure = "halt"
+	ReconfigureRequestOnFailureRollback ReconfigureRequestOnFailure = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the ReconfigureRequestOnFailure enum.
+func (e ReconfigureRequestOnFailure) Valid() bool {
+	switch e {
+	case ReconfigureRequestOnFailureHalt:
+		return true
+	case ReconfigureRequestOnFailureRollback:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RevisionOperation.
 const (
-	Install     RevisionOperation = "install"
-	Reconfigure RevisionOperation = "reconfigure"
-	Remove      RevisionOperation = "remove"
-	Rollback    RevisionOperation = "rollback"
-	Upgrade     RevisionOperation = "upgrade"
+	RevisionOperationInstall     RevisionOperation = "install"
+	RevisionOperationReconfigure RevisionOperation = "reconfigure"
+	RevisionOperationRemove      RevisionOperation = "remove"
+	RevisionOperationRollback    RevisionOperation = "rollback"
+	RevisionOperationUpgrade     RevisionOperation = "upgrade"
 )
 
 // Valid indicates whether the value is a known member of the RevisionOperation enum.
 func (e RevisionOperation) Valid() bool {
 	switch e {
-	case Install:
+	case RevisionOperationInstall:
 		return true
-	case Reconfigure:
+	case RevisionOperationReconfigure:
 		return true
-	case Remove:
+	case RevisionOperationRemove:
 		return true
-	case Rollback:
+	case RevisionOperationRollback:
 		return true
-	case Upgrade:
+	case RevisionOperationUpgrade:
 		return true
 	default:
 		return false
@@ -338,6 +494,60 @@ func (e TransitionCause) Valid() bool {
 	case TransitionCauseOperator:
 		return true
 	case TransitionCauseReport:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UpgradeRequestOnFailure.
+const (
+	UpgradeRequestOnFailureHalt     UpgradeRequestOnFailure = "halt"
+	UpgradeRequestOnFailureRollback UpgradeRequestOnFailure = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the UpgradeRequestOnFailure enum.
+func (e UpgradeRequestOnFailure) Valid() bool {
+	switch e {
+	case UpgradeRequestOnFailureHalt:
+		return true
+	case UpgradeRequestOnFailureRollback:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UpgradeRequestPath.
+const (
+	Auto   UpgradeRequestPath = "auto"
+	Direct UpgradeRequestPath = "direct"
+)
+
+// Valid indicates whether the value is a known member of the UpgradeRequestPath enum.
+func (e UpgradeRequestPath) Valid() bool {
+	switch e {
+	case Auto:
+		return true
+	case Direct:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UpgradeRequestStrategy.
+const (
+	UpgradeRequestStrategyBlueGreen UpgradeRequestStrategy = "blueGreen"
+	UpgradeRequestStrategyRecreate  UpgradeRequestStrategy = "recreate"
+)
+
+// Valid indicates whether the value is a known member of the UpgradeRequestStrategy enum.
+func (e UpgradeRequestStrategy) Valid() bool {
+	switch e {
+	case UpgradeRequestStrategyBlueGreen:
+		return true
+	case UpgradeRequestStrategyRecreate:
 		return true
 	default:
 		return false
@@ -639,6 +849,18 @@ type DeviceList struct {
 // DeviceState defines model for DeviceState.
 type DeviceState string
 
+// DrainOverride defines model for DrainOverride.
+type DrainOverride struct {
+	OnTimeout *DrainOverrideOnTimeout `json:"onTimeout,omitempty"`
+	Required  bool                    `json:"required"`
+
+	// Timeout Go duration.
+	Timeout *string `json:"timeout,omitempty"`
+}
+
+// DrainOverrideOnTimeout defines model for DrainOverride.OnTimeout.
+type DrainOverrideOnTimeout string
+
 // DrainRules defines model for DrainRules.
 type DrainRules struct {
 	OnTimeout DrainRulesOnTimeout `json:"onTimeout"`
@@ -710,6 +932,75 @@ type NewToken struct {
 	Token  Token  `json:"token"`
 }
 
+// Operation defines model for Operation.
+type Operation struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Deadline When the current step fails if the device has not installed it.
+	Deadline     time.Time          `json:"deadline"`
+	DeploymentId openapi_types.UUID `json:"deploymentId"`
+	Drain        *DrainRules        `json:"drain,omitempty"`
+	FinishedAt   *time.Time         `json:"finishedAt,omitempty"`
+
+	// FollowUp The automatic rollback operation started by onFailure rollback.
+	FollowUp    *openapi_types.UUID `json:"followUp,omitempty"`
+	ForceReason *string             `json:"forceReason,omitempty"`
+	Forced      *bool               `json:"forced,omitempty"`
+	FromVersion *string             `json:"fromVersion,omitempty"`
+	Id          openapi_types.UUID  `json:"id"`
+	OnFailure   OperationOnFailure  `json:"onFailure"`
+
+	// Reason Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed).
+	Reason      *string         `json:"reason,omitempty"`
+	RequestedBy string          `json:"requestedBy"`
+	State       OperationState  `json:"state"`
+	Steps       []OperationStep `json:"steps"`
+	Strategy    *string         `json:"strategy,omitempty"`
+	ToVersion   *string         `json:"toVersion,omitempty"`
+	Type        OperationType   `json:"type"`
+	UpdatedAt   time.Time       `json:"updatedAt"`
+}
+
+// OperationOnFailure defines model for Operation.OnFailure.
+type OperationOnFailure string
+
+// OperationType defines model for Operation.Type.
+type OperationType string
+
+// OperationList defines model for OperationList.
+type OperationList struct {
+	Items      []Operation `json:"items"`
+	NextCursor *string     `json:"nextCursor,omitempty"`
+}
+
+// OperationState defines model for OperationState.
+type OperationState string
+
+// OperationStep defines model for OperationStep.
+type OperationStep struct {
+	FinishedAt  *time.Time `json:"finishedAt,omitempty"`
+	N           int        `json:"n"`
+	PublishedAt *time.Time `json:"publishedAt,omitempty"`
+
+	// Revision The revision this step published (absent until published).
+	Revision *int               `json:"revision,omitempty"`
+	State    OperationStepState `json:"state"`
+	Version  string             `json:"version"`
+}
+
+// OperationStepState defines model for OperationStep.State.
+type OperationStepState string
+
+// ParameterChange defines model for ParameterChange.
+type ParameterChange struct {
+	After  interface{} `json:"after,omitempty"`
+	Before interface{} `json:"before,omitempty"`
+
+	// Kind kept, reset, dropped, added, changed or unchanged.
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
 // ParameterRules defines model for ParameterRules.
 type ParameterRules struct {
 	// OnUpgrade keep - carry the operator's value over an upgrade; reset - take the new version's default.
@@ -721,6 +1012,36 @@ type ParameterRulesOnUpgrade string
 
 // ParameterValues Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
 type ParameterValues map[string]interface{}
+
+// Plan defines model for Plan.
+type Plan struct {
+	Allowed     bool               `json:"allowed"`
+	Checks      []PlanCheck        `json:"checks"`
+	Drain       *DrainRules        `json:"drain,omitempty"`
+	Forced      *bool              `json:"forced,omitempty"`
+	FromVersion *string            `json:"fromVersion,omitempty"`
+	Hops        *[]string          `json:"hops,omitempty"`
+	Parameters  *[]ParameterChange `json:"parameters,omitempty"`
+
+	// Problem RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+	// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+	// problem types; clients must ignore members they do not know.
+	Problem    *Problem `json:"problem,omitempty"`
+	Strategy   *string  `json:"strategy,omitempty"`
+	ToRevision *int     `json:"toRevision,omitempty"`
+	ToVersion  *string  `json:"toVersion,omitempty"`
+	Type       PlanType `json:"type"`
+}
+
+// PlanType defines model for Plan.Type.
+type PlanType string
+
+// PlanCheck defines model for PlanCheck.
+type PlanCheck struct {
+	Detail string `json:"detail"`
+	Name   string `json:"name"`
+	Passed bool   `json:"passed"`
+}
 
 // Problem RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
@@ -755,6 +1076,19 @@ type Problem struct {
 
 // ProblemBackoffStrategy defines model for Problem.BackoffStrategy.
 type ProblemBackoffStrategy string
+
+// ReconfigureRequest defines model for ReconfigureRequest.
+type ReconfigureRequest struct {
+	DryRun    *bool                        `json:"dryRun,omitempty"`
+	OnFailure *ReconfigureRequestOnFailure `json:"onFailure,omitempty"`
+
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters ParameterValues `json:"parameters"`
+	Timeout    *string         `json:"timeout,omitempty"`
+}
+
+// ReconfigureRequestOnFailure defines model for ReconfigureRequest.OnFailure.
+type ReconfigureRequestOnFailure string
 
 // Revision defines model for Revision.
 type Revision struct {
@@ -791,6 +1125,17 @@ type RevisionList struct {
 
 // Role defines model for Role.
 type Role string
+
+// RollbackRequest defines model for RollbackRequest.
+type RollbackRequest struct {
+	DryRun *bool `json:"dryRun,omitempty"`
+	Force  *bool `json:"force,omitempty"`
+
+	// Reason Required with force; recorded in the audit log and on the revision.
+	Reason     *string `json:"reason,omitempty"`
+	Timeout    *string `json:"timeout,omitempty"`
+	ToRevision *int    `json:"toRevision,omitempty"`
+}
 
 // RollbackRules defines model for RollbackRules.
 type RollbackRules struct {
@@ -892,6 +1237,37 @@ type UnsignedAppStateManifest struct {
 	ManifestVersion ManifestVersion `json:"manifestVersion"`
 }
 
+// UpgradePath defines model for UpgradePath.
+type UpgradePath struct {
+	Direct bool     `json:"direct"`
+	Path   []string `json:"path"`
+}
+
+// UpgradeRequest Example: {"path":"auto","targetVersion":"2.0.0"}
+type UpgradeRequest struct {
+	Drain     *DrainOverride           `json:"drain,omitempty"`
+	DryRun    *bool                    `json:"dryRun,omitempty"`
+	OnFailure *UpgradeRequestOnFailure `json:"onFailure,omitempty"`
+
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters    *ParameterValues        `json:"parameters,omitempty"`
+	Path          *UpgradeRequestPath     `json:"path,omitempty"`
+	Strategy      *UpgradeRequestStrategy `json:"strategy,omitempty"`
+	TargetVersion string                  `json:"targetVersion"`
+
+	// Timeout Go duration each step may take to install (default 30m), on top of the drain timeout.
+	Timeout *string `json:"timeout,omitempty"`
+}
+
+// UpgradeRequestOnFailure defines model for UpgradeRequest.OnFailure.
+type UpgradeRequestOnFailure string
+
+// UpgradeRequestPath defines model for UpgradeRequest.Path.
+type UpgradeRequestPath string
+
+// UpgradeRequestStrategy defines model for UpgradeRequest.Strategy.
+type UpgradeRequestStrategy string
+
 // WFMClient defines model for WFMClient.
 type WFMClient struct {
 	CreatedAt   time.Time `json:"createdAt"`
@@ -940,6 +1316,9 @@ type DeviceIdPath = DeviceId
 // DigestPath defines model for DigestPath.
 type DigestPath = string
 
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
+
 // IfMatch defines model for IfMatch.
 type IfMatch = string
 
@@ -952,8 +1331,14 @@ type LabelSelector = string
 // Limit defines model for Limit.
 type Limit = int
 
+// OperationIdPath defines model for OperationIdPath.
+type OperationIdPath = string
+
 // Version defines model for Version.
 type Version = string
+
+// OperationAccepted defines model for OperationAccepted.
+type OperationAccepted = Operation
 
 // TooManyRequests RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
@@ -983,6 +1368,12 @@ type ListApplicationsParams struct {
 
 // CreateApplicationVersionJSONBody defines parameters for CreateApplicationVersion.
 type CreateApplicationVersionJSONBody = json.RawMessage
+
+// GetUpgradePathParams defines parameters for GetUpgradePath.
+type GetUpgradePathParams struct {
+	From string `form:"from" json:"from"`
+	To   string `form:"to" json:"to"`
+}
 
 // ListApplicationVersionsParams defines parameters for ListApplicationVersions.
 type ListApplicationVersionsParams struct {
@@ -1061,6 +1452,15 @@ type ListHistoryParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ReconfigureDeploymentParams defines parameters for ReconfigureDeployment.
+type ReconfigureDeploymentParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListRevisionsParams defines parameters for ListRevisions.
 type ListRevisionsParams struct {
 	// Limit Largest number of items in the page.
@@ -1070,6 +1470,24 @@ type ListRevisionsParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// RollbackDeploymentParams defines parameters for RollbackDeployment.
+type RollbackDeploymentParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// UpgradeDeploymentParams defines parameters for UpgradeDeployment.
+type UpgradeDeploymentParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListDevicesParams defines parameters for ListDevices.
 type ListDevicesParams struct {
 	ClientId *ClientId `form:"clientId,omitempty" json:"clientId,omitempty"`
@@ -1077,6 +1495,18 @@ type ListDevicesParams struct {
 	// LabelSelector Comma-separated requirements, all of which must hold: `key=value`, `key!=value`, `key` (present),
 	// `!key` (absent). Matches a device's effective labels.
 	LabelSelector *LabelSelector `form:"labelSelector,omitempty" json:"labelSelector,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListOperationsParams defines parameters for ListOperations.
+type ListOperationsParams struct {
+	DeploymentId *string         `form:"deploymentId,omitempty" json:"deploymentId,omitempty"`
+	State        *OperationState `form:"state,omitempty" json:"state,omitempty"`
 
 	// Limit Largest number of items in the page.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
@@ -1114,6 +1544,15 @@ type PutDeviceLabelsJSONRequestBody = DeviceLabels
 
 // CreateDeploymentJSONRequestBody defines body for CreateDeployment for application/json ContentType.
 type CreateDeploymentJSONRequestBody = CreateDeploymentRequest
+
+// ReconfigureDeploymentJSONRequestBody defines body for ReconfigureDeployment for application/json ContentType.
+type ReconfigureDeploymentJSONRequestBody = ReconfigureRequest
+
+// RollbackDeploymentJSONRequestBody defines body for RollbackDeployment for application/json ContentType.
+type RollbackDeploymentJSONRequestBody = RollbackRequest
+
+// UpgradeDeploymentJSONRequestBody defines body for UpgradeDeployment for application/json ContentType.
+type UpgradeDeploymentJSONRequestBody = UpgradeRequest
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = CreateTokenRequest
@@ -1508,6 +1947,11 @@ type ClientInterface interface {
 	// Corresponds with GET /mgmt/v1/applications/{applicationId} (the `GetApplication` operationId).
 	GetApplication(ctx context.Context, applicationId ApplicationId, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetUpgradePath The upgrade path from one version to another, or why there is none
+	//
+	// Corresponds with GET /mgmt/v1/applications/{applicationId}/upgrade-path (the `GetUpgradePath` operationId).
+	GetUpgradePath(ctx context.Context, applicationId ApplicationId, params *GetUpgradePathParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListApplicationVersions List an application's versions in SemVer order
 	//
 	// Lowest version first (SemVer precedence: `1.0.0-rc.1` < `1.0.0` < `1.10.0`), each with its digest,
@@ -1687,6 +2131,26 @@ type ClientInterface interface {
 	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/history (the `ListHistory` operationId).
 	ListHistory(ctx context.Context, deploymentId DeploymentIdPath, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ReconfigureDeploymentWithBody Change a deployment's parameter values (same version)
+	//
+	// Values are validated against the description's configuration schema; unknown parameters and changes
+	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure (the `ReconfigureDeployment` operationId).
+	ReconfigureDeploymentWithBody(ctx context.Context, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReconfigureDeployment Change a deployment's parameter values (same version)
+	//
+	// Values are validated against the description's configuration schema; unknown parameters and changes
+	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure (the `ReconfigureDeployment` operationId).
+	ReconfigureDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, body ReconfigureDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListRevisions List a deployment's revisions, newest first
 	//
 	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions (the `ListRevisions` operationId).
@@ -1697,15 +2161,87 @@ type ClientInterface interface {
 	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions/{revision} (the `GetRevision` operationId).
 	GetRevision(ctx context.Context, deploymentId DeploymentIdPath, revision int, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// RollbackDeploymentWithBody Go back to an earlier revision
+	//
+	// Publishes a new revision whose content equals revision `toRevision` (default: the last revision that
+	// was installed before the current one), parameters included. Going to a lower version is governed by
+	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
+	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
+	// the revision, and possible only when the server allows overrides.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback (the `RollbackDeployment` operationId).
+	RollbackDeploymentWithBody(ctx context.Context, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RollbackDeployment Go back to an earlier revision
+	//
+	// Publishes a new revision whose content equals revision `toRevision` (default: the last revision that
+	// was installed before the current one), parameters included. Going to a lower version is governed by
+	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
+	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
+	// the revision, and possible only when the server allows overrides.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback (the `RollbackDeployment` operationId).
+	RollbackDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, body RollbackDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetDeploymentStatus The latest status report of the device for this deployment
 	//
 	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/status (the `GetDeploymentStatus` operationId).
 	GetDeploymentStatus(ctx context.Context, deploymentId DeploymentIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// UpgradeDeploymentWithBody Upgrade a deployment to a newer version
+	//
+	// Checks the target version's `minUpgradeFrom` against the installed version. With `path: direct`
+	// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
+	// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
+	// after the previous one is installed. Operator-set parameters carry over unless the target says
+	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
+	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade (the `UpgradeDeployment` operationId).
+	UpgradeDeploymentWithBody(ctx context.Context, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpgradeDeployment Upgrade a deployment to a newer version
+	//
+	// Checks the target version's `minUpgradeFrom` against the installed version. With `path: direct`
+	// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
+	// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
+	// after the previous one is installed. Operator-set parameters carry over unless the target says
+	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
+	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade (the `UpgradeDeployment` operationId).
+	UpgradeDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, body UpgradeDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListDevices List devices
 	//
 	// Corresponds with GET /mgmt/v1/devices (the `ListDevices` operationId).
 	ListDevices(ctx context.Context, params *ListDevicesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListOperations List operations, newest first
+	//
+	// Corresponds with GET /mgmt/v1/operations (the `ListOperations` operationId).
+	ListOperations(ctx context.Context, params *ListOperationsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetOperation Get one operation with its steps
+	//
+	// Corresponds with GET /mgmt/v1/operations/{operationId} (the `GetOperation` operationId).
+	GetOperation(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelOperation Cancel a queued or running operation
+	//
+	// The operation ends `cancelled`; the deployment keeps whatever revision is desired now (a hop already
+	// published stays published). Cancelling an ended operation is 409.
+	//
+	// Corresponds with POST /mgmt/v1/operations/{operationId}/cancel (the `CancelOperation` operationId).
+	CancelOperation(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTokens List API tokens (never their secrets)
 	//
@@ -1986,6 +2522,21 @@ func (c *Client) CreateApplicationVersion(ctx context.Context, body CreateApplic
 // Corresponds with GET /mgmt/v1/applications/{applicationId} (the `GetApplication` operationId).
 func (c *Client) GetApplication(ctx context.Context, applicationId ApplicationId, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetApplicationRequest(c.Server, applicationId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetUpgradePath The upgrade path from one version to another, or why there is none
+//
+// Corresponds with GET /mgmt/v1/applications/{applicationId}/upgrade-path (the `GetUpgradePath` operationId).
+func (c *Client) GetUpgradePath(ctx context.Context, applicationId ApplicationId, params *GetUpgradePathParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetUpgradePathRequest(c.Server, applicationId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2385,6 +2936,46 @@ func (c *Client) ListHistory(ctx context.Context, deploymentId DeploymentIdPath,
 	return c.Client.Do(req)
 }
 
+// ReconfigureDeploymentWithBody Change a deployment's parameter values (same version)
+//
+// Values are validated against the description's configuration schema; unknown parameters and changes
+// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure (the `ReconfigureDeployment` operationId).
+func (c *Client) ReconfigureDeploymentWithBody(ctx context.Context, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReconfigureDeploymentRequestWithBody(c.Server, deploymentId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReconfigureDeployment Change a deployment's parameter values (same version)
+//
+// Values are validated against the description's configuration schema; unknown parameters and changes
+// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure (the `ReconfigureDeployment` operationId).
+func (c *Client) ReconfigureDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, body ReconfigureDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReconfigureDeploymentRequest(c.Server, deploymentId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListRevisions List a deployment's revisions, newest first
 //
 // Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions (the `ListRevisions` operationId).
@@ -2415,6 +3006,52 @@ func (c *Client) GetRevision(ctx context.Context, deploymentId DeploymentIdPath,
 	return c.Client.Do(req)
 }
 
+// RollbackDeploymentWithBody Go back to an earlier revision
+//
+// Publishes a new revision whose content equals revision `toRevision` (default: the last revision that
+// was installed before the current one), parameters included. Going to a lower version is governed by
+// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
+// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
+// the revision, and possible only when the server allows overrides.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback (the `RollbackDeployment` operationId).
+func (c *Client) RollbackDeploymentWithBody(ctx context.Context, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRollbackDeploymentRequestWithBody(c.Server, deploymentId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RollbackDeployment Go back to an earlier revision
+//
+// Publishes a new revision whose content equals revision `toRevision` (default: the last revision that
+// was installed before the current one), parameters included. Going to a lower version is governed by
+// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
+// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
+// the revision, and possible only when the server allows overrides.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback (the `RollbackDeployment` operationId).
+func (c *Client) RollbackDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, body RollbackDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRollbackDeploymentRequest(c.Server, deploymentId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetDeploymentStatus The latest status report of the device for this deployment
 //
 // Corresponds with GET /mgmt/v1/deployments/{deploymentId}/status (the `GetDeploymentStatus` operationId).
@@ -2430,11 +3067,107 @@ func (c *Client) GetDeploymentStatus(ctx context.Context, deploymentId Deploymen
 	return c.Client.Do(req)
 }
 
+// UpgradeDeploymentWithBody Upgrade a deployment to a newer version
+//
+// Checks the target version's `minUpgradeFrom` against the installed version. With `path: direct`
+// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
+// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
+// after the previous one is installed. Operator-set parameters carry over unless the target says
+// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
+// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade (the `UpgradeDeployment` operationId).
+func (c *Client) UpgradeDeploymentWithBody(ctx context.Context, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpgradeDeploymentRequestWithBody(c.Server, deploymentId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpgradeDeployment Upgrade a deployment to a newer version
+//
+// Checks the target version's `minUpgradeFrom` against the installed version. With `path: direct`
+// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
+// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
+// after the previous one is installed. Operator-set parameters carry over unless the target says
+// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
+// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade (the `UpgradeDeployment` operationId).
+func (c *Client) UpgradeDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, body UpgradeDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpgradeDeploymentRequest(c.Server, deploymentId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListDevices List devices
 //
 // Corresponds with GET /mgmt/v1/devices (the `ListDevices` operationId).
 func (c *Client) ListDevices(ctx context.Context, params *ListDevicesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListDevicesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListOperations List operations, newest first
+//
+// Corresponds with GET /mgmt/v1/operations (the `ListOperations` operationId).
+func (c *Client) ListOperations(ctx context.Context, params *ListOperationsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListOperationsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetOperation Get one operation with its steps
+//
+// Corresponds with GET /mgmt/v1/operations/{operationId} (the `GetOperation` operationId).
+func (c *Client) GetOperation(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetOperationRequest(c.Server, operationId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelOperation Cancel a queued or running operation
+//
+// The operation ends `cancelled`; the deployment keeps whatever revision is desired now (a hop already
+// published stays published). Cancelling an ended operation is 409.
+//
+// Corresponds with POST /mgmt/v1/operations/{operationId}/cancel (the `CancelOperation` operationId).
+func (c *Client) CancelOperation(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelOperationRequest(c.Server, operationId)
 	if err != nil {
 		return nil, err
 	}
@@ -2961,6 +3694,71 @@ func NewGetApplicationRequest(server string, applicationId ApplicationId) (*http
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetUpgradePathRequest constructs an http.Request for the GetUpgradePath method
+func NewGetUpgradePathRequest(server string, applicationId ApplicationId, params *GetUpgradePathParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "applicationId", applicationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/applications/%s/upgrade-path", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -3965,6 +4763,79 @@ func NewListHistoryRequest(server string, deploymentId DeploymentIdPath, params 
 	return req, nil
 }
 
+// NewReconfigureDeploymentRequest calls the generic ReconfigureDeployment builder with application/json body
+func NewReconfigureDeploymentRequest(server string, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, body ReconfigureDeploymentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReconfigureDeploymentRequestWithBody(server, deploymentId, params, "application/json", bodyReader)
+}
+
+// NewReconfigureDeploymentRequestWithBody constructs an http.Request for the ReconfigureDeployment method, with any body, and a specified content type
+func NewReconfigureDeploymentRequestWithBody(server string, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s/reconfigure", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewListRevisionsRequest constructs an http.Request for the ListRevisions method
 func NewListRevisionsRequest(server string, deploymentId DeploymentIdPath, params *ListRevisionsParams) (*http.Request, error) {
 	var err error
@@ -4079,6 +4950,79 @@ func NewGetRevisionRequest(server string, deploymentId DeploymentIdPath, revisio
 	return req, nil
 }
 
+// NewRollbackDeploymentRequest calls the generic RollbackDeployment builder with application/json body
+func NewRollbackDeploymentRequest(server string, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, body RollbackDeploymentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRollbackDeploymentRequestWithBody(server, deploymentId, params, "application/json", bodyReader)
+}
+
+// NewRollbackDeploymentRequestWithBody constructs an http.Request for the RollbackDeployment method, with any body, and a specified content type
+func NewRollbackDeploymentRequestWithBody(server string, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s/rollback", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewGetDeploymentStatusRequest constructs an http.Request for the GetDeploymentStatus method
 func NewGetDeploymentStatusRequest(server string, deploymentId DeploymentIdPath) (*http.Request, error) {
 	var err error
@@ -4108,6 +5052,79 @@ func NewGetDeploymentStatusRequest(server string, deploymentId DeploymentIdPath)
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUpgradeDeploymentRequest calls the generic UpgradeDeployment builder with application/json body
+func NewUpgradeDeploymentRequest(server string, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, body UpgradeDeploymentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpgradeDeploymentRequestWithBody(server, deploymentId, params, "application/json", bodyReader)
+}
+
+// NewUpgradeDeploymentRequestWithBody constructs an http.Request for the UpgradeDeployment method, with any body, and a specified content type
+func NewUpgradeDeploymentRequestWithBody(server string, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s/upgrade", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -4196,6 +5213,164 @@ func NewListDevicesRequest(server string, params *ListDevicesParams) (*http.Requ
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListOperationsRequest constructs an http.Request for the ListOperations method
+func NewListOperationsRequest(server string, params *ListOperationsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/operations")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.DeploymentId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deploymentId", *params.DeploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetOperationRequest constructs an http.Request for the GetOperation method
+func NewGetOperationRequest(server string, operationId OperationIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "operationId", operationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/operations/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCancelOperationRequest constructs an http.Request for the CancelOperation method
+func NewCancelOperationRequest(server string, operationId OperationIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "operationId", operationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/operations/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -4581,6 +5756,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /mgmt/v1/applications/{applicationId} (the `GetApplication` operationId).
 	GetApplicationWithResponse(ctx context.Context, applicationId ApplicationId, reqEditors ...RequestEditorFn) (*GetApplicationResponse, error)
 
+	// GetUpgradePathWithResponse The upgrade path from one version to another, or why there is none
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/applications/{applicationId}/upgrade-path (the `GetUpgradePath` operationId).
+	GetUpgradePathWithResponse(ctx context.Context, applicationId ApplicationId, params *GetUpgradePathParams, reqEditors ...RequestEditorFn) (*GetUpgradePathResponse, error)
+
 	// ListApplicationVersionsWithResponse List an application's versions in SemVer order
 	//
 	// Lowest version first (SemVer precedence: `1.0.0-rc.1` < `1.0.0` < `1.10.0`), each with its digest,
@@ -4786,6 +5968,26 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/history (the `ListHistory` operationId).
 	ListHistoryWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*ListHistoryResponse, error)
 
+	// ReconfigureDeploymentWithBodyWithResponse Change a deployment's parameter values (same version)
+	//
+	// Values are validated against the description's configuration schema; unknown parameters and changes
+	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure (the `ReconfigureDeployment` operationId).
+	ReconfigureDeploymentWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReconfigureDeploymentResponse, error)
+
+	// ReconfigureDeploymentWithResponse Change a deployment's parameter values (same version)
+	//
+	// Values are validated against the description's configuration schema; unknown parameters and changes
+	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure (the `ReconfigureDeployment` operationId).
+	ReconfigureDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, body ReconfigureDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*ReconfigureDeploymentResponse, error)
+
 	// ListRevisionsWithResponse List a deployment's revisions, newest first
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4800,6 +6002,32 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/revisions/{revision} (the `GetRevision` operationId).
 	GetRevisionWithResponse(ctx context.Context, deploymentId DeploymentIdPath, revision int, reqEditors ...RequestEditorFn) (*GetRevisionResponse, error)
 
+	// RollbackDeploymentWithBodyWithResponse Go back to an earlier revision
+	//
+	// Publishes a new revision whose content equals revision `toRevision` (default: the last revision that
+	// was installed before the current one), parameters included. Going to a lower version is governed by
+	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
+	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
+	// the revision, and possible only when the server allows overrides.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback (the `RollbackDeployment` operationId).
+	RollbackDeploymentWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RollbackDeploymentResponse, error)
+
+	// RollbackDeploymentWithResponse Go back to an earlier revision
+	//
+	// Publishes a new revision whose content equals revision `toRevision` (default: the last revision that
+	// was installed before the current one), parameters included. Going to a lower version is governed by
+	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
+	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
+	// the revision, and possible only when the server allows overrides.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback (the `RollbackDeployment` operationId).
+	RollbackDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, body RollbackDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*RollbackDeploymentResponse, error)
+
 	// GetDeploymentStatusWithResponse The latest status report of the device for this deployment
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4807,12 +6035,64 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /mgmt/v1/deployments/{deploymentId}/status (the `GetDeploymentStatus` operationId).
 	GetDeploymentStatusWithResponse(ctx context.Context, deploymentId DeploymentIdPath, reqEditors ...RequestEditorFn) (*GetDeploymentStatusResponse, error)
 
+	// UpgradeDeploymentWithBodyWithResponse Upgrade a deployment to a newer version
+	//
+	// Checks the target version's `minUpgradeFrom` against the installed version. With `path: direct`
+	// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
+	// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
+	// after the previous one is installed. Operator-set parameters carry over unless the target says
+	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
+	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade (the `UpgradeDeployment` operationId).
+	UpgradeDeploymentWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpgradeDeploymentResponse, error)
+
+	// UpgradeDeploymentWithResponse Upgrade a deployment to a newer version
+	//
+	// Checks the target version's `minUpgradeFrom` against the installed version. With `path: direct`
+	// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
+	// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
+	// after the previous one is installed. Operator-set parameters carry over unless the target says
+	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
+	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade (the `UpgradeDeployment` operationId).
+	UpgradeDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, body UpgradeDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*UpgradeDeploymentResponse, error)
+
 	// ListDevicesWithResponse List devices
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /mgmt/v1/devices (the `ListDevices` operationId).
 	ListDevicesWithResponse(ctx context.Context, params *ListDevicesParams, reqEditors ...RequestEditorFn) (*ListDevicesResponse, error)
+
+	// ListOperationsWithResponse List operations, newest first
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/operations (the `ListOperations` operationId).
+	ListOperationsWithResponse(ctx context.Context, params *ListOperationsParams, reqEditors ...RequestEditorFn) (*ListOperationsResponse, error)
+
+	// GetOperationWithResponse Get one operation with its steps
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/operations/{operationId} (the `GetOperation` operationId).
+	GetOperationWithResponse(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*GetOperationResponse, error)
+
+	// CancelOperationWithResponse Cancel a queued or running operation
+	//
+	// The operation ends `cancelled`; the deployment keeps whatever revision is desired now (a hop already
+	// published stays published). Cancelling an ended operation is 409.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/operations/{operationId}/cancel (the `CancelOperation` operationId).
+	CancelOperationWithResponse(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*CancelOperationResponse, error)
 
 	// ListTokensWithResponse List API tokens (never their secrets)
 	//
@@ -5642,6 +6922,89 @@ func (r GetApplicationResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetApplicationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetUpgradePathResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *UpgradePath
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetUpgradePathResponse) GetJSON200() *UpgradePath {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetUpgradePathResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetUpgradePathResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetUpgradePathResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetUpgradePathResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetUpgradePathResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetUpgradePathResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetUpgradePathResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetUpgradePathResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetUpgradePathResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetUpgradePathResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6983,6 +8346,117 @@ func (r ListHistoryResponse) ContentType() string {
 	return ""
 }
 
+// ReconfigureDeploymentResponse202Headers the declared response headers of an HTTP 202 response for ReconfigureDeployment
+type ReconfigureDeploymentResponse202Headers struct {
+	Location string
+}
+
+type ReconfigureDeploymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Plan
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *OperationAccepted
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *ReconfigureDeploymentResponse202Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReconfigureDeploymentResponse) GetJSON200() *Plan {
+	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ReconfigureDeploymentResponse) GetJSON202() *OperationAccepted {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReconfigureDeploymentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReconfigureDeploymentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReconfigureDeploymentResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReconfigureDeploymentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReconfigureDeploymentResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r ReconfigureDeploymentResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ReconfigureDeploymentResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReconfigureDeploymentResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReconfigureDeploymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReconfigureDeploymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReconfigureDeploymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReconfigureDeploymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListRevisionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7128,6 +8602,117 @@ func (r GetRevisionResponse) ContentType() string {
 	return ""
 }
 
+// RollbackDeploymentResponse202Headers the declared response headers of an HTTP 202 response for RollbackDeployment
+type RollbackDeploymentResponse202Headers struct {
+	Location string
+}
+
+type RollbackDeploymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Plan
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *OperationAccepted
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RollbackDeploymentResponse202Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RollbackDeploymentResponse) GetJSON200() *Plan {
+	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RollbackDeploymentResponse) GetJSON202() *OperationAccepted {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RollbackDeploymentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RollbackDeploymentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RollbackDeploymentResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RollbackDeploymentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RollbackDeploymentResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r RollbackDeploymentResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RollbackDeploymentResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RollbackDeploymentResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RollbackDeploymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RollbackDeploymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RollbackDeploymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RollbackDeploymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetDeploymentStatusResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7191,6 +8776,117 @@ func (r GetDeploymentStatusResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetDeploymentStatusResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// UpgradeDeploymentResponse202Headers the declared response headers of an HTTP 202 response for UpgradeDeployment
+type UpgradeDeploymentResponse202Headers struct {
+	Location string
+}
+
+type UpgradeDeploymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Plan
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *OperationAccepted
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *UpgradeDeploymentResponse202Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpgradeDeploymentResponse) GetJSON200() *Plan {
+	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r UpgradeDeploymentResponse) GetJSON202() *OperationAccepted {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpgradeDeploymentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpgradeDeploymentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpgradeDeploymentResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpgradeDeploymentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r UpgradeDeploymentResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r UpgradeDeploymentResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r UpgradeDeploymentResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UpgradeDeploymentResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpgradeDeploymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpgradeDeploymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpgradeDeploymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpgradeDeploymentResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7267,6 +8963,220 @@ func (r ListDevicesResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListDevicesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListOperationsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *OperationList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListOperationsResponse) GetJSON200() *OperationList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListOperationsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListOperationsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListOperationsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListOperationsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListOperationsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListOperationsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListOperationsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListOperationsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetOperationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Operation
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetOperationResponse) GetJSON200() *Operation {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetOperationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetOperationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetOperationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetOperationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CancelOperationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Operation
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelOperationResponse) GetJSON200() *Operation {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelOperationResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelOperationResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelOperationResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelOperationResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CancelOperationResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelOperationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelOperationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelOperationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelOperationResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7829,6 +9739,19 @@ func (c *ClientWithResponses) GetApplicationWithResponse(ctx context.Context, ap
 	return ParseGetApplicationResponse(rsp)
 }
 
+// GetUpgradePathWithResponse The upgrade path from one version to another, or why there is none
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/applications/{applicationId}/upgrade-path (the `GetUpgradePath` operationId).
+func (c *ClientWithResponses) GetUpgradePathWithResponse(ctx context.Context, applicationId ApplicationId, params *GetUpgradePathParams, reqEditors ...RequestEditorFn) (*GetUpgradePathResponse, error) {
+	rsp, err := c.GetUpgradePath(ctx, applicationId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetUpgradePathResponse(rsp)
+}
+
 // ListApplicationVersionsWithResponse List an application's versions in SemVer order
 //
 // Lowest version first (SemVer precedence: `1.0.0-rc.1` < `1.0.0` < `1.10.0`), each with its digest,
@@ -8160,6 +10083,38 @@ func (c *ClientWithResponses) ListHistoryWithResponse(ctx context.Context, deplo
 	return ParseListHistoryResponse(rsp)
 }
 
+// ReconfigureDeploymentWithBodyWithResponse Change a deployment's parameter values (same version)
+//
+// Values are validated against the description's configuration schema; unknown parameters and changes
+// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure (the `ReconfigureDeployment` operationId).
+func (c *ClientWithResponses) ReconfigureDeploymentWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReconfigureDeploymentResponse, error) {
+	rsp, err := c.ReconfigureDeploymentWithBody(ctx, deploymentId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReconfigureDeploymentResponse(rsp)
+}
+
+// ReconfigureDeploymentWithResponse Change a deployment's parameter values (same version)
+//
+// Values are validated against the description's configuration schema; unknown parameters and changes
+// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure (the `ReconfigureDeployment` operationId).
+func (c *ClientWithResponses) ReconfigureDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, body ReconfigureDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*ReconfigureDeploymentResponse, error) {
+	rsp, err := c.ReconfigureDeployment(ctx, deploymentId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReconfigureDeploymentResponse(rsp)
+}
+
 // ListRevisionsWithResponse List a deployment's revisions, newest first
 //
 // Returns a wrapper object for the known response body format(s).
@@ -8186,6 +10141,44 @@ func (c *ClientWithResponses) GetRevisionWithResponse(ctx context.Context, deplo
 	return ParseGetRevisionResponse(rsp)
 }
 
+// RollbackDeploymentWithBodyWithResponse Go back to an earlier revision
+//
+// Publishes a new revision whose content equals revision `toRevision` (default: the last revision that
+// was installed before the current one), parameters included. Going to a lower version is governed by
+// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
+// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
+// the revision, and possible only when the server allows overrides.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback (the `RollbackDeployment` operationId).
+func (c *ClientWithResponses) RollbackDeploymentWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RollbackDeploymentResponse, error) {
+	rsp, err := c.RollbackDeploymentWithBody(ctx, deploymentId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRollbackDeploymentResponse(rsp)
+}
+
+// RollbackDeploymentWithResponse Go back to an earlier revision
+//
+// Publishes a new revision whose content equals revision `toRevision` (default: the last revision that
+// was installed before the current one), parameters included. Going to a lower version is governed by
+// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
+// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
+// the revision, and possible only when the server allows overrides.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback (the `RollbackDeployment` operationId).
+func (c *ClientWithResponses) RollbackDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, body RollbackDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*RollbackDeploymentResponse, error) {
+	rsp, err := c.RollbackDeployment(ctx, deploymentId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRollbackDeploymentResponse(rsp)
+}
+
 // GetDeploymentStatusWithResponse The latest status report of the device for this deployment
 //
 // Returns a wrapper object for the known response body format(s).
@@ -8199,6 +10192,46 @@ func (c *ClientWithResponses) GetDeploymentStatusWithResponse(ctx context.Contex
 	return ParseGetDeploymentStatusResponse(rsp)
 }
 
+// UpgradeDeploymentWithBodyWithResponse Upgrade a deployment to a newer version
+//
+// Checks the target version's `minUpgradeFrom` against the installed version. With `path: direct`
+// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
+// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
+// after the previous one is installed. Operator-set parameters carry over unless the target says
+// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
+// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade (the `UpgradeDeployment` operationId).
+func (c *ClientWithResponses) UpgradeDeploymentWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpgradeDeploymentResponse, error) {
+	rsp, err := c.UpgradeDeploymentWithBody(ctx, deploymentId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpgradeDeploymentResponse(rsp)
+}
+
+// UpgradeDeploymentWithResponse Upgrade a deployment to a newer version
+//
+// Checks the target version's `minUpgradeFrom` against the installed version. With `path: direct`
+// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
+// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
+// after the previous one is installed. Operator-set parameters carry over unless the target says
+// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
+// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade (the `UpgradeDeployment` operationId).
+func (c *ClientWithResponses) UpgradeDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, body UpgradeDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*UpgradeDeploymentResponse, error) {
+	rsp, err := c.UpgradeDeployment(ctx, deploymentId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpgradeDeploymentResponse(rsp)
+}
+
 // ListDevicesWithResponse List devices
 //
 // Returns a wrapper object for the known response body format(s).
@@ -8210,6 +10243,48 @@ func (c *ClientWithResponses) ListDevicesWithResponse(ctx context.Context, param
 		return nil, err
 	}
 	return ParseListDevicesResponse(rsp)
+}
+
+// ListOperationsWithResponse List operations, newest first
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/operations (the `ListOperations` operationId).
+func (c *ClientWithResponses) ListOperationsWithResponse(ctx context.Context, params *ListOperationsParams, reqEditors ...RequestEditorFn) (*ListOperationsResponse, error) {
+	rsp, err := c.ListOperations(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListOperationsResponse(rsp)
+}
+
+// GetOperationWithResponse Get one operation with its steps
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/operations/{operationId} (the `GetOperation` operationId).
+func (c *ClientWithResponses) GetOperationWithResponse(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*GetOperationResponse, error) {
+	rsp, err := c.GetOperation(ctx, operationId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetOperationResponse(rsp)
+}
+
+// CancelOperationWithResponse Cancel a queued or running operation
+//
+// The operation ends `cancelled`; the deployment keeps whatever revision is desired now (a hop already
+// published stays published). Cancelling an ended operation is 409.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/operations/{operationId}/cancel (the `CancelOperation` operationId).
+func (c *ClientWithResponses) CancelOperationWithResponse(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*CancelOperationResponse, error) {
+	rsp, err := c.CancelOperation(ctx, operationId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelOperationResponse(rsp)
 }
 
 // ListTokensWithResponse List API tokens (never their secrets)
@@ -9037,6 +11112,74 @@ func ParseGetApplicationResponse(rsp *http.Response) (*GetApplicationResponse, e
 			headers.ETag = value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetUpgradePathResponse parses an HTTP response from a GetUpgradePathWithResponse call
+func ParseGetUpgradePathResponse(rsp *http.Response) (*GetUpgradePathResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetUpgradePathResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest UpgradePath
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -10167,6 +12310,108 @@ func ParseListHistoryResponse(rsp *http.Response) (*ListHistoryResponse, error) 
 	return response, nil
 }
 
+// ParseReconfigureDeploymentResponse parses an HTTP response from a ReconfigureDeploymentWithResponse call
+func ParseReconfigureDeploymentResponse(rsp *http.Response) (*ReconfigureDeploymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReconfigureDeploymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Plan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest OperationAccepted
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers ReconfigureDeploymentResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListRevisionsResponse parses an HTTP response from a ListRevisionsWithResponse call
 func ParseListRevisionsResponse(rsp *http.Response) (*ListRevisionsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -10282,6 +12527,108 @@ func ParseGetRevisionResponse(rsp *http.Response) (*GetRevisionResponse, error) 
 	return response, nil
 }
 
+// ParseRollbackDeploymentResponse parses an HTTP response from a RollbackDeploymentWithResponse call
+func ParseRollbackDeploymentResponse(rsp *http.Response) (*RollbackDeploymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RollbackDeploymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Plan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest OperationAccepted
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers RollbackDeploymentResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseGetDeploymentStatusResponse parses an HTTP response from a GetDeploymentStatusWithResponse call
 func ParseGetDeploymentStatusResponse(rsp *http.Response) (*GetDeploymentStatusResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -10336,6 +12683,108 @@ func ParseGetDeploymentStatusResponse(rsp *http.Response) (*GetDeploymentStatusR
 	return response, nil
 }
 
+// ParseUpgradeDeploymentResponse parses an HTTP response from a UpgradeDeploymentWithResponse call
+func ParseUpgradeDeploymentResponse(rsp *http.Response) (*UpgradeDeploymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpgradeDeploymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Plan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest OperationAccepted
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers UpgradeDeploymentResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListDevicesResponse parses an HTTP response from a ListDevicesWithResponse call
 func ParseListDevicesResponse(rsp *http.Response) (*ListDevicesResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -10384,6 +12833,175 @@ func ParseListDevicesResponse(rsp *http.Response) (*ListDevicesResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListOperationsResponse parses an HTTP response from a ListOperationsWithResponse call
+func ParseListOperationsResponse(rsp *http.Response) (*ListOperationsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListOperationsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest OperationList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetOperationResponse parses an HTTP response from a GetOperationWithResponse call
+func ParseGetOperationResponse(rsp *http.Response) (*GetOperationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetOperationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Operation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCancelOperationResponse parses an HTTP response from a CancelOperationWithResponse call
+func ParseCancelOperationResponse(rsp *http.Response) (*CancelOperationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelOperationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Operation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

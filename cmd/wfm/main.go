@@ -61,6 +61,7 @@ type config struct {
 	devHeaderID     bool
 	deviceTLS12     bool
 	reportRetention int
+	allowOverrides  bool
 	deviceRate      float64
 	deviceBurst     int
 	adminToken      string
@@ -92,6 +93,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.clientCA, "client-ca", getenv("WFM_CLIENT_CA"), "trust bundle for client certificates (PEM) (env WFM_CLIENT_CA)")
 	fs.StringVar(&c.acceptClients, "accept-clients", env("WFM_ACCEPT_CLIENTS", "all"), "all: accept every client of the trust domain on first contact; listed: only clients accepted through the management API (env WFM_ACCEPT_CLIENTS)")
 	fs.BoolVar(&c.devHeaderID, "dev-header-identity", getenv("WFM_DEV_HEADER_IDENTITY") == "true", "INSECURE, development only: serve the device API over plain HTTP and take the client id from the X-WFM-Client-ID header (env WFM_DEV_HEADER_IDENTITY=true)")
+	fs.BoolVar(&c.allowOverrides, "allow-rollback-override", getenv("WFM_ALLOW_ROLLBACK_OVERRIDE") != "false", "let admins override a supplier's rollback policy with force (audited); false disables break-glass overrides (env WFM_ALLOW_ROLLBACK_OVERRIDE=false)")
 	fs.Float64Var(&c.deviceRate, "device-rate", 20, "device API requests per second allowed per client, on average (per server process)")
 	fs.IntVar(&c.deviceBurst, "device-burst", 40, "device API requests a client may make at once above its rate")
 	fs.BoolVar(&c.deviceTLS12, "device-tls12", getenv("WFM_DEVICE_TLS12") == "true", "also accept TLS 1.2 on the device listener (Margo allows it only as a non-default fallback) (env WFM_DEVICE_TLS12=true)")
@@ -188,7 +190,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
-	fl := fleet.NewService(postgres.NewFleetStore(pool, c.reportRetention), cat, fleet.Policy{AcceptAll: c.acceptClients == "all"}, time.Now, log)
+	fl := fleet.NewService(postgres.NewFleetStore(pool, c.reportRetention), cat, fleet.Policy{AcceptAll: c.acceptClients == "all", AllowOverrides: c.allowOverrides}, time.Now, log)
 
 	ids := identity.Config{TrustDomain: c.trustDomain, WFMID: c.wfmID}
 	deviceIdentity := ids.ClientIDFromRequest
@@ -234,7 +236,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Notify: fl.Invalidate, Reset: func() { fl.Invalidate("") }, Log: log}
 		_ = l.Run(listenCtx)
 	}()
-	defer func() { stopListening(); <-listenerDone }()
+	schedListenerDone := make(chan struct{})
+	go func() {
+		defer close(schedListenerDone)
+		l := &postgres.Listener{Pool: pool, Channel: postgres.SchedulerChannel, Notify: func(string) { fl.Wake() }, Reset: fl.Wake, Log: log}
+		_ = l.Run(listenCtx)
+	}()
+	defer func() { stopListening(); <-listenerDone; <-schedListenerDone }()
+
+	// Lifecycle operations run in the background; stopped after HTTP drained.
+	sched := fleet.NewScheduler(fl, time.Second)
+	sched.Start(context.WithoutCancel(ctx))
+	defer sched.Stop()
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
@@ -82,11 +83,36 @@ type Store interface {
 type Service struct {
 	store Store
 	now   func() time.Time
+
+	mu    sync.Mutex
+	descs map[string]*margo.ApplicationDescription // parsed descriptions by digest (immutable)
 }
+
+// maxCachedDescriptions bounds the parsed-description cache.
+const maxCachedDescriptions = 4096
 
 // NewService returns a catalog over store; now is the clock.
 func NewService(store Store, now func() time.Time) *Service {
-	return &Service{store: store, now: now}
+	return &Service{store: store, now: now, descs: map[string]*margo.ApplicationDescription{}}
+}
+
+// All returns every version of an application in SemVer order.
+//
+// Returns ENOTFOUND if the application does not exist.
+func (s *Service) All(ctx context.Context, appID string) ([]Version, error) {
+	var all []Version
+	after := ""
+	for {
+		vs, err := s.store.Versions(ctx, appID, after, page.MaxLimit)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, vs...)
+		if len(vs) < page.MaxLimit {
+			return all, nil
+		}
+		after = vs[len(vs)-1].Version.SortKey()
+	}
 }
 
 // Add parses, validates and stores a description posted as mediaType. It
@@ -145,15 +171,28 @@ func (s *Service) Get(ctx context.Context, appID, version string) (Version, erro
 	return s.store.Version(ctx, appID, v)
 }
 
-// Description returns the parsed description of a stored version.
+// Description returns the parsed description of a stored version. The
+// result is shared: callers must not modify it.
 //
 // Returns EINTERNAL if the stored bytes no longer parse (they were valid
 // when stored, so that is a bug).
 func (s *Service) Description(v Version) (*margo.ApplicationDescription, error) {
+	s.mu.Lock()
+	d, ok := s.descs[v.Digest]
+	s.mu.Unlock()
+	if ok {
+		return d, nil
+	}
 	parsed, err := margo.ParseDescription(v.Raw, v.MediaType)
 	if err != nil {
 		return nil, &lifecycle.Error{Code: lifecycle.EINTERNAL, Message: "stored description " + v.ApplicationID + "@" + v.Version.String() + " no longer parses: " + err.Error()}
 	}
+	s.mu.Lock()
+	if len(s.descs) >= maxCachedDescriptions {
+		clear(s.descs)
+	}
+	s.descs[v.Digest] = parsed.Description
+	s.mu.Unlock()
 	return parsed.Description, nil
 }
 

@@ -76,8 +76,10 @@ type Deployment struct {
 	Removing          bool
 	NewestAdopted     uint64
 	Reports           int64
-	Generation        int64    // bumped by every change; the ETag
-	Components        []string // of the desired revision's profile
+	Generation        int64                   // bumped by every change; the ETag
+	Operation         lifecycle.OperationKind // that published the desired revision
+	Strategy          lifecycle.Strategy      // of the desired revision
+	Components        []string                // of the desired revision's profile
 	// Published is the client's newest manifest version; set only where
 	// the store reads it for a decision (RecordReport).
 	Published uint64
@@ -107,6 +109,11 @@ type Revision struct {
 	Digest          string
 	ManifestVersion uint64
 	CreatedAt       time.Time
+	Components      []string
+	Strategy        lifecycle.Strategy
+	Forced          bool      // published by a break-glass override
+	ForceReason     string    // the override's reason
+	InstalledAt     time.Time // zero: never confirmed installed
 }
 
 // Causes of state transitions, as recorded in history.

@@ -85,6 +85,25 @@ type Store interface {
 	DeploymentYAML(ctx context.Context, clientID, deploymentID, digest string) ([]byte, error)
 	// Bundle returns a bundle of clientID by digest. Returns ENOTFOUND otherwise.
 	Bundle(ctx context.Context, clientID, digest string) ([]byte, error)
+
+	// CreateOperation stores a queued operation and its steps after check
+	// passed on the locked deployment, in one transaction. Returns
+	// ECONFLICT (operation-in-progress, naming it) if another is active.
+	CreateOperation(ctx context.Context, op Operation, check func(Deployment) error, now time.Time) (Operation, error)
+	// Operation returns one operation with its steps. Returns ENOTFOUND.
+	Operation(ctx context.Context, id string) (Operation, error)
+	// Operations returns a page of operations, newest first.
+	Operations(ctx context.Context, f OperationFilter, after string, limit int) ([]Operation, error)
+	// CancelOperation ends an active operation as cancelled. Returns
+	// ENOTFOUND, or ECONFLICT if it already ended.
+	CancelOperation(ctx context.Context, id, reason string, now time.Time) (Operation, error)
+	// ActiveOperations returns the ids of queued and running operations,
+	// nearest deadline first.
+	ActiveOperations(ctx context.Context, limit int) ([]string, error)
+	// AdvanceOperation claims an active operation (skipping it when another
+	// scheduler holds it: visited false), calls decide with what it sees and
+	// applies the decision, in one transaction.
+	AdvanceOperation(ctx context.Context, id string, decide func(Visit) (Advance, error), now time.Time) (visited bool, err error)
 }
 
 // NewDeployment is what CreateDeployment stores.
@@ -122,6 +141,9 @@ type Policy struct {
 	// AcceptAll accepts every client of the trust domain on first contact;
 	// otherwise only clients accepted through the management API may call.
 	AcceptAll bool
+	// AllowOverrides lets admins override a rollback policy (force);
+	// false disables break-glass overrides entirely.
+	AllowOverrides bool
 }
 
 // Service is the fleet's use cases.
@@ -132,11 +154,12 @@ type Service struct {
 	now     func() time.Time
 	log     *slog.Logger
 	cache   *manifestCache
+	wakeups chan struct{}
 }
 
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache()}
+	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1)}
 }
 
 // Invalidate drops what the service remembers of a client (its manifest and
@@ -275,6 +298,9 @@ func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID strin
 		}), nil
 	}
 	first, err := s.store.RecordReport(ctx, clientID, r, decide, s.now().UTC())
+	if err == nil {
+		s.wake() // an operation may advance
+	}
 	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
 		return false, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "unknown-deployment",
 			Message: "This client has no deployment " + deploymentID + ".",
@@ -283,12 +309,14 @@ func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID strin
 	return first, err
 }
 
-// currentOp is the operation that produced the desired revision. Until the
-// lifecycle operations (upgrade, reconfigure, rollback) exist, every
-// revision is an install; a removal is marked by Removing.
+// currentOp is the operation that produced the desired revision; a
+// removal is marked by Removing.
 func currentOp(d Deployment) lifecycle.OperationKind {
 	if d.Removing {
 		return lifecycle.OperationRemove
+	}
+	if d.Operation != "" {
+		return d.Operation
 	}
 	return lifecycle.OperationInstall
 }

@@ -17,6 +17,18 @@ import (
 
 type principalKey struct{}
 
+type auditDetailKey struct{}
+
+// setAuditDetail adds members to the audit entry of the current request
+// (for example a break-glass override and its reason).
+func setAuditDetail(ctx context.Context, detail map[string]any) {
+	if m, ok := ctx.Value(auditDetailKey{}).(map[string]any); ok {
+		for k, v := range detail {
+			m[k] = v
+		}
+	}
+}
+
 // principalFrom returns the caller of a management request.
 func principalFrom(ctx context.Context) access.Principal {
 	p, ok := ctx.Value(principalKey{}).(access.Principal)
@@ -109,8 +121,9 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			return
 		}
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(rec, r)
-		s.audit(r, p, op.id, rec.status, nil)
+		detail := map[string]any{}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), auditDetailKey{}, detail)))
+		s.audit(r, p, op.id, rec.status, detail)
 	})
 }
 

@@ -19,18 +19,18 @@ import (
 
 const sqlDeploymentColumns = `d.id::text, d.client_id, d.device_id, d.application_id, r.version, r.profile_id, d.state, d.state_reason,
 d.state_changed_at, d.revision, d.installed_revision, r.parameters::text, d.desired_since, d.removing, d.newest_adopted, d.reports,
-d.generation, r.components, d.created_at, d.updated_at`
+d.generation, r.components, r.operation, r.strategy, d.created_at, d.updated_at`
 
 const sqlDeploymentFrom = ` FROM deployments d JOIN revisions r ON r.deployment_id = d.id AND r.n = d.revision`
 
 func scanDeployment(row pgx.Row) (fleet.Deployment, error) {
 	var d fleet.Deployment
-	var version, state, params string
+	var version, state, params, op, strategy string
 	var installed *int32
 	var since, adopted int64
 	if err := row.Scan(&d.ID, &d.ClientID, &d.DeviceID, &d.ApplicationID, &version, &d.ProfileID, &state, &d.StateReason,
 		&d.StateChangedAt, &d.Revision, &installed, &params, &since, &d.Removing, &adopted, &d.Reports, &d.Generation, &d.Components,
-		&d.CreatedAt, &d.UpdatedAt); err != nil {
+		&op, &strategy, &d.CreatedAt, &d.UpdatedAt); err != nil {
 		return d, err
 	}
 	v, err := lifecycle.ParseVersion(version)
@@ -38,6 +38,7 @@ func scanDeployment(row pgx.Row) (fleet.Deployment, error) {
 		return d, fmt.Errorf("stored version %q: %w", version, err)
 	}
 	d.Version, d.State = v, lifecycle.State(state)
+	d.Operation, d.Strategy = lifecycle.OperationKind(op), lifecycle.Strategy(strategy)
 	if installed != nil {
 		d.InstalledRevision = int(*installed)
 	}
@@ -217,8 +218,9 @@ func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo
 			}
 			switch dec.Next {
 			case lifecycle.StateInstalled:
-				if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = CASE WHEN n = $2 THEN 'active' ELSE 'superseded' END
-WHERE deployment_id = $1 AND (n = $2 OR outcome = 'active')`, d.ID, d.Revision); err != nil {
+				if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = CASE WHEN n = $2 THEN 'active' ELSE 'superseded' END,
+installed_at = CASE WHEN n = $2 THEN coalesce(installed_at, $3) ELSE installed_at END
+WHERE deployment_id = $1 AND (n = $2 OR outcome = 'active')`, d.ID, d.Revision, now); err != nil {
 					return err
 				}
 			case lifecycle.StateFailed:
@@ -296,14 +298,21 @@ func (s *FleetStore) Deployments(ctx context.Context, f fleet.DeploymentFilter, 
 	return ds, translate(err)
 }
 
-const sqlRevisionColumns = `deployment_id::text, n, application_id, version, profile_id, parameters::text, operation, outcome, yaml, digest, manifest_version, created_at`
+const sqlRevisionColumns = `deployment_id::text, n, application_id, version, profile_id, parameters::text, operation, outcome, yaml, digest,
+manifest_version, created_at, components, forced, force_reason, strategy, installed_at`
 
 func scanRevision(row pgx.Row) (fleet.Revision, error) {
 	var r fleet.Revision
-	var version, params, op string
+	var version, params, op, strategy string
 	var mv int64
-	if err := row.Scan(&r.DeploymentID, &r.N, &r.ApplicationID, &version, &r.ProfileID, &params, &op, &r.Outcome, &r.YAML, &r.Digest, &mv, &r.CreatedAt); err != nil {
+	var installed *time.Time
+	if err := row.Scan(&r.DeploymentID, &r.N, &r.ApplicationID, &version, &r.ProfileID, &params, &op, &r.Outcome, &r.YAML, &r.Digest, &mv,
+		&r.CreatedAt, &r.Components, &r.Forced, &r.ForceReason, &strategy, &installed); err != nil {
 		return r, err
+	}
+	r.Strategy = lifecycle.Strategy(strategy)
+	if installed != nil {
+		r.InstalledAt = *installed
 	}
 	v, err := lifecycle.ParseVersion(version)
 	if err != nil {

@@ -1,0 +1,477 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/page"
+)
+
+// DefaultStepTimeout is how long a step may take to install when the
+// request says nothing (on top of any drain timeout).
+const DefaultStepTimeout = 30 * time.Minute
+
+// Actor is who asks for an operation.
+type Actor struct {
+	ID    string
+	Admin bool
+}
+
+// Plan is what an operation would do (the answer of a dry run).
+type Plan struct {
+	Allowed    bool
+	Type       lifecycle.OperationKind
+	From, To   lifecycle.Version
+	Hops       []lifecycle.Version
+	Strategy   lifecycle.Strategy
+	Drain      *lifecycle.DrainPolicy
+	Parameters []lifecycle.ParamChange
+	Checks     []lifecycle.Check
+	ToRevision int
+	Forced     bool
+	// Refusal is why the operation is not allowed (nil when Allowed).
+	Refusal error
+
+	op *Operation // the operation to create when allowed
+}
+
+// UpgradeRequest asks for an upgrade.
+type UpgradeRequest struct {
+	TargetVersion string
+	Path          lifecycle.PathMode
+	Strategy      lifecycle.Strategy
+	Drain         *lifecycle.DrainPolicy // nil: as the target declares
+	Parameters    map[string]any
+	OnFailure     string
+	Timeout       time.Duration
+}
+
+// ReconfigureRequest asks for new parameter values.
+type ReconfigureRequest struct {
+	Parameters map[string]any
+	OnFailure  string
+	Timeout    time.Duration
+}
+
+// RollbackRequest asks to go back to an earlier revision.
+type RollbackRequest struct {
+	ToRevision int // 0: the last revision installed before the current one
+	Force      bool
+	Reason     string
+	Timeout    time.Duration
+}
+
+// Run either returns the plan (dryRun) or creates the operation it plans.
+// ifMatch, when not empty, must match the deployment's ETag.
+//
+// Returns the plan's refusal when not allowed (and not a dry run);
+// ECONFLICT (operation-in-progress) when another operation is active;
+// EPRECONDITION when ifMatch does not match.
+func (s *Service) run(ctx context.Context, p Plan, dryRun bool, ifMatch string) (Plan, Operation, error) {
+	if dryRun {
+		return p, Operation{}, nil
+	}
+	if !p.Allowed {
+		return p, Operation{}, p.Refusal
+	}
+	op := *p.op
+	created, err := s.store.CreateOperation(ctx, op, func(d Deployment) error {
+		if ifMatch != "" && !ETagMatches(ifMatch, DeploymentETag(d)) {
+			return &lifecycle.Error{Code: lifecycle.EPRECONDITION, Type: "precondition-failed",
+				Message: "The deployment changed since it was read (If-Match does not match its ETag); read it again."}
+		}
+		if d.Revision != op.BaseRevision {
+			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
+				Message: "The deployment changed while the operation was planned; plan it again."}
+		}
+		return publishable(d, op.Type)
+	}, s.now().UTC())
+	if err != nil {
+		return p, Operation{}, err
+	}
+	s.wake()
+	return p, created, nil
+}
+
+// publishable refuses operations on deployments that cannot take a new
+// revision now.
+func publishable(d Deployment, kind lifecycle.OperationKind) error {
+	if d.Removing {
+		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "deployment-removed", Message: "Deployment " + d.ID + " is being removed or was removed."}
+	}
+	if _, err := lifecycle.Publish(d.State, kind); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Upgrade plans (and unless dryRun starts) an upgrade.
+func (s *Service) Upgrade(ctx context.Context, id string, req UpgradeRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
+	d, err := s.store.Deployment(ctx, id)
+	if err != nil {
+		return Plan{}, Operation{}, err
+	}
+	p, err := s.planUpgrade(ctx, d, req, actor)
+	if err != nil {
+		return Plan{}, Operation{}, err
+	}
+	return s.run(ctx, p, dryRun, ifMatch)
+}
+
+func refuse(p Plan, err error) (Plan, error) {
+	if lifecycle.ErrorCode(err) == lifecycle.EINTERNAL || lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE {
+		return Plan{}, err
+	}
+	p.Allowed, p.Refusal = false, err
+	return p, nil
+}
+
+func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequest, actor Actor) (Plan, error) {
+	p := Plan{Type: lifecycle.OperationUpgrade, From: d.Version}
+	target, err := lifecycle.ParseVersion(req.TargetVersion)
+	if err != nil {
+		return refuse(p, err)
+	}
+	p.To = target
+	if err := publishable(d, lifecycle.OperationUpgrade); err != nil {
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: err.Error()})
+		return refuse(p, err)
+	}
+	p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: true, Detail: "state " + string(d.State)})
+	versions, err := s.catalog.All(ctx, d.ApplicationID)
+	if err != nil {
+		return Plan{}, err
+	}
+	entries := make([]lifecycle.CatalogEntry, 0, len(versions))
+	var targetV, currentV *catalog.Version
+	for i := range versions {
+		v := versions[i]
+		desc, err := s.catalog.Description(v)
+		if err != nil {
+			return Plan{}, err
+		}
+		entries = append(entries, lifecycle.CatalogEntry{Version: v.Version, Yanked: v.Yanked, Upgrade: desc.Lifecycle.Upgrade})
+		if v.Version == target {
+			targetV = &versions[i]
+		}
+		if v.Version == d.Version {
+			currentV = &versions[i]
+		}
+	}
+	mode := req.Path
+	if mode == "" {
+		mode = lifecycle.PathDirect
+	}
+	plan, err := lifecycle.PlanUpgrade(d.Version, target, entries, mode)
+	p.Checks = append(p.Checks, plan.Checks...)
+	if err != nil {
+		return refuse(p, err)
+	}
+	p.Hops = plan.Hops
+	tdesc, err := s.catalog.Description(*targetV)
+	if err != nil {
+		return Plan{}, err
+	}
+	cdesc, err := s.catalog.Description(*currentV)
+	if err != nil {
+		return Plan{}, err
+	}
+	if err := tdesc.CheckValues(req.Parameters, false); err != nil {
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: err.Error()})
+		return refuse(p, err)
+	}
+	values, changes := lifecycle.CarryOver(lifecycle.CarryInput{
+		Current: d.Parameters, OldDefaults: cdesc.DefaultValues(), TargetParams: tdesc.ParameterNames(),
+		TargetDefaults: tdesc.DefaultValues(), TargetPolicy: tdesc.Lifecycle, Requested: req.Parameters,
+	})
+	p.Parameters = changes
+	if err := tdesc.CheckValues(values, true); err != nil {
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: err.Error()})
+		return refuse(p, err)
+	}
+	p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: true, Detail: "valid for " + target.String()})
+	strategy, err := lifecycle.ChooseStrategy(req.Strategy, tdesc.Lifecycle.Upgrade)
+	if err != nil {
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "strategy-supported", Passed: false, Detail: err.Error()})
+		return refuse(p, err)
+	}
+	p.Strategy = strategy
+	p.Drain = lifecycle.ChooseDrain(req.Drain, tdesc.Lifecycle.Upgrade)
+	p.Allowed = true
+	p.op = s.newOperation(d, lifecycle.OperationUpgrade, target, values, d.ProfileID, strategy, p.Drain, req.OnFailure, req.Timeout, actor, p.Hops)
+	return p, nil
+}
+
+func (s *Service) newOperation(d Deployment, kind lifecycle.OperationKind, to lifecycle.Version, values map[string]any, profile string,
+	strategy lifecycle.Strategy, drain *lifecycle.DrainPolicy, onFailure string, timeout time.Duration, actor Actor, hops []lifecycle.Version) *Operation {
+	if timeout <= 0 {
+		timeout = DefaultStepTimeout
+	}
+	if onFailure == "" {
+		onFailure = OnFailureHalt
+	}
+	now := s.now().UTC()
+	op := &Operation{ID: newUUID(), DeploymentID: d.ID, Type: kind, State: OpQueued, FromVersion: d.Version, ToVersion: to,
+		Parameters: values, ProfileID: profile, Strategy: strategy, Drain: drain, OnFailure: onFailure, StepTimeout: timeout,
+		RequestedBy: actor.ID, BaseRevision: d.Revision, Deadline: now.Add(stepBudget(timeout, drain))}
+	if len(hops) == 0 {
+		hops = []lifecycle.Version{to}
+	}
+	for i, h := range hops {
+		op.Steps = append(op.Steps, Step{N: i + 1, Version: h, State: StepPending})
+	}
+	return op
+}
+
+// stepBudget is how long one step may take: its drain, then its install.
+func stepBudget(timeout time.Duration, drain *lifecycle.DrainPolicy) time.Duration {
+	if drain != nil {
+		return drain.EffectiveTimeout() + timeout
+	}
+	return timeout
+}
+
+// Reconfigure plans (and unless dryRun starts) a change of parameter values.
+func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
+	d, err := s.store.Deployment(ctx, id)
+	if err != nil {
+		return Plan{}, Operation{}, err
+	}
+	p := Plan{Type: lifecycle.OperationReconfigure, From: d.Version, To: d.Version}
+	pl, err := func() (Plan, error) {
+		if err := publishable(d, lifecycle.OperationReconfigure); err != nil {
+			return refuse(p, err)
+		}
+		v, err := s.catalog.Get(ctx, d.ApplicationID, d.Version.String())
+		if err != nil {
+			return Plan{}, err
+		}
+		desc, err := s.catalog.Description(v)
+		if err != nil {
+			return Plan{}, err
+		}
+		changes, err := lifecycle.CheckReconfigure(d.Parameters, req.Parameters, desc.Immutable, func(n string) bool { return slices.Contains(desc.ParameterNames(), n) })
+		p.Parameters = changes
+		if err != nil {
+			p.Checks = append(p.Checks, lifecycle.Check{Name: "immutable-parameters", Passed: false, Detail: err.Error()})
+			return refuse(p, err)
+		}
+		if err := desc.CheckValues(req.Parameters, false); err != nil {
+			p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: err.Error()})
+			return refuse(p, err)
+		}
+		values := lifecycle.MergeValues(d.Parameters, req.Parameters)
+		if err := desc.CheckValues(values, true); err != nil {
+			return refuse(p, err)
+		}
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: true, Detail: "valid"})
+		p.Strategy = desc.Lifecycle.Upgrade.DefaultStrategy()
+		p.Allowed = true
+		p.op = s.newOperation(d, lifecycle.OperationReconfigure, d.Version, values, d.ProfileID, p.Strategy, nil, req.OnFailure, req.Timeout, actor, nil)
+		return p, nil
+	}()
+	if err != nil {
+		return Plan{}, Operation{}, err
+	}
+	return s.run(ctx, pl, dryRun, ifMatch)
+}
+
+// Rollback plans (and unless dryRun starts) a return to an earlier revision.
+// forceRefusal, when not empty, explains why this caller may not override
+// policy (not an admin, or overrides disabled by the server).
+func (s *Service) Rollback(ctx context.Context, id string, req RollbackRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
+	d, err := s.store.Deployment(ctx, id)
+	if err != nil {
+		return Plan{}, Operation{}, err
+	}
+	p, err := s.planRollback(ctx, d, req, actor)
+	if err != nil {
+		return Plan{}, Operation{}, err
+	}
+	return s.run(ctx, p, dryRun, ifMatch)
+}
+
+func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRequest, actor Actor) (Plan, error) {
+	p := Plan{Type: lifecycle.OperationRollback, From: d.Version}
+	if err := publishable(d, lifecycle.OperationRollback); err != nil {
+		return refuse(p, err)
+	}
+	revs, err := s.allRevisions(ctx, d.ID)
+	if err != nil {
+		return Plan{}, err
+	}
+	var current, target *Revision
+	for i := range revs {
+		if revs[i].N == d.Revision {
+			current = &revs[i]
+		}
+	}
+	n := req.ToRevision
+	if n == 0 {
+		for i := range revs { // newest first
+			if revs[i].N < d.Revision && !revs[i].InstalledAt.IsZero() {
+				n = revs[i].N
+				break
+			}
+		}
+		if n == 0 {
+			return refuse(p, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "no-rollback-target",
+				Message: "Deployment " + d.ID + " has no earlier installed revision to go back to."})
+		}
+	}
+	for i := range revs {
+		if revs[i].N == n {
+			target = &revs[i]
+		}
+	}
+	if target == nil || n >= d.Revision || current == nil {
+		return refuse(p, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-rollback-target",
+			Message: fmt.Sprintf("Revision %d is not an earlier revision of deployment %s (the current one is %d).", n, d.ID, d.Revision),
+			Fields:  []lifecycle.FieldError{{Pointer: "/toRevision", Detail: "an earlier revision"}}})
+	}
+	p.To, p.ToRevision = target.Version, n
+	installedV, err := s.catalog.Get(ctx, d.ApplicationID, current.Version.String())
+	if err != nil {
+		return Plan{}, err
+	}
+	idesc, err := s.catalog.Description(installedV)
+	if err != nil {
+		return Plan{}, err
+	}
+	forced, forceReason := false, ""
+	switch c := lifecycle.Compare(target.Version, current.Version); {
+	case c < 0: // a version downgrade: the installed version's supplier decides
+		tv, err := s.catalog.Get(ctx, d.ApplicationID, target.Version.String())
+		if err != nil {
+			return Plan{}, err
+		}
+		refusal := ""
+		if !actor.Admin {
+			refusal = "only the admin role may override a rollback policy"
+		} else if !s.policy.AllowOverrides {
+			refusal = "this server disables rollback overrides"
+		}
+		dec, err := lifecycle.CheckRollback(lifecycle.RollbackInput{
+			Installed: current.Version, Policy: idesc.Lifecycle.Rollback, InstalledAt: installedAt(*current, d, s.now()),
+			Now: s.now(), Target: target.Version, TargetYanked: tv.Yanked, Force: req.Force, ForceReason: req.Reason,
+			ForceAllowed: refusal == "", ForceRefusal: refusal,
+		})
+		p.Checks = append(p.Checks, dec.Checks...)
+		if err != nil {
+			return refuse(p, err)
+		}
+		forced, forceReason = dec.Forced, req.Reason
+	case c > 0:
+		return refuse(p, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-rollback-target",
+			Message: fmt.Sprintf("Revision %d runs %s, newer than the current %s: upgrade instead.", n, target.Version, current.Version)})
+	default:
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "rollback-allowed", Passed: true,
+			Detail: "same version: restoring earlier parameter values is a reconfiguration, not a version rollback"})
+	}
+	p.Forced = forced
+	p.Parameters = paramDiff(d.Parameters, target.Parameters)
+	p.Strategy = target.Strategy
+	if p.Strategy == "" {
+		p.Strategy = lifecycle.StrategyRecreate
+	}
+	p.Allowed = true
+	op := s.newOperation(d, lifecycle.OperationRollback, target.Version, target.Parameters, target.ProfileID, p.Strategy, nil, OnFailureHalt, req.Timeout, actor, nil)
+	op.RestoreRevision, op.Forced, op.ForceReason = n, forced, forceReason
+	p.op = op
+	return p, nil
+}
+
+// installedAt is when the running version became installed: its revision's
+// first confirmation, or (when unknown) now, which keeps a window open.
+func installedAt(r Revision, d Deployment, now time.Time) time.Time {
+	if !r.InstalledAt.IsZero() {
+		return r.InstalledAt
+	}
+	return now
+}
+
+func paramDiff(before, after map[string]any) []lifecycle.ParamChange {
+	changes, _ := lifecycle.CheckReconfigure(before, after, func(string) bool { return false }, func(string) bool { return true })
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			changes = append(changes, lifecycle.ParamChange{Name: k, Before: before[k], Kind: "dropped"})
+		}
+	}
+	return changes
+}
+
+func (s *Service) allRevisions(ctx context.Context, id string) ([]Revision, error) {
+	var all []Revision
+	before := 0
+	for {
+		rs, err := s.store.Revisions(ctx, id, before, page.MaxLimit)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, rs...)
+		if len(rs) < page.MaxLimit {
+			return all, nil
+		}
+		before = rs[len(rs)-1].N
+	}
+}
+
+// UpgradePath answers the path from one version of an application to
+// another, or the refusal.
+func (s *Service) UpgradePath(ctx context.Context, appID, from, to string) ([]lifecycle.Version, bool, error) {
+	f, err := lifecycle.ParseVersion(from)
+	if err != nil {
+		return nil, false, err
+	}
+	t, err := lifecycle.ParseVersion(to)
+	if err != nil {
+		return nil, false, err
+	}
+	versions, err := s.catalog.All(ctx, appID)
+	if err != nil {
+		return nil, false, err
+	}
+	entries := make([]lifecycle.CatalogEntry, 0, len(versions))
+	for _, v := range versions {
+		desc, err := s.catalog.Description(v)
+		if err != nil {
+			return nil, false, err
+		}
+		entries = append(entries, lifecycle.CatalogEntry{Version: v.Version, Yanked: v.Yanked, Upgrade: desc.Lifecycle.Upgrade})
+	}
+	plan, err := lifecycle.PlanUpgrade(f, t, entries, lifecycle.PathAuto)
+	if err != nil {
+		return nil, false, err
+	}
+	return append([]lifecycle.Version{f}, plan.Hops...), plan.Direct, nil
+}
+
+// Operation returns one operation. Returns ENOTFOUND if there is none.
+func (s *Service) Operation(ctx context.Context, id string) (Operation, error) {
+	return s.store.Operation(ctx, id)
+}
+
+// Operations returns a page of operations, newest first.
+func (s *Service) Operations(ctx context.Context, f OperationFilter, limit int, cursor string) ([]Operation, string, error) {
+	limit, after, err := page.Args(limit, cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	ops, err := s.store.Operations(ctx, f, after, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	ops, next := page.Trim(ops, limit, func(o Operation) string { return o.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + o.ID })
+	return ops, next, nil
+}
+
+// CancelOperation cancels an active operation.
+//
+// Returns ENOTFOUND if there is none, ECONFLICT if it already ended.
+func (s *Service) CancelOperation(ctx context.Context, id string, actor Actor) (Operation, error) {
+	return s.store.CancelOperation(ctx, id, "cancelled by "+actor.ID, s.now().UTC())
+}

@@ -1,0 +1,134 @@
+package fleet
+
+import (
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+// Operation states.
+const (
+	OpQueued    = "queued"
+	OpRunning   = "running"
+	OpSucceeded = "succeeded"
+	OpFailed    = "failed"
+	OpCancelled = "cancelled"
+)
+
+// Step states.
+const (
+	StepPending   = "pending"
+	StepPublished = "published"
+	StepInstalled = "installed"
+	StepFailed    = "failed"
+	StepCancelled = "cancelled"
+)
+
+// Failure policies of an operation.
+const (
+	OnFailureHalt     = "halt"
+	OnFailureRollback = "rollback"
+)
+
+// Operation is one requested change of one deployment, run by the scheduler
+// step by step (one step per published revision; an upgrade along a path has
+// one step per hop).
+type Operation struct {
+	ID              string
+	DeploymentID    string
+	Type            lifecycle.OperationKind
+	State           string
+	Reason          string
+	FromVersion     lifecycle.Version
+	ToVersion       lifecycle.Version
+	Parameters      map[string]any // of the final revision
+	ProfileID       string
+	Strategy        lifecycle.Strategy
+	Drain           *lifecycle.DrainPolicy
+	OnFailure       string
+	StepTimeout     time.Duration
+	Forced          bool
+	ForceReason     string
+	RequestedBy     string
+	BaseRevision    int // the desired revision before the operation
+	RestoreRevision int // rollbacks: the revision whose content is restored
+	FollowUp        string
+	Deadline        time.Time
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	FinishedAt      time.Time
+	Steps           []Step
+}
+
+// Active reports whether the operation has not ended.
+func (o Operation) Active() bool { return o.State == OpQueued || o.State == OpRunning }
+
+// Step is one revision an operation publishes.
+type Step struct {
+	N           int
+	Version     lifecycle.Version
+	Revision    int // 0 until published
+	State       string
+	PublishedAt time.Time
+	FinishedAt  time.Time
+}
+
+// current returns the first step not installed, or nil when all are.
+func (o *Operation) current() *Step {
+	for i := range o.Steps {
+		if o.Steps[i].State != StepInstalled {
+			return &o.Steps[i]
+		}
+	}
+	return nil
+}
+
+// OperationFilter selects operations.
+type OperationFilter struct {
+	DeploymentID string
+	State        string
+}
+
+// Publication is a revision a step publishes.
+type Publication struct {
+	Step        int
+	Version     lifecycle.Version
+	ProfileID   string
+	Components  []string
+	Parameters  map[string]any
+	YAML        []byte
+	Kind        lifecycle.OperationKind
+	Strategy    lifecycle.Strategy
+	Forced      bool
+	ForceReason string
+}
+
+// Advance is what one scheduler visit decides for an operation; the store
+// applies all of it in the visit's transaction.
+type Advance struct {
+	Publish       *Publication // publish this revision (and mark its step published)
+	StepInstalled int          // mark this step installed (0: none)
+	Finish        string       // end the operation in this state ("" : keep running)
+	Reason        string
+	// RevertTo makes that revision desired again (drain abort: the old
+	// revision stays desired), publishing the client's manifest.
+	RevertTo int
+	// FailDeployment moves the deployment to failed (deadline) with Reason.
+	FailDeployment bool
+	// FollowUp is a queued operation to start after this one ends
+	// (onFailure: rollback).
+	FollowUp *Operation
+	// Deadline, when not zero, replaces the operation's deadline.
+	Deadline time.Time
+}
+
+// Visit is what the scheduler sees of an operation when it advances it.
+type Visit struct {
+	Op         Operation
+	Deployment Deployment
+	// Revisions of the deployment by number (the ones the decision needs:
+	// the base and current ones).
+	Revisions map[int]Revision
+	// LastPhase is the drain phase of the newest status report ("" if none).
+	LastPhase string
+}

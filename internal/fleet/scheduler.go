@@ -1,0 +1,272 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
+)
+
+// wake nudges this process's scheduler (a no-op when none runs).
+func (s *Service) wake() {
+	select {
+	case s.wakeups <- struct{}{}:
+	default:
+	}
+}
+
+// Wake nudges the scheduler: something may let an operation advance. Called
+// on change notifications from other server processes.
+func (s *Service) Wake() { s.wake() }
+
+// Scheduler advances lifecycle operations in the background: it publishes
+// their steps, watches the deployments' states, fails what passes its
+// deadline. Several server processes may run one each: every operation is
+// claimed with FOR UPDATE SKIP LOCKED for each visit.
+type Scheduler struct {
+	svc      *Service
+	interval time.Duration
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewScheduler returns a scheduler that visits active operations at least
+// every interval, and sooner when woken.
+func NewScheduler(svc *Service, interval time.Duration) *Scheduler {
+	return &Scheduler{svc: svc, interval: interval}
+}
+
+// Start runs the scheduler until Stop or ctx ends.
+func (sc *Scheduler) Start(ctx context.Context) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	ctx, sc.cancel = context.WithCancel(ctx)
+	sc.done = make(chan struct{})
+	go func() {
+		defer close(sc.done)
+		t := time.NewTicker(sc.interval)
+		defer t.Stop()
+		for {
+			if _, err := sc.RunOnce(ctx); err != nil && ctx.Err() == nil {
+				sc.svc.log.ErrorContext(ctx, "scheduler pass failed", "error", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			case <-sc.svc.wakeups:
+			}
+		}
+	}()
+}
+
+// Stop ends the scheduler and waits for its current pass.
+func (sc *Scheduler) Stop() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.cancel != nil {
+		sc.cancel()
+		<-sc.done
+		sc.cancel = nil
+	}
+}
+
+// RunOnce visits every active operation once and returns how many it
+// advanced (visited while not held by another scheduler).
+func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
+	ids, err := sc.svc.store.ActiveOperations(ctx, 1000)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		visited, err := sc.svc.store.AdvanceOperation(ctx, id, sc.svc.decide(ctx), sc.svc.now().UTC())
+		if err != nil {
+			sc.svc.log.ErrorContext(ctx, "operation step failed", "operation", id, "error", err)
+			continue
+		}
+		if visited {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// decide is the scheduler's rule for one visit of an operation.
+func (s *Service) decide(ctx context.Context) func(Visit) (Advance, error) {
+	return func(v Visit) (Advance, error) {
+		now := s.now().UTC()
+		op, d := v.Op, v.Deployment
+		cur := op.current()
+		if cur == nil {
+			return Advance{Finish: OpSucceeded}, nil
+		}
+		if d.Removing {
+			return Advance{Finish: OpCancelled, Reason: "deployment-removed"}, nil
+		}
+		switch cur.State {
+		case StepPending:
+			pub, err := s.publication(ctx, op, *cur, d, v)
+			if err != nil {
+				return Advance{Finish: OpFailed, Reason: "cannot publish: " + err.Error()}, nil
+			}
+			return Advance{Publish: pub, Deadline: now.Add(stepBudget(op.StepTimeout, op.Drain))}, nil
+		case StepPublished:
+		default:
+			return Advance{}, nil
+		}
+		if d.Revision != cur.Revision {
+			return Advance{Finish: OpFailed, Reason: "superseded: the deployment's desired revision changed"}, nil
+		}
+		switch d.State {
+		case lifecycle.StateInstalled:
+			next := Advance{StepInstalled: cur.N}
+			if cur.N == len(op.Steps) {
+				next.Finish = OpSucceeded
+				return next, nil
+			}
+			nextStep := op.Steps[cur.N] // steps are 1-based; index cur.N is the following step
+			d2 := d
+			pub, err := s.publication(ctx, op, nextStep, d2, v)
+			if err != nil {
+				next.Finish, next.Reason = OpFailed, "cannot publish: "+err.Error()
+				return next, nil
+			}
+			next.Publish, next.Deadline = pub, now.Add(stepBudget(op.StepTimeout, op.Drain))
+			return next, nil
+		case lifecycle.StateFailed:
+			adv := Advance{Finish: OpFailed, Reason: "device-failed: " + d.StateReason}
+			s.followUpRollback(ctx, &adv, op, d, v, now)
+			return adv, nil
+		}
+		if op.Drain != nil && op.Drain.EffectiveOnTimeout() == lifecycle.OnTimeoutAbort && draining(d, v) &&
+			now.After(cur.PublishedAt.Add(op.Drain.EffectiveTimeout())) {
+			return Advance{Finish: OpFailed, Reason: "drain-timeout",
+				RevertTo: op.BaseRevision}, nil
+		}
+		if now.After(op.Deadline) {
+			adv := Advance{Finish: OpFailed, Reason: "timeout", FailDeployment: true}
+			if draining(d, v) {
+				adv.Reason = "drain-timeout"
+			}
+			s.followUpRollback(ctx, &adv, op, d, v, now)
+			return adv, nil
+		}
+		return Advance{}, nil
+	}
+}
+
+func draining(d Deployment, v Visit) bool {
+	return d.State == lifecycle.StateDraining || v.LastPhase == string(margo.PhaseDraining)
+}
+
+// followUpRollback adds, for onFailure: rollback, an operation that restores
+// the revision desired before — only where the failed version's rollback
+// policy allows it (otherwise the reason says why not).
+func (s *Service) followUpRollback(ctx context.Context, adv *Advance, op Operation, d Deployment, v Visit, now time.Time) {
+	if op.OnFailure != OnFailureRollback || op.Type == lifecycle.OperationRollback {
+		return
+	}
+	base, ok := v.Revisions[op.BaseRevision]
+	if !ok {
+		return
+	}
+	failed, ok := v.Revisions[d.Revision]
+	if !ok {
+		return
+	}
+	if lifecycle.Compare(base.Version, failed.Version) < 0 {
+		cv, err := s.catalog.Get(ctx, d.ApplicationID, failed.Version.String())
+		if err != nil {
+			adv.Reason += "; no automatic rollback: " + err.Error()
+			return
+		}
+		desc, err := s.catalog.Description(cv)
+		if err != nil {
+			adv.Reason += "; no automatic rollback: " + err.Error()
+			return
+		}
+		if _, err := lifecycle.CheckRollback(lifecycle.RollbackInput{Installed: failed.Version, Policy: desc.Lifecycle.Rollback,
+			InstalledAt: now, Now: now, Target: base.Version, ForceRefusal: "automatic rollbacks never override policy"}); err != nil {
+			adv.Reason += "; no automatic rollback: " + err.Error()
+			return
+		}
+	}
+	f := s.newOperation(d, lifecycle.OperationRollback, base.Version, base.Parameters, base.ProfileID, base.Strategy, nil, OnFailureHalt, op.StepTimeout,
+		Actor{ID: "scheduler (onFailure: rollback of " + op.ID + ")"}, nil)
+	f.RestoreRevision = base.N
+	f.Deadline = now.Add(stepBudget(f.StepTimeout, nil))
+	adv.FollowUp = f
+	adv.Reason += "; rolling back automatically (operation " + f.ID + ")"
+}
+
+// publication renders the revision a step publishes.
+func (s *Service) publication(ctx context.Context, op Operation, st Step, d Deployment, v Visit) (*Publication, error) {
+	cv, err := s.catalog.Get(ctx, d.ApplicationID, st.Version.String())
+	if err != nil {
+		return nil, err
+	}
+	desc, err := s.catalog.Description(cv)
+	if err != nil {
+		return nil, err
+	}
+	values := op.Parameters
+	profileID := op.ProfileID
+	strategy := op.Strategy
+	if st.N < len(op.Steps) { // an intermediate hop: carry the running values over
+		prev, err := s.catalog.Get(ctx, d.ApplicationID, d.Version.String())
+		if err != nil {
+			return nil, err
+		}
+		pdesc, err := s.catalog.Description(prev)
+		if err != nil {
+			return nil, err
+		}
+		values, _ = lifecycle.CarryOver(lifecycle.CarryInput{Current: d.Parameters, OldDefaults: pdesc.DefaultValues(),
+			TargetParams: desc.ParameterNames(), TargetDefaults: desc.DefaultValues(), TargetPolicy: desc.Lifecycle})
+		if strategy, err = lifecycle.ChooseStrategy("", desc.Lifecycle.Upgrade); err != nil {
+			return nil, err
+		}
+	}
+	if op.Type == lifecycle.OperationRollback {
+		if r, ok := v.Revisions[op.RestoreRevision]; ok {
+			values, profileID = r.Parameters, r.ProfileID
+		}
+	}
+	profile, ok := desc.Profile(profileID)
+	if !ok {
+		dev, err := s.store.Device(ctx, d.ClientID, d.DeviceID)
+		if err != nil {
+			return nil, err
+		}
+		caps, err := margo.ParseCapabilities(dev.Capabilities, dev.ID)
+		if err != nil {
+			return nil, err
+		}
+		if profile, err = margo.ChooseProfile(desc, caps, ""); err != nil {
+			return nil, err
+		}
+	}
+	var components []string
+	for _, c := range profile.Components {
+		components = append(components, c.Name)
+	}
+	drain := op.Drain
+	if st.N < len(op.Steps) {
+		drain = lifecycle.ChooseDrain(nil, desc.Lifecycle.Upgrade)
+	}
+	yaml, err := margo.RenderDeployment(margo.DeploymentInput{
+		DeploymentID: d.ID, DeviceID: d.DeviceID, Description: desc, Profile: profile, Values: values,
+		Extension: margo.Extension{Revision: d.Revision + 1, Operation: op.Type, FromVersion: d.Version, Strategy: strategy, Drain: drain},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("render revision: %w", err)
+	}
+	return &Publication{Step: st.N, Version: st.Version, ProfileID: profile.ID, Components: components, Parameters: values,
+		YAML: yaml, Kind: op.Type, Strategy: strategy, Forced: op.Forced, ForceReason: op.ForceReason}, nil
+}

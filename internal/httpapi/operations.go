@@ -1,0 +1,245 @@
+package httpapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/wfm-dev/wfm/api"
+	"github.com/wfm-dev/wfm/internal/access"
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+func actorFrom(ctx context.Context) fleet.Actor {
+	p := principalFrom(ctx)
+	return fleet.Actor{ID: p.TokenID, Admin: p.Role.Allows(access.Admin)}
+}
+
+// duration parses an optional Go duration request member.
+func duration(s *string, pointer string) (time.Duration, error) {
+	if s == nil || *s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(*s)
+	if err != nil || d <= 0 {
+		return 0, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "A duration is not valid.",
+			Fields: []lifecycle.FieldError{{Pointer: pointer, Detail: "a Go duration greater than 0, such as 10m"}}}
+	}
+	return d, nil
+}
+
+func planBody(s *Server, ctx context.Context, p fleet.Plan) api.Plan {
+	out := api.Plan{Allowed: p.Allowed, Type: api.PlanType(p.Type), Checks: make([]api.PlanCheck, 0, len(p.Checks))}
+	for _, c := range p.Checks {
+		out.Checks = append(out.Checks, api.PlanCheck{Name: c.Name, Passed: c.Passed, Detail: c.Detail})
+	}
+	if !p.From.IsZero() {
+		out.FromVersion = ptr(p.From.String())
+	}
+	if !p.To.IsZero() {
+		out.ToVersion = ptr(p.To.String())
+	}
+	if len(p.Hops) > 0 {
+		hops := make([]string, len(p.Hops))
+		for i, h := range p.Hops {
+			hops[i] = h.String()
+		}
+		out.Hops = &hops
+	}
+	if p.Strategy != "" {
+		out.Strategy = ptr(string(p.Strategy))
+	}
+	if p.Drain != nil {
+		out.Drain = &api.DrainRules{Required: p.Drain.Required, Timeout: p.Drain.EffectiveTimeout().String(), OnTimeout: api.DrainRulesOnTimeout(p.Drain.EffectiveOnTimeout())}
+	}
+	if len(p.Parameters) > 0 {
+		changes := make([]api.ParameterChange, 0, len(p.Parameters))
+		for _, c := range p.Parameters {
+			changes = append(changes, api.ParameterChange{Name: c.Name, Kind: string(c.Kind), Before: c.Before, After: c.After})
+		}
+		out.Parameters = &changes
+	}
+	if p.ToRevision > 0 {
+		out.ToRevision = ptr(p.ToRevision)
+	}
+	if p.Forced {
+		out.Forced = ptr(true)
+	}
+	if p.Refusal != nil {
+		pr := problemFromError(s.log, requestFrom(ctx), p.Refusal)
+		body := api.Problem{Type: pr.Type, Title: pr.Title, Status: pr.Status, Detail: ptr(pr.Detail)}
+		for k, v := range pr.Extra {
+			body.Set(k, v)
+		}
+		if len(pr.Errors) > 0 {
+			fields := make([]api.FieldProblem, len(pr.Errors))
+			for i, f := range pr.Errors {
+				fields[i] = api.FieldProblem{Field: f.Field, Message: f.Message}
+			}
+			body.Errors = &fields
+		}
+		out.Problem = &body
+	}
+	return out
+}
+
+func operationBody(o fleet.Operation) api.Operation {
+	out := api.Operation{Id: uuid.MustParse(o.ID), DeploymentId: uuid.MustParse(o.DeploymentID), Type: api.OperationType(o.Type),
+		State: api.OperationState(o.State), OnFailure: api.OperationOnFailure(o.OnFailure), RequestedBy: o.RequestedBy,
+		Deadline: o.Deadline, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, Steps: make([]api.OperationStep, 0, len(o.Steps)),
+		FromVersion: ptr(o.FromVersion.String()), ToVersion: ptr(o.ToVersion.String()), Strategy: ptr(string(o.Strategy))}
+	if o.Reason != "" {
+		out.Reason = ptr(o.Reason)
+	}
+	if o.Drain != nil {
+		out.Drain = &api.DrainRules{Required: o.Drain.Required, Timeout: o.Drain.EffectiveTimeout().String(), OnTimeout: api.DrainRulesOnTimeout(o.Drain.EffectiveOnTimeout())}
+	}
+	if o.Forced {
+		out.Forced, out.ForceReason = ptr(true), ptr(o.ForceReason)
+	}
+	if o.FollowUp != "" {
+		out.FollowUp = ptr(uuid.MustParse(o.FollowUp))
+	}
+	if !o.FinishedAt.IsZero() {
+		out.FinishedAt = ptr(o.FinishedAt)
+	}
+	for _, st := range o.Steps {
+		step := api.OperationStep{N: st.N, Version: st.Version.String(), State: api.OperationStepState(st.State)}
+		if st.Revision > 0 {
+			step.Revision = ptr(st.Revision)
+		}
+		if !st.PublishedAt.IsZero() {
+			step.PublishedAt = ptr(st.PublishedAt)
+		}
+		if !st.FinishedAt.IsZero() {
+			step.FinishedAt = ptr(st.FinishedAt)
+		}
+		out.Steps = append(out.Steps, step)
+	}
+	return out
+}
+
+func accepted(o fleet.Operation) api.OperationAcceptedJSONResponse {
+	return api.OperationAcceptedJSONResponse{Body: operationBody(o), Headers: api.OperationAcceptedResponseHeaders{Location: "/mgmt/v1/operations/" + o.ID}}
+}
+
+// UpgradeDeployment plans or starts an upgrade.
+func (s *Server) UpgradeDeployment(ctx context.Context, req api.UpgradeDeploymentRequestObject) (api.UpgradeDeploymentResponseObject, error) {
+	b := req.Body
+	timeout, err := duration(b.Timeout, "/timeout")
+	if err != nil {
+		return nil, err
+	}
+	in := fleet.UpgradeRequest{TargetVersion: b.TargetVersion, Path: lifecycle.PathMode(deref(b.Path)), Strategy: lifecycle.Strategy(deref(b.Strategy)),
+		OnFailure: string(deref(b.OnFailure)), Timeout: timeout}
+	if b.Parameters != nil {
+		in.Parameters = *b.Parameters
+	}
+	if b.Drain != nil {
+		t, err := duration(b.Drain.Timeout, "/drain/timeout")
+		if err != nil {
+			return nil, err
+		}
+		in.Drain = &lifecycle.DrainPolicy{Required: b.Drain.Required, Timeout: t, OnTimeout: lifecycle.OnTimeout(deref(b.Drain.OnTimeout))}
+	}
+	p, op, err := s.fleet.Upgrade(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), deref(req.Params.IfMatch))
+	if err != nil {
+		return nil, err
+	}
+	if deref(b.DryRun) {
+		return api.UpgradeDeployment200JSONResponse(planBody(s, ctx, p)), nil
+	}
+	return api.UpgradeDeployment202JSONResponse{OperationAcceptedJSONResponse: accepted(op)}, nil
+}
+
+// ReconfigureDeployment plans or starts a reconfiguration.
+func (s *Server) ReconfigureDeployment(ctx context.Context, req api.ReconfigureDeploymentRequestObject) (api.ReconfigureDeploymentResponseObject, error) {
+	b := req.Body
+	timeout, err := duration(b.Timeout, "/timeout")
+	if err != nil {
+		return nil, err
+	}
+	p, op, err := s.fleet.Reconfigure(ctx, req.DeploymentId, fleet.ReconfigureRequest{Parameters: b.Parameters, OnFailure: string(deref(b.OnFailure)), Timeout: timeout},
+		actorFrom(ctx), deref(b.DryRun), deref(req.Params.IfMatch))
+	if err != nil {
+		return nil, err
+	}
+	if deref(b.DryRun) {
+		return api.ReconfigureDeployment200JSONResponse(planBody(s, ctx, p)), nil
+	}
+	return api.ReconfigureDeployment202JSONResponse{OperationAcceptedJSONResponse: accepted(op)}, nil
+}
+
+// RollbackDeployment plans or starts a rollback.
+func (s *Server) RollbackDeployment(ctx context.Context, req api.RollbackDeploymentRequestObject) (api.RollbackDeploymentResponseObject, error) {
+	var b api.RollbackRequest
+	if req.Body != nil {
+		b = *req.Body
+	}
+	timeout, err := duration(b.Timeout, "/timeout")
+	if err != nil {
+		return nil, err
+	}
+	in := fleet.RollbackRequest{ToRevision: deref(b.ToRevision), Force: deref(b.Force), Reason: deref(b.Reason), Timeout: timeout}
+	p, op, err := s.fleet.Rollback(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), deref(req.Params.IfMatch))
+	if in.Force {
+		setAuditDetail(ctx, map[string]any{"force": true, "reason": in.Reason, "forced": p.Forced})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if deref(b.DryRun) {
+		return api.RollbackDeployment200JSONResponse(planBody(s, ctx, p)), nil
+	}
+	return api.RollbackDeployment202JSONResponse{OperationAcceptedJSONResponse: accepted(op)}, nil
+}
+
+// ListOperations lists operations.
+func (s *Server) ListOperations(ctx context.Context, req api.ListOperationsRequestObject) (api.ListOperationsResponseObject, error) {
+	ops, next, err := s.fleet.Operations(ctx, fleet.OperationFilter{DeploymentID: deref(req.Params.DeploymentId), State: string(deref(req.Params.State))},
+		deref(req.Params.Limit), deref(req.Params.Cursor))
+	if err != nil {
+		return nil, err
+	}
+	out := api.ListOperations200JSONResponse{Items: make([]api.Operation, 0, len(ops))}
+	for _, o := range ops {
+		out.Items = append(out.Items, operationBody(o))
+	}
+	if next != "" {
+		out.NextCursor = &next
+	}
+	return out, nil
+}
+
+// GetOperation returns one operation.
+func (s *Server) GetOperation(ctx context.Context, req api.GetOperationRequestObject) (api.GetOperationResponseObject, error) {
+	o, err := s.fleet.Operation(ctx, req.OperationId)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetOperation200JSONResponse(operationBody(o)), nil
+}
+
+// CancelOperation cancels an operation.
+func (s *Server) CancelOperation(ctx context.Context, req api.CancelOperationRequestObject) (api.CancelOperationResponseObject, error) {
+	o, err := s.fleet.CancelOperation(ctx, req.OperationId, actorFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return api.CancelOperation200JSONResponse(operationBody(o)), nil
+}
+
+// GetUpgradePath answers the upgrade path between two versions.
+func (s *Server) GetUpgradePath(ctx context.Context, req api.GetUpgradePathRequestObject) (api.GetUpgradePathResponseObject, error) {
+	path, direct, err := s.fleet.UpgradePath(ctx, req.ApplicationId, req.Params.From, req.Params.To)
+	if err != nil {
+		return nil, err
+	}
+	out := api.GetUpgradePath200JSONResponse{Direct: direct, Path: make([]string, len(path))}
+	for i, v := range path {
+		out.Path[i] = v.String()
+	}
+	return out, nil
+}
