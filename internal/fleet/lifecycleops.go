@@ -194,9 +194,9 @@ func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequ
 		return refuse(p, err)
 	}
 	p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: true, Detail: "valid for " + target.String()})
+	p.Checks = append(p.Checks, lifecycle.StrategyCheck(req.Strategy, tdesc.Lifecycle.Upgrade), lifecycle.DrainCheck(req.Drain, tdesc.Lifecycle.Upgrade))
 	strategy, err := lifecycle.ChooseStrategy(req.Strategy, tdesc.Lifecycle.Upgrade)
 	if err != nil {
-		p.Checks = append(p.Checks, lifecycle.Check{Name: "strategy-supported", Passed: false, Detail: err.Error()})
 		return refuse(p, err)
 	}
 	p.Strategy = strategy
@@ -254,10 +254,9 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 		if err != nil {
 			return Plan{}, err
 		}
-		changes, err := lifecycle.CheckReconfigure(d.Parameters, req.Parameters, desc.Immutable, func(n string) bool { return slices.Contains(desc.ParameterNames(), n) })
-		p.Parameters = changes
+		rp, err := lifecycle.PlanReconfigure(d.Parameters, req.Parameters, desc.Immutable, func(n string) bool { return slices.Contains(desc.ParameterNames(), n) })
+		p.Parameters, p.Checks = rp.Changes, append(p.Checks, rp.Checks...)
 		if err != nil {
-			p.Checks = append(p.Checks, lifecycle.Check{Name: "immutable-parameters", Passed: false, Detail: err.Error()})
 			return refuse(p, err)
 		}
 		if err := desc.CheckValues(req.Parameters, false); err != nil {
@@ -356,7 +355,7 @@ func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRe
 			refusal = "this server disables rollback overrides"
 		}
 		dec, err := lifecycle.CheckRollback(lifecycle.RollbackInput{
-			Installed: current.Version, Policy: idesc.Lifecycle.Rollback, InstalledAt: installedAt(*current, d, s.now()),
+			Installed: current.Version, Policy: idesc.Lifecycle.Rollback, InstalledAt: installedAt(*current),
 			Now: s.now(), Target: target.Version, TargetYanked: tv.Yanked, Force: req.Force, ForceReason: req.Reason,
 			ForceAllowed: refusal == "", ForceRefusal: refusal,
 		})
@@ -373,7 +372,7 @@ func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRe
 			Detail: "same version: restoring earlier parameter values is a reconfiguration, not a version rollback"})
 	}
 	p.Forced = forced
-	p.Parameters = paramDiff(d.Parameters, target.Parameters)
+	p.Parameters = lifecycle.DiffValues(d.Parameters, target.Parameters)
 	p.Strategy = target.Strategy
 	if p.Strategy == "" {
 		p.Strategy = lifecycle.StrategyRecreate
@@ -386,23 +385,9 @@ func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRe
 }
 
 // installedAt is when the running version became installed: its revision's
-// first confirmation, or (when unknown) now, which keeps a window open.
-func installedAt(r Revision, d Deployment, now time.Time) time.Time {
-	if !r.InstalledAt.IsZero() {
-		return r.InstalledAt
-	}
-	return now
-}
-
-func paramDiff(before, after map[string]any) []lifecycle.ParamChange {
-	changes, _ := lifecycle.CheckReconfigure(before, after, func(string) bool { return false }, func(string) bool { return true })
-	for k := range before {
-		if _, ok := after[k]; !ok {
-			changes = append(changes, lifecycle.ParamChange{Name: k, Before: before[k], Kind: "dropped"})
-		}
-	}
-	return changes
-}
+// first confirmation (zero when unknown, which lifecycle.CheckRollback
+// counts as outside any window).
+func installedAt(r Revision) time.Time { return r.InstalledAt }
 
 func (s *Service) allRevisions(ctx context.Context, id string) ([]Revision, error) {
 	var all []Revision

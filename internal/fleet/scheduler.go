@@ -85,7 +85,17 @@ func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, id := range ids {
-		visited, err := sc.svc.store.AdvanceOperation(ctx, id, sc.svc.decide(ctx), sc.svc.now().UTC())
+		var clientID string
+		decide := sc.svc.decide(ctx)
+		visited, err := sc.svc.store.AdvanceOperation(ctx, id, func(v Visit) (Advance, error) {
+			clientID = v.Deployment.ClientID
+			return decide(v)
+		}, sc.svc.now().UTC())
+		if clientID != "" {
+			// A visit may have published: this process's cached manifest goes
+			// now; other processes hear the store's notification.
+			sc.svc.cache.invalidate(clientID)
+		}
 		if err != nil {
 			sc.svc.log.ErrorContext(ctx, "operation step failed", "operation", id, "error", err)
 			continue

@@ -137,6 +137,23 @@ func problemFromError(logger *slog.Logger, r *http.Request, err error) problem {
 // titles gives a short human summary per problem type; types without an
 // entry fall back to the HTTP status text.
 var titles = map[string]string{
+	"already-at-version":          "Already at that version",
+	"downgrade-requires-rollback": "A downgrade is a rollback",
+	"upgrade-path-required":       "Upgrade path required",
+	"no-upgrade-path":             "No upgrade path",
+	"rollback-forbidden":          "Rollback forbidden",
+	"rollback-target-newer":       "Rollback target is newer",
+	"force-reason-required":       "A reason is required to force",
+	"break-glass-forbidden":       "Break-glass override not allowed",
+	"immutable-parameter":         "Immutable parameter",
+	"no-change":                   "Nothing to change",
+	"strategy-unsupported":        "Strategy not supported",
+	"operation-in-progress":       "Operation in progress",
+	"operation-ended":             "Operation already ended",
+	"deployment-removed":          "Deployment removed",
+	"no-rollback-target":          "No rollback target",
+	"invalid-rollback-target":     "Invalid rollback target",
+	"idempotency-key-reused":      "Idempotency key reused",
 	"capabilities-too-large":      "Device capabilities too large",
 	"client-certificate-required": "Client certificate required",
 	"client-retired":              "Client retired",
