@@ -464,3 +464,148 @@ func TestDryRunsChangeNothing(t *testing.T) {
 	_, etag2 := dev.manifest()
 	assert.Equal(t, etag, etag2, "manifest unchanged")
 }
+
+// reportPhase sends a drain-aware report for the current manifest.
+func (a *agent) reportPhase(deploymentID, state, phase string, inFlight int) {
+	a.t.Helper()
+	m, _ := a.manifest()
+	body, _ := json.Marshal(map[string]any{"deploymentId": deploymentID, "adoptedManifestVersion": m.ManifestVersion,
+		"status": map[string]any{"state": state}, "components": []any{map[string]any{"name": "app", "state": state}},
+		"x-wfm-extensions": map[string]any{"phase": phase, "inFlight": inFlight}})
+	res, b := a.do("POST", "/api/v1/deployments/"+deploymentID+"/status", body)
+	require.Less(a.t, res.StatusCode, 300, string(b))
+}
+
+const drainAbort = "  upgrade:\n    drain:\n      required: true\n      timeout: 5m\n      onTimeout: abort\n"
+
+// Scenario 4: drain before the switch; abort on timeout.
+func TestDrain(t *testing.T) {
+	t.Run("drains then installs", func(t *testing.T) {
+		e := newOpsEnv(t)
+		dev, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": drainAbort}, "1.0.0")
+		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0"})
+		require.Equal(t, http.StatusAccepted, res.StatusCode(), string(res.Body))
+		require.NotNil(t, res.JSON202.Drain)
+		assert.True(t, res.JSON202.Drain.Required)
+		e.tick(t)
+		m, _ := dev.manifest()
+		_, yml := dev.do("GET", m.Deployments[0].URL, nil)
+		assert.Contains(t, string(yml), "drain:", "the agent is told to drain")
+		assert.Contains(t, string(yml), "onTimeout: abort")
+
+		dev.reportPhase(id, "installing", "draining", 3)
+		assert.Equal(t, sdk.DeploymentState("draining"), e.deployment(t, id).State)
+		dev.reportPhase(id, "installing", "drained", 0)
+		assert.Equal(t, sdk.DeploymentState("draining"), e.deployment(t, id).State)
+		dev.installAll()
+		e.tick(t)
+		assert.Equal(t, sdk.DeploymentState("installed"), e.deployment(t, id).State)
+		assert.Equal(t, sdk.OperationState("succeeded"), e.operation(t, res.JSON202.Id.String()).State)
+		st, err := e.mgmt.GetDeploymentStatusWithResponse(t.Context(), id)
+		require.NoError(t, err)
+		assert.Equal(t, sdk.DeviceState("installed"), st.JSON200.State)
+	})
+	t.Run("never drains: abort keeps the old revision", func(t *testing.T) {
+		e := newOpsEnv(t)
+		dev, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": drainAbort}, "1.0.0")
+		base := e.deployment(t, id).Revision
+		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0"})
+		require.Equal(t, http.StatusAccepted, res.StatusCode(), string(res.Body))
+		e.tick(t)
+		dev.reportPhase(id, "installing", "draining", 7)
+		e.clock.Advance(4 * time.Minute)
+		e.tick(t)
+		assert.Equal(t, sdk.OperationState("running"), e.operation(t, res.JSON202.Id.String()).State, "still within the drain timeout")
+		e.clock.Advance(2 * time.Minute)
+		e.tick(t)
+		op := e.operation(t, res.JSON202.Id.String())
+		assert.Equal(t, sdk.OperationState("failed"), op.State)
+		require.NotNil(t, op.Reason)
+		assert.Equal(t, "drain-timeout", *op.Reason)
+		got := e.deployment(t, id)
+		assert.Equal(t, base, got.Revision, "the old revision stays desired")
+		assert.Equal(t, "1.0.0", got.Version)
+		assert.Equal(t, "1.0.0", dev.desiredVersion(id))
+	})
+}
+
+// Scenario 5: failures.
+func TestFailures(t *testing.T) {
+	allowRollback := "  rollback:\n    allowed: true\n"
+	t.Run("onFailure rollback where the failed version allows it", func(t *testing.T) {
+		e := newOpsEnv(t)
+		dev, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": allowRollback}, "1.0.0")
+		rb := sdk.UpgradeRequestOnFailure("rollback")
+		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0", OnFailure: &rb})
+		require.Equal(t, http.StatusAccepted, res.StatusCode(), string(res.Body))
+		e.tick(t)
+		m, _ := dev.manifest()
+		dev.report(id, m.ManifestVersion, "failed", "app")
+		e.tick(t) // fails the upgrade, queues the rollback
+		op := e.operation(t, res.JSON202.Id.String())
+		assert.Equal(t, sdk.OperationState("failed"), op.State)
+		require.NotNil(t, op.FollowUp, "a rollback operation follows")
+		e.tick(t) // publishes the rollback revision
+		assert.Equal(t, "1.0.0", dev.desiredVersion(id))
+		dev.installAll()
+		e.tick(t)
+		assert.Equal(t, sdk.OperationState("succeeded"), e.operation(t, op.FollowUp.String()).State)
+		got := e.deployment(t, id)
+		assert.Equal(t, "1.0.0", got.Version)
+		assert.Equal(t, sdk.DeploymentState("installed"), got.State)
+	})
+	t.Run("onFailure rollback refused by policy stays failed", func(t *testing.T) {
+		e := newOpsEnv(t)
+		dev, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": ""}, "1.0.0")
+		rb := sdk.UpgradeRequestOnFailure("rollback")
+		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0", OnFailure: &rb})
+		require.Equal(t, http.StatusAccepted, res.StatusCode(), string(res.Body))
+		e.tick(t)
+		m, _ := dev.manifest()
+		dev.report(id, m.ManifestVersion, "failed", "app")
+		e.tick(t)
+		op := e.operation(t, res.JSON202.Id.String())
+		assert.Equal(t, sdk.OperationState("failed"), op.State)
+		assert.Nil(t, op.FollowUp)
+		require.NotNil(t, op.Reason)
+		assert.Contains(t, *op.Reason, "no automatic rollback")
+		assert.Equal(t, sdk.DeploymentState("failed"), e.deployment(t, id).State)
+		assert.Equal(t, "2.0.0", dev.desiredVersion(id))
+	})
+	t.Run("a device that never answers fails at the deadline", func(t *testing.T) {
+		e := newOpsEnv(t)
+		_, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": ""}, "1.0.0")
+		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0", Timeout: ptrTo("10m")})
+		require.Equal(t, http.StatusAccepted, res.StatusCode(), string(res.Body))
+		e.tick(t)
+		e.clock.Advance(9 * time.Minute)
+		e.tick(t)
+		assert.Equal(t, sdk.OperationState("running"), e.operation(t, res.JSON202.Id.String()).State)
+		e.clock.Advance(2 * time.Minute)
+		e.tick(t)
+		op := e.operation(t, res.JSON202.Id.String())
+		assert.Equal(t, sdk.OperationState("failed"), op.State)
+		assert.Equal(t, "timeout", *op.Reason)
+		got := e.deployment(t, id)
+		assert.Equal(t, sdk.DeploymentState("failed"), got.State, "nothing stays in progress forever")
+		hist, err := e.mgmt.ListHistoryWithResponse(t.Context(), id, nil)
+		require.NoError(t, err)
+		last := hist.JSON200.Items[len(hist.JSON200.Items)-1]
+		assert.Equal(t, sdk.TransitionCause("deadline"), last.Cause)
+	})
+	t.Run("cancel", func(t *testing.T) {
+		e := newOpsEnv(t)
+		_, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": ""}, "1.0.0")
+		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0"})
+		require.Equal(t, http.StatusAccepted, res.StatusCode(), string(res.Body))
+		c, err := e.mgmt.CancelOperationWithResponse(t.Context(), res.JSON202.Id.String())
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, c.StatusCode(), string(c.Body))
+		assert.Equal(t, sdk.OperationState("cancelled"), c.JSON200.State)
+		c, err = e.mgmt.CancelOperationWithResponse(t.Context(), res.JSON202.Id.String())
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusConflict, c.StatusCode())
+		e.tick(t)
+		assert.Equal(t, "1.0.0", e.deployment(t, id).Version, "a cancelled queued operation publishes nothing")
+	})
+}
