@@ -218,6 +218,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Access:         acc,
 		DeviceIdentity: deviceIdentity,
 		DeviceLimiter:  ratelimit.New(c.deviceRate, c.deviceBurst, 100_000, time.Now),
+		Idempotency:    postgres.NewAccessStore(pool),
 	})
 	if err != nil {
 		return err

@@ -68,7 +68,8 @@ func newOpsEnv(t *testing.T) *opsEnv {
 	require.NoError(t, acc.Bootstrap(t.Context(), adminToken))
 	ids := identity.Config{TrustDomain: "example.org", WFMID: "wfm-test"}
 	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: func(context.Context) error { return nil },
-		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest})
+		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest,
+		Idempotency: postgres.NewAccessStore(pool)})
 	require.NoError(t, err)
 	mgmtH, deviceH := httpapi.Split(h)
 	ca, err := testpki.NewCA("test CA")
@@ -608,4 +609,44 @@ func TestFailures(t *testing.T) {
 		e.tick(t)
 		assert.Equal(t, "1.0.0", e.deployment(t, id).Version, "a cancelled queued operation publishes nothing")
 	})
+}
+
+func TestIdempotencyKeyAndIfMatch(t *testing.T) {
+	e := newOpsEnv(t)
+	_, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": ""}, "1.0.0")
+	post := func(key, body string, ifMatch string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("POST", e.url+"/mgmt/v1/deployments/"+id+"/upgrade", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		if ifMatch != "" {
+			req.Header.Set("If-Match", ifMatch)
+		}
+		res, err := adminHTTP.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res, b
+	}
+	// If-Match: a stale tag is 412 and changes nothing.
+	res, b := post("", `{"targetVersion":"2.0.0"}`, `"d-stale-1"`)
+	require.Equal(t, http.StatusPreconditionFailed, res.StatusCode, string(b))
+
+	get, err := e.mgmt.GetDeploymentWithResponse(t.Context(), id)
+	require.NoError(t, err)
+	etag := get.HTTPResponse.Header.Get("ETag")
+	first, b1 := post("k-1", `{"targetVersion":"2.0.0"}`, etag)
+	require.Equal(t, http.StatusAccepted, first.StatusCode, string(b1))
+	again, b2 := post("k-1", `{"targetVersion":"2.0.0"}`, etag)
+	require.Equal(t, http.StatusAccepted, again.StatusCode, "the same key and body replay the first answer")
+	assert.Equal(t, b1, b2)
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, first.Header.Get("Location"), again.Header.Get("Location"))
+	other, b3 := post("k-1", `{"targetVersion":"2.0.0","path":"auto"}`, "")
+	p := problemOf(t, other, b3, http.StatusUnprocessableEntity)
+	assert.Equal(t, httpapi.ProblemBase+"idempotency-key-reused", p.Type)
+	ops, err := e.mgmt.ListOperationsWithResponse(t.Context(), &sdk.ListOperationsParams{DeploymentId: &id})
+	require.NoError(t, err)
+	assert.Len(t, ops.JSON200.Items, 1, "one operation for one key")
 }

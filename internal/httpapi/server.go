@@ -49,6 +49,9 @@ type Config struct {
 	DeviceLimiter interface {
 		Allow(key string) (bool, time.Duration)
 	}
+	// Idempotency, when not nil, remembers responses to POSTs with an
+	// Idempotency-Key.
+	Idempotency IdempotencyStore
 	// DeviceIdentity names the WFM client calling the device API (from its
 	// mTLS certificate, or a header in the development mode).
 	DeviceIdentity func(r *http.Request) (string, error)
@@ -73,6 +76,7 @@ type Server struct {
 		Allow(key string) (bool, time.Duration)
 	}
 	anonAudit *ratelimit.Limiter // bounds audit entries of unauthenticated calls
+	idem      IdempotencyStore
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -109,7 +113,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
-		anonAudit: ratelimit.New(1, 60, 1, time.Now)}
+		anonAudit: ratelimit.New(1, 60, 1, time.Now), idem: cfg.Idempotency}
 
 	r := chi.NewRouter()
 	r.Use(s.requestContext(metrics), s.recoverer, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.authenticate)
@@ -148,7 +152,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	api.HandlerWithOptions(strict, api.ChiServerOptions{
 		BaseRouter: r,
 		// The last middleware runs first: authorization before validation.
-		Middlewares: []api.MiddlewareFunc{s.requestValidator(spec), s.authorize},
+		Middlewares: []api.MiddlewareFunc{s.requestValidator(spec), s.idempotency, s.authorize},
 		ErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
 			writeProblem(w, req, paramProblem(req, err))
 		},

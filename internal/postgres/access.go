@@ -160,3 +160,37 @@ func (s *AccessStore) Audit(ctx context.Context, f access.AuditFilter, before in
 	})
 	return es, translate(err)
 }
+
+// IdempotencyTTL is how long an Idempotency-Key is remembered.
+const IdempotencyTTL = 24 * time.Hour
+
+// IdempotentResponse is a remembered response to a request with an
+// Idempotency-Key.
+type IdempotentResponse struct {
+	RequestHash string
+	Status      int
+	Location    string
+	Body        []byte
+}
+
+// Idempotent returns the response remembered for actor's key, if any and
+// not older than IdempotencyTTL.
+func (s *AccessStore) Idempotent(ctx context.Context, actor, key string, now time.Time) (IdempotentResponse, bool, error) {
+	var r IdempotentResponse
+	err := s.pool.QueryRow(ctx, `SELECT request_hash, status, location, body FROM idempotency_keys WHERE actor = $1 AND key = $2 AND created_at > $3`,
+		actor, key, now.Add(-IdempotencyTTL)).Scan(&r.RequestHash, &r.Status, &r.Location, &r.Body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, false, nil
+	}
+	return r, err == nil, translate(err)
+}
+
+// RememberIdempotent stores the response to actor's key (replacing an
+// expired one; a concurrent first writer wins).
+func (s *AccessStore) RememberIdempotent(ctx context.Context, actor, key string, r IdempotentResponse, now time.Time) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO idempotency_keys (actor, key, request_hash, status, location, body, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (actor, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, status = EXCLUDED.status, location = EXCLUDED.location,
+    body = EXCLUDED.body, created_at = EXCLUDED.created_at
+WHERE idempotency_keys.created_at <= $7 - make_interval(secs => $8)`, actor, key, r.RequestHash, r.Status, r.Location, r.Body, now, IdempotencyTTL.Seconds())
+	return translate(err)
+}

@@ -1,0 +1,103 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/postgres"
+)
+
+// IdempotencyStore remembers responses to requests with an Idempotency-Key.
+type IdempotencyStore interface {
+	Idempotent(ctx context.Context, actor, key string, now time.Time) (postgres.IdempotentResponse, bool, error)
+	RememberIdempotent(ctx context.Context, actor, key string, r postgres.IdempotentResponse, now time.Time) error
+}
+
+// captureWriter keeps a copy of what a handler writes.
+type captureWriter struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (c *captureWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *captureWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	c.body.Write(b)
+	return c.ResponseWriter.Write(b)
+}
+
+// idempotency honours Idempotency-Key on POSTs (per token): the same key and
+// body replay the first response (Idempotent-Replayed: true); the same key
+// with another body is 422 idempotency-key-reused. Responses of 5xx are not
+// remembered, so a failed attempt can be retried with the same key. Two
+// concurrent first requests with one key both run; the operation rules (one
+// active operation per deployment) make the second a 409.
+func (s *Server) idempotency(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		if r.Method != http.MethodPost || key == "" || s.idem == nil || len(key) > 255 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			writeProblem(w, r, problemFromError(s.log, r, bodyReadError(err)))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		sum := sha256.Sum256(append([]byte(r.Method+" "+r.URL.Path+"\n"), body...))
+		hash := hex.EncodeToString(sum[:])
+		actor := principalFrom(r.Context()).TokenID
+		now := time.Now()
+		prev, found, err := s.idem.Idempotent(r.Context(), actor, key, now)
+		if err != nil {
+			writeProblem(w, r, problemFromError(s.log, r, err))
+			return
+		}
+		if found {
+			if prev.RequestHash != hash {
+				writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "idempotency-key-reused",
+					Message: "This Idempotency-Key was used with a different request; use a new key for a new request."}))
+				return
+			}
+			h := w.Header()
+			ct := "application/json"
+			if prev.Status >= 400 {
+				ct = problemContentType
+			}
+			h.Set("Content-Type", ct)
+			if prev.Location != "" {
+				h.Set("Location", prev.Location)
+			}
+			h.Set("Idempotent-Replayed", "true")
+			h.Set("Content-Length", strconv.Itoa(len(prev.Body)))
+			w.WriteHeader(prev.Status)
+			_, _ = w.Write(prev.Body)
+			return
+		}
+		cw := &captureWriter{ResponseWriter: w}
+		next.ServeHTTP(cw, r)
+		if cw.status > 0 && cw.status < 500 {
+			rec := postgres.IdempotentResponse{RequestHash: hash, Status: cw.status, Location: cw.Header().Get("Location"), Body: cw.body.Bytes()}
+			if err := s.idem.RememberIdempotent(context.WithoutCancel(r.Context()), actor, key, rec, now); err != nil {
+				s.log.ErrorContext(r.Context(), "remember idempotency key", "error", err)
+			}
+		}
+	})
+}
