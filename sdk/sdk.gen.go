@@ -356,6 +356,33 @@ func (e ProblemBackoffStrategy) Valid() bool {
 	}
 }
 
+// Defines values for ProgressPhase.
+const (
+	ProgressPhaseDrained     ProgressPhase = "drained"
+	ProgressPhaseDraining    ProgressPhase = "draining"
+	ProgressPhaseStartingNew ProgressPhase = "starting-new"
+	ProgressPhaseSwitching   ProgressPhase = "switching"
+	ProgressPhaseVerifying   ProgressPhase = "verifying"
+)
+
+// Valid indicates whether the value is a known member of the ProgressPhase enum.
+func (e ProgressPhase) Valid() bool {
+	switch e {
+	case ProgressPhaseDrained:
+		return true
+	case ProgressPhaseDraining:
+		return true
+	case ProgressPhaseStartingNew:
+		return true
+	case ProgressPhaseSwitching:
+		return true
+	case ProgressPhaseVerifying:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReconfigureRequestOnFailure.
 const (
 	ReconfigureRequestOnFailureHalt     ReconfigureRequestOnFailure = "halt"
@@ -750,6 +777,10 @@ type Deployment struct {
 	Parameters map[string]interface{} `json:"parameters"`
 	ProfileId  string                 `json:"profileId"`
 
+	// Progress What a drain-aware agent said in its newest status report (`x-wfm-extensions`); absent for plain
+	// Margo agents. Shown when one deployment is read.
+	Progress *Progress `json:"progress,omitempty"`
+
 	// Revision The number of the desired revision.
 	Revision int `json:"revision"`
 
@@ -1076,6 +1107,19 @@ type Problem struct {
 
 // ProblemBackoffStrategy defines model for Problem.BackoffStrategy.
 type ProblemBackoffStrategy string
+
+// Progress What a drain-aware agent said in its newest status report (`x-wfm-extensions`); absent for plain
+// Margo agents. Shown when one deployment is read.
+type Progress struct {
+	Healthy    *bool          `json:"healthy,omitempty"`
+	InFlight   *int           `json:"inFlight,omitempty"`
+	Message    *string        `json:"message,omitempty"`
+	Phase      *ProgressPhase `json:"phase,omitempty"`
+	ReportedAt time.Time      `json:"reportedAt"`
+}
+
+// ProgressPhase defines model for Progress.Phase.
+type ProgressPhase string
 
 // ReconfigureRequest defines model for ReconfigureRequest.
 type ReconfigureRequest struct {

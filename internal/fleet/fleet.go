@@ -83,8 +83,19 @@ type Deployment struct {
 	// Published is the client's newest manifest version; set only where
 	// the store reads it for a decision (RecordReport).
 	Published uint64
+	// Progress is set when one deployment is read (nil: no extension).
+	Progress  *Progress
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// Progress is what a drain-aware agent said in its newest report.
+type Progress struct {
+	Phase      string
+	InFlight   *int64
+	Healthy    *bool
+	Message    string
+	ReportedAt time.Time
 }
 
 // Revision outcomes.

@@ -449,9 +449,31 @@ func ETagMatches(header, etag string) bool {
 
 // Reads, each returning ENOTFOUND when the thing does not exist.
 
-// Deployment returns one deployment.
+// Deployment returns one deployment, with the progress its agent reported.
 func (s *Service) Deployment(ctx context.Context, id string) (Deployment, error) {
-	return s.store.Deployment(ctx, id)
+	d, err := s.store.Deployment(ctx, id)
+	if err != nil {
+		return d, err
+	}
+	r, err := s.store.LatestReport(ctx, id)
+	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+		return d, nil
+	}
+	if err != nil {
+		return d, err
+	}
+	var doc struct {
+		Ext *struct {
+			Phase    string `json:"phase"`
+			InFlight *int64 `json:"inFlight"`
+			Healthy  *bool  `json:"healthy"`
+			Message  string `json:"message"`
+		} `json:"x-wfm-extensions"`
+	}
+	if json.Unmarshal(r.JSON, &doc) == nil && doc.Ext != nil {
+		d.Progress = &Progress{Phase: doc.Ext.Phase, InFlight: doc.Ext.InFlight, Healthy: doc.Ext.Healthy, Message: doc.Ext.Message, ReportedAt: r.ReceivedAt}
+	}
+	return d, nil
 }
 
 // Revision returns one revision of a deployment.

@@ -129,6 +129,19 @@ func deploymentBody(d fleet.Deployment) api.Deployment {
 	if d.NewestAdopted > 0 {
 		out.AdoptedManifestVersion = ptr(d.NewestAdopted)
 	}
+	if p := d.Progress; p != nil {
+		pr := api.Progress{ReportedAt: p.ReportedAt, Healthy: p.Healthy}
+		if p.Phase != "" {
+			pr.Phase = ptr(api.ProgressPhase(p.Phase))
+		}
+		if p.InFlight != nil {
+			pr.InFlight = ptr(int(*p.InFlight))
+		}
+		if p.Message != "" {
+			pr.Message = ptr(p.Message)
+		}
+		out.Progress = &pr
+	}
 	return out
 }
 

@@ -495,7 +495,11 @@ func TestDrain(t *testing.T) {
 		assert.Contains(t, string(yml), "onTimeout: abort")
 
 		dev.reportPhase(id, "installing", "draining", 3)
-		assert.Equal(t, sdk.DeploymentState("draining"), e.deployment(t, id).State)
+		d := e.deployment(t, id)
+		assert.Equal(t, sdk.DeploymentState("draining"), d.State)
+		require.NotNil(t, d.Progress, "the agent's progress is shown on the deployment")
+		assert.Equal(t, sdk.ProgressPhase("draining"), *d.Progress.Phase)
+		assert.Equal(t, 3, *d.Progress.InFlight)
 		dev.reportPhase(id, "installing", "drained", 0)
 		assert.Equal(t, sdk.DeploymentState("draining"), e.deployment(t, id).State)
 		dev.installAll()
