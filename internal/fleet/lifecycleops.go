@@ -97,6 +97,21 @@ func (s *Service) run(ctx context.Context, p Plan, dryRun bool, ifMatch string) 
 	return p, created, nil
 }
 
+// ready refuses operations on a deployment that has one running, or cannot
+// take a new revision now.
+func (s *Service) ready(ctx context.Context, d Deployment, kind lifecycle.OperationKind) error {
+	active, err := s.store.ActiveOperation(ctx, d.ID)
+	if err != nil {
+		return err
+	}
+	if active != "" {
+		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "operation-in-progress",
+			Message: "Deployment " + d.ID + " already has an operation in progress: " + active + " (GET /mgmt/v1/operations/" + active + "; cancel it or wait for it to end).",
+			Extra:   map[string]any{"deploymentId": d.ID, "activeOperation": active}}
+	}
+	return publishable(d, kind)
+}
+
 // publishable refuses operations on deployments that cannot take a new
 // revision now.
 func publishable(d Deployment, kind lifecycle.OperationKind) error {
@@ -137,7 +152,7 @@ func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequ
 		return refuse(p, err)
 	}
 	p.To = target
-	if err := publishable(d, lifecycle.OperationUpgrade); err != nil {
+	if err := s.ready(ctx, d, lifecycle.OperationUpgrade); err != nil {
 		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: err.Error()})
 		return refuse(p, err)
 	}
@@ -166,7 +181,23 @@ func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequ
 	if mode == "" {
 		mode = lifecycle.PathDirect
 	}
-	plan, err := lifecycle.PlanUpgrade(d.Version, target, entries, mode)
+	// minUpgradeFrom is about what the device runs: after a failed upgrade
+	// that is the last installed revision, not the desired one.
+	from := d.Version
+	if d.InstalledRevision > 0 && d.InstalledRevision != d.Revision {
+		r, err := s.store.Revision(ctx, d.ID, d.InstalledRevision)
+		if err != nil {
+			return Plan{}, err
+		}
+		from = r.Version
+		p.From = from
+		for i := range versions {
+			if versions[i].Version == from {
+				currentV = &versions[i]
+			}
+		}
+	}
+	plan, err := lifecycle.PlanUpgrade(from, target, entries, mode)
 	p.Checks = append(p.Checks, plan.Checks...)
 	if err != nil {
 		return refuse(p, err)
@@ -243,7 +274,8 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 	}
 	p := Plan{Type: lifecycle.OperationReconfigure, From: d.Version, To: d.Version}
 	pl, err := func() (Plan, error) {
-		if err := publishable(d, lifecycle.OperationReconfigure); err != nil {
+		if err := s.ready(ctx, d, lifecycle.OperationReconfigure); err != nil {
+			p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: err.Error()})
 			return refuse(p, err)
 		}
 		v, err := s.catalog.Get(ctx, d.ApplicationID, d.Version.String())
@@ -269,8 +301,9 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 		}
 		p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: true, Detail: "valid"})
 		p.Strategy = desc.Lifecycle.Upgrade.DefaultStrategy()
+		p.Drain = lifecycle.ChooseDrain(nil, desc.Lifecycle.Upgrade) // drain as the version declares
 		p.Allowed = true
-		p.op = s.newOperation(d, lifecycle.OperationReconfigure, d.Version, values, d.ProfileID, p.Strategy, nil, req.OnFailure, req.Timeout, actor, nil)
+		p.op = s.newOperation(d, lifecycle.OperationReconfigure, d.Version, values, d.ProfileID, p.Strategy, p.Drain, req.OnFailure, req.Timeout, actor, nil)
 		return p, nil
 	}()
 	if err != nil {
@@ -296,7 +329,8 @@ func (s *Service) Rollback(ctx context.Context, id string, req RollbackRequest, 
 
 func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRequest, actor Actor) (Plan, error) {
 	p := Plan{Type: lifecycle.OperationRollback, From: d.Version}
-	if err := publishable(d, lifecycle.OperationRollback); err != nil {
+	if err := s.ready(ctx, d, lifecycle.OperationRollback); err != nil {
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: err.Error()})
 		return refuse(p, err)
 	}
 	revs, err := s.allRevisions(ctx, d.ID)
@@ -355,7 +389,7 @@ func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRe
 			refusal = "this server disables rollback overrides"
 		}
 		dec, err := lifecycle.CheckRollback(lifecycle.RollbackInput{
-			Installed: current.Version, Policy: idesc.Lifecycle.Rollback, InstalledAt: installedAt(*current),
+			Installed: current.Version, Policy: idesc.Lifecycle.Rollback, InstalledAt: versionInstalledAt(revs, *current),
 			Now: s.now(), Target: target.Version, TargetYanked: tv.Yanked, Force: req.Force, ForceReason: req.Reason,
 			ForceAllowed: refusal == "", ForceRefusal: refusal,
 		})
@@ -377,17 +411,42 @@ func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRe
 	if p.Strategy == "" {
 		p.Strategy = lifecycle.StrategyRecreate
 	}
+	tv, err := s.catalog.Get(ctx, d.ApplicationID, target.Version.String())
+	if err != nil {
+		return Plan{}, err
+	}
+	tdesc, err := s.catalog.Description(tv)
+	if err != nil {
+		return Plan{}, err
+	}
+	p.Drain = lifecycle.ChooseDrain(nil, tdesc.Lifecycle.Upgrade) // drain as the target version declares
 	p.Allowed = true
-	op := s.newOperation(d, lifecycle.OperationRollback, target.Version, target.Parameters, target.ProfileID, p.Strategy, nil, OnFailureHalt, req.Timeout, actor, nil)
+	op := s.newOperation(d, lifecycle.OperationRollback, target.Version, target.Parameters, target.ProfileID, p.Strategy, p.Drain, OnFailureHalt, req.Timeout, actor, nil)
 	op.RestoreRevision, op.Forced, op.ForceReason = n, forced, forceReason
 	p.op = op
 	return p, nil
 }
 
-// installedAt is when the running version became installed: its revision's
-// first confirmation (zero when unknown, which lifecycle.CheckRollback
-// counts as outside any window).
-func installedAt(r Revision) time.Time { return r.InstalledAt }
+// versionInstalledAt is when the running version became installed: the
+// first confirmation of the earliest revision in the unbroken run of
+// revisions of that version up to the current one (a reconfiguration does
+// not restart a rollback window). Zero when unknown, which
+// lifecycle.CheckRollback counts as outside any window.
+func versionInstalledAt(revs []Revision, cur Revision) time.Time { // revs newest first
+	t := cur.InstalledAt
+	for _, r := range revs {
+		if r.N > cur.N {
+			continue
+		}
+		if lifecycle.Compare(r.Version, cur.Version) != 0 {
+			break
+		}
+		if !r.InstalledAt.IsZero() {
+			t = r.InstalledAt
+		}
+	}
+	return t
+}
 
 func (s *Service) allRevisions(ctx context.Context, id string) ([]Revision, error) {
 	var all []Revision

@@ -92,6 +92,8 @@ type OperationFilter struct {
 // Publication is a revision a step publishes.
 type Publication struct {
 	Step        int
+	Revision    int // the new revision's number
+	Drain       *lifecycle.DrainPolicy
 	Version     lifecycle.Version
 	ProfileID   string
 	Components  []string
@@ -131,4 +133,7 @@ type Visit struct {
 	Revisions map[int]Revision
 	// LastPhase is the drain phase of the newest status report ("" if none).
 	LastPhase string
+	// LastRevision is the highest revision number the deployment has; a new
+	// revision is LastRevision+1 (the desired one may be lower after a revert).
+	LastRevision int
 }

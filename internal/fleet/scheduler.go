@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -121,11 +122,14 @@ func (s *Service) decide(ctx context.Context) func(Visit) (Advance, error) {
 		}
 		switch cur.State {
 		case StepPending:
+			if op.State == OpQueued && now.After(op.Deadline) {
+				return Advance{Finish: OpFailed, Reason: "timeout: the operation could not start before its deadline"}, nil
+			}
 			pub, err := s.publication(ctx, op, *cur, d, v)
 			if err != nil {
-				return Advance{Finish: OpFailed, Reason: "cannot publish: " + err.Error()}, nil
+				return publishFailure(err)
 			}
-			return Advance{Publish: pub, Deadline: now.Add(stepBudget(op.StepTimeout, op.Drain))}, nil
+			return Advance{Publish: pub, Deadline: now.Add(stepBudget(op.StepTimeout, pub.Drain))}, nil
 		case StepPublished:
 		default:
 			return Advance{}, nil
@@ -140,28 +144,39 @@ func (s *Service) decide(ctx context.Context) func(Visit) (Advance, error) {
 				next.Finish = OpSucceeded
 				return next, nil
 			}
-			nextStep := op.Steps[cur.N] // steps are 1-based; index cur.N is the following step
-			d2 := d
-			pub, err := s.publication(ctx, op, nextStep, d2, v)
+			pub, err := s.publication(ctx, op, op.Steps[cur.N], d, v) // steps are 1-based: index cur.N is the next one
 			if err != nil {
-				next.Finish, next.Reason = OpFailed, "cannot publish: "+err.Error()
-				return next, nil
+				adv, err := publishFailure(err)
+				adv.StepInstalled = cur.N
+				return adv, err
 			}
-			next.Publish, next.Deadline = pub, now.Add(stepBudget(op.StepTimeout, op.Drain))
+			next.Publish, next.Deadline = pub, now.Add(stepBudget(op.StepTimeout, pub.Drain))
 			return next, nil
 		case lifecycle.StateFailed:
 			adv := Advance{Finish: OpFailed, Reason: "device-failed: " + d.StateReason}
 			s.followUpRollback(ctx, &adv, op, d, v, now)
 			return adv, nil
 		}
-		if op.Drain != nil && op.Drain.EffectiveOnTimeout() == lifecycle.OnTimeoutAbort && draining(d, v) &&
-			now.After(cur.PublishedAt.Add(op.Drain.EffectiveTimeout())) {
-			return Advance{Finish: OpFailed, Reason: "drain-timeout",
-				RevertTo: op.BaseRevision}, nil
+		drain, err := s.stepDrain(ctx, op, *cur, d)
+		if err != nil {
+			return Advance{}, err
+		}
+		stillDraining := d.State == lifecycle.StateDraining && v.LastPhase != string(margo.PhaseDrained)
+		if drain != nil && drain.EffectiveOnTimeout() == lifecycle.OnTimeoutAbort && stillDraining &&
+			now.After(cur.PublishedAt.Add(drain.EffectiveTimeout())) {
+			adv := Advance{Finish: OpFailed, Reason: "drain-timeout"}
+			// The device keeps running what it ran: that revision becomes
+			// desired again.
+			if d.InstalledRevision > 0 && d.InstalledRevision != d.Revision {
+				adv.RevertTo = d.InstalledRevision
+			} else {
+				adv.FailDeployment = true
+			}
+			return adv, nil
 		}
 		if now.After(op.Deadline) {
 			adv := Advance{Finish: OpFailed, Reason: "timeout", FailDeployment: true}
-			if draining(d, v) {
+			if stillDraining {
 				adv.Reason = "drain-timeout"
 			}
 			s.followUpRollback(ctx, &adv, op, d, v, now)
@@ -169,6 +184,36 @@ func (s *Service) decide(ctx context.Context) func(Visit) (Advance, error) {
 		}
 		return Advance{}, nil
 	}
+}
+
+// publishFailure turns a failure to render a step into the operation's
+// end when it is a lasting one (an invalid description, no profile fits),
+// and into a retried visit when it is not (a database hiccup).
+func publishFailure(err error) (Advance, error) {
+	switch lifecycle.ErrorCode(err) {
+	case lifecycle.EINTERNAL, lifecycle.EUNAVAILABLE:
+		return Advance{}, err
+	}
+	var de *lifecycle.Error
+	errors.As(err, &de)
+	return Advance{Finish: OpFailed, Reason: "cannot publish: " + de.Type + ": " + de.Message}, nil
+}
+
+// stepDrain is the drain of a step: the operation's for its final step, the
+// hop's own declaration for an intermediate one.
+func (s *Service) stepDrain(ctx context.Context, op Operation, st Step, d Deployment) (*lifecycle.DrainPolicy, error) {
+	if st.N == len(op.Steps) {
+		return op.Drain, nil
+	}
+	cv, err := s.catalog.Get(ctx, d.ApplicationID, st.Version.String())
+	if err != nil {
+		return nil, err
+	}
+	desc, err := s.catalog.Description(cv)
+	if err != nil {
+		return nil, err
+	}
+	return lifecycle.ChooseDrain(nil, desc.Lifecycle.Upgrade), nil
 }
 
 func draining(d Deployment, v Visit) bool {
@@ -182,7 +227,13 @@ func (s *Service) followUpRollback(ctx context.Context, adv *Advance, op Operati
 	if op.OnFailure != OnFailureRollback || op.Type == lifecycle.OperationRollback {
 		return
 	}
-	base, ok := v.Revisions[op.BaseRevision]
+	// Back to what ran just before: the last installed revision (a hop of
+	// this operation, or the base).
+	target := op.BaseRevision
+	if d.InstalledRevision > target && d.InstalledRevision < d.Revision {
+		target = d.InstalledRevision
+	}
+	base, ok := v.Revisions[target]
 	if !ok {
 		return
 	}
@@ -266,17 +317,17 @@ func (s *Service) publication(ctx context.Context, op Operation, st Step, d Depl
 	for _, c := range profile.Components {
 		components = append(components, c.Name)
 	}
-	drain := op.Drain
-	if st.N < len(op.Steps) {
-		drain = lifecycle.ChooseDrain(nil, desc.Lifecycle.Upgrade)
+	drain, err := s.stepDrain(ctx, op, st, d)
+	if err != nil {
+		return nil, err
 	}
 	yaml, err := margo.RenderDeployment(margo.DeploymentInput{
 		DeploymentID: d.ID, DeviceID: d.DeviceID, Description: desc, Profile: profile, Values: values,
-		Extension: margo.Extension{Revision: d.Revision + 1, Operation: op.Type, FromVersion: d.Version, Strategy: strategy, Drain: drain},
+		Extension: margo.Extension{Revision: v.LastRevision + 1, Operation: op.Type, FromVersion: d.Version, Strategy: strategy, Drain: drain},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("render revision: %w", err)
 	}
-	return &Publication{Step: st.N, Version: st.Version, ProfileID: profile.ID, Components: components, Parameters: values,
+	return &Publication{Step: st.N, Revision: v.LastRevision + 1, Drain: drain, Version: st.Version, ProfileID: profile.ID, Components: components, Parameters: values,
 		YAML: yaml, Kind: op.Type, Strategy: strategy, Forced: op.Forced, ForceReason: op.ForceReason}, nil
 }

@@ -97,6 +97,9 @@ type Store interface {
 	// CancelOperation ends an active operation as cancelled. Returns
 	// ENOTFOUND, or ECONFLICT if it already ended.
 	CancelOperation(ctx context.Context, id, reason string, now time.Time) (Operation, error)
+	// ActiveOperation returns the id of a deployment's queued or running
+	// operation, "" when there is none.
+	ActiveOperation(ctx context.Context, deploymentID string) (string, error)
 	// ActiveOperations returns the ids of queued and running operations,
 	// nearest deadline first.
 	ActiveOperations(ctx context.Context, limit int) ([]string, error)

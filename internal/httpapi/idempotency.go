@@ -51,7 +51,9 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 func (s *Server) idempotency(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
-		if r.Method != http.MethodPost || key == "" || s.idem == nil || len(key) > 255 {
+		// Responses that carry a token secret are never stored (tokens
+		// exist only as hashes).
+		if r.Method != http.MethodPost || key == "" || s.idem == nil || len(key) > 255 || r.URL.Path == "/mgmt/v1/tokens" {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -23,9 +23,9 @@ func duration(s *string, pointer string) (time.Duration, error) {
 		return 0, nil
 	}
 	d, err := time.ParseDuration(*s)
-	if err != nil || d <= 0 {
+	if err != nil || d < time.Second || d > 7*24*time.Hour {
 		return 0, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "A duration is not valid.",
-			Fields: []lifecycle.FieldError{{Pointer: pointer, Detail: "a Go duration greater than 0, such as 10m"}}}
+			Fields: []lifecycle.FieldError{{Pointer: pointer, Detail: "a Go duration from 1s to 168h, such as 10m"}}}
 	}
 	return d, nil
 }

@@ -23,7 +23,7 @@ import (
 const SchedulerChannel = "wfm_operations"
 
 const sqlOperationColumns = `id::text, deployment_id::text, type, state, reason, from_version, to_version, parameters::text, profile_id,
-strategy, drain::text, on_failure, extract(epoch FROM step_timeout)::bigint, forced, force_reason, requested_by, base_revision,
+strategy, drain::text, on_failure, (extract(epoch FROM step_timeout) * 1000)::bigint, forced, force_reason, requested_by, base_revision,
 restore_revision, follow_up::text, deadline, created_at, updated_at, finished_at`
 
 func scanOperation(row pgx.Row) (fleet.Operation, error) {
@@ -45,7 +45,7 @@ func scanOperation(row pgx.Row) (fleet.Operation, error) {
 	if o.ToVersion, err = lifecycle.ParseVersion(to); err != nil {
 		return o, err
 	}
-	o.Type, o.Strategy, o.StepTimeout = lifecycle.OperationKind(typ), lifecycle.Strategy(strategy), time.Duration(stepSecs)*time.Second
+	o.Type, o.Strategy, o.StepTimeout = lifecycle.OperationKind(typ), lifecycle.Strategy(strategy), time.Duration(stepSecs)*time.Millisecond
 	if drain != nil {
 		var d drainJSON
 		if err := json.Unmarshal([]byte(*drain), &d); err != nil {
@@ -247,8 +247,8 @@ func (s *FleetStore) CancelOperation(ctx context.Context, id string, reason stri
 		return fleet.Operation{}, notFound("There is no operation %s.", id)
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var state string
-		err := tx.QueryRow(ctx, `SELECT state FROM operations WHERE id = $1 FOR UPDATE`, id).Scan(&state)
+		var state, depID string
+		err := tx.QueryRow(ctx, `SELECT state, deployment_id::text FROM operations WHERE id = $1 FOR UPDATE`, id).Scan(&state, &depID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("There is no operation %s.", id)
 		}
@@ -257,6 +257,30 @@ func (s *FleetStore) CancelOperation(ctx context.Context, id string, reason stri
 		}
 		if state != fleet.OpQueued && state != fleet.OpRunning {
 			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "operation-ended", Message: "Operation " + id + " already ended (" + state + ")."}
+		}
+		// A published step the device has not finished leaves nothing to wait
+		// for once the operation ends: the deployment fails, so that a person
+		// (or a new operation) decides, instead of staying in progress.
+		var published bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM operation_steps WHERE operation_id = $1 AND state = 'published')`, id).Scan(&published); err != nil {
+			return err
+		}
+		d, err := lockDeployment(ctx, tx, depID, "")
+		if err != nil {
+			return err
+		}
+		if published && !d.State.Settled() && lifecycle.CanTransition(d.State, lifecycle.StateFailed) {
+			msg := "Operation " + id + " was " + reason + " before the device finished revision " + strconv.Itoa(d.Revision) + "."
+			if _, err := tx.Exec(ctx, `UPDATE deployments SET state = 'failed', state_reason = $2, state_changed_at = $3, updated_at = $3,
+generation = generation + 1 WHERE id = $1`, d.ID, msg, now); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = 'failed' WHERE deployment_id = $1 AND n = $2 AND outcome = 'pending'`, d.ID, d.Revision); err != nil {
+				return err
+			}
+			if err := appendHistory(ctx, tx, d.ID, d.State, lifecycle.StateFailed, fleet.CauseOperator, d.Revision, msg, now); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `UPDATE operations SET state = 'cancelled', reason = $2, updated_at = $3, finished_at = $3 WHERE id = $1`, id, reason, now); err != nil {
 			return err
@@ -268,6 +292,16 @@ func (s *FleetStore) CancelOperation(ctx context.Context, id string, reason stri
 		return fleet.Operation{}, translate(err)
 	}
 	return s.Operation(ctx, id)
+}
+
+// ActiveOperation implements fleet.Store.
+func (s *FleetStore) ActiveOperation(ctx context.Context, deploymentID string) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, `SELECT id::text FROM operations WHERE deployment_id = $1 AND state IN ('queued', 'running')`, deploymentID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return id, translate(err)
 }
 
 // ActiveOperations implements fleet.Store.
@@ -302,7 +336,10 @@ func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide fun
 			return err
 		}
 		v := fleet.Visit{Op: op, Deployment: d, Revisions: map[int]fleet.Revision{}}
-		for _, n := range []int{op.BaseRevision, d.Revision, op.RestoreRevision} {
+		if err := tx.QueryRow(ctx, `SELECT max(n) FROM revisions WHERE deployment_id = $1`, d.ID).Scan(&v.LastRevision); err != nil {
+			return err
+		}
+		for _, n := range []int{op.BaseRevision, d.Revision, op.RestoreRevision, d.InstalledRevision} {
 			if n <= 0 {
 				continue
 			}
@@ -437,7 +474,7 @@ func (s *FleetStore) publishRevision(ctx context.Context, tx pgx.Tx, op fleet.Op
 	if err != nil {
 		return err
 	}
-	n := d.Revision + 1
+	n := p.Revision
 	params, err := json.Marshal(p.Parameters)
 	if err != nil {
 		return err
@@ -485,11 +522,14 @@ func revert(ctx context.Context, tx pgx.Tx, d fleet.Deployment, to int, reason s
 	if d.InstalledRevision != to {
 		next = lifecycle.StatePending
 	}
+	if next != d.State && !lifecycle.CanTransition(d.State, next) {
+		return fmt.Errorf("revert of deployment %s: %s -> %s is not a transition", d.ID, d.State, next)
+	}
 	if _, err := tx.Exec(ctx, `UPDATE deployments SET revision = $2, desired_since = $3, state = $4, state_reason = $5, state_changed_at = $6,
 updated_at = $6, generation = generation + 1 WHERE id = $1`, d.ID, to, int64(v), string(next), reason, now); err != nil {
 		return err
 	}
-	if next != d.State && lifecycle.CanTransition(d.State, next) {
+	if next != d.State {
 		if err := appendHistory(ctx, tx, d.ID, d.State, next, fleet.CauseDeadline, to, reason, now); err != nil {
 			return err
 		}
