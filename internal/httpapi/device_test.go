@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,25 +46,44 @@ type fleetEnv struct {
 	ids       identity.Config
 	chk       *margotest.Checker
 	fleet     *fleet.Service
+	pool      *pgxpool.Pool
+}
+
+// envOptions vary the test server.
+type envOptions struct {
+	policy  fleet.Policy
+	limiter *ratelimit.Limiter
+	now     func() time.Time // the services' clock; nil: time.Now
 }
 
 func newFleetEnv(t *testing.T, policy fleet.Policy) *fleetEnv {
 	t.Helper()
-	return newFleetEnvWith(t, policy, nil)
+	return newEnv(t, envOptions{policy: policy})
 }
 
 // newFleetEnvWith is newFleetEnv with a device API rate limiter.
 func newFleetEnvWith(t *testing.T, policy fleet.Policy, limiter *ratelimit.Limiter) *fleetEnv {
 	t.Helper()
+	return newEnv(t, envOptions{policy: policy, limiter: limiter})
+}
+
+// newEnv starts the whole server on a fresh database: the management API
+// over plain HTTP, the device API over real mutual TLS.
+func newEnv(t *testing.T, o envOptions) *fleetEnv {
+	t.Helper()
+	if o.now == nil {
+		o.now = time.Now
+	}
 	pool := pgtest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
-	fl := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, policy, time.Now, log)
-	acc := access.NewService(postgres.NewAccessStore(pool), time.Now)
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), o.now)
+	fl := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, o.policy, o.now, log)
+	acc := access.NewService(postgres.NewAccessStore(pool), o.now)
 	require.NoError(t, acc.Bootstrap(t.Context(), adminToken))
 	ids := identity.Config{TrustDomain: "example.org", WFMID: "wfm-test"}
 	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: func(context.Context) error { return nil },
-		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest, DeviceLimiter: limiterOrNil(limiter)})
+		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest,
+		DeviceLimiter: limiterOrNil(o.limiter), Idempotency: postgres.NewAccessStore(pool)})
 	require.NoError(t, err)
 	mgmtH, deviceH := httpapi.Split(h)
 
@@ -78,7 +98,7 @@ func newFleetEnvWith(t *testing.T, policy fleet.Policy, limiter *ratelimit.Limit
 	mgmt := httptest.NewServer(mgmtH)
 	t.Cleanup(mgmt.Close)
 	c := clientAs(t, mgmt.URL, adminToken)
-	return &fleetEnv{mgmt: c, mgmtURL: mgmt.URL, deviceURL: dev.URL, ca: ca, ids: ids, chk: margotest.FromEnv(t), fleet: fl}
+	return &fleetEnv{mgmt: c, mgmtURL: mgmt.URL, deviceURL: dev.URL, ca: ca, ids: ids, chk: margotest.FromEnv(t), fleet: fl, pool: pool}
 }
 
 // limiterOrNil keeps a nil *Limiter from becoming a non-nil interface.

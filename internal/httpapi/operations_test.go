@@ -5,27 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wfm-dev/wfm/internal/access"
-	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
-	"github.com/wfm-dev/wfm/internal/identity"
-	"github.com/wfm-dev/wfm/internal/pgtest"
-	"github.com/wfm-dev/wfm/internal/postgres"
-	"github.com/wfm-dev/wfm/internal/testpki"
 	"github.com/wfm-dev/wfm/sdk"
 )
 
@@ -53,37 +44,14 @@ type opsEnv struct {
 	clock *clock
 	pool  *pgxpool.Pool
 	sched *fleet.Scheduler
-	acc   *access.Service
 	url   string
 }
 
 func newOpsEnv(t *testing.T) *opsEnv {
 	t.Helper()
-	pool := pgtest.New(t)
 	clk := &clock{t: time.Now().UTC()}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cat := catalog.NewService(postgres.NewCatalogStore(pool), clk.Now)
-	fl := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true, AllowOverrides: true}, clk.Now, log)
-	acc := access.NewService(postgres.NewAccessStore(pool), clk.Now)
-	require.NoError(t, acc.Bootstrap(t.Context(), adminToken))
-	ids := identity.Config{TrustDomain: "example.org", WFMID: "wfm-test"}
-	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: func(context.Context) error { return nil },
-		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest,
-		Idempotency: postgres.NewAccessStore(pool)})
-	require.NoError(t, err)
-	mgmtH, deviceH := httpapi.Split(h)
-	ca, err := testpki.NewCA("test CA")
-	require.NoError(t, err)
-	serverCert, err := ca.IssueServer([]string{"localhost"}, nil)
-	require.NoError(t, err)
-	dev := httptest.NewUnstartedServer(deviceH)
-	dev.TLS = identity.ServerTLSConfig(serverCert, ca.Pool(), identity.RequireClientCert())
-	dev.StartTLS()
-	t.Cleanup(dev.Close)
-	mgmt := httptest.NewServer(mgmtH)
-	t.Cleanup(mgmt.Close)
-	fe := &fleetEnv{mgmt: clientAs(t, mgmt.URL, adminToken), mgmtURL: mgmt.URL, deviceURL: dev.URL, ca: ca, ids: ids, fleet: fl}
-	return &opsEnv{fleetEnv: fe, clock: clk, pool: pool, sched: fleet.NewScheduler(fl, time.Hour), acc: acc, url: mgmt.URL}
+	fe := newEnv(t, envOptions{policy: fleet.Policy{AcceptAll: true, AllowOverrides: true}, now: clk.Now})
+	return &opsEnv{fleetEnv: fe, clock: clk, pool: fe.pool, sched: fleet.NewScheduler(fe.fleet, time.Hour), url: fe.mgmtURL}
 }
 
 // tick runs one scheduler pass, as the background scheduler would.
