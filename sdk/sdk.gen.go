@@ -1140,7 +1140,11 @@ type Revision struct {
 	CreatedAt     time.Time `json:"createdAt"`
 
 	// Digest sha256 of the rendered ApplicationDeployment YAML.
-	Digest string `json:"digest"`
+	Digest      string  `json:"digest"`
+	ForceReason *string `json:"forceReason,omitempty"`
+
+	// Forced Published by a break-glass override of a rollback policy.
+	Forced *bool `json:"forced,omitempty"`
 
 	// ManifestVersion The client manifestVersion that first published this revision.
 	ManifestVersion *uint64                `json:"manifestVersion,omitempty"`

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -137,6 +138,15 @@ func (s *Service) Upgrade(ctx context.Context, id string, req UpgradeRequest, ac
 	return s.run(ctx, p, dryRun, ifMatch)
 }
 
+// message is the sentence of a domain error (its text otherwise).
+func message(err error) string {
+	var de *lifecycle.Error
+	if errors.As(err, &de) {
+		return de.Message
+	}
+	return err.Error()
+}
+
 func refuse(p Plan, err error) (Plan, error) {
 	if lifecycle.ErrorCode(err) == lifecycle.EINTERNAL || lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE {
 		return Plan{}, err
@@ -153,7 +163,7 @@ func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequ
 	}
 	p.To = target
 	if err := s.ready(ctx, d, lifecycle.OperationUpgrade); err != nil {
-		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: err.Error()})
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: message(err)})
 		return refuse(p, err)
 	}
 	p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: true, Detail: "state " + string(d.State)})
@@ -212,7 +222,7 @@ func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequ
 		return Plan{}, err
 	}
 	if err := tdesc.CheckValues(req.Parameters, false); err != nil {
-		p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: err.Error()})
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: message(err)})
 		return refuse(p, err)
 	}
 	values, changes := lifecycle.CarryOver(lifecycle.CarryInput{
@@ -221,7 +231,7 @@ func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequ
 	})
 	p.Parameters = changes
 	if err := tdesc.CheckValues(values, true); err != nil {
-		p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: err.Error()})
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: message(err)})
 		return refuse(p, err)
 	}
 	p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: true, Detail: "valid for " + target.String()})
@@ -275,7 +285,7 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 	p := Plan{Type: lifecycle.OperationReconfigure, From: d.Version, To: d.Version}
 	pl, err := func() (Plan, error) {
 		if err := s.ready(ctx, d, lifecycle.OperationReconfigure); err != nil {
-			p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: err.Error()})
+			p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: message(err)})
 			return refuse(p, err)
 		}
 		v, err := s.catalog.Get(ctx, d.ApplicationID, d.Version.String())
@@ -292,7 +302,7 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 			return refuse(p, err)
 		}
 		if err := desc.CheckValues(req.Parameters, false); err != nil {
-			p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: err.Error()})
+			p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: message(err)})
 			return refuse(p, err)
 		}
 		values := lifecycle.MergeValues(d.Parameters, req.Parameters)
@@ -330,7 +340,7 @@ func (s *Service) Rollback(ctx context.Context, id string, req RollbackRequest, 
 func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRequest, actor Actor) (Plan, error) {
 	p := Plan{Type: lifecycle.OperationRollback, From: d.Version}
 	if err := s.ready(ctx, d, lifecycle.OperationRollback); err != nil {
-		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: err.Error()})
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: message(err)})
 		return refuse(p, err)
 	}
 	revs, err := s.allRevisions(ctx, d.ID)
@@ -376,6 +386,10 @@ func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRe
 		return Plan{}, err
 	}
 	forced, forceReason := false, ""
+	if req.Force && !actor.Admin {
+		return refuse(p, &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "break-glass-forbidden",
+			Message: "force is a break-glass override: only the admin role may use it."})
+	}
 	switch c := lifecycle.Compare(target.Version, current.Version); {
 	case c < 0: // a version downgrade: the installed version's supplier decides
 		tv, err := s.catalog.Get(ctx, d.ApplicationID, target.Version.String())

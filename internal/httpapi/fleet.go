@@ -207,6 +207,9 @@ func revisionBody(r fleet.Revision, withYAML bool) api.Revision {
 	if withYAML {
 		out.Yaml = ptr(string(r.YAML))
 	}
+	if r.Forced {
+		out.Forced, out.ForceReason = ptr(true), ptr(r.ForceReason)
+	}
 	return out
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
@@ -53,7 +54,8 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 		key := r.Header.Get("Idempotency-Key")
 		// Responses that carry a token secret are never stored (tokens
 		// exist only as hashes).
-		if r.Method != http.MethodPost || key == "" || s.idem == nil || len(key) > 255 || r.URL.Path == "/mgmt/v1/tokens" {
+		if r.Method != http.MethodPost || key == "" || s.idem == nil || len(key) > 255 ||
+			!strings.HasPrefix(r.URL.Path, "/mgmt/") || r.URL.Path == "/mgmt/v1/tokens" {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -307,6 +307,10 @@ func TestRollbackPolicy(t *testing.T) {
 	assert.Equal(t, "2.0.0", got.Version)
 	assert.Equal(t, "two", got.Parameters["greeting"], "the old revision's exact parameters are restored")
 	assert.Greater(t, got.Revision, revOf["3.0.0"], "a rollback is a new revision; history is not edited")
+	rev, err := e.mgmt.GetRevisionWithResponse(t.Context(), id, got.Revision)
+	require.NoError(t, err)
+	require.NotNil(t, rev.JSON200.Forced, "the override is on the revision")
+	assert.Equal(t, "incident 42", *rev.JSON200.ForceReason)
 
 	audit, err := e.mgmt.ListAuditWithResponse(t.Context(), &sdk.ListAuditParams{Action: ptrTo("rollbackDeployment"), Outcome: ptrTo(sdk.ListAuditParamsOutcome("success"))})
 	require.NoError(t, err)
@@ -715,6 +719,18 @@ func TestOperationRegressions(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, dry.StatusCode(), string(dry.Body))
 		assert.False(t, dry.JSON200.Allowed, "90 minutes after 2.0.0 was installed the 1h window is closed")
+	})
+	t.Run("device API requests ignore Idempotency-Key", func(t *testing.T) {
+		e := newOpsEnv(t)
+		dev, id := e.setup(t, map[string]string{"1.0.0": ""}, "1.0.0")
+		m, _ := dev.manifest()
+		body, _ := json.Marshal(map[string]any{"deploymentId": id, "adoptedManifestVersion": m.ManifestVersion,
+			"status": map[string]any{"state": "installed"}, "components": []any{}})
+		res, _ := dev.do("POST", "/api/v1/deployments/"+id+"/status", body, "Idempotency-Key", "k")
+		assert.Equal(t, http.StatusOK, res.StatusCode)
+		var n int
+		require.NoError(t, e.pool.QueryRow(t.Context(), `SELECT count(*) FROM idempotency_keys`).Scan(&n))
+		assert.Zero(t, n)
 	})
 	t.Run("token secrets are not kept by idempotency", func(t *testing.T) {
 		e := newOpsEnv(t)
