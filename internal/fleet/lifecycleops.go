@@ -230,6 +230,11 @@ func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequ
 		TargetDefaults: tdesc.DefaultValues(), TargetPolicy: tdesc.Lifecycle, Requested: req.Parameters,
 	})
 	p.Parameters = changes
+	// immutable: a value set at install may not change, by request or reset.
+	if err := lifecycle.CheckImmutable(d.Parameters, values, func(n string) bool { return cdesc.Immutable(n) || tdesc.Immutable(n) }); err != nil {
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "immutable-parameters", Passed: false, Detail: message(err)})
+		return refuse(p, err)
+	}
 	if err := tdesc.CheckValues(values, true); err != nil {
 		p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: message(err)})
 		return refuse(p, err)

@@ -720,6 +720,14 @@ func TestOperationRegressions(t *testing.T) {
 		require.Equal(t, http.StatusOK, dry.StatusCode(), string(dry.Body))
 		assert.False(t, dry.JSON200.Allowed, "90 minutes after 2.0.0 was installed the 1h window is closed")
 	})
+	t.Run("an upgrade cannot change an immutable parameter", func(t *testing.T) {
+		e := newOpsEnv(t)
+		_, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": ""}, "1.0.0")
+		pv := sdk.ParameterValues{"region": "us"}
+		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0", Parameters: &pv})
+		p := problemOf(t, res.HTTPResponse, res.Body, http.StatusUnprocessableEntity)
+		assert.Equal(t, httpapi.ProblemBase+"immutable-parameter", p.Type)
+	})
 	t.Run("device API requests ignore Idempotency-Key", func(t *testing.T) {
 		e := newOpsEnv(t)
 		dev, id := e.setup(t, map[string]string{"1.0.0": ""}, "1.0.0")
