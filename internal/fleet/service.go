@@ -297,6 +297,7 @@ func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID strin
 			DesiredSince:  d.DesiredSince,
 			Removing:      d.Removing,
 			NewestAdopted: d.NewestAdopted,
+			Strategy:      d.Strategy,
 			Report:        lifecycle.ReportView{State: string(r.State), Adopted: r.AdoptedManifestVersion, Phase: phase},
 		}), nil
 	}
