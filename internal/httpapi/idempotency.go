@@ -17,8 +17,9 @@ import (
 
 // IdempotencyStore remembers responses to requests with an Idempotency-Key.
 type IdempotencyStore interface {
-	Idempotent(ctx context.Context, actor, key string, now time.Time) (postgres.IdempotentResponse, bool, error)
-	RememberIdempotent(ctx context.Context, actor, key string, r postgres.IdempotentResponse, now time.Time) error
+	ReserveIdempotent(ctx context.Context, actor, key, hash string, now time.Time) (postgres.IdempotentResponse, bool, error)
+	CompleteIdempotent(ctx context.Context, actor, key string, r postgres.IdempotentResponse) error
+	ReleaseIdempotent(ctx context.Context, actor, key string) error
 }
 
 // captureWriter keeps a copy of what a handler writes.
@@ -43,12 +44,12 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 	return c.ResponseWriter.Write(b)
 }
 
-// idempotency honours Idempotency-Key on POSTs (per token): the same key and
-// body replay the first response (Idempotent-Replayed: true); the same key
-// with another body is 422 idempotency-key-reused. Responses of 5xx are not
-// remembered, so a failed attempt can be retried with the same key. Two
-// concurrent first requests with one key both run; the operation rules (one
-// active operation per deployment) make the second a 409.
+// idempotency honours Idempotency-Key on management POSTs (per token): the
+// key is reserved before the request runs; the same key and body replay the
+// first response (Idempotent-Replayed: true), or get 409
+// idempotency-key-in-use while the first is still running; the same key with
+// another body is 422 idempotency-key-reused. Responses of 5xx are not
+// remembered, so a failed attempt can be retried with the same key.
 func (s *Server) idempotency(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
@@ -69,15 +70,20 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 		hash := hex.EncodeToString(sum[:])
 		actor := principalFrom(r.Context()).TokenID
 		now := time.Now()
-		prev, found, err := s.idem.Idempotent(r.Context(), actor, key, now)
+		prev, reserved, err := s.idem.ReserveIdempotent(r.Context(), actor, key, hash, now)
 		if err != nil {
 			writeProblem(w, r, problemFromError(s.log, r, err))
 			return
 		}
-		if found {
+		if !reserved {
 			if prev.RequestHash != hash {
 				writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "idempotency-key-reused",
 					Message: "This Idempotency-Key was used with a different request; use a new key for a new request."}))
+				return
+			}
+			if prev.Status == 0 {
+				writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "idempotency-key-in-use",
+					Message: "The first request with this Idempotency-Key is still running; repeat this one later to get its answer."}))
 				return
 			}
 			h := w.Header()
@@ -96,11 +102,22 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			return
 		}
 		cw := &captureWriter{ResponseWriter: w}
+		ctx := context.WithoutCancel(r.Context())
+		done := false
+		defer func() { // a panic or a 5xx frees the key for a retry
+			if !done {
+				if err := s.idem.ReleaseIdempotent(ctx, actor, key); err != nil {
+					s.log.ErrorContext(ctx, "release idempotency key", "error", err)
+				}
+			}
+		}()
 		next.ServeHTTP(cw, r)
 		if cw.status > 0 && cw.status < 500 {
 			rec := postgres.IdempotentResponse{RequestHash: hash, Status: cw.status, Location: cw.Header().Get("Location"), Body: cw.body.Bytes()}
-			if err := s.idem.RememberIdempotent(context.WithoutCancel(r.Context()), actor, key, rec, now); err != nil {
-				s.log.ErrorContext(r.Context(), "remember idempotency key", "error", err)
+			if err := s.idem.CompleteIdempotent(ctx, actor, key, rec); err != nil {
+				s.log.ErrorContext(ctx, "remember idempotency key", "error", err)
+			} else {
+				done = true
 			}
 		}
 	})

@@ -625,6 +625,30 @@ func TestIdempotencyKeyAndIfMatch(t *testing.T) {
 	ops, err := e.mgmt.ListOperationsWithResponse(t.Context(), &sdk.ListOperationsParams{DeploymentId: &id})
 	require.NoError(t, err)
 	assert.Len(t, ops.JSON200.Items, 1, "one operation for one key")
+
+	// Concurrent first requests with one key: one runs, the other is told
+	// the key is in use or gets the replayed answer, never a second run.
+	_, err = e.mgmt.CancelOperationWithResponse(t.Context(), ops.JSON200.Items[0].Id.String())
+	require.NoError(t, err)
+	codes := make(chan int, 4)
+	for range 4 {
+		go func() {
+			res, b := post("k-2", `{"targetVersion":"2.0.0","dryRun":false}`, "")
+			if res.StatusCode != http.StatusAccepted && res.StatusCode != http.StatusConflict {
+				t.Errorf("status %d: %s", res.StatusCode, b)
+			}
+			if res.StatusCode == http.StatusConflict {
+				assert.Contains(t, string(b), "idempotency-key-in-use")
+			}
+			codes <- res.StatusCode
+		}()
+	}
+	for range 4 {
+		<-codes
+	}
+	ops, err = e.mgmt.ListOperationsWithResponse(t.Context(), &sdk.ListOperationsParams{DeploymentId: &id})
+	require.NoError(t, err)
+	assert.Len(t, ops.JSON200.Items, 2, "the key ran its request once")
 }
 
 // Regressions found in review.

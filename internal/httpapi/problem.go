@@ -137,6 +137,7 @@ func problemFromError(logger *slog.Logger, r *http.Request, err error) problem {
 // titles gives a short human summary per problem type; types without an
 // entry fall back to the HTTP status text.
 var titles = map[string]string{
+	"idempotency-key-in-use":      "Idempotency key in use",
 	"already-at-version":          "Already at that version",
 	"downgrade-requires-rollback": "A downgrade is a rollback",
 	"upgrade-path-required":       "Upgrade path required",

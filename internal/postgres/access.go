@@ -164,8 +164,12 @@ func (s *AccessStore) Audit(ctx context.Context, f access.AuditFilter, before in
 // IdempotencyTTL is how long an Idempotency-Key is remembered.
 const IdempotencyTTL = 24 * time.Hour
 
+// idempotencyAbandoned is how long a reservation may stay unanswered before
+// it is taken to be abandoned (its server process died mid-request).
+const idempotencyAbandoned = 5 * time.Minute
+
 // IdempotentResponse is a remembered response to a request with an
-// Idempotency-Key.
+// Idempotency-Key; Status 0 means the first request is still running.
 type IdempotentResponse struct {
 	RequestHash string
 	Status      int
@@ -173,24 +177,39 @@ type IdempotentResponse struct {
 	Body        []byte
 }
 
-// Idempotent returns the response remembered for actor's key, if any and
-// not older than IdempotencyTTL.
-func (s *AccessStore) Idempotent(ctx context.Context, actor, key string, now time.Time) (IdempotentResponse, bool, error) {
-	var r IdempotentResponse
-	err := s.pool.QueryRow(ctx, `SELECT request_hash, status, location, body FROM idempotency_keys WHERE actor = $1 AND key = $2 AND created_at > $3`,
-		actor, key, now.Add(-IdempotencyTTL)).Scan(&r.RequestHash, &r.Status, &r.Location, &r.Body)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return r, false, nil
+// ReserveIdempotent claims actor's key for a request with hash. When it
+// was free (or expired, or abandoned) it returns reserved true; otherwise it
+// returns what is remembered for the key.
+func (s *AccessStore) ReserveIdempotent(ctx context.Context, actor, key, hash string, now time.Time) (IdempotentResponse, bool, error) {
+	var reserved bool
+	err := s.pool.QueryRow(ctx, `
+INSERT INTO idempotency_keys (actor, key, request_hash, status, location, body, created_at) VALUES ($1, $2, $3, 0, '', '', $4)
+ON CONFLICT (actor, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, status = 0, location = '', body = '', created_at = EXCLUDED.created_at
+WHERE idempotency_keys.created_at <= $4 - make_interval(secs => $5)
+   OR (idempotency_keys.status = 0 AND idempotency_keys.created_at <= $4 - make_interval(secs => $6))
+RETURNING true`, actor, key, hash, now, IdempotencyTTL.Seconds(), idempotencyAbandoned.Seconds()).Scan(&reserved)
+	if err == nil {
+		return IdempotentResponse{}, true, nil
 	}
-	return r, err == nil, translate(err)
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return IdempotentResponse{}, false, translate(err)
+	}
+	var r IdempotentResponse
+	err = s.pool.QueryRow(ctx, `SELECT request_hash, status, location, body FROM idempotency_keys WHERE actor = $1 AND key = $2`, actor, key).
+		Scan(&r.RequestHash, &r.Status, &r.Location, &r.Body)
+	return r, false, translate(err)
 }
 
-// RememberIdempotent stores the response to actor's key (replacing an
-// expired one; a concurrent first writer wins).
-func (s *AccessStore) RememberIdempotent(ctx context.Context, actor, key string, r IdempotentResponse, now time.Time) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO idempotency_keys (actor, key, request_hash, status, location, body, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (actor, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, status = EXCLUDED.status, location = EXCLUDED.location,
-    body = EXCLUDED.body, created_at = EXCLUDED.created_at
-WHERE idempotency_keys.created_at <= $7 - make_interval(secs => $8)`, actor, key, r.RequestHash, r.Status, r.Location, r.Body, now, IdempotencyTTL.Seconds())
+// CompleteIdempotent remembers the response to a reserved key.
+func (s *AccessStore) CompleteIdempotent(ctx context.Context, actor, key string, r IdempotentResponse) error {
+	_, err := s.pool.Exec(ctx, `UPDATE idempotency_keys SET status = $3, location = $4, body = $5 WHERE actor = $1 AND key = $2 AND request_hash = $6`,
+		actor, key, r.Status, r.Location, r.Body, r.RequestHash)
+	return translate(err)
+}
+
+// ReleaseIdempotent frees a reserved key whose request failed unexpectedly,
+// so that it can be retried with the same key.
+func (s *AccessStore) ReleaseIdempotent(ctx context.Context, actor, key string) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE actor = $1 AND key = $2 AND status = 0`, actor, key)
 	return translate(err)
 }
