@@ -49,3 +49,7 @@ bench: ## Run the benchmarks
 .PHONY: clean
 clean: ## Remove build output (keeps the local database in .data/)
 	rm -rf bin
+
+.PHONY: bench-http
+bench-http: ## Device-poll throughput vs a bare net/http 304 under wrk (needs wrk)
+	./scripts/bench-http
