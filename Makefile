@@ -53,3 +53,7 @@ clean: ## Remove build output (keeps the local database in .data/)
 .PHONY: bench-http
 bench-http: ## Device-poll throughput vs a bare net/http 304 under wrk (needs wrk)
 	./scripts/bench-http
+
+.PHONY: bench-status
+bench-status: ## Status-report ingestion rate vs pgbench single-row INSERTs (needs wrk)
+	./scripts/bench-status

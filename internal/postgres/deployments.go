@@ -23,14 +23,16 @@ d.generation, r.components, r.operation, r.strategy, d.created_at, d.updated_at`
 
 const sqlDeploymentFrom = ` FROM deployments d JOIN revisions r ON r.deployment_id = d.id AND r.n = d.revision`
 
-func scanDeployment(row pgx.Row) (fleet.Deployment, error) {
+// scanDeployment reads sqlDeploymentColumns, then any extra columns into extra.
+func scanDeployment(row pgx.Row, extra ...any) (fleet.Deployment, error) {
 	var d fleet.Deployment
 	var version, state, params, op, strategy string
 	var installed *int32
 	var since, adopted int64
-	if err := row.Scan(&d.ID, &d.ClientID, &d.DeviceID, &d.ApplicationID, &version, &d.ProfileID, &state, &d.StateReason,
+	dest := append([]any{&d.ID, &d.ClientID, &d.DeviceID, &d.ApplicationID, &version, &d.ProfileID, &state, &d.StateReason,
 		&d.StateChangedAt, &d.Revision, &installed, &params, &since, &d.Removing, &adopted, &d.Reports, &d.Generation, &d.Components,
-		&op, &strategy, &d.CreatedAt, &d.UpdatedAt); err != nil {
+		&op, &strategy, &d.CreatedAt, &d.UpdatedAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
 		return d, err
 	}
 	v, err := lifecycle.ParseVersion(version)
@@ -175,16 +177,27 @@ func lockDeployment(ctx context.Context, tx pgx.Tx, id, clientID string) (fleet.
 	return d, err
 }
 
-// RecordReport implements fleet.Store.
+// retentionEvery is how often (in reports) the retention delete runs once a
+// deployment has more reports than kept: at most retention+retentionEvery-1
+// reports exist per deployment, and most reports cost no delete.
+const retentionEvery = 16
+
+// RecordReport implements fleet.Store. It is the status-ingestion hot path:
+// one locking read (deployment, desired revision and the client's manifest
+// version), then every write in one pipelined batch.
 func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo.StatusReport, decide func(fleet.Deployment) (lifecycle.Decision, error), now time.Time) (bool, error) {
 	first := false
+	if !validUUID(r.DeploymentID) {
+		return false, notFound("There is no deployment %s.", r.DeploymentID)
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		d, err := lockDeployment(ctx, tx, r.DeploymentID, clientID)
-		if err != nil {
-			return err
-		}
 		var published int64
-		if err := tx.QueryRow(ctx, `SELECT manifest_version FROM clients WHERE id = $1`, d.ClientID).Scan(&published); err != nil {
+		d, err := scanDeployment(tx.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+`, c.manifest_version`+sqlDeploymentFrom+`
+JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2 FOR UPDATE OF d`, r.DeploymentID, clientID), &published)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("There is no deployment %s.", r.DeploymentID)
+		}
+		if err != nil {
 			return err
 		}
 		d.Published = uint64(published)
@@ -193,48 +206,51 @@ func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo
 		if err != nil {
 			return err // a refused report changes nothing
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report) VALUES ($1, $2, $3, $4, $5, $6::jsonb)`,
-			d.ID, now, int64(r.AdoptedManifestVersion), string(r.State), dec.Stale, string(r.JSON)); err != nil {
-			return err
-		}
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report) VALUES ($1, $2, $3, $4, $5, $6::jsonb)`,
+			d.ID, now, int64(r.AdoptedManifestVersion), string(r.State), dec.Stale, string(r.JSON))
 		adopted := max(d.NewestAdopted, r.AdoptedManifestVersion)
 		set := `newest_adopted = $2, reports = reports + 1, updated_at = $3, generation = generation + 1`
 		args := []any{d.ID, int64(adopted), now}
+		stateUpdate := -1
 		if dec.Changed {
 			args = append(args, string(dec.Next), dec.Reason, string(d.State))
 			set += `, state = $4, state_reason = $5, state_changed_at = $3`
 			if dec.Next == lifecycle.StateInstalled {
 				set += `, installed_revision = revision`
 			}
-			tag, err := tx.Exec(ctx, `UPDATE deployments SET `+set+` WHERE id = $1 AND state = $6`, args...)
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() != 1 {
-				return fmt.Errorf("deployment %s changed state concurrently", d.ID)
-			}
-			if err := appendHistory(ctx, tx, d.ID, d.State, dec.Next, fleet.CauseReport, d.Revision, dec.Reason, now); err != nil {
-				return err
-			}
+			stateUpdate = b.Len()
+			b.Queue(`UPDATE deployments SET `+set+` WHERE id = $1 AND state = $6`, args...)
+			b.Queue(`INSERT INTO deployment_history (deployment_id, at, from_state, to_state, cause, revision, reason) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+				d.ID, now, string(d.State), string(dec.Next), fleet.CauseReport, d.Revision, dec.Reason)
 			switch dec.Next {
 			case lifecycle.StateInstalled:
-				if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = CASE WHEN n = $2 THEN 'active' ELSE 'superseded' END,
+				b.Queue(`UPDATE revisions SET outcome = CASE WHEN n = $2 THEN 'active' ELSE 'superseded' END,
 installed_at = CASE WHEN n = $2 THEN coalesce(installed_at, $3) ELSE installed_at END
-WHERE deployment_id = $1 AND (n = $2 OR outcome = 'active')`, d.ID, d.Revision, now); err != nil {
-					return err
-				}
+WHERE deployment_id = $1 AND (n = $2 OR outcome = 'active')`, d.ID, d.Revision, now)
 			case lifecycle.StateFailed:
-				if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = 'failed' WHERE deployment_id = $1 AND n = $2 AND outcome = 'pending'`, d.ID, d.Revision); err != nil {
-					return err
-				}
+				b.Queue(`UPDATE revisions SET outcome = 'failed' WHERE deployment_id = $1 AND n = $2 AND outcome = 'pending'`, d.ID, d.Revision)
 			}
-		} else if _, err := tx.Exec(ctx, `UPDATE deployments SET `+set+` WHERE id = $1`, args...); err != nil {
-			return err
+		} else {
+			b.Queue(`UPDATE deployments SET `+set+` WHERE id = $1`, args...)
 		}
-		// Retention: keep the newest reports only.
-		_, err = tx.Exec(ctx, `DELETE FROM status_reports WHERE deployment_id = $1 AND id <= (
+		if n := d.Reports + 1; n > int64(s.retention) && n%retentionEvery == 0 {
+			b.Queue(`DELETE FROM status_reports WHERE deployment_id = $1 AND id <= (
 SELECT id FROM status_reports WHERE deployment_id = $1 ORDER BY id DESC OFFSET $2 LIMIT 1)`, d.ID, s.retention)
-		return err
+		}
+		br := tx.SendBatch(ctx, b)
+		for i := 0; i < b.Len(); i++ {
+			tag, err := br.Exec()
+			if err != nil {
+				br.Close()
+				return err
+			}
+			if i == stateUpdate && tag.RowsAffected() != 1 {
+				br.Close()
+				return fmt.Errorf("deployment %s changed state concurrently", d.ID)
+			}
+		}
+		return br.Close()
 	})
 	return first, translate(err)
 }
