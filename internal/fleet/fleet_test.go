@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -403,4 +404,43 @@ func TestDevicePollNeedsNoDatabase(t *testing.T) {
 	s.Invalidate("c")
 	_, err = s.Manifest(ctx, "c")
 	require.Error(t, err, "after invalidation it needs the database again (which is gone)")
+}
+
+// BenchmarkReportStatus: status ingestion in the service and store (parse,
+// decide, one locking read, one pipelined batch) over 64 deployments, on the
+// test database (fsync off: CPU and round trips, not disk).
+func BenchmarkReportStatus(b *testing.B) {
+	ctx := context.Background()
+	pool := pgtest.New(b)
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	_, _, err := cat.Add(ctx, []byte(description), catalog.MediaYAML)
+	require.NoError(b, err)
+	s := fleet.NewService(postgres.NewFleetStore(pool, 100), cat, fleet.Policy{AcceptAll: true}, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var bodies [][]byte
+	var ids []string
+	for i := range 64 {
+		dev := fmt.Sprint("d", i)
+		_, err := s.PutCapabilities(ctx, "c", dev, caps(dev))
+		require.NoError(b, err)
+		d, err := s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: dev})
+		require.NoError(b, err)
+		ids = append(ids, d.ID)
+	}
+	m, err := s.Manifest(ctx, "c")
+	require.NoError(b, err)
+	for _, id := range ids {
+		bodies = append(bodies, report(id, m.Version, "installed"))
+	}
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := int(n.Add(1)) % len(ids)
+			if _, err := s.ReportStatus(ctx, "c", ids[i], bodies[i]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
