@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -182,77 +183,130 @@ func lockDeployment(ctx context.Context, tx pgx.Tx, id, clientID string) (fleet.
 // reports exist per deployment, and most reports cost no delete.
 const retentionEvery = 16
 
-// RecordReport implements fleet.Store. It is the status-ingestion hot path:
-// one locking read (deployment, desired revision and the client's manifest
-// version), then every write in one pipelined batch.
+// reportAttempts bounds the optimistic retries of RecordReport.
+const reportAttempts = 8
+
+// maxReportCache bounds the deployments whose last report state a store
+// remembers.
+const maxReportCache = 100_000
+
+// reportCache remembers, per deployment, the row as this process last wrote
+// it in RecordReport, so that the next report of that deployment needs no
+// read. It is only a guess: the write is guarded by the generation.
+type reportCache struct {
+	mu sync.Mutex
+	m  map[string]fleet.Deployment
+}
+
+func (c *reportCache) get(id string) (fleet.Deployment, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.m[id]
+	return d, ok
+}
+
+func (c *reportCache) put(d fleet.Deployment) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxReportCache {
+		c.m = map[string]fleet.Deployment{}
+	}
+	c.m[d.ID] = d
+}
+
+func (c *reportCache) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
+}
+
+// RecordReport implements fleet.Store. It is the status-ingestion hot path,
+// written as optimistic concurrency instead of a locking transaction: one
+// read (deployment, desired revision, the client's manifest version), the
+// decision, then one statement whose data-modifying parts all hang on the
+// deployment's UPDATE guarded by the generation read. If anything changed
+// the deployment meanwhile, the statement changes nothing and the report is
+// decided again on fresh data. Two round trips, no explicit transaction.
 func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo.StatusReport, decide func(fleet.Deployment) (lifecycle.Decision, error), now time.Time) (bool, error) {
-	first := false
 	if !validUUID(r.DeploymentID) {
 		return false, notFound("There is no deployment %s.", r.DeploymentID)
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var published int64
-		d, err := scanDeployment(tx.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+`, c.manifest_version`+sqlDeploymentFrom+`
-JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2 FOR UPDATE OF d`, r.DeploymentID, clientID), &published)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("There is no deployment %s.", r.DeploymentID)
+	for attempt := range reportAttempts {
+		// What this process last wrote for the deployment saves the read;
+		// the generation guard below catches every change made elsewhere.
+		d, ok := s.reports.get(r.DeploymentID)
+		if !ok || attempt > 0 || d.ClientID != clientID || r.AdoptedManifestVersion > d.Published {
+			var published int64
+			var err error
+			d, err = scanDeployment(s.pool.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+`, c.manifest_version`+sqlDeploymentFrom+`
+JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2`, r.DeploymentID, clientID), &published)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return false, notFound("There is no deployment %s.", r.DeploymentID)
+			}
+			if err != nil {
+				return false, translate(err)
+			}
+			d.Published = uint64(published)
+			d.Parameters = nil // not needed to decide; keeps the cache small
 		}
-		if err != nil {
-			return err
-		}
-		d.Published = uint64(published)
-		first = d.Reports == 0
 		dec, err := decide(d)
 		if err != nil {
-			return err // a refused report changes nothing
+			return false, err // a refused report changes nothing
 		}
-		b := &pgx.Batch{}
-		b.Queue(`INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report) VALUES ($1, $2, $3, $4, $5, $6::jsonb)`,
-			d.ID, now, int64(r.AdoptedManifestVersion), string(r.State), dec.Stale, string(r.JSON))
 		adopted := max(d.NewestAdopted, r.AdoptedManifestVersion)
+		args := []any{d.ID, int64(adopted), now, d.Generation, int64(r.AdoptedManifestVersion), string(r.State), dec.Stale, string(r.JSON)}
 		set := `newest_adopted = $2, reports = reports + 1, updated_at = $3, generation = generation + 1`
-		args := []any{d.ID, int64(adopted), now}
-		stateUpdate := -1
+		var ctes []string
 		if dec.Changed {
-			args = append(args, string(dec.Next), dec.Reason, string(d.State))
-			set += `, state = $4, state_reason = $5, state_changed_at = $3`
+			args = append(args, string(dec.Next), dec.Reason, string(d.State), d.Revision, fleet.CauseReport)
+			set += `, state = $9, state_reason = $10, state_changed_at = $3`
 			if dec.Next == lifecycle.StateInstalled {
 				set += `, installed_revision = revision`
 			}
-			stateUpdate = b.Len()
-			b.Queue(`UPDATE deployments SET `+set+` WHERE id = $1 AND state = $6`, args...)
-			b.Queue(`INSERT INTO deployment_history (deployment_id, at, from_state, to_state, cause, revision, reason) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-				d.ID, now, string(d.State), string(dec.Next), fleet.CauseReport, d.Revision, dec.Reason)
+			ctes = append(ctes, `hist AS (INSERT INTO deployment_history (deployment_id, at, from_state, to_state, cause, revision, reason)
+    SELECT id, $3, $11, $9, $13, $12, $10 FROM u)`)
 			switch dec.Next {
 			case lifecycle.StateInstalled:
-				b.Queue(`UPDATE revisions SET outcome = CASE WHEN n = $2 THEN 'active' ELSE 'superseded' END,
-installed_at = CASE WHEN n = $2 THEN coalesce(installed_at, $3) ELSE installed_at END
-WHERE deployment_id = $1 AND (n = $2 OR outcome = 'active')`, d.ID, d.Revision, now)
+				ctes = append(ctes, `rev AS (UPDATE revisions SET outcome = CASE WHEN n = $12 THEN 'active' ELSE 'superseded' END,
+    installed_at = CASE WHEN n = $12 THEN coalesce(installed_at, $3) ELSE installed_at END
+    WHERE deployment_id = $1 AND (n = $12 OR outcome = 'active') AND EXISTS (SELECT 1 FROM u))`)
 			case lifecycle.StateFailed:
-				b.Queue(`UPDATE revisions SET outcome = 'failed' WHERE deployment_id = $1 AND n = $2 AND outcome = 'pending'`, d.ID, d.Revision)
+				ctes = append(ctes, `rev AS (UPDATE revisions SET outcome = 'failed'
+    WHERE deployment_id = $1 AND n = $12 AND outcome = 'pending' AND EXISTS (SELECT 1 FROM u))`)
 			}
-		} else {
-			b.Queue(`UPDATE deployments SET `+set+` WHERE id = $1`, args...)
 		}
 		if n := d.Reports + 1; n > int64(s.retention) && n%retentionEvery == 0 {
-			b.Queue(`DELETE FROM status_reports WHERE deployment_id = $1 AND id <= (
-SELECT id FROM status_reports WHERE deployment_id = $1 ORDER BY id DESC OFFSET $2 LIMIT 1)`, d.ID, s.retention)
+			// The delete does not see the report this statement inserts:
+			// keep retention-1 older ones besides it.
+			args = append(args, s.retention-1)
+			ctes = append(ctes, fmt.Sprintf(`ret AS (DELETE FROM status_reports WHERE deployment_id = $1 AND EXISTS (SELECT 1 FROM u) AND id <= (
+    SELECT id FROM status_reports WHERE deployment_id = $1 ORDER BY id DESC OFFSET $%d LIMIT 1))`, len(args)))
 		}
-		br := tx.SendBatch(ctx, b)
-		for i := 0; i < b.Len(); i++ {
-			tag, err := br.Exec()
-			if err != nil {
-				br.Close()
-				return err
-			}
-			if i == stateUpdate && tag.RowsAffected() != 1 {
-				br.Close()
-				return fmt.Errorf("deployment %s changed state concurrently", d.ID)
-			}
+		q := `WITH u AS (UPDATE deployments SET ` + set + ` WHERE id = $1 AND generation = $4 RETURNING id),
+ins AS (INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report)
+    SELECT id, $3, $5, $6, $7, $8::jsonb FROM u)`
+		for _, c := range ctes {
+			q += ",\n" + c
 		}
-		return br.Close()
-	})
-	return first, translate(err)
+		q += "\nSELECT count(*) FROM u"
+		var applied int
+		if err := s.pool.QueryRow(ctx, q, args...).Scan(&applied); err != nil {
+			return false, translate(err)
+		}
+		if applied == 1 {
+			first := d.Reports == 0
+			d.Generation, d.Reports, d.NewestAdopted = d.Generation+1, d.Reports+1, adopted
+			if dec.Changed {
+				d.State = dec.Next
+			}
+			s.reports.put(d)
+			return first, nil
+		}
+		// The deployment changed since it was read: decide again on fresh data.
+		s.reports.drop(d.ID)
+	}
+	return false, &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "retry", Message: "The deployment kept changing while the report was recorded; send it again.",
+		Extra: map[string]any{"retryable": true}}
 }
 
 // Deployment implements fleet.Store.

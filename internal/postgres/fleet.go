@@ -30,6 +30,7 @@ const ReportRetention = 100
 type FleetStore struct {
 	pool      *pgxpool.Pool
 	retention int
+	reports   reportCache
 }
 
 var _ fleet.Store = (*FleetStore)(nil)
