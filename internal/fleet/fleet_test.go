@@ -444,3 +444,49 @@ func BenchmarkReportStatus(b *testing.B) {
 		}
 	})
 }
+
+// TestReportsThroughTwoReplicas: reports of one deployment arrive at two
+// server processes alternately and at once; each remembers what it last
+// wrote, and the generation guard makes them re-read what the other changed:
+// every report is counted once and the state is the device's.
+func TestReportsThroughTwoReplicas(t *testing.T) {
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	_, _, err := cat.Add(ctx, []byte(description), catalog.MediaYAML)
+	require.NoError(t, err)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log)
+	b := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log)
+	_, err = a.PutCapabilities(ctx, "c", "d", caps("d"))
+	require.NoError(t, err)
+	d, err := a.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d"})
+	require.NoError(t, err)
+	errs := make(chan error, 40)
+	for i := range 40 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		go func() {
+			state := "installing"
+			if i >= 20 {
+				state = "installed"
+			}
+			_, err := s.ReportStatus(ctx, "c", d.ID, report(d.ID, d.DesiredSince, state))
+			errs <- err
+		}()
+	}
+	for range 40 {
+		require.NoError(t, <-errs)
+	}
+	got, err := a.Deployment(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(40), got.Reports, "every report counted once")
+	_, err = b.ReportStatus(ctx, "c", d.ID, report(d.ID, d.DesiredSince, "installed"))
+	require.NoError(t, err)
+	got, err = a.Deployment(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StateInstalled, got.State)
+	require.Equal(t, int64(41), got.Reports)
+}

@@ -183,9 +183,6 @@ func lockDeployment(ctx context.Context, tx pgx.Tx, id, clientID string) (fleet.
 // reports exist per deployment, and most reports cost no delete.
 const retentionEvery = 16
 
-// reportAttempts bounds the optimistic retries of RecordReport.
-const reportAttempts = 8
-
 // maxReportCache bounds the deployments whose last report state a store
 // remembers.
 const maxReportCache = 100_000
@@ -231,82 +228,115 @@ func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo
 	if !validUUID(r.DeploymentID) {
 		return false, notFound("There is no deployment %s.", r.DeploymentID)
 	}
-	for attempt := range reportAttempts {
-		// What this process last wrote for the deployment saves the read;
-		// the generation guard below catches every change made elsewhere.
-		d, ok := s.reports.get(r.DeploymentID)
-		if !ok || attempt > 0 || d.ClientID != clientID || r.AdoptedManifestVersion > d.Published {
-			var published int64
-			var err error
-			d, err = scanDeployment(s.pool.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+`, c.manifest_version`+sqlDeploymentFrom+`
-JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2`, r.DeploymentID, clientID), &published)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return false, notFound("There is no deployment %s.", r.DeploymentID)
-			}
-			if err != nil {
-				return false, translate(err)
-			}
-			d.Published = uint64(published)
-			d.Parameters = nil // not needed to decide; keeps the cache small
-		}
-		dec, err := decide(d)
-		if err != nil {
-			return false, err // a refused report changes nothing
-		}
-		adopted := max(d.NewestAdopted, r.AdoptedManifestVersion)
-		args := []any{d.ID, int64(adopted), now, d.Generation, int64(r.AdoptedManifestVersion), string(r.State), dec.Stale, string(r.JSON)}
-		set := `newest_adopted = $2, reports = reports + 1, updated_at = $3, generation = generation + 1`
-		var ctes []string
-		if dec.Changed {
-			args = append(args, string(dec.Next), dec.Reason, string(d.State), d.Revision, fleet.CauseReport)
-			set += `, state = $9, state_reason = $10, state_changed_at = $3`
-			if dec.Next == lifecycle.StateInstalled {
-				set += `, installed_revision = revision`
-			}
-			ctes = append(ctes, `hist AS (INSERT INTO deployment_history (deployment_id, at, from_state, to_state, cause, revision, reason)
-    SELECT id, $3, $11, $9, $13, $12, $10 FROM u)`)
-			switch dec.Next {
-			case lifecycle.StateInstalled:
-				ctes = append(ctes, `rev AS (UPDATE revisions SET outcome = CASE WHEN n = $12 THEN 'active' ELSE 'superseded' END,
-    installed_at = CASE WHEN n = $12 THEN coalesce(installed_at, $3) ELSE installed_at END
-    WHERE deployment_id = $1 AND (n = $12 OR outcome = 'active') AND EXISTS (SELECT 1 FROM u))`)
-			case lifecycle.StateFailed:
-				ctes = append(ctes, `rev AS (UPDATE revisions SET outcome = 'failed'
-    WHERE deployment_id = $1 AND n = $12 AND outcome = 'pending' AND EXISTS (SELECT 1 FROM u))`)
-			}
-		}
-		if n := d.Reports + 1; n > int64(s.retention) && n%retentionEvery == 0 {
-			// The delete does not see the report this statement inserts:
-			// keep retention-1 older ones besides it.
-			args = append(args, s.retention-1)
-			ctes = append(ctes, fmt.Sprintf(`ret AS (DELETE FROM status_reports WHERE deployment_id = $1 AND EXISTS (SELECT 1 FROM u) AND id <= (
-    SELECT id FROM status_reports WHERE deployment_id = $1 ORDER BY id DESC OFFSET $%d LIMIT 1))`, len(args)))
-		}
-		q := `WITH u AS (UPDATE deployments SET ` + set + ` WHERE id = $1 AND generation = $4 RETURNING id),
-ins AS (INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report)
-    SELECT id, $3, $5, $6, $7, $8::jsonb FROM u)`
-		for _, c := range ctes {
-			q += ",\n" + c
-		}
-		q += "\nSELECT count(*) FROM u"
-		var applied int
-		if err := s.pool.QueryRow(ctx, q, args...).Scan(&applied); err != nil {
-			return false, translate(err)
-		}
-		if applied == 1 {
-			first := d.Reports == 0
-			d.Generation, d.Reports, d.NewestAdopted = d.Generation+1, d.Reports+1, adopted
-			if dec.Changed {
-				d.State = dec.Next
-			}
-			s.reports.put(d)
-			return first, nil
+	for attempt := range optimisticAttempts {
+		applied, first, err := s.recordOnce(ctx, s.pool, false, attempt == 0, clientID, r, decide, now)
+		if err != nil || applied {
+			return first, err
 		}
 		// The deployment changed since it was read: decide again on fresh data.
-		s.reports.drop(d.ID)
+		s.reports.drop(r.DeploymentID)
 	}
-	return false, &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "retry", Message: "The deployment kept changing while the report was recorded; send it again.",
-		Extra: map[string]any{"retryable": true}}
+	// Under contention (many reports of one deployment at once), stop
+	// guessing: lock the row, decide and write.
+	var first bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		applied, f, err := s.recordOnce(ctx, tx, true, false, clientID, r, decide, now)
+		if err == nil && !applied {
+			err = fmt.Errorf("deployment %s changed under its lock", r.DeploymentID)
+		}
+		first = f
+		return err
+	})
+	return first, translate(err)
+}
+
+// optimisticAttempts is how often RecordReport tries without a lock before
+// it takes one.
+const optimisticAttempts = 3
+
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// recordOnce reads (or, with cached, may reuse what this process last
+// wrote), decides and writes one report; applied is false when the
+// deployment changed since it was read. With locked, the read locks the row.
+func (s *FleetStore) recordOnce(ctx context.Context, q rowQuerier, locked, cached bool, clientID string, r *margo.StatusReport,
+	decide func(fleet.Deployment) (lifecycle.Decision, error), now time.Time) (applied, first bool, err error) {
+	// What this process last wrote for the deployment saves the read; the
+	// generation guard below catches every change made elsewhere.
+	d, ok := s.reports.get(r.DeploymentID)
+	if !ok || !cached || d.ClientID != clientID || r.AdoptedManifestVersion > d.Published {
+		lock := ""
+		if locked {
+			lock = " FOR UPDATE OF d"
+		}
+		var published int64
+		d, err = scanDeployment(q.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+`, c.manifest_version`+sqlDeploymentFrom+`
+JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2`+lock, r.DeploymentID, clientID), &published)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, false, notFound("There is no deployment %s.", r.DeploymentID)
+		}
+		if err != nil {
+			return false, false, translate(err)
+		}
+		d.Published = uint64(published)
+		d.Parameters = nil // not needed to decide; keeps the cache small
+	}
+	dec, err := decide(d)
+	if err != nil {
+		return false, false, err // a refused report changes nothing
+	}
+	adopted := max(d.NewestAdopted, r.AdoptedManifestVersion)
+	args := []any{d.ID, int64(adopted), now, d.Generation, int64(r.AdoptedManifestVersion), string(r.State), dec.Stale, string(r.JSON)}
+	set := `newest_adopted = $2, reports = reports + 1, updated_at = $3, generation = generation + 1`
+	var ctes []string
+	if dec.Changed {
+		args = append(args, string(dec.Next), dec.Reason, string(d.State), d.Revision, fleet.CauseReport)
+		set += `, state = $9, state_reason = $10, state_changed_at = $3`
+		if dec.Next == lifecycle.StateInstalled {
+			set += `, installed_revision = revision`
+		}
+		ctes = append(ctes, `hist AS (INSERT INTO deployment_history (deployment_id, at, from_state, to_state, cause, revision, reason)
+    SELECT id, $3, $11, $9, $13, $12, $10 FROM u)`)
+		switch dec.Next {
+		case lifecycle.StateInstalled:
+			ctes = append(ctes, `rev AS (UPDATE revisions SET outcome = CASE WHEN n = $12 THEN 'active' ELSE 'superseded' END,
+    installed_at = CASE WHEN n = $12 THEN coalesce(installed_at, $3) ELSE installed_at END
+    WHERE deployment_id = $1 AND (n = $12 OR outcome = 'active') AND EXISTS (SELECT 1 FROM u))`)
+		case lifecycle.StateFailed:
+			ctes = append(ctes, `rev AS (UPDATE revisions SET outcome = 'failed'
+    WHERE deployment_id = $1 AND n = $12 AND outcome = 'pending' AND EXISTS (SELECT 1 FROM u))`)
+		}
+	}
+	if n := d.Reports + 1; n > int64(s.retention) && n%retentionEvery == 0 {
+		// The delete does not see the report this statement inserts:
+		// keep retention-1 older ones besides it.
+		args = append(args, s.retention-1)
+		ctes = append(ctes, fmt.Sprintf(`ret AS (DELETE FROM status_reports WHERE deployment_id = $1 AND EXISTS (SELECT 1 FROM u) AND id <= (
+    SELECT id FROM status_reports WHERE deployment_id = $1 ORDER BY id DESC OFFSET $%d LIMIT 1))`, len(args)))
+	}
+	query := `WITH u AS (UPDATE deployments SET ` + set + ` WHERE id = $1 AND generation = $4 RETURNING id),
+ins AS (INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report)
+    SELECT id, $3, $5, $6, $7, $8::jsonb FROM u)`
+	for _, c := range ctes {
+		query += ",\n" + c
+	}
+	query += "\nSELECT count(*) FROM u"
+	var n int
+	if err := q.QueryRow(ctx, query, args...).Scan(&n); err != nil {
+		return false, false, translate(err)
+	}
+	if n != 1 {
+		return false, false, nil
+	}
+	first = d.Reports == 0
+	d.Generation, d.Reports, d.NewestAdopted = d.Generation+1, d.Reports+1, adopted
+	if dec.Changed {
+		d.State = dec.Next
+	}
+	s.reports.put(d)
+	return true, first, nil
 }
 
 // Deployment implements fleet.Store.
