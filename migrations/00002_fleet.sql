@@ -89,16 +89,19 @@ CREATE TABLE revisions (
 CREATE INDEX revisions_digest ON revisions (deployment_id, digest);
 CREATE INDEX revisions_version ON revisions (application_id, version);
 
+-- The status-ingestion hot path writes here: one index (the key, which also
+-- serves "newest first per deployment" and retention), the report as json
+-- (kept as sent, not converted).
 CREATE TABLE status_reports (
-    id                       bigserial   PRIMARY KEY,
+    id                       bigserial,
     deployment_id            uuid        NOT NULL REFERENCES deployments (id) ON DELETE CASCADE,
     received_at              timestamptz NOT NULL,
     adopted_manifest_version bigint      NOT NULL CHECK (adopted_manifest_version >= 1),
     state                    text        NOT NULL CHECK (state IN ('pending', 'installing', 'installed', 'failed', 'removing', 'removed')),
     stale                    boolean     NOT NULL,
-    report                   jsonb       NOT NULL
+    report                   json        NOT NULL,
+    PRIMARY KEY (deployment_id, id)
 );
-CREATE INDEX status_reports_deployment ON status_reports (deployment_id, id DESC);
 
 CREATE TABLE deployment_history (
     id            bigserial   PRIMARY KEY,

@@ -318,7 +318,7 @@ JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2`+lock,
 	}
 	query := `WITH u AS (UPDATE deployments SET ` + set + ` WHERE id = $1 AND generation = $4 RETURNING id),
 ins AS (INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report)
-    SELECT id, $3, $5, $6, $7, $8::jsonb FROM u)`
+    SELECT id, $3, $5, $6, $7, $8::json FROM u)`
 	for _, c := range ctes {
 		query += ",\n" + c
 	}
