@@ -490,3 +490,51 @@ func TestReportsThroughTwoReplicas(t *testing.T) {
 	require.Equal(t, lifecycle.StateInstalled, got.State)
 	require.Equal(t, int64(41), got.Reports)
 }
+
+func TestLabelSelectorsInTheDatabase(t *testing.T) {
+	ctx := t.Context()
+	s := newService(t)
+	for i, labels := range []map[string]any{{"site": "alfa", "cores": 4}, {"site": "bravo"}, {}} {
+		id := fmt.Sprint("d", i)
+		b, _ := json.Marshal(map[string]any{"properties": map[string]any{"id": id, "vendor": "v", "modelNumber": "m", "serialNumber": "s",
+			"cpus": []any{map[string]any{"cores": 2, "architecture": "amd64"}}, "memory": "1Gi", "storage": "1Gi",
+			"supportedRuntimes": []string{"oci"}, "supportedDeploymentTypes": []string{"compose"}}, "labels": labels})
+		_, err := s.PutCapabilities(ctx, "c", id, b)
+		require.NoError(t, err)
+	}
+	_, err := s.SetDeviceLabels(ctx, "c", "d2", map[string]string{"site": "charlie", "tier": "edge"})
+	require.NoError(t, err)
+	for sel, want := range map[string][]string{
+		"":                  {"d0", "d1", "d2"},
+		"site=alfa":         {"d0"},
+		"site!=alfa":        {"d1", "d2"},
+		"tier":              {"d2"},
+		"!tier":             {"d0", "d1"},
+		"cores=4":           {"d0"},
+		"site,!tier":        {"d0", "d1"},
+		"site=charlie,tier": {"d2"},
+	} {
+		ds, _, err := s.Devices(ctx, "c", sel, 0, "")
+		require.NoError(t, err, sel)
+		var got []string
+		for _, d := range ds {
+			got = append(got, d.ID)
+		}
+		require.Equal(t, want, got, "Devices(%q)", sel)
+	}
+	// Pages of one device each walk all three without repeats.
+	var seen []string
+	cursor := ""
+	for range 5 {
+		ds, next, err := s.Devices(ctx, "c", "", 1, cursor)
+		require.NoError(t, err)
+		for _, d := range ds {
+			seen = append(seen, d.ID)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	require.Equal(t, []string{"d0", "d1", "d2"}, seen)
+}

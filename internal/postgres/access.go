@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -120,32 +118,27 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)`,
 
 // Audit implements access.Store.
 func (s *AccessStore) Audit(ctx context.Context, f access.AuditFilter, before int64, limit int) ([]access.AuditEntry, error) {
-	where, args := []string{"true"}, []any{}
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
-	}
+	var w where
 	if f.Actor != "" {
-		add("actor = ?", f.Actor)
+		w.add("actor = $?", f.Actor)
 	}
 	if f.Action != "" {
-		add("action = ?", f.Action)
+		w.add("action = $?", f.Action)
 	}
 	if f.Outcome != "" {
-		add("outcome = ?", f.Outcome)
+		w.add("outcome = $?", f.Outcome)
 	}
 	if !f.Since.IsZero() {
-		add("at >= ?", f.Since)
+		w.add("at >= $?", f.Since)
 	}
 	if !f.Until.IsZero() {
-		add("at < ?", f.Until)
+		w.add("at < $?", f.Until)
 	}
 	if before > 0 {
-		add("id < ?", before)
+		w.add("id < $?", before)
 	}
-	args = append(args, limit)
 	rows, err := s.pool.Query(ctx, `SELECT id, at, actor, role, action, method, target, status, outcome, request_id, detail::text FROM audit_log WHERE `+
-		strings.Join(where, " AND ")+` ORDER BY id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
+		w.sql()+` ORDER BY id DESC LIMIT `+w.limit(limit), w.args...)
 	if err != nil {
 		return nil, translate(err)
 	}

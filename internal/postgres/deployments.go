@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
-	"github.com/wfm-dev/wfm/internal/page"
 )
 
 const sqlDeploymentColumns = `d.id::text, d.client_id, d.device_id, d.application_id, r.version, r.profile_id, d.state, d.state_reason,
@@ -353,44 +350,32 @@ func (s *FleetStore) Deployment(ctx context.Context, id string) (fleet.Deploymen
 
 // Deployments implements fleet.Store.
 func (s *FleetStore) Deployments(ctx context.Context, f fleet.DeploymentFilter, after string, limit int) ([]fleet.Deployment, error) {
-	where, args := []string{"true"}, []any{}
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
-	}
+	var w where
 	if f.ApplicationID != "" {
-		add("d.application_id = ?", f.ApplicationID)
+		w.add("d.application_id = $?", f.ApplicationID)
 	}
 	if f.Version != "" {
-		add("r.version = ?", f.Version)
+		w.add("r.version = $?", f.Version)
 	}
 	if f.ClientID != "" {
-		add("d.client_id = ?", f.ClientID)
+		w.add("d.client_id = $?", f.ClientID)
 	}
 	if f.DeviceID != "" {
-		add("d.device_id = ?", f.DeviceID)
+		w.add("d.device_id = $?", f.DeviceID)
 	}
 	if f.State != "" {
-		add("d.state = ?", string(f.State))
+		w.add("d.state = $?", string(f.State))
 	}
-	if after != "" {
-		ts, id, ok := strings.Cut(after, "|")
-		t, err := time.Parse(time.RFC3339Nano, ts)
-		if !ok || err != nil || !validUUID(id) {
-			return nil, page.BadCursor()
-		}
-		args = append(args, t, id)
-		where = append(where, fmt.Sprintf("(d.created_at, d.id) < ($%d, $%d::uuid)", len(args)-1, len(args)))
+	if err := w.beforeCursor(after, "d.created_at", "d.id"); err != nil {
+		return nil, err
 	}
 	from := sqlDeploymentFrom
 	if len(f.Selector) > 0 {
 		from += ` JOIN devices dev ON dev.client_id = d.client_id AND dev.id = d.device_id`
-		where, args = selectorSQL(f.Selector, "dev.labels", where, args)
+		selectorSQL(f.Selector, "dev.labels", &w)
 	}
-	args = append(args, limit)
-	q := `SELECT ` + sqlDeploymentColumns + from + ` WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY d.created_at DESC, d.id DESC LIMIT $` + strconv.Itoa(len(args))
-	rows, err := s.pool.Query(ctx, q, args...)
+	q := `SELECT ` + sqlDeploymentColumns + from + ` WHERE ` + w.sql() + ` ORDER BY d.created_at DESC, d.id DESC LIMIT ` + w.limit(limit)
+	rows, err := s.pool.Query(ctx, q, w.args...)
 	if err != nil {
 		return nil, translate(err)
 	}

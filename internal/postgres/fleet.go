@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -361,50 +360,40 @@ func (s *FleetStore) Device(ctx context.Context, clientID, deviceID string) (fle
 	return d, translate(err)
 }
 
-// selectorSQL appends the label selector's conditions on column col.
-func selectorSQL(sel fleet.Selector, col string, where []string, args []any) ([]string, []any) {
+// selectorSQL adds the label selector's conditions on column col.
+func selectorSQL(sel fleet.Selector, col string, w *where) {
 	for _, r := range sel {
-		args = append(args, r.Key)
-		k := "$" + strconv.Itoa(len(args))
+		// Non-string values compare in their JSON text form, as Selector.Matches does.
+		text := "(CASE jsonb_typeof(" + col + "->$?) WHEN 'string' THEN " + col + "->>$? ELSE (" + col + "->$?)::text END)"
 		switch r.Op {
 		case fleet.OpExists:
-			where = append(where, col+" ? "+k)
+			w.add(col+" ? $?", r.Key)
 		case fleet.OpNotExists:
-			where = append(where, "NOT ("+col+" ? "+k+")")
-		case fleet.OpEquals, fleet.OpNotEquals:
-			args = append(args, r.Value)
-			v := "$" + strconv.Itoa(len(args))
-			// Non-string values compare in their JSON text form, as Selector.Matches does.
-			text := "(CASE jsonb_typeof(" + col + "->" + k + ") WHEN 'string' THEN " + col + "->>" + k + " ELSE (" + col + "->" + k + ")::text END)"
-			if r.Op == fleet.OpEquals {
-				where = append(where, text+" = "+v)
-			} else {
-				where = append(where, text+" IS DISTINCT FROM "+v)
-			}
+			w.add("NOT ("+col+" ? $?)", r.Key)
+		case fleet.OpEquals:
+			w.add(text+" = $?", r.Key, r.Key, r.Key, r.Value)
+		case fleet.OpNotEquals:
+			w.add(text+" IS DISTINCT FROM $?", r.Key, r.Key, r.Key, r.Value)
 		}
 	}
-	return where, args
 }
 
 // Devices implements fleet.Store.
 func (s *FleetStore) Devices(ctx context.Context, f fleet.DeviceFilter, after string, limit int) ([]fleet.Device, error) {
-	where, args := []string{"true"}, []any{}
+	var w where
 	if f.ClientID != "" {
-		args = append(args, f.ClientID)
-		where = append(where, "client_id = $1")
+		w.add("client_id = $?", f.ClientID)
 	}
 	if after != "" {
 		c, d, ok := strings.Cut(after, "\x00")
 		if !ok {
 			return nil, page.BadCursor()
 		}
-		args = append(args, c, d)
-		where = append(where, fmt.Sprintf("(client_id, id) > ($%d, $%d)", len(args)-1, len(args)))
+		w.add("(client_id, id) > ($?, $?)", c, d)
 	}
-	where, args = selectorSQL(f.Selector, "labels", where, args)
-	args = append(args, limit)
-	q := `SELECT ` + sqlDeviceColumns + ` FROM devices WHERE ` + strings.Join(where, " AND ") + ` ORDER BY client_id, id LIMIT $` + strconv.Itoa(len(args))
-	rows, err := s.pool.Query(ctx, q, args...)
+	selectorSQL(f.Selector, "labels", &w)
+	q := `SELECT ` + sqlDeviceColumns + ` FROM devices WHERE ` + w.sql() + ` ORDER BY client_id, id LIMIT ` + w.limit(limit)
+	rows, err := s.pool.Query(ctx, q, w.args...)
 	if err != nil {
 		return nil, translate(err)
 	}

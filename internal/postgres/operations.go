@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,7 +14,6 @@ import (
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
-	"github.com/wfm-dev/wfm/internal/page"
 )
 
 // SchedulerChannel is the LISTEN/NOTIFY channel that wakes schedulers when
@@ -200,32 +198,21 @@ func (s *FleetStore) Operation(ctx context.Context, id string) (fleet.Operation,
 
 // Operations implements fleet.Store.
 func (s *FleetStore) Operations(ctx context.Context, f fleet.OperationFilter, after string, limit int) ([]fleet.Operation, error) {
-	where, args := []string{"true"}, []any{}
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
-	}
+	var w where
 	if f.DeploymentID != "" {
 		if !validUUID(f.DeploymentID) {
 			return nil, nil
 		}
-		add("deployment_id = ?::uuid", f.DeploymentID)
+		w.add("deployment_id = $?::uuid", f.DeploymentID)
 	}
 	if f.State != "" {
-		add("state = ?", f.State)
+		w.add("state = $?", f.State)
 	}
-	if after != "" {
-		ts, id, ok := strings.Cut(after, "|")
-		t, err := time.Parse(time.RFC3339Nano, ts)
-		if !ok || err != nil || !validUUID(id) {
-			return nil, page.BadCursor()
-		}
-		args = append(args, t, id)
-		where = append(where, fmt.Sprintf("(created_at, id) < ($%d, $%d::uuid)", len(args)-1, len(args)))
+	if err := w.beforeCursor(after, "created_at", "id"); err != nil {
+		return nil, err
 	}
-	args = append(args, limit)
-	rows, err := s.pool.Query(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE `+strings.Join(where, " AND ")+
-		` ORDER BY created_at DESC, id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE `+w.sql()+
+		` ORDER BY created_at DESC, id DESC LIMIT `+w.limit(limit), w.args...)
 	if err != nil {
 		return nil, translate(err)
 	}
