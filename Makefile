@@ -16,8 +16,9 @@ run: build ## Run the server on http://localhost:8080 (own PostgreSQL unless DAT
 	exec ./$(BIN) $(ARGS)
 
 .PHONY: build
-build: ## Build bin/wfm
+build: ## Build bin/wfm and bin/wfm-devicesim
 	$(GO) build -o $(BIN) ./cmd/wfm
+	$(GO) build -o bin/wfm-devicesim ./cmd/wfm-devicesim
 
 .PHONY: test
 test: ## Run all tests (with the race detector) against a real PostgreSQL

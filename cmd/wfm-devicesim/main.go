@@ -1,0 +1,103 @@
+// Command wfm-devicesim simulates Margo device agents against a wfm server's
+// device API, for demos, end-to-end runs and load: N devices of one WFM
+// client register, poll the state manifest, install what is deployed to
+// them, drain when a revision asks for it, and report status.
+//
+//	./bin/wfm issue-client-cert -client-id plant          # with make run's development CA
+//	./bin/wfm-devicesim -devices 10 -cert .data/pki/clients/plant.pem -key .data/pki/clients/plant-key.pem
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/devicesim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "wfm-devicesim:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("wfm-devicesim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	server := fs.String("server", "https://localhost:8443", "device API base URL")
+	caFile := fs.String("ca", ".data/pki/ca.pem", "CA that signed the server certificate (PEM)")
+	certFile := fs.String("cert", "", "client certificate (PEM) from 'wfm issue-client-cert'")
+	keyFile := fs.String("key", "", "client key (PEM)")
+	headerID := fs.String("dev-client-id", "", "development header identity: send this client id in X-WFM-Client-ID instead of a certificate")
+	n := fs.Int("devices", 3, "how many devices to simulate")
+	prefix := fs.String("prefix", "sim-", "device id prefix")
+	poll := fs.Duration("poll", 5*time.Second, "manifest poll interval")
+	install := fs.Duration("install-time", 2*time.Second, "how long applying a revision takes")
+	drain := fs.Duration("drain-time", 3*time.Second, "how long in-flight work takes to finish when a drain is asked")
+	neverDrain := fs.Bool("never-drain", false, "never finish draining (to see a drain timeout)")
+	failRate := fs.Float64("fail-rate", 0, "probability that applying a revision fails")
+	seed := fs.Uint64("seed", 1, "seed of the failure decisions")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	if *headerID == "" {
+		if *certFile == "" || *keyFile == "" {
+			return errors.New("-cert and -key are required (or -dev-client-id with a server in the development header mode)")
+		}
+		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			return err
+		}
+		pem, err := os.ReadFile(*caFile)
+		if err != nil {
+			return err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%s holds no certificate", *caFile)
+		}
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}}
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	cfg := &devicesim.Config{BaseURL: *server, HTTP: client, ClientID: *headerID, Poll: *poll, InstallTime: *install,
+		DrainTime: *drain, NeverDrain: *neverDrain, FailRate: *failRate, Log: log, Rand: rand.New(rand.NewPCG(*seed, *seed))}
+	var wg sync.WaitGroup
+	errs := make(chan error, *n)
+	for i := range *n {
+		d := devicesim.NewDevice(cfg, fmt.Sprintf("%s%d", *prefix, i+1))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.Run(ctx); err != nil {
+				errs <- fmt.Errorf("device %s: %w", d.ID, err)
+			}
+		}()
+	}
+	log.Info("simulating devices", "count", *n, "server", *server)
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
