@@ -3,7 +3,9 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -64,6 +66,30 @@ func (s *Server) deviceIdentity(next http.Handler) http.Handler {
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, id)))
+	})
+}
+
+// wholeJSON makes a device API JSON body exactly one JSON value: the
+// generated binding reads only the first value of a body, so trailing bytes
+// would otherwise pass unseen. Malformed bodies answer 400.
+func (s *Server) wholeJSON(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/api/v1/") || (r.Method != http.MethodPost && r.Method != http.MethodPut) || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			writeProblem(w, r, problemFromError(s.log, r, bodyReadError(err)))
+			return
+		}
+		if !json.Valid(body) {
+			writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.EMALFORMED, Type: "invalid-request",
+				Message: "The request body is not exactly one JSON value."}))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
 	})
 }
 

@@ -406,6 +406,8 @@ func TestDeviceInputIsValidated(t *testing.T) {
 		"capabilities malformed":   {"PUT", "/api/v1/capabilities/d1", `{"properties":`, http.StatusBadRequest},
 		"capabilities id mismatch": {"PUT", "/api/v1/capabilities/d1", string(capabilities("d2", "compose")), http.StatusUnprocessableEntity},
 		"status malformed":         {"POST", "/api/v1/deployments/00000000-0000-4000-8000-000000000000/status", `[`, http.StatusBadRequest},
+		"status with trailing bytes": {"POST", "/api/v1/deployments/00000000-0000-4000-8000-000000000000/status",
+			`{"deploymentId":"00000000-0000-4000-8000-000000000000","adoptedManifestVersion":1,"status":{"state":"installed"},"components":[]} {"x":1}`, http.StatusBadRequest},
 		"status unknown deployment": {"POST", "/api/v1/deployments/00000000-0000-4000-8000-000000000000/status",
 			`{"deploymentId":"00000000-0000-4000-8000-000000000000","adoptedManifestVersion":1,"status":{"state":"installed"},"components":[]}`, http.StatusUnprocessableEntity},
 		"status id mismatch": {"POST", "/api/v1/deployments/00000000-0000-4000-8000-000000000000/status",

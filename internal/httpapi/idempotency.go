@@ -18,8 +18,8 @@ import (
 // IdempotencyStore remembers responses to requests with an Idempotency-Key.
 type IdempotencyStore interface {
 	ReserveIdempotent(ctx context.Context, actor, key, hash string, now time.Time) (postgres.IdempotentResponse, bool, error)
-	CompleteIdempotent(ctx context.Context, actor, key string, r postgres.IdempotentResponse) error
-	ReleaseIdempotent(ctx context.Context, actor, key string) error
+	CompleteIdempotent(ctx context.Context, actor, key string, reservedAt time.Time, r postgres.IdempotentResponse) error
+	ReleaseIdempotent(ctx context.Context, actor, key string, reservedAt time.Time) error
 }
 
 // captureWriter keeps a copy of what a handler writes.
@@ -106,7 +106,7 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 		done := false
 		defer func() { // a panic or a 5xx frees the key for a retry
 			if !done {
-				if err := s.idem.ReleaseIdempotent(ctx, actor, key); err != nil {
+				if err := s.idem.ReleaseIdempotent(ctx, actor, key, now); err != nil {
 					s.log.ErrorContext(ctx, "release idempotency key", "error", err)
 				}
 			}
@@ -114,7 +114,7 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 		next.ServeHTTP(cw, r)
 		if cw.status > 0 && cw.status < 500 {
 			rec := postgres.IdempotentResponse{RequestHash: hash, Status: cw.status, Location: cw.Header().Get("Location"), Body: cw.body.Bytes()}
-			if err := s.idem.CompleteIdempotent(ctx, actor, key, rec); err != nil {
+			if err := s.idem.CompleteIdempotent(ctx, actor, key, now, rec); err != nil {
 				s.log.ErrorContext(ctx, "remember idempotency key", "error", err)
 			} else {
 				done = true

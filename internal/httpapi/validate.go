@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"sort"
 	"strings"
@@ -38,8 +39,12 @@ func (s *Server) requestValidator(spec *openapi3.T) func(http.Handler) http.Hand
 			if r.Method == http.MethodGet && r.URL.Path == "/api/v1/deployments" && r.URL.RawQuery == "" {
 				return len(r.Header.Get("If-None-Match")) <= 1024
 			}
-			return r.Method == http.MethodPost && r.URL.RawQuery == "" && strings.HasPrefix(r.URL.Path, "/api/v1/deployments/") &&
-				strings.HasSuffix(r.URL.Path, "/status") && strings.HasPrefix(r.Header.Get("Content-Type"), "application/json")
+			if r.Method != http.MethodPost || r.URL.RawQuery != "" || !strings.HasPrefix(r.URL.Path, "/api/v1/deployments/") ||
+				!strings.HasSuffix(r.URL.Path, "/status") {
+				return false
+			}
+			mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+			return err == nil && mt == "application/json"
 		},
 		DiscardValidatedValue: true, // handlers decode the raw body themselves (exact bytes are stored)
 		SilenceServersWarning: true,

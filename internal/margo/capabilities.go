@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
@@ -450,8 +451,32 @@ func readDeviceJSON(raw []byte, malformedType, tooLargeType string) (*object, er
 		return nil, &lifecycle.Error{Code: lifecycle.EMALFORMED, Type: malformedType,
 			Message: fmt.Sprintf("the document nests deeper than %d levels", MaxDeviceDepth)}
 	}
+	// U+0000 is valid JSON but PostgreSQL cannot hold it in text or process
+	// it in JSON operators; refused here, it can never wedge what reads the
+	// stored document later.
+	if hasNUL(doc) {
+		return nil, &lifecycle.Error{Code: lifecycle.EMALFORMED, Type: malformedType,
+			Message: "the document contains U+0000 (\\u0000), which is not accepted"}
+	}
 	canonicalize(doc)
 	return doc, nil
+}
+
+// hasNUL reports whether a key or string anywhere in v contains U+0000.
+func hasNUL(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return strings.IndexByte(x, 0) >= 0
+	case []any:
+		return slices.ContainsFunc(x, hasNUL)
+	case *object:
+		for _, k := range x.keys {
+			if strings.IndexByte(k, 0) >= 0 || hasNUL(x.m[k]) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // tooDeepAt reports whether v, at nesting level depth, holds a value deeper

@@ -490,3 +490,11 @@ func FuzzParseStatusReport(f *testing.F) {
 		}
 	})
 }
+
+func TestParseStatusReportRefusesNUL(t *testing.T) {
+	raw := []byte(`{"deploymentId":"d","adoptedManifestVersion":1,"status":{"state":"installed","error":{"message":"a\u0000b"}},"components":[]}`)
+	_, err := ParseStatusReport(raw, "d")
+	if lifecycle.ErrorCode(err) != lifecycle.EMALFORMED {
+		t.Fatalf("ParseStatusReport(NUL) = %v, want EMALFORMED", err)
+	}
+}

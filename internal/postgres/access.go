@@ -174,6 +174,7 @@ type IdempotentResponse struct {
 // was free (or expired, or abandoned) it returns reserved true; otherwise it
 // returns what is remembered for the key.
 func (s *AccessStore) ReserveIdempotent(ctx context.Context, actor, key, hash string, now time.Time) (IdempotentResponse, bool, error) {
+	now = now.Truncate(time.Microsecond) // as stored: the reservation's ownership token
 	var reserved bool
 	err := s.pool.QueryRow(ctx, `
 INSERT INTO idempotency_keys (actor, key, request_hash, status, location, body, created_at) VALUES ($1, $2, $3, 0, '', '', $4)
@@ -193,16 +194,19 @@ RETURNING true`, actor, key, hash, now, IdempotencyTTL.Seconds(), idempotencyAba
 	return r, false, translate(err)
 }
 
-// CompleteIdempotent remembers the response to a reserved key.
-func (s *AccessStore) CompleteIdempotent(ctx context.Context, actor, key string, r IdempotentResponse) error {
-	_, err := s.pool.Exec(ctx, `UPDATE idempotency_keys SET status = $3, location = $4, body = $5 WHERE actor = $1 AND key = $2 AND request_hash = $6`,
-		actor, key, r.Status, r.Location, r.Body, r.RequestHash)
+// CompleteIdempotent remembers the response to the key reserved at
+// reservedAt (a reservation another request took over is left alone).
+func (s *AccessStore) CompleteIdempotent(ctx context.Context, actor, key string, reservedAt time.Time, r IdempotentResponse) error {
+	_, err := s.pool.Exec(ctx, `UPDATE idempotency_keys SET status = $3, location = $4, body = $5
+WHERE actor = $1 AND key = $2 AND request_hash = $6 AND status = 0 AND created_at = $7`,
+		actor, key, r.Status, r.Location, r.Body, r.RequestHash, reservedAt.Truncate(time.Microsecond))
 	return translate(err)
 }
 
-// ReleaseIdempotent frees a reserved key whose request failed unexpectedly,
-// so that it can be retried with the same key.
-func (s *AccessStore) ReleaseIdempotent(ctx context.Context, actor, key string) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE actor = $1 AND key = $2 AND status = 0`, actor, key)
+// ReleaseIdempotent frees the key reserved at reservedAt when its request
+// failed unexpectedly, so that it can be retried with the same key.
+func (s *AccessStore) ReleaseIdempotent(ctx context.Context, actor, key string, reservedAt time.Time) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE actor = $1 AND key = $2 AND status = 0 AND created_at = $3`,
+		actor, key, reservedAt.Truncate(time.Microsecond))
 	return translate(err)
 }

@@ -167,8 +167,18 @@ func lockDeployment(ctx context.Context, tx pgx.Tx, id, clientID string) (fleet.
 	if !validUUID(id) {
 		return fleet.Deployment{}, notFound("There is no deployment %s.", id)
 	}
-	q := `SELECT ` + sqlDeploymentColumns + sqlDeploymentFrom + ` WHERE d.id = $1 AND ($2 = '' OR d.client_id = $2) FOR UPDATE OF d`
-	d, err := scanDeployment(tx.QueryRow(ctx, q, id, clientID))
+	// Lock first, then read in a second statement: a locking read that had
+	// to wait re-reads only the locked row, not the rows it joined (the
+	// desired revision), which a fresh statement sees as committed.
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM deployments WHERE id = $1 AND ($2 = '' OR client_id = $2) FOR UPDATE`, id, clientID).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fleet.Deployment{}, notFound("There is no deployment %s.", id)
+	}
+	if err != nil {
+		return fleet.Deployment{}, err
+	}
+	d, err := scanDeployment(tx.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+sqlDeploymentFrom+` WHERE d.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, notFound("There is no deployment %s.", id)
 	}
@@ -226,9 +236,14 @@ func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo
 		return false, notFound("There is no deployment %s.", r.DeploymentID)
 	}
 	for attempt := range optimisticAttempts {
-		applied, first, err := s.recordOnce(ctx, s.pool, false, attempt == 0, clientID, r, decide, now)
-		if err != nil || applied {
-			return first, err
+		w, applied, first, err := s.recordOnce(ctx, s.pool, false, attempt == 0, clientID, r, decide, now)
+		if err != nil {
+			s.reports.drop(r.DeploymentID) // whether a failed write happened is unknown
+			return false, err
+		}
+		if applied {
+			s.reports.put(w)
+			return first, nil
 		}
 		// The deployment changed since it was read: decide again on fresh data.
 		s.reports.drop(r.DeploymentID)
@@ -236,15 +251,21 @@ func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo
 	// Under contention (many reports of one deployment at once), stop
 	// guessing: lock the row, decide and write.
 	var first bool
+	var w fleet.Deployment
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		applied, f, err := s.recordOnce(ctx, tx, true, false, clientID, r, decide, now)
+		written, applied, f, err := s.recordOnce(ctx, tx, true, false, clientID, r, decide, now)
 		if err == nil && !applied {
 			err = fmt.Errorf("deployment %s changed under its lock", r.DeploymentID)
 		}
-		first = f
+		w, first = written, f
 		return err
 	})
-	return first, translate(err)
+	if err != nil {
+		s.reports.drop(r.DeploymentID)
+		return false, translate(err)
+	}
+	s.reports.put(w) // only once committed
+	return first, nil
 }
 
 // optimisticAttempts is how often RecordReport tries without a lock before
@@ -256,33 +277,41 @@ type rowQuerier interface {
 }
 
 // recordOnce reads (or, with cached, may reuse what this process last
-// wrote), decides and writes one report; applied is false when the
-// deployment changed since it was read. With locked, the read locks the row.
+// wrote), decides and writes one report, and returns the row as written;
+// applied is false when the deployment changed since it was read. With
+// locked, the row is locked first. The caller remembers the written row
+// only once it is committed.
 func (s *FleetStore) recordOnce(ctx context.Context, q rowQuerier, locked, cached bool, clientID string, r *margo.StatusReport,
-	decide func(fleet.Deployment) (lifecycle.Decision, error), now time.Time) (applied, first bool, err error) {
+	decide func(fleet.Deployment) (lifecycle.Decision, error), now time.Time) (written fleet.Deployment, applied, first bool, err error) {
 	// What this process last wrote for the deployment saves the read; the
 	// generation guard below catches every change made elsewhere.
 	d, ok := s.reports.get(r.DeploymentID)
 	if !ok || !cached || d.ClientID != clientID || r.AdoptedManifestVersion > d.Published {
-		lock := ""
-		if locked {
-			lock = " FOR UPDATE OF d"
+		if locked { // lock, then read in a fresh statement (see lockDeployment)
+			var one int
+			err := q.QueryRow(ctx, `SELECT 1 FROM deployments WHERE id = $1 AND client_id = $2 FOR UPDATE`, r.DeploymentID, clientID).Scan(&one)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return d, false, false, notFound("There is no deployment %s.", r.DeploymentID)
+			}
+			if err != nil {
+				return d, false, false, translate(err)
+			}
 		}
 		var published int64
 		d, err = scanDeployment(q.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+`, c.manifest_version`+sqlDeploymentFrom+`
-JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2`+lock, r.DeploymentID, clientID), &published)
+JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2`, r.DeploymentID, clientID), &published)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return false, false, notFound("There is no deployment %s.", r.DeploymentID)
+			return d, false, false, notFound("There is no deployment %s.", r.DeploymentID)
 		}
 		if err != nil {
-			return false, false, translate(err)
+			return d, false, false, translate(err)
 		}
 		d.Published = uint64(published)
 		d.Parameters = nil // not needed to decide; keeps the cache small
 	}
 	dec, err := decide(d)
 	if err != nil {
-		return false, false, err // a refused report changes nothing
+		return d, false, false, err // a refused report changes nothing
 	}
 	adopted := max(d.NewestAdopted, r.AdoptedManifestVersion)
 	args := []any{d.ID, int64(adopted), now, d.Generation, int64(r.AdoptedManifestVersion), string(r.State), dec.Stale, string(r.JSON)}
@@ -322,18 +351,17 @@ ins AS (INSERT INTO status_reports (deployment_id, received_at, adopted_manifest
 	query += "\nSELECT count(*) FROM u"
 	var n int
 	if err := q.QueryRow(ctx, query, args...).Scan(&n); err != nil {
-		return false, false, translate(err)
+		return d, false, false, translate(err)
 	}
 	if n != 1 {
-		return false, false, nil
+		return d, false, false, nil
 	}
 	first = d.Reports == 0
 	d.Generation, d.Reports, d.NewestAdopted = d.Generation+1, d.Reports+1, adopted
 	if dec.Changed {
 		d.State = dec.Next
 	}
-	s.reports.put(d)
-	return true, first, nil
+	return d, true, first, nil
 }
 
 // Deployment implements fleet.Store.
