@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -62,6 +63,7 @@ type config struct {
 	deviceTLS12     bool
 	reportRetention int
 	allowOverrides  bool
+	debugListen     string
 	deviceRate      float64
 	deviceBurst     int
 	adminToken      string
@@ -93,6 +95,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.clientCA, "client-ca", getenv("WFM_CLIENT_CA"), "trust bundle for client certificates (PEM) (env WFM_CLIENT_CA)")
 	fs.StringVar(&c.acceptClients, "accept-clients", env("WFM_ACCEPT_CLIENTS", "all"), "all: accept every client of the trust domain on first contact; listed: only clients accepted through the management API (env WFM_ACCEPT_CLIENTS)")
 	fs.BoolVar(&c.devHeaderID, "dev-header-identity", getenv("WFM_DEV_HEADER_IDENTITY") == "true", "INSECURE, development only: serve the device API over plain HTTP and take the client id from the X-WFM-Client-ID header (env WFM_DEV_HEADER_IDENTITY=true)")
+	fs.StringVar(&c.debugListen, "debug-listen", getenv("WFM_DEBUG_LISTEN"), "address of a profiling listener (/debug/pprof/); empty: none. Keep it on loopback (env WFM_DEBUG_LISTEN)")
 	fs.BoolVar(&c.allowOverrides, "allow-rollback-override", getenv("WFM_ALLOW_ROLLBACK_OVERRIDE") != "false", "let admins override a supplier's rollback policy with force (audited); false disables break-glass overrides (env WFM_ALLOW_ROLLBACK_OVERRIDE=false)")
 	fs.Float64Var(&c.deviceRate, "device-rate", 20, "device API requests per second allowed per client, on average (per server process)")
 	fs.IntVar(&c.deviceBurst, "device-burst", 40, "device API requests a client may make at once above its rate")
@@ -270,6 +273,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "wfm listening on %s (Swagger UI %s/docs/, contract %s/openapi.yaml)\n", base, base, base)
 	fmt.Fprintf(stdout, "wfm device API (Margo) on %s%s/api/v1/\n", dscheme, displayAddr(dln.Addr()))
 	log.Info("listening", "management", ln.Addr().String(), "device", dln.Addr().String(), "device_tls", deviceTLS != nil)
+
+	if c.debugListen != "" {
+		dbg, err := net.Listen("tcp", c.debugListen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", c.debugListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		dsrvDebug := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = dsrvDebug.Serve(dbg) }()
+		defer dsrvDebug.Close()
+		log.Warn("profiling listener on (do not expose it)", "addr", dbg.Addr().String())
+	}
 
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ln) }()
