@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"math"
@@ -69,10 +68,13 @@ func (s *Server) deviceIdentity(next http.Handler) http.Handler {
 	})
 }
 
-// wholeJSON makes a device API JSON body exactly one JSON value: the
-// generated binding reads only the first value of a body, so trailing bytes
-// would otherwise pass unseen. Malformed bodies answer 400.
-func (s *Server) wholeJSON(next http.Handler) http.Handler {
+type rawBodyKey struct{}
+
+// wholeBody keeps the exact bytes of a device API request body for its
+// handler: the generated binding reads only the first JSON value of a body,
+// while the Margo parsers must see all of it (they refuse anything but
+// exactly one JSON object, trailing bytes included).
+func (s *Server) wholeBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/api/v1/") || (r.Method != http.MethodPost && r.Method != http.MethodPut) || r.Body == nil {
 			next.ServeHTTP(w, r)
@@ -83,14 +85,18 @@ func (s *Server) wholeJSON(next http.Handler) http.Handler {
 			writeProblem(w, r, problemFromError(s.log, r, bodyReadError(err)))
 			return
 		}
-		if !json.Valid(body) {
-			writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.EMALFORMED, Type: "invalid-request",
-				Message: "The request body is not exactly one JSON value."}))
-			return
-		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), rawBodyKey{}, body)))
 	})
+}
+
+// wholeDeviceBody is the whole request body kept by wholeBody, or else the
+// bound one.
+func wholeDeviceBody[T ~[]byte](ctx context.Context, bound *T) ([]byte, error) {
+	if b, ok := ctx.Value(rawBodyKey{}).([]byte); ok {
+		return b, nil
+	}
+	return rawJSON(bound)
 }
 
 // manifestResponse writes a state manifest's exact bytes.
@@ -167,7 +173,7 @@ func (s *Server) GetBundle(ctx context.Context, req api.GetBundleRequestObject) 
 
 // PutDeviceCapabilities registers or updates a device.
 func (s *Server) PutDeviceCapabilities(ctx context.Context, req api.PutDeviceCapabilitiesRequestObject) (api.PutDeviceCapabilitiesResponseObject, error) {
-	raw, err := rawJSON(req.Body)
+	raw, err := wholeDeviceBody(ctx, req.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +197,7 @@ func (s *Server) DeleteDeviceCapabilities(ctx context.Context, req api.DeleteDev
 
 // PostDeploymentStatus records a status report.
 func (s *Server) PostDeploymentStatus(ctx context.Context, req api.PostDeploymentStatusRequestObject) (api.PostDeploymentStatusResponseObject, error) {
-	raw, err := rawJSON(req.Body)
+	raw, err := wholeDeviceBody(ctx, req.Body)
 	if err != nil {
 		return nil, err
 	}
