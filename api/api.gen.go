@@ -1421,6 +1421,13 @@ type ListApplicationsParams struct {
 // CreateApplicationVersionJSONBody defines parameters for CreateApplicationVersion.
 type CreateApplicationVersionJSONBody = json.RawMessage
 
+// CreateApplicationVersionParams defines parameters for CreateApplicationVersion.
+type CreateApplicationVersionParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // GetUpgradePathParams defines parameters for GetUpgradePath.
 type GetUpgradePathParams struct {
 	From string `form:"from" json:"from"`
@@ -1439,6 +1446,20 @@ type ListApplicationVersionsParams struct {
 // GetApplicationVersionParams defines parameters for GetApplicationVersion.
 type GetApplicationVersionParams struct {
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
+}
+
+// UnyankApplicationVersionParams defines parameters for UnyankApplicationVersion.
+type UnyankApplicationVersionParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// YankApplicationVersionParams defines parameters for YankApplicationVersion.
+type YankApplicationVersionParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ListAuditParams defines parameters for ListAudit.
@@ -1471,6 +1492,20 @@ type ListClientsParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// AcceptClientParams defines parameters for AcceptClient.
+type AcceptClientParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// RetireClientParams defines parameters for RetireClient.
+type RetireClientParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListDeploymentsParams defines parameters for ListDeployments.
 type ListDeploymentsParams struct {
 	ApplicationId *string          `form:"applicationId,omitempty" json:"applicationId,omitempty"`
@@ -1488,6 +1523,13 @@ type ListDeploymentsParams struct {
 
 	// Cursor Opaque cursor from a previous page's `nextCursor`.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CreateDeploymentParams defines parameters for CreateDeployment.
+type CreateDeploymentParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // DeleteDeploymentParams defines parameters for DeleteDeployment.
@@ -1565,6 +1607,13 @@ type ListOperationsParams struct {
 
 	// Cursor Opaque cursor from a previous page's `nextCursor`.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CancelOperationParams defines parameters for CancelOperation.
+type CancelOperationParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ListTokensParams defines parameters for ListTokens.
@@ -1834,7 +1883,7 @@ type ServerInterface interface {
 	ListApplications(w http.ResponseWriter, r *http.Request, params ListApplicationsParams)
 	// CreateApplicationVersion Add an application version from its description (margo.yaml)
 	// (POST /mgmt/v1/applications)
-	CreateApplicationVersion(w http.ResponseWriter, r *http.Request)
+	CreateApplicationVersion(w http.ResponseWriter, r *http.Request, params CreateApplicationVersionParams)
 	// GetApplication Get one application
 	// (GET /mgmt/v1/applications/{applicationId})
 	GetApplication(w http.ResponseWriter, r *http.Request, applicationId ApplicationId)
@@ -1852,10 +1901,10 @@ type ServerInterface interface {
 	GetApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version, params GetApplicationVersionParams)
 	// UnyankApplicationVersion Undo a yank
 	// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank)
-	UnyankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version)
+	UnyankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version, params UnyankApplicationVersionParams)
 	// YankApplicationVersion Yank a version
 	// (POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank)
-	YankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version)
+	YankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version, params YankApplicationVersionParams)
 	// ListAudit Read the audit log, newest first
 	// (GET /mgmt/v1/audit)
 	ListAudit(w http.ResponseWriter, r *http.Request, params ListAuditParams)
@@ -1864,7 +1913,7 @@ type ServerInterface interface {
 	ListClients(w http.ResponseWriter, r *http.Request, params ListClientsParams)
 	// AcceptClient Accept a client (or accept a retired one again)
 	// (POST /mgmt/v1/clients)
-	AcceptClient(w http.ResponseWriter, r *http.Request)
+	AcceptClient(w http.ResponseWriter, r *http.Request, params AcceptClientParams)
 	// GetClient Get one client
 	// (GET /mgmt/v1/clients/{clientId})
 	GetClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath)
@@ -1876,13 +1925,13 @@ type ServerInterface interface {
 	PutDeviceLabels(w http.ResponseWriter, r *http.Request, clientId ClientIdPath, deviceId DeviceIdPath)
 	// RetireClient Retire a client
 	// (POST /mgmt/v1/clients/{clientId}/retire)
-	RetireClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath)
+	RetireClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath, params RetireClientParams)
 	// ListDeployments List deployments
 	// (GET /mgmt/v1/deployments)
 	ListDeployments(w http.ResponseWriter, r *http.Request, params ListDeploymentsParams)
 	// CreateDeployment Deploy an application version to a device
 	// (POST /mgmt/v1/deployments)
-	CreateDeployment(w http.ResponseWriter, r *http.Request)
+	CreateDeployment(w http.ResponseWriter, r *http.Request, params CreateDeploymentParams)
 	// DeleteDeployment Remove a deployment from its device
 	// (DELETE /mgmt/v1/deployments/{deploymentId})
 	DeleteDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params DeleteDeploymentParams)
@@ -1921,7 +1970,7 @@ type ServerInterface interface {
 	GetOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath)
 	// CancelOperation Cancel a queued or running operation
 	// (POST /mgmt/v1/operations/{operationId}/cancel)
-	CancelOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath)
+	CancelOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath, params CancelOperationParams)
 	// ListTokens List API tokens (never their secrets)
 	// (GET /mgmt/v1/tokens)
 	ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams)
@@ -1993,7 +2042,7 @@ func (_ Unimplemented) ListApplications(w http.ResponseWriter, r *http.Request, 
 
 // CreateApplicationVersion Add an application version from its description (margo.yaml)
 // (POST /mgmt/v1/applications)
-func (_ Unimplemented) CreateApplicationVersion(w http.ResponseWriter, r *http.Request) {
+func (_ Unimplemented) CreateApplicationVersion(w http.ResponseWriter, r *http.Request, params CreateApplicationVersionParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2029,13 +2078,13 @@ func (_ Unimplemented) GetApplicationVersion(w http.ResponseWriter, r *http.Requ
 
 // UnyankApplicationVersion Undo a yank
 // (POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank)
-func (_ Unimplemented) UnyankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version) {
+func (_ Unimplemented) UnyankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version, params UnyankApplicationVersionParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
 // YankApplicationVersion Yank a version
 // (POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank)
-func (_ Unimplemented) YankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version) {
+func (_ Unimplemented) YankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version, params YankApplicationVersionParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2053,7 +2102,7 @@ func (_ Unimplemented) ListClients(w http.ResponseWriter, r *http.Request, param
 
 // AcceptClient Accept a client (or accept a retired one again)
 // (POST /mgmt/v1/clients)
-func (_ Unimplemented) AcceptClient(w http.ResponseWriter, r *http.Request) {
+func (_ Unimplemented) AcceptClient(w http.ResponseWriter, r *http.Request, params AcceptClientParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2077,7 +2126,7 @@ func (_ Unimplemented) PutDeviceLabels(w http.ResponseWriter, r *http.Request, c
 
 // RetireClient Retire a client
 // (POST /mgmt/v1/clients/{clientId}/retire)
-func (_ Unimplemented) RetireClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath) {
+func (_ Unimplemented) RetireClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath, params RetireClientParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2089,7 +2138,7 @@ func (_ Unimplemented) ListDeployments(w http.ResponseWriter, r *http.Request, p
 
 // CreateDeployment Deploy an application version to a device
 // (POST /mgmt/v1/deployments)
-func (_ Unimplemented) CreateDeployment(w http.ResponseWriter, r *http.Request) {
+func (_ Unimplemented) CreateDeployment(w http.ResponseWriter, r *http.Request, params CreateDeploymentParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2167,7 +2216,7 @@ func (_ Unimplemented) GetOperation(w http.ResponseWriter, r *http.Request, oper
 
 // CancelOperation Cancel a queued or running operation
 // (POST /mgmt/v1/operations/{operationId}/cancel)
-func (_ Unimplemented) CancelOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath) {
+func (_ Unimplemented) CancelOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath, params CancelOperationParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2477,8 +2526,35 @@ func (siw *ServerInterfaceWrapper) ListApplications(w http.ResponseWriter, r *ht
 // CreateApplicationVersion operation middleware
 func (siw *ServerInterfaceWrapper) CreateApplicationVersion(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateApplicationVersionParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.CreateApplicationVersion(w, r)
+		siw.Handler.CreateApplicationVersion(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2742,8 +2818,32 @@ func (siw *ServerInterfaceWrapper) UnyankApplicationVersion(w http.ResponseWrite
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params UnyankApplicationVersionParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.UnyankApplicationVersion(w, r, applicationId, version)
+		siw.Handler.UnyankApplicationVersion(w, r, applicationId, version, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2777,8 +2877,32 @@ func (siw *ServerInterfaceWrapper) YankApplicationVersion(w http.ResponseWriter,
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params YankApplicationVersionParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.YankApplicationVersion(w, r, applicationId, version)
+		siw.Handler.YankApplicationVersion(w, r, applicationId, version, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2948,8 +3072,35 @@ func (siw *ServerInterfaceWrapper) ListClients(w http.ResponseWriter, r *http.Re
 // AcceptClient operation middleware
 func (siw *ServerInterfaceWrapper) AcceptClient(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params AcceptClientParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.AcceptClient(w, r)
+		siw.Handler.AcceptClient(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3070,8 +3221,32 @@ func (siw *ServerInterfaceWrapper) RetireClient(w http.ResponseWriter, r *http.R
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params RetireClientParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.RetireClient(w, r, clientId)
+		siw.Handler.RetireClient(w, r, clientId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3208,8 +3383,35 @@ func (siw *ServerInterfaceWrapper) ListDeployments(w http.ResponseWriter, r *htt
 // CreateDeployment operation middleware
 func (siw *ServerInterfaceWrapper) CreateDeployment(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateDeploymentParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.CreateDeployment(w, r)
+		siw.Handler.CreateDeployment(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3858,8 +4060,32 @@ func (siw *ServerInterfaceWrapper) CancelOperation(w http.ResponseWriter, r *htt
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CancelOperationParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.CancelOperation(w, r, operationId)
+		siw.Handler.CancelOperation(w, r, operationId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4997,6 +5223,7 @@ func (response ListApplicationsdefaultApplicationProblemPlusJSONResponse) VisitL
 }
 
 type CreateApplicationVersionRequestObject struct {
+	Params   CreateApplicationVersionParams
 	JSONBody *CreateApplicationVersionJSONRequestBody
 	Body     io.Reader
 }
@@ -5737,6 +5964,7 @@ func (response GetApplicationVersiondefaultApplicationProblemPlusJSONResponse) V
 type UnyankApplicationVersionRequestObject struct {
 	ApplicationId ApplicationId `json:"applicationId"`
 	Version       Version       `json:"version"`
+	Params        UnyankApplicationVersionParams
 }
 
 type UnyankApplicationVersionResponseObject interface {
@@ -5835,6 +6063,7 @@ func (response UnyankApplicationVersiondefaultApplicationProblemPlusJSONResponse
 type YankApplicationVersionRequestObject struct {
 	ApplicationId ApplicationId `json:"applicationId"`
 	Version       Version       `json:"version"`
+	Params        YankApplicationVersionParams
 	Body          *YankApplicationVersionJSONRequestBody
 }
 
@@ -6098,7 +6327,8 @@ func (response ListClientsdefaultApplicationProblemPlusJSONResponse) VisitListCl
 }
 
 type AcceptClientRequestObject struct {
-	Body *AcceptClientJSONRequestBody
+	Params AcceptClientParams
+	Body   *AcceptClientJSONRequestBody
 }
 
 type AcceptClientResponseObject interface {
@@ -6498,6 +6728,7 @@ func (response PutDeviceLabelsdefaultApplicationProblemPlusJSONResponse) VisitPu
 
 type RetireClientRequestObject struct {
 	ClientId ClientIdPath `json:"clientId"`
+	Params   RetireClientParams
 }
 
 type RetireClientResponseObject interface {
@@ -6677,7 +6908,8 @@ func (response ListDeploymentsdefaultApplicationProblemPlusJSONResponse) VisitLi
 }
 
 type CreateDeploymentRequestObject struct {
-	Body *CreateDeploymentJSONRequestBody
+	Params CreateDeploymentParams
+	Body   *CreateDeploymentJSONRequestBody
 }
 
 type CreateDeploymentResponseObject interface {
@@ -8104,6 +8336,7 @@ func (response GetOperationdefaultApplicationProblemPlusJSONResponse) VisitGetOp
 
 type CancelOperationRequestObject struct {
 	OperationId OperationIdPath `json:"operationId"`
+	Params      CancelOperationParams
 }
 
 type CancelOperationResponseObject interface {
@@ -9002,9 +9235,10 @@ func (sh *strictHandler) ListApplications(w http.ResponseWriter, r *http.Request
 }
 
 // CreateApplicationVersion operation middleware
-func (sh *strictHandler) CreateApplicationVersion(w http.ResponseWriter, r *http.Request) {
+func (sh *strictHandler) CreateApplicationVersion(w http.ResponseWriter, r *http.Request, params CreateApplicationVersionParams) {
 	var request CreateApplicationVersionRequestObject
 
+	request.Params = params
 	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 
 		var body CreateApplicationVersionJSONRequestBody
@@ -9175,11 +9409,12 @@ func (sh *strictHandler) GetApplicationVersion(w http.ResponseWriter, r *http.Re
 }
 
 // UnyankApplicationVersion operation middleware
-func (sh *strictHandler) UnyankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version) {
+func (sh *strictHandler) UnyankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version, params UnyankApplicationVersionParams) {
 	var request UnyankApplicationVersionRequestObject
 
 	request.ApplicationId = applicationId
 	request.Version = version
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.UnyankApplicationVersion(ctx, request.(UnyankApplicationVersionRequestObject))
@@ -9202,11 +9437,12 @@ func (sh *strictHandler) UnyankApplicationVersion(w http.ResponseWriter, r *http
 }
 
 // YankApplicationVersion operation middleware
-func (sh *strictHandler) YankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version) {
+func (sh *strictHandler) YankApplicationVersion(w http.ResponseWriter, r *http.Request, applicationId ApplicationId, version Version, params YankApplicationVersionParams) {
 	var request YankApplicationVersionRequestObject
 
 	request.ApplicationId = applicationId
 	request.Version = version
+	request.Params = params
 
 	var body YankApplicationVersionJSONRequestBody
 	if err := runtime.BindJSONBody(r, &body); err != nil {
@@ -9291,8 +9527,10 @@ func (sh *strictHandler) ListClients(w http.ResponseWriter, r *http.Request, par
 }
 
 // AcceptClient operation middleware
-func (sh *strictHandler) AcceptClient(w http.ResponseWriter, r *http.Request) {
+func (sh *strictHandler) AcceptClient(w http.ResponseWriter, r *http.Request, params AcceptClientParams) {
 	var request AcceptClientRequestObject
+
+	request.Params = params
 
 	var body AcceptClientJSONRequestBody
 	if err := runtime.BindJSONBody(r, &body); err != nil {
@@ -9409,10 +9647,11 @@ func (sh *strictHandler) PutDeviceLabels(w http.ResponseWriter, r *http.Request,
 }
 
 // RetireClient operation middleware
-func (sh *strictHandler) RetireClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath) {
+func (sh *strictHandler) RetireClient(w http.ResponseWriter, r *http.Request, clientId ClientIdPath, params RetireClientParams) {
 	var request RetireClientRequestObject
 
 	request.ClientId = clientId
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.RetireClient(ctx, request.(RetireClientRequestObject))
@@ -9461,8 +9700,10 @@ func (sh *strictHandler) ListDeployments(w http.ResponseWriter, r *http.Request,
 }
 
 // CreateDeployment operation middleware
-func (sh *strictHandler) CreateDeployment(w http.ResponseWriter, r *http.Request) {
+func (sh *strictHandler) CreateDeployment(w http.ResponseWriter, r *http.Request, params CreateDeploymentParams) {
 	var request CreateDeploymentRequestObject
+
+	request.Params = params
 
 	var body CreateDeploymentJSONRequestBody
 	if err := runtime.BindJSONBody(r, &body); err != nil {
@@ -9835,10 +10076,11 @@ func (sh *strictHandler) GetOperation(w http.ResponseWriter, r *http.Request, op
 }
 
 // CancelOperation operation middleware
-func (sh *strictHandler) CancelOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath) {
+func (sh *strictHandler) CancelOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath, params CancelOperationParams) {
 	var request CancelOperationRequestObject
 
 	request.OperationId = operationId
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.CancelOperation(ctx, request.(CancelOperationRequestObject))
@@ -9998,228 +10240,228 @@ func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rdhs3sij8Ktjcey2TmeZFlOzE1No/NI6d8Te2409yJmdO6J0Gu0ESoybAAGjRjJfOmoeYZzgPNk9y",
-	"FgpAN7qJ5s2S48T+Y4skugEUqgp1r/ethC+WnBGmZGv0vjUnOCUC/nz6Bs/0/ymRiaBLRTlrjVpXSnA2",
-	"Q4QpqtZI4RniU6TmBAmyFEQSprAe2WtFLUF+yakgaWukRE6ilkzmZIH1K9V6SVqjllSCslnr9jZqveAJ",
-	"NjPUJ/zh8kU5heS5SMhhL7+NWkss8IIou7GL5TKjZrrn6eaE3s+Ipqj9EosZfyBR/D8/4e6vg+7j7tv3",
-	"J9FwMLj9r7ijl0Le4cUy03MmfNFlXKi5VFgomuJuSmdUQ6zLRTInUgmsuGhFLapnWmI1b0Uthhf6YVxZ",
-	"1rYdLvC7F4TN1Lw1Gg4GentKEaHfuLnEVhSA9pOMEqaep6/1AkbvQ6tJ7JCtC/kvQaatUes/+yUS9c2v",
-	"su/mMBPmQnKxCevvl/iXnKAEfkZTwRcIo6UgN5TnEi3xjGjAM/JOmTfEPQe7X3Ii1t5yzQQNUHp4MqxC",
-	"6aL7vw2gfu6+/SoMo2/JMuPrxS44pd6wfQ/t0Vl4whuakB2TmSFHH4qbw0xIZ0SqbdPBgH139c0gtKvn",
-	"KVksuSIsWf+VrDcx4JIsCVaUzRBGehoiFVpRNQeCl3hB0DVZI8xSNOHpGgmicsEk/MoFnVGGM80XlpxJ",
-	"cl59CF6Dxyyl0ykRhCnzCirR2XCIYlqurHtN1l1BcknSuIf+StYSYaFfslRoygUanqE5z4WM0JIIpPg1",
-	"Yb0xc6hoeGYJNm/LXb3nJtJ9+DBqLShzn0+C4Ju+xCopD2hjrmnXDGiY5GQwPAu/9xVnZOe79aDjJniB",
-	"JyS7IhlJVIjwn/DFAncl0ZxZkRRZDNN0JCOEs0zz/NWcJnO0yKVCc56lIxRfk/V/3+AsJ3EEH/6j8ilG",
-	"bXsHdaIxi//DfIUn8E0PwT6IRBgZOnogEZlOSaLoDUGZXq80p1oydEkV+e9lhpnq4myKo/9IScIXCyol",
-	"5YykDcwoq+z9UMDRBVWbAHuBhSZGxPLFhAgNHarIQiLKAOk1q2zijRm80V9GSqY4z5RexCDSi6KLfNEa",
-	"PYRPlJlPJT5SpsiMCFje90si7B21hXPwctSHMcW/ESGDYsEFuiKLvxGBbsyIcxSf9AYxcAr9l/5bL6Zk",
-	"CXZg9cY+6Q17J+H72I7fd/0nw292kfOtfpVhVSCIFLC8SBKyVASEkYQzRRhggCcR9P8hDRT24/PFm82s",
-	"VdC90bzTDUArLFEiiKbCc0QVEjkrsGqCk+uZ4DlLeyh2IlqsOShVEv1w+UID0xMZfSkutDw7tF+Mg9W9",
-	"FnySkcWWzS/NiD8dBgT33gAILhi6fPYEPT57+DWyL++1bqPWG85fYra+NBeR/JhL0qdihC5E3iWEpCQF",
-	"KLtLUfPJHooviRLr7sVUEREjidcSreaEIcWREmuEZ5gycw3aBaIEC0GJHDMnxwr9BrQgmo9I1I7hM55k",
-	"wEXhA7z9iiScpVJ/qdGAT6dXWnols3XcMWzSO3hvVfrjFoLZxl0AKhZUIKgDWRhB0h4JHEOaUg00nL0W",
-	"Go8V1eQ0xZkkUWvpffW+RdODxNRy3T/pR98Wa+STf5BEaQzxtAP96up0lo4uYJlTLhZYaTEKK9JVdEE2",
-	"5czIrvAYFWLjVRlWRKpGjqkRbE5n+hWOFyI1x0qTM+MKrTG7Jilqq8A4wDF9K2uxyAzshBnpxqoMN60v",
-	"Jl4QhVOscE//HjsNz2whzKq/tXBAu+Bgn37Cc0O2xStOgzda7dDtiuvgrL028s56B5q8oAZta5ipb+/K",
-	"H9uw1Me622I6LAReA4wLBWkT0q+NRGTZxJwIAoe44IIYEeIcLbHUHB1hieKk1LM2b+MKqGDdO/buIWN1",
-	"+7iug98JBRxBfxVgNfEWw8U2ycnbBfJ+1YD8/66+f4XanGVrA3nOCglEE5wg2FBQFXpR6113xrv2S323",
-	"9C7x6iWREs8ILNeoZJv0JOd4+PDRaJwPBqfJnLyDP0rC8lc3WSsiEXmHE5Wt9VqXXCqS6tV4OrJ94U+D",
-	"7mPcnb59/+gsZEyIWhmdkmSdZGQXDr9wAy/zjEj96IKkFL+BF9b38xe+2lj3qrJUwvQ18lPlUl7jRdaK",
-	"NuWmt1v40vEMJqDVYMYZTXDmhFO5JFlG2WxPXmk4q2fEmnCeEczK3w5BbfPEJcFWRNlOz3XzUyn+FmaA",
-	"8rwKJllSXLF6HyX2Yw93zCEd09nJKI9mcHlK1VOmxDrA2BLHSrbrNpEeGeLXb/g1MYbHcUuj03rBczlu",
-	"GS7COLrBGU2NDQIoYkZvCANWsnPCg9iiwjTbxREPZF5G1ikWQJl6dNbavJM1oqk5T+v2pcAyea4SbunY",
-	"8gOZJwmRshW1pphmuSBB6rdS9fM0pMVtjuaGvfkDHwXGSYVVLj3U8vaktAKvNsy3Z9/svGg1SWENXmzt",
-	"CRbHCjgVLy9WUEKmEX/vhOhKQrgF/HtungJDwnbaq1tnj6XFQn6vsPLSZNPFMwLyWv2Qg+bg3s9gOT8Z",
-	"fhO+7J44GFwVJ12FHxHC7G8b2MzDT2GodxMF0YnsZ9K9gqF1sFkmbd4ThB6w79LUva+WVUB6Q5I7QHwr",
-	"XAzB8yps3aMWSWekOzhp1R05S55lz4CSWbJujR4N/LvZ3rK30S7J88O8Kf429tU0/c3ta6+v732rlcGN",
-	"/BvOciNqLQWf0owE/V2o9GEgOy4gNp4jvqBKkRR14acpFVKBWGsG6oWiBDMkcla7jYaDwXYpagcD3ltS",
-	"8ZxWBYSb0R5u2uPsCuTdkgoinwdkwO84SnNrW8uZohnAx9zX9jHUJr1ZD309HMw7PlgZuSGiKirqMVVg",
-	"ng73EmYT2l3SJckoIwHmt9VOWd5325DsUo9pYDjwfAjwJacJSE4pXyqSvsSMTnfZMRhZEalQ+BEfIQVZ",
-	"cqGhO+UCqTmVHrL3NmWPqgiTGwnlNtpkGnfCBY5SVw9nHDWxK89Boti0RDGpcJZpjeGG7gS9sIMq1M/Z",
-	"lIoFSVHxrgjRKcJs3QvLefuctTWKLjYOGSvLhJb5JKNyTlLHszQ6litsw9FrXFjwG5x1Djj3Ks/d3zjw",
-	"tPArFW9A4KmSHmetrHLTFlDn2hsHthR8JrSou9vobMYBsW4928K5tGOJ3hnuKaQ4orOCin3uyRyz2WEU",
-	"AM81KrVRK1+mhxLVzTb0c0ab3UDZKr8fdGf5J+8gXN35Bvy8o62gbVVFL4GznTv/OWdpRi71gYZgIimb",
-	"ZQRhkcw1js95llI2Q/r6WiNPEy9fiFKe5PCHhaMj53MUszzLYtSG22/M7HXYqRssGfdYt+yhtkh6pyij",
-	"UkkUT2C9vcJAAV4L852xXoBjcMzcl7nIYoSlczunhTtkY3WSEL122V9gMeNdIgRWuLdIex3wgei144m+",
-	"LQ0bqF5ppbXuCMNaxToWsnbdsLQHq+rZXd2c/Elh8afZr3QZVHol/ZX8ea3M2gpPzCBE1bnIdltIfHtQ",
-	"YSTST25HrrvQPD1B4t7MPOUcTsCwBFE7ZD8CKMSRPggL7vrMavFKBxzblWP0VX6wJEwT/2jz3i2u5cj4",
-	"l0ghsJ07AQEeNJe4/QZNCAQDaTwn6fmYFaLEqCLX5TYIqD7rOUoFpky/o4/y5Uzg1PwtCIgns1zA5zET",
-	"HObvTnByPUKYeT5xypC7XM/RFNON2Qup0piYQMTAKCU41QI3OFRI2jkfM5A53AIW/Ea/KCUZURoqlTfq",
-	"H8EL0/fkqBlnxMakWAZgwd0q5LXKBzC/OgAAv7cAgPvBA4AR0ov9W2sZMdEaZsnuT5IGmUkVMXLpaGSX",
-	"oLSv0L+N+uvDtSxdCWPdi4fUjTkBRrKbto+Qx+Ud2o4+2ETUbBt6111NF13yThGmgSz3XJkbv4vzNJy8",
-	"Z8L0jvTtwbZms+eAix4v8YRmtETAQxx+GZYK+a8o5ZoAezjCv/eR1Eh6EMKa2LhjNSDzNGo7qESI3xAh",
-	"aJoShiZrE8oJrJeLB7ITVITc7y+KlWz1NJpRgH8zKhURJGD3AsMOwlOtm3mHl7PyIdT+9umLp2+eoj5e",
-	"0v7NSd8/+o4171BlD1ya8BtvA577zu3+xV6w3ADAwVpNjfg8LYMaJl8ApjjfjUVuwD2qks9huoWG7hPv",
-	"8X0vjOqpQRQTAtm/+ZU99GciaUokikvqt7GBZrNxhMA3f0NYygUquNyYmSVLCB5MUfyua1zq+qPxqXss",
-	"MQbNBGcZX2lkgVWRd0stNxBpLBQQhBxbwa/cXByZ6NYx+35J2MXr5+i0N0AZTq7lOVpNF4iwKReJkQj0",
-	"ujGTK62gnA2HemlapABFBfSWTi1u9b1HspKqqkdk0ySeLPV19NP7Fih0iiQqF3ANLlJw0CVc6IFnt28N",
-	"5/AM8guy4GLdGrVOHn1H9WeekuwVmBFao9arq+7JYKB5OhEUl99fveoOBvC8VFxo1jdqnQy/gTfIfGmQ",
-	"sBQwtIohAYs1rUsCsWfZQuNZMfpSE+PCDOMJ1b+Zs9XLcO4IIIvq3o/hbVc5SKeim5IpZSS1LO7cmXgA",
-	"KZChxMgaVSJkmQHSoiJDIGJoddMMk/prM1I2mYK8VYfOz5N6ajJW5VQ9XdIeLxYL939Q0rPHX0g/Zpmb",
-	"LAaGhWi/LlUddvtoDUdMcUK27VHV9GSi5kQwcImu6FTjVUKyLM+waEWtSZYTxTkE++ZyAmyNTUDmEHJ4",
-	"OgxAobZX+HWfrTr6CIiOFVIJ/M4VyZ7wrIyg37xUlkTQ5ZwInG2DzQKzfIrh+EXzSoK/1ME6W+agNMpl",
-	"htcAtwURWNM9TQRfzjl4G+SS4Gsi7hCMVf4RdJVaPhL6rZGjeCBzOwTGEnmcJsml4mHCWFBmHd4ngSVv",
-	"cqbAdJpVHT+H43Dv9zFB2sFVxKuBdvMsam/yMOtYmXzD69qcndX7+f903/6pPR736991vgpaS8wMu2Ss",
-	"oEsvO0i0rIHFPtws+NyNzQtUmnu0d5Vqooeie1gcDrYdCEzZ90YLIAeeE2dv6ILwXFWusgkXypjNE9Iw",
-	"aQmEECtV5Usb/bm9nZ7YGqyLv4Pg1kAwsZAbiPEbb9ILVRwsBrK19z7LKSJvD6HdP6MkS73Mj+r+p/rX",
-	"zWVCUO2Sg0SAKFPc+vVMhkShire5QDEkQfXrwnscgTA+D/5gEho2fwLncelTqUW+910oe7906uzK89KC",
-	"gWGLFaf92Aadj1suKB/X0pz2eHftbAwoywlDh/EXgjOTy1U9htJSVa6RXx9KBfYtwYmpvrjXd8Ed3wjM",
-	"JFX3Gvi562Kp5Xc+2hVvbl6IrslaovZJd/jwFCVzLGQHKe6UibZTEPKl/nb48JEdY7mRP78X9uktuhp3",
-	"vc3J+UCiInYXCT3c6K/GsWezBp1tHrUL31jxUKkb9xap1Upr3hLN9XbedCVrNCLQD2DHJs8EXwQDmKgg",
-	"ibLmfgLJUHMqC9ctIyQ13oLi0iozYDiaEIQVygiWCp7roQtIGUVdhNka8Swt6a8eyP2wNwjJIfvEDewZ",
-	"w1WAoZbWQTyWFKHVHCutVjaBIOXuLKvmNoNlQY1T8CwD38DuQCAYVyxUmjwxGkK2q+K36vqstCzPvdgy",
-	"m2Zo0Q6yW+visyDGAmWVuu8EIeFo/yo/2GBQxYK9bYcYwM7gpJeccWVyALI1okwvT1I2QzmTdMZIih6d",
-	"dSdUIeu3Q5Shn04iNPyfR2fdk7cRBNRJE9JIINv8x2cvbQgMwGbMDHCch1pD6cR5wyEfMNarHlljQmys",
-	"SThb6Z8EYSkREmGTnmLXYF3ZW1LzmsJjXpEVBNEFbg59MCrMbCYEiyKNHl3N+YohzhJyjvRlQBBViPFV",
-	"LxC2tnmsbvatNwMM2tA94dvIrTR02mUW7V1k+jnv4CZQfrSRDijJBdQpkIoswbcoEZ36xuk5NmJBycco",
-	"EMa+K6h6s3aGhB3BrKeUgc/3EMhMeZbx1Q/LMLrgXPEFVjRBjjQ9Ty0EGZMUTdaIs2fWG+vGVSDTtEcw",
-	"s26JJ4LfG+TpqeALjxU0uFl2LqFYecUQgTMVZke+tO+WXUeotaYio5YhLkySN2YJAZwx4adwuF0rr0eo",
-	"+MOgWtc83Om1mrMnSPrn9fGB6wV1eSFhZLm/wOc9T5ZBo5HNVw5btvi2g6vbvSy9FR51UvGnE/+cnOYb",
-	"PLAPdeNQEyZWcaQqE4DjosTCLhmP/Tg4+3hXPdKtvPAuZHWvPMF9ieo17PLO8pec5MZYkTMbJgE5QySt",
-	"2jIKegmeZBX7Agrs4WyQhROHijCaQ961Pc7TC96l0tw2ZQytLZhivZvF950d4Z+b5qLi0SZr0XYI3zTS",
-	"Zz3ovBJP2RzQUIjUJmoy4Cix9Qtuo9aETDnw49uodU1ZwBZxTZYqQoJIonmm4MslSSOE01T/l5i4TM16",
-	"c2Y/9LZlx+/YoQmrh4Vs3VmjOckqUKFtkCXqQpWIdVA3AG+9p1qcmz2jLlL42iR/MLLyNEhPXnc4oScB",
-	"HiMrklbDbsvVbt2rTW45yHNXPGxrw1gt2ynZYWed89SpOVl09NmS5JqkxtkvVT1P5oFE7l6wIgowvYC2",
-	"7hsIvP1lOJQvb3zMYTEEVrQ/99UzPNGPBCOejhD5PkBCmvPajb9Dc6ur1vttuEb4obeWlsi96rfslC78",
-	"JIpAMuhB0sdOmWMnSTn0KaQFizJvGxDQoEcg1NVlBe/LyPR5SRnGjjCTs+OLFOTgEsvT2p/26wV/kJlA",
-	"RsYu4srjFBasA0rkjNlGjZwIxRDPJ+MOxG+sposH5lU28Tju9NBLre66aRZ4jfBySbAAe7NckoROaTJm",
-	"br0aDPLcGgOkqYtGZ8x/h5qTNUo56IjXWokOWOBqK/URjRn/7ZS+gxMg7wz+U5wFb+gSHUqT2CuOBM8V",
-	"QQtbbe27p29Qn/GuzJN5d4nVvKbYnw0eh+ykBnib99VTMEU6kBQWLQvWCBGczFHGE2y1QmvqcE6DtsaC",
-	"R48HJ52KPWkbzVc8FZU055NBKM8ZRB2W1Ez7FRBU9FJBu4JAgcKE1PMmz77ZlbseEu6MO4RqcSST3BXz",
-	"iv9X1yY7dp+nMTLODsBNO0ASoa/6jM/2sr1s0MHuCPWCjsKXRcDdcDY48wvUPX7s26kGwUkUVRmpI6VC",
-	"U56ztAbfoIW+4L7F43OllnLU78+omueTXsIX/dV00U3Jjf6/P8n4pL/AlPXBGG5xU/YW6X8yrrpu4n1O",
-	"fI9UeMvAzS6jbc6V115+WN0+gBXC1gKAVxCvNAPDE6aADlRJl+hnJrAhjqgd18OC4845shoDuMkyTJkt",
-	"NmZeKp2Nr6iD4+Ub21I4IT41B6fUOowqlD3L6Gyuwter51zbvI/mWFZuVy9cHv4kNudKKMpmXUZWRr2g",
-	"07VVFldUJXP9d9gkY6I+jlbxvReEDvWylACOS11OxfoyZ5UqkHbcJpQrhqliuDNNHWKp+qDkdc9tfZDj",
-	"0Zs0DMpSRNtRI+BOKk01lG4ymUBljWuWQuhxOI3u7xcvX/Q+zIxZ04gKvR8uy4kg+Lo7y7CULkwbigHg",
-	"0vi65BlN1uEo53tI6AUO0ZiA2uSZ4L7p/q6teIGqM6XVA0PUuwlkJUJWrUpvj/QVNkSFb88PFltVkJst",
-	"CgjU0WoQLnaiZ73qWWFsCpQ9a+SBRSprc+KsnyJbSXgtz748Ki/TbXvhPscU7sLMWTCYe7NyXtpCDQ4N",
-	"byhZAVU4Kw4k2ixo2ClaeG7v/SIB7rPf0CafxqVL1QWZH154Dkl9AiqlGhEW5ylVWoIFudZWJ/DZx+7A",
-	"nL0vm7qWX0ipw5Ozr8++OX109vXOasqhA/Wc6dvMQPW0iDUkIBaUaI3bVS/7jENJX6Q45DtCYANnpAh4",
-	"oGyj6F4XwUk1sHvqV3j04yK+CcdFiOYLakVZylfb66mYZB3Lxm3ZRZPPaUqFe7cUlS4vwwvnYBxBMex6",
-	"jZX5XlFuDvghQvTT8jadxTwNy6Lb5FTT6iLMHJqmL3LvdlFyFcTGNsGXZriT+J1NQUv1G5qCRO2USDpj",
-	"SBKoRoYeAV8/UoTfrjZ6YNpNv/cq3zfD/hLE9kOq2uwpyQiSEHpzqPfHLeaw9Ear5GHpxxwYzqBQu7zh",
-	"EGVJlqfkqBKmmngDjgi9pqLmg1vJCkvLptQcG3ECZ1qIWCNJCAMu73wtjKu5LbUZNi18UJ6sdww7clet",
-	"Vp6RIqEuyDEaAmeOUCzsI8YXv6sIpC1BdXiy6K7LMMNS/SAP9Hhao/EetqYbfmD106NrWPk1oOElu0RG",
-	"OMk7CWE1gUq/USVFL4B2k4sdgo44rzJgSwRVwdwLR/BkVRt74ufgBiXXqQ0EPbDm0BbxQ+zw1xw8W114",
-	"0ABQvOXgUywmdBQ/2GDBi+US3uanynpJnqbsi19oxhoTRpOHyaP0a/LN9PEAn0yGyWl6Rh5OHw2+Pvlm",
-	"+PgUn+36vVLsd7R/1ZlKvZKT4emZrUrScgnU5hnZv6t1VqLaTBJrNcqthU/JcPowTbqPT4ake/b4bNr9",
-	"5vTxw+7DYTI9/frR40kyeFSqhwUE8RkZHLMi93sVFMaSXwWFt+7+Povs39XKbt8GDDWnGzmmJXbth/dl",
-	"zaj6oRxc08evtxNKqvzAaiH1MkYb17jdenUbQUI1diTXCade/UnoYeHMTdc7Z0+/94ZlE5xIdoYtKzui",
-	"oKtZWgvnwK1MZeEC0q1hb9AbbCYk7x82UKR9QbDB784W7Q6uXIE9hHINxRcAwmAhroDvdf9Q9uqJ7CE9",
-	"7ZP2ZRynEAq2wGsb28OLqkxtl/xxOlh0IrCs8GVRE0+fqwsgPThJrrqfEC7/+OylqXdyR3HYUDbCdQfZ",
-	"vOzpQdVXDjB5P5BehDdWZZk5P7tkb7VQaQAeWjkxr6RPYNd3qnjf/UWtFmV9Ntnt/lVECky4C3G7RKt7",
-	"s8/+HbMjraulqFoaqp787Wl3OBg+6mrJqujRBXdVir5fEnZ19WK/BMHNJG9JklxQtb7SwLECAORpXOSO",
-	"4VXtjQzPoF0funj93JY3bsd6MBf0V2ApI/Rnk+mxmi5+/vc//2/c6SGtcckRio2hOgaHgDxHsdMBYghZ",
-	"GNuYSWOHSLDCzqTrXcjnKAbTtnlE0xKGJ/RSZFSEyeinKqbh3pg91byuTCLQyp6ZSut7kH8CGWOUIevu",
-	"1t/HPfSmyE2Cme22E64fh+alkKBj4ig24gDb8Y/PXv588e3L569+fvP9X5++ihEXqP7lz8+ev3gan6N4",
-	"oTmwyFmMVoIqIk2pbT5mcQ+STWEFXViBa8gFiA3XJsC9pMu5UkvTc4yyKd88zdV0AQZTEwSFfuTiOuM4",
-	"Rc8yQhQyZy166LmCBBS14gjqcURowtXcmosnJEVzIshozMbsK4DmV19ZE9LF6+dffYVylhKBYiv/xhFa",
-	"UUG6mjCxopOMlNE8tWVUkW3MEIIGf12R9E4jlJhEmMnaGaycgbLMnJIdE8W6yFWOM/TmxdV5ucZF5e3e",
-	"OhezhTILnXJRxMUajHJJKZz19H5NVBLELAEgN9vLoXbc1D5O08VrP8YLuboyk7WmnTHL6A1xyzo+GMXk",
-	"NesZbF7zuW/m02Scy2qjuKIOlllWu5hcv9tqgVzM+i5WrbI3uLPk5qwWWTOaEGYMBbbh4sUSJ3PSHYLr",
-	"wOhKbr7VatXD8DPMZ5+V/RfPnzx9dfUUnilDfwCf//3PfzUgcsvvEjDonZhn+ZIwvKStUeu0N+idmmZI",
-	"c2CEdeX1vVEWb/VvtqeH3/By1PqOWG2o1rLgp/CFVA7pez15b6M6mf7/OVckRU/f4BlqQ09LLJFZS6fo",
-	"mpy5Jrl+0XOrqjd2rD2+0+vbWk/L4WCwpWviVuNBpYtiIWZMKMPQzTTQTbMKHgPyoipxmy4WucKTjHSq",
-	"zQqfAJo94UwJHnBzLwW9wYpEaIHfdfGM/PfpycPTR4PBIELFGw/sbh5upW6P0xxgGf9hz25S2c1hHc9v",
-	"o9bp4CzYbNnr0Q5Rogue0iklIMqeDU6bZKbijP0Q6DMzx/7jh493j6+34IRjtrrW3nN5Ak1r9BPUCVss",
-	"MBQquyRKUHJDqu5SC+3JGkLfLPaiImZA4Zk0NSyhBMtbPUGoJmD/vSsIemugn5FQzdyyiF0P/VDYOn2v",
-	"y8imPhfSDsoIvjHpFoUyUVMi2hgxshqzuCZhxx0bFkslWmBxTVIU2+oscXnnglkSxQELbOwiAuemWkM0",
-	"Zk6osncH4yjjbEYESrRaJV0kYALXag9dQGNHUa2caV085e6psgUU4X6octRvAZKbFf9aG+wngPbfuuYk",
-	"ldkBAMi2i5rmWbb+jGhAb96dXrtEwU4I1w++w/xG9vqCWIZsDz4NlHL1BlJUKnOmtlRnYqoQuUiy9nBw",
-	"0jm3OGZrcY6ZIICBhqD9o28PB4NOzy8N2aNpbOLpyS9aQDQdtdX8gXQE8TyNUftsOOyEkPN1rhowE87v",
-	"zzxd31ln5y11NG+reqm+JW7Dt/Nu8rBq+AZ5DAcn+73A6vQB+hocSF/3TY/D3yP9ApVwYc+pbL9Uwb9t",
-	"t1bNQD8je5Bolew2LqAeuoAipVrw1MqwqX04Qtjkgugn44qkGY/ZjCiJTgdncA/xXCHFczMUCB8rPMGS",
-	"hIjuO6KqvrENNlVLHNFSc9FmWKoKZiK5ZglJy618QpJysaabkwO7jTe6EQPCs/utFECtfYmRGVcU2x5K",
-	"C/BjHixMHykv34HI+4or9NLKuKiLim26Sho2euQ4VvPodyz+wj3KF0stVxVdFAxBa+kNZxlaWfVZIixt",
-	"9RrFQW4GfrI3g9FScemTve17BfC5PFQ0mNpWC4Xo7iojDwcnkZUBOCP680BLni6SaM4lGbM4HLoTa9l4",
-	"W6ARpMlzAXqZQxpZhByN2bebAXKQz5caOdkYWtFm8gxqv4eAtQi5cLgI2ai5CNm4t9uw0MGlqvdgONzc",
-	"4J1LIa7dj9jS0C3iWKHlzbySR2RjFlc4LLr0GmWX5veEJJjeRxFhfsciyQYoj+cSAStbM5t4YpC0i9MU",
-	"qq+nJrHR2WtGUMmtyETgU6BwKw2AAVk8qKjb0Zg5Vx0XqEzliJyJwCyuQTApsf3vFy9f3AFVRgcZDg+T",
-	"NFyyx5bLNRgrilc7cpQ+CZPbYSLEZ2YBY4iylN7QVCu9WzJ6pjRrvO7NbfVrI5VeFNfzAGEJdiIXYAyF",
-	"bKU0iccS/eXNm9fgZIJihVo4A2WgqgmEyM2WLz0I6/9R966W1U5bHCpj7Hex2bkbiMTtkOprqXfnJ/mC",
-	"3hCm3//vf/6rAlGYzzsxvpT2uKxTq+/BQjb6MV5QqS78gYdyshd0QdU+7Mu62g9kXYfJIN5OIHwgcGbf",
-	"Q/OumUl59DYeIS5M3ptm/+mRYsDJvYoNH4pZVYf/T29va6gmVQ0kznRMBTJli70ixQ7xrO++9db1kzJh",
-	"2S5R7TZqUAFeYyGJcbXe4Ixqia70T3vL8HOVIsOsuICSDxE8DEK7MS2DW7a4Tsas1tjTf6np/WJv+pim",
-	"cWSkQWeX8MdyYxs3OoqL4xkzv3UolSh2RaJ79ss4gtgHvSxb4bkdn/QGoIjE4N4GR+mYfYWqJS+oLNvP",
-	"YQWFM8EyGYGTFsWUAcC6HmAKBwCcWLUiRk/PoHUJtzfwKzoHCNjjoRBrShZLrr8bAScv3AZWKyo3/hX6",
-	"lk6huIEqXjM1PU/IO2rm8QAjyDSXJB2hs8FjFNsfujBSa0f2C9NTpXToheQu09TbI/IywOhYjWb/ZNwd",
-	"WS/VFtKFyFWG9uAltcsdoZuTMaPpCM1JlvHuiossHTOHP6MxQ4CfI/QX/Tv60fyOHFBHaNw66Q3GrTEr",
-	"5dnXJldWwtNdZCrE2h4X+iuEahN2Kz+WbGRkvtAvMYuAZ9yXCJU29VH5JQKMlVSBOZAndNTv261D/ELt",
-	"HagQ1L29NNvazr55+PWjoHt4L7Xyrq+WMso4IBFQicg7nBSMAhTNwtBgSMlU3P4lpzc484jo3FkbkFdP",
-	"zhOxncAbWqYd1ocxt1HrBU+K5Pht44txsBmrP39UgJEqpNL0N9j3p3bRnw0eHzb+5MD3nzy8V3vF/Qoq",
-	"F2kK/bW8K9qhEHgljF+9THBuGyu7ZsmdPQSXIlmpUZruv6/ULNgaJeSRQevjsKcmMvNefjSB3X4U5D/7",
-	"hJDtO6KMrbhyjgcIvwdpUxeVWhi3b/fFwL4td9J1yQtN6Oins2wsDvxh0FWldIdBHt42w8yO3AStGYbe",
-	"C6knx7/1PrVIH0ZNWj9Wc9QGbgNqQYQUB5+jLQU4h+50Wimh0vau+CQ1yvv2pd8vbeqTcO0w4ETgQDS1",
-	"er0/sBaqiIigSPocKuBqRUMiWwqxNKBYUpG/PTU7najR5PaCrzxt3KqmbatmLgVJSEpYQkZW0eyKpHcS",
-	"IxOo65RP7+MJKKO+ClkawKMxM5oxNwlAEVpjdk1SNM2widjHyB6JVrT1g7UOMyFVrmZ3+pvb8B/F/GQ3",
-	"tI8Vyh32H4JBfAwTVUX0e1DUvoFsDksCYMv7FO9pt9b+e/vX1ijSS2M6MSRZMZ9Q1s0lidFqTjMCri/P",
-	"L9cGY4znDaOs4lB/UAR6dsYM6lRKyARU50DbcG0xqQhOewjCMp3lCKJqPKtaTQo325B1A1pztGeDKWd3",
-	"tKd+2NloP7Eb8lDV7ZO6UQ1kES4v0DlWiHEfu3JZCT3brUZF4TvMOnSL8CMzneD5bI7iC8hbjEcorrPj",
-	"GLVNxCjAoVMEhyjPkiCIqa00ZoUV01cIsXTdkVDsG1HPq7NphTGuvN9/CVh5sjXCcsyoqWOz5FJBe4XK",
-	"QPttMak09m5jylacd3oIstVENXR/jk1zLL5iYyaV4GyGYq2F6WVWg+yKNZ4Ozhr81UFKO4znPZ/qKU1Y",
-	"3Ee+RhvNqwd6tL0k3KPV32AMmi2t5J+fq45dO6s/lOp9eHzc8BNU7S1WRAWJ6uvTEDwXdEYZzioEPYGK",
-	"Hx9NuNgt2xZU8iFySD9n+vI39SE+0nJL32CVYf0AS9lHOhj8dvbqyEuKMSpR74vKvovmfmApRxjgdS+m",
-	"2BBi/4ZoXW9jalXnoiemwmtQW0wey5SL0oPqZ4bZZCwqigQtCFItnavwKKSG+RFuzjhiE5qNe5wpIqDy",
-	"kyJobip8YD0/YyStWFN66O+YXeul4Nq6x8x4jaEKsAnGtMn1UNIgJIL8vZme7z4U1a/JcGv9hJ8S11h9",
-	"4Rf78gt9lKU6cjzLyFOqGq1pJvxikSsT/+GVC0igMk4ZH6xFA0tyncg2TTYlInJJjLKkFQGfKilkqvGM",
-	"mHAV80yoCHsPXSyXhKVdTVYjoKeL189RglmZxaDnN1o2IkwJusW4BjvekTED5Qgh2ikKGulxYor2Be3y",
-	"j86Cxv6aoasowUHTCEFXShN1XQYgbpncltw8YPbQi8oK4eWbXH0ce7S2fnsuSLAkbPi9kpruHoGU9q2V",
-	"c8Jvg2Z8R73td2Ui1Wi5j1XUoffnF4d3SXCtnk3kOrWAnd9jgtggb50HmnrwFQZoq6RsjQN9Ysf8rm3w",
-	"1fpRO5DMQuVL7CcY1r1qOqhdrbRDU8KUybCbrNHizYsrP5JimhHT9TGEhY3xn7kWbF2CNy1q+buKZSij",
-	"UvXQK+jaWpaNti2szChpRFA9kqRu7edF6OKYmU4maGzroNnb185pw0KVyKVCKV9gysatsqqU8NZS+Ng0",
-	"juJE9cbsAppi2ldBsXHbfr/e9eQE7v2KDTV4axuTp61Xdj+CsT+FJyB/zDg6ryRbWE62EPXD5twxRK7R",
-	"tS1lZzKAZHlMprhE644j2fZdMoWOWkbXsiuqWfv+INFpn1Y0mKHsgpOA88t95xAFIng0cuzNtgKXZ/99",
-	"YqtCbo348ij4t6WhXuuzjdZK3Bnse0UdJPC44qA2F287qvTNTVovHNSEPd+6zOt7wx47QwPqmEV+xqiz",
-	"kfoeRp1jjftV3IkOLbVzMK71MzwhmTzc/vmBC22oCXRpSvbIeiNys8oeurDwfyARmU4JdFqzP4JEBo8x",
-	"YlyjpqOlLQdkS1iNmV8iJXLWlZQwLbnWZrUSICTEXJP1uZkJSZKRBApBghNvYyVbKwS9MPC+z9pAdoqP",
-	"LLntwzfK4DEtCVlofQl8vGtedUVUBZUdhYAtf08GFjaUBniKkaE+lIFscYo4Ic0KcFAw6GxwelwxUsZV",
-	"F9saxSSNO4izMTNqn1cGNcFZBjXOzS9WqRQEaCMqKv0iRt6pot0yZz30HHILgMlqQb/ibwEGdU2W6twK",
-	"oJTNipJ3SBCbqWiMNiEecgmA+GTkR+OqsKfzGUoE5jgKzeIYzSFcg2vT9PatN26vsPx608ygjXw4GECN",
-	"W0WEfsX//IS7vw66j7tv359Ew8Hg9r/2t06XDpgPjvx3nKW1bwJ+WYu/6ZVO2tn7lU5Y2WLcd32+jih+",
-	"Q/azy2uefWVFjdbvzZBf7ngfQ2vFK+0bs1FbQr6vscBqEa0SbG4sPGnn05QhPimZAEy4aYWPlNU8Kj1u",
-	"DkvTN+J6LQWqDAJmntIEp+U6O0NKfrsIQT6JvHL8sW06EndGY1YpeFs3ns44lKp0pepAUlcCM2m8g6Z6",
-	"mBecalsGIyqdqjBmkOsPtkOSSaNCGNxzzU282C5w4fqtEfOl0S5MWg8vC+g+4UwqgSlTMoYIUIkVlVMo",
-	"P3o2HKJYSyKg7Gj8jm0xBciwsIuEAuxYchYZ8zYDSHIiOz1U9KVBN9CYZsy0cOEKJVhLp1T19W+0JDDk",
-	"eo74gipjyNa6F7R+gXgSi5MSDNq16BQvvMTsyAWfm3Hxlhz9kjvckyJUn+Yga/bJPXDBZr3IjYjKpudf",
-	"Epw/s6h6jQNNOctNBRebeXZYdWsutLYtxeRbwZcuuL3gokUa9fZC5HVuHSFqrgOPQ3dMKfEFvzE3guK2",
-	"NDlls/hcfzMhpr2KV7HcOfssE3YWHsl76C+c8VyYsGobUT1ml/aF1bKRwMtp6UZy05ogHlMcfLPOY2Nh",
-	"co+jHRo43xg0P/xInAgAhLOSA1Uag6xollmIwNeuKugdea8+MVZyMvykdEyAOg5S35FMIdriXKhcy/eu",
-	"Guy+FL9UIjjCQeEd4oEi/oeWjt3vvunbKOWtJo+/2DG/62gju4l9VGBVNF/+kum7G9lNSK6ROkrIOQN3",
-	"KVLzLA0Fxn1a5CCIU8qOMKMHCziHdXXTwxR9mKaYs2vGVwyVS/B68Msx0wJcUaYtNgqlntFXFTs9dGGz",
-	"HG3ccmkVMJKjX6i3UOzLEnMB03gBwruQxHZzj+euHF6y/itZ31vVbG9fv1FA1usMN+YsLDPsaE6skchd",
-	"bNUeElQR+H3hOpB+jmroyfB3rLY+MaRbqxywrFmmbJ86S7ud/SqqHKrB9h2/2O5GuSxG/a6lCreNfcSK",
-	"AjBfhIo9y4dU0bmAX2OQ/acmS9j19t+7P7fGkzlcan0EfG0sJG9//4yjygp5pwiQEYSZnIPmquwfHQmd",
-	"L3RpysNZV6jwUWhLwTa6yBet0fDk7Ouzb04fnX0dtRaUmS9PNrqe3+6P8a7T/32Kzq+b5FPj83FljqF5",
-	"XMk0UKy4Q/646KA/KmvlFAPVHKsxW2Hp+u2TFE3IlNuQtqITBSOdyBe9KUuyPCVpD33HoQoPRxhlfKWv",
-	"39JNM+M3xLQUXRt/WjmJHfVAorgoy9VzII2tY8d97k65mECwnNc2UuYaQaF9hnFXdXpjFk+5SMgIaTSI",
-	"XdXp2PweFymN0thgTRbGyLbUhg7cnGXrCGnFSKRlJ6oi4wlUDs7MZhwQTQLlkksJvaQh9WMjLyTL+KrM",
-	"qQyH2djd/rEUCbupj5T3/EVr+KI1NNx4HGk8NKUXEcFC8w7k3SH3oR6U/cZ2m76LRlr3RhxmBtMvqYlI",
-	"rLBZdENNCL0hKYTDZC7E2fL+yPb07XyG8tMbuEmh9YRt3GUhVsRugAeraIP+OzCO2xob9yrOPJmT5Nq4",
-	"dRUWM6J8OWBBmS1x+0zwRVyxEG4IDj30o77cYy0Sjmwp23jM6jXYisohpmAcIamslhopizTWo0r80sVd",
-	"J2DGkVe7TYMjVyQ1q4g7NsPTrgnnisdeODTUXCvEOQi4mXMTQZQLZoucauFhzPBU2X7Drrc+COvUk9J6",
-	"6HvLjLqSKF80S7AQa5A0UM4yIivglngtxyzmDtIjJIgkKj7Xq3aviJEkSjo7iuK8h+JUrC9z5gQrv/gc",
-	"XKvQ2bhqkHWua/S9mhOxopKg4WBYym8FVM5NCcnic5ey7lLwmSBSlpUkoVquvrWDspPdzh9KdLJ7+mJ/",
-	"/SJJfVq1sixLrQa1cKOhlgrgh4lUkMqwIzbdjNkrLv0Dg7v/4CHTkLy1V7g0gLxSl6IslKC5v5V7PtFi",
-	"FZ9kZLTD4v3yOn0q8chqG6F8Xw7bi1Z8sfAOyhwdlrFQLPaAhIVPiZiK9e9DT+UBfq61XUoINPo59miA",
-	"ECaK/nuPFrY6I4pDa30MzGiSqoplfcb+iFJVKhwSUpGlvN+GGN+XCBHQmZswqp9glpDscIV5c7omfbmC",
-	"FoiwVKLYzJqRND6vx0dfE7KUaDXHitx4xi1o9mL77DO+Qm0MmqeNPx6zIvrWFv4sPnd66ImZDYKYYQUk",
-	"9VZEpdbdgvkW8NwnRlgRKoD3hyjSf89xFgArhNEvOcn1sYP6zSBS3TvXo4V8KFC5XXR5Y4b8rqMmYA97",
-	"RWLCZr8UfQPB4OL1cwsQ1IY8eZsYJkkiiJKdvasNNtXyNplacDj3mgsGM/xGaWCvyMpssIExAoAj76oF",
-	"4JrkRfO35vC2Oyj4NbFEGM2xnJvicXAwcs5XzNU4+1JX7L65MmCVvowLEkHt8vDgwOBAOEtI56iinIbu",
-	"+u/h/x15Wpfkhl+T1NGqFiBc3cO2sYYLM+JCxR3rD3EOdSUwzXoIXgFBBCuakI3Up0DMrX5hSbn3ybd3",
-	"UI7d22dZhELvvIKGB7DkJkXsEzjUz1j5OuYkQ/akapiW5SL7ttU8HYZqg7x9fxKdDoOVQUBXA03m18ZK",
-	"6hfWXwUN5IssTqzwBEtSeLPKOugLOnM612JC0iIUiEo0oQyLNaJyzAANSXqOHg5OUdvW+/nTPyBz3rTE",
-	"Z1x1YWlxB3HnBmtohXSpxx2H+0U39/ctF3HQgmn1Ce2ZMURwFu4rCutCiptQJiCPhx9ZXtyoQ00ZkRL9",
-	"+5//qh4k+HBxMofKHZDeC+dI0oqaIltvYZv2m5DO/RKLGTS4h3xT9LKsvK9ppOhdeaplJ0GgZT1WdJKR",
-	"CK64apHitlfAuNMbsyc4ywDdcjUnTOnDtAXKFrnKcYbevLhCbf3PSe+0Y6L2Siu7rSABYXySzBZexeCr",
-	"18+fPXuKnn87ZrFc0umUjPp9000Tigl3bTFh/Q3pQ92q/mq6sEM0ddPU/mjms7+YD8WPsQuLS4hQpt4V",
-	"eSDRD5fP0dXFq96Ytb9fEqYBddobQL8wxlFs9vbmxVWM3Mma3B5yjjQoUUqSDAtT06PXQSbTynVMA7Em",
-	"4UuQNGxtDmzMEraoKHoyp1naLRwQErXjGVZkhdf9RP8UdyAfiHHlqmeQFK2JCYtcWyaAzlyrskoJn9Zm",
-	"BwGvNBK4Qjcz6KF5YeEyMeqLF9ZtkxEBTw3V9kI2eBmYu7kidsfryWKn9t5qXAub77MePWkiH73sK8MT",
-	"XRgmbNSZACqlc0QO3et8e3bZ5qC0C2zO7Kl5duFesGXbBGZqxaPT8xswwJUUeFml52Pxi0RtQ89x2XDd",
-	"1T1ZTRcP9Lr1OJx5saiApVAowOk/0FDPJZhFtqNn1ynrRbdUH3lcM5DNpb4WXG8CzYHtAtMATjPBGWaJ",
-	"u4y4SOZEKrCdVEEqW7dvb/9fAAAA//8=",
+	"7L3rdhs3sij8Ktjcey2TmeZVshNTa//QOHbG38iOP8mZnDmhdxrsBkmMmgADoEUzXjprHmKe4TzYPMlZ",
+	"KADd6CZ4teQosf/YIoluAIWqQt3rQyPh8wVnhCnZGH5ozAhOiYA/n7/FU/1/SmQi6EJRzhrDxpUSnE0R",
+	"YYqqFVJ4ivgEqRlBgiwEkYQprEd2GlFDkF9yKkjaGCqRk6ghkxmZY/1KtVqQxrAhlaBs2ri9jRoXPMFm",
+	"hvqEP1xelFNInouEHPby26ixwALPibIbO18sMmqme5muT+j9jGiKmq+wmPJHEsX/8xNu/9prP22/+9CP",
+	"Br3e7X/FLb0U8h7PF5meM+HzNuNCzaTCQtEUt1M6pRpibS6SGZFKYMVFI2pQPdMCq1kjajA81w/jyrK2",
+	"7XCO318QNlWzxnDQ6+ntKUWEfuP6EhtRANrPMkqYepm+0QsYfgitJrFDti7kvwSZNIaN/+yWSNQ1v8qu",
+	"m8NMmAvJxTqsv1/gX3KCEvgZTQSfI4wWgtxQnku0wFOiAc/Ie2XeEHcc7H7JiVh5yzUTbIDS4/6gCqXz",
+	"9v82gPq5/e6rMIy+JYuMr+a74JR6w/Y9tCen4QlvaEJ2TGaGHH0obg4zIZ0SqbZNBwP23dU3vdCuXqZk",
+	"vuCKsGT1V7Jax4BLsiBYUTZFGOlpiFRoSdUMCF7iOUHXZIUwS9GYpyskiMoFk/ArF3RKGc40X1hwJslZ",
+	"9SF4DR6xlE4mRBCmzCuoRKeDAYppubL2NVm1BcklSeMO+itZSYSFfslCoQkXaHCKZjwXMkILIpDi14R1",
+	"RsyhouGZJdi8Lbf1njeR7uPHUWNOmfvcD4Jv8gqrpDygtbkmbTNgwyT93uA0/N7XnJGd79aDjpvgAo9J",
+	"dkUykqgQ4T/j8zluS6I5syIpshim6UhGCGeZ5vnLGU1maJ5LhWY8S4coviar/77BWU7iCD78R+VTjJr2",
+	"DmpFIxb/h/kKj+GbDoJ9EIkwMnT0SCIymZBE0RuCMr1eaU61ZOiSKvLfiwwz1cbZBEf/kZKEz+dUSsoZ",
+	"STcwo6yy90MBR+dUrQPsAgtNjIjl8zERGjpUkblElAHSa1a5iTdm8EZ/GSmZ4DxTehG9SC+KzvN5Y/gY",
+	"PlFmPpX4SJkiUyJged8viLB31BbOwctRH8cU/0aEDIoF5+iKzP9GBLoxI85Q3O/0YuAU+i/9t15MyRLs",
+	"wOqN3e8MOv3wfWzH77v+/uCbXeR8q19lWBUIIgUsz5OELBQBYSThTBEGGOBJBN1/SAOF/fh88WYzaxV0",
+	"bzXvdAPQEkuUCKKp8AxRhUTOCqwa4+R6KnjO0g6KnYgWaw5KlUQ/XF5oYHoioy/FhZZnh3aLcbC6N4KP",
+	"MzLfsvmFGfGnw4Dg3hsAwTlDly+eoaenj79G9uWdxm3UeMv5K8xWl+Yikp9ySfpUjNCFyPuEkJSkAGV3",
+	"KWo+2UHxJVFi1T6fKCJiJPFKouWMMKQ4UmKF8BRTZq5Bu0CUYCEokSPm5Fih34DmRPMRiZoxfMbjDLgo",
+	"fIC3X5GEs1TqLzUa8MnkSkuvZLqKW4ZNegfvrUp/3EIw27gLQMWCCgR1IAsjSNojgWNIU6qBhrM3QuOx",
+	"opqcJjiTJGosvK8+NGh6kJharvsn/ei7Yo18/A+SKI0hnnagX12dztLROSxzwsUcKy1GYUXais7JupwZ",
+	"2RUeo0KsvSrDiki1kWNqBJvRqX6F44VIzbDS5My4QivMrkmKmiowDnBM38paLDIDW2FGurYqw03ri4nn",
+	"ROEUK9zRv8dOwzNbCLPqby0c0C442Kef8dyQbfGKk+CNVjt0u+I6OGuvjbyz3oEmF9SgbQ0z9e1d+WMb",
+	"lvpYd1tMh4XAK4BxoSCtQ/qNkYgsm5gRQeAQ51wQI0KcoQWWmqMjLFGclHrW+m1cARWse8fePWSsbh/X",
+	"dfA7oYAj6K8CrE28xXCxdXLydoG8XzUg/7+r71+jJmfZykCes0IC0QQnCDYUVIVe1HjfnvK2/VLfLZ1L",
+	"vHxFpMRTAss1Ktk6PckZHjx+Mhzlvd5JMiPv4Y+SsPzVjVeKSETe40RlK73WBZeKpHo1no5sX/hTr/0U",
+	"tyfvPjw5DRkTokZGJyRZJRnZhcMXbuBlnhGpH52TlOK38ML6fv7Cl2vrXlaWSpi+Rn6qXMorPM8a0brc",
+	"9G4LXzqewQS0Gsw4ownOnHAqFyTLKJvuySsNZ/WMWGPOM4JZ+dshqG2euCTYiijb6blufirF38IMUJ5X",
+	"wSRLiitW76PEfuzhjjmkYzo7GeXRDC5PqXrOlFgFGFviWMl23SbSI0P8+i2/JsbwOGpodFrNeS5HDcNF",
+	"GEc3OKOpsUEARUzpDWHASnZOeBBbVJhmuzjigczLyDrFAihTT04b63eyRjQ142ndvhRYJs9Vwi0dW34g",
+	"8yQhUjaixgTTLBckSP1Wqn6ZhrS49dHcsDd/4JPAOKmwyqWHWt6elFbg1Zr59vSbnRetJimswYutPcHi",
+	"WAGn4uXFCkrIbMTfOyG6khBuAf9emqfAkLCd9urW2WNpsZDfK6y8NNm08ZSAvFY/5KA5uPMzWM77g2/C",
+	"l90zB4Or4qSr8CNCmP1tA5t5+DkM9W6iIDqR/Uy6VzC0DjbLpM17gtAD9l2auvfVsgpIr0lyB4hvhYsh",
+	"eF6FrXvYIOmUtHv9Rt2Rs+BZ9gIomSWrxvBJz7+b7S17G+2SPD/Om+JvY19N09/cvvb6+t63WhncyL/h",
+	"LDei1kLwCc1I0N+FSh8GsuMCYuMZ4nOqFElRG36aUCEViLVmoF4oSjBDIme122jQ622XonYw4L0lFc9p",
+	"VUB4M9rDTXucXYG8X1BB5MuADPgdR2lubWs5UzQD+Jj72j6GmqQz7aCvB71ZywcrIzdEVEVFPaYKzJPB",
+	"XsJsQtsLuiAZZSTA/LbaKcv7bhuSXeoxGxgOPB8CfMlpApJTyheKpK8wo5NddgxGlkQqFH7ER0hBFlxo",
+	"6E64QGpGpYfsnXXZoyrC5EZCuY3WmcadcIGj1NXDGUdN7MpzkCjWLVFMKpxlWmO4oTtBL+ygCvVzNqFi",
+	"TlJUvCtCdIIwW3XCct4+Z22NovO1Q8bKMqFFPs6onJHU8SyNjuUKm3D0Ghfm/AZnrQPOvcpz9zcOPC/8",
+	"SsUbEHiqpMdZK6tctwXUufbagS0Enwot6u42OptxQKxbz7ZwLu1YoneGewopjuisoGKfezbDbHoYBcBz",
+	"G5XaqJEv0kOJ6mYb+jmjzW6gbJXfD7qz/JN3EK7ufA1+3tFW0LaqopfA2c6d/5yzNCOX+kBDMJGUTTOC",
+	"sEhmGsdnPEspmyJ9fa2Qp4mXL0QpT3L4w8LRkfMZilmeZTFqwu03YvY6bNUNlox7rFt2UFMknROUUakk",
+	"isew3k5hoACvhfnOWC/AMThi7stcZDHC0rmd08IdsrY6SYheu+zOsZjyNhECK9yZp50W+ED02vFY35aG",
+	"DVSvtNJad4RhrWIdC1m7bljagVV17K5u+n9SWPxp+itdBJVeSX8lf14ps7bCE9MLUXUust0WEt8eVBiJ",
+	"9JPbkesuNE9PkLg3M085hxMwLEHUDtmPAApxpI/Cgrs+s1q80gHHduUYfZUfLAjTxD9cv3eLazky/iVS",
+	"CGxnTkCAB80lbr9BYwLBQBrPSXo2YoUoMazIdbkNAqrPeoZSgSnT7+iifDEVODV/CwLiyTQX8HnEBIf5",
+	"22OcXA8RZp5PnDLkLtczNMF0bfZCqjQmJhAxMEoJTrXADQ4VkrbORgxkDreAOb/RL0pJRpSGSuWN+kfw",
+	"wnQ9OWrKGbExKZYBWHA3Cnmt8gHMrw4AwO8tAOB+8ABghPRi/9ZaRky0hlmy+5OkQWZSRYxcOhrZJSjt",
+	"K/Rvo/76cC1LV8JY9+IhdWNOgJHspu0j5HF5h7ajjzYRbbYNvW8vJ/M2ea8I00CWe67Mjd/FeTacvGfC",
+	"9I703cG2ZrPngIseL/CYZrREwEMcfhmWCvmvKOWaAHs4wr/3idRIehDCmti4YzUg8zRqOqhEiN8QIWia",
+	"EobGKxPKCayXi0eyFVSE3O8XxUq2ehrNKMC/KZWKCBKwe4FhB+GJ1s28w8tZ+RBqfvv84vnb56iLF7R7",
+	"0+/6R9+y5h2q7IFLE37jbcBz37ndX+wFyzUAHKzV1IjP0zKoYfIFYIrzXVvkGtyjKvkcplto6D7zHt/3",
+	"wqieGkQxIZD9N7+yg/5MJE2JRHFJ/TY20Gw2jhD45m8IS7lABZcbMbNkCcGDKYrft41LXX80PnWPJcag",
+	"meAs40uNLLAq8n6h5QYijYUCgpBjK/iVm4sjE906Yt8vCDt/8xKddHoow8m1PEPLyRwRNuEiMRKBXjdm",
+	"cqkVlNPBQC9NixSgqIDe0qrFrX7wSFZSVfWIrJvEk4W+jn760ACFTpFE5QKuwXkKDrqECz3w9Pad4Rye",
+	"QX5O5lysGsNG/8l3VH/mKclegxmhMWy8vmr3ez3N04mguPz+6nW714PnpeJCs75hoz/4Bt4g84VBwlLA",
+	"0CqGBCzWtC4JxJ5lc41nxehLTYxzM4wnVP9mzlYvw7kjgCyqez+Gt13lIJ2KdkomlJHUsrgzZ+IBpECG",
+	"EiNrVImQZQZIi4oMgYih1U0zTOqvzUi5yRTkrTp0fp7UU5OxKqfq6ZL2eLGYu/+Dkp49/kL6MctcZzEw",
+	"LET7danqsNtHazhighOybY+qpicTNSOCgUt0SScarxKSZXmGRSNqjLOcKM4h2DeXY2BrbAwyh5CDk0EA",
+	"CrW9wq/7bNXRR0B0rJBK4HeuSPaMZ2UE/fqlsiCCLmZE4GwbbOaY5RMMxy82ryT4Sx2s00UOSqNcZHgF",
+	"cJsTgTXd00TwxYyDt0EuCL4m4g7BWOUfQVep5SOh3zZyFA9kbofAWCKP0yS5VDxMGHPKrMO7H1jyOmcK",
+	"TKdZ1fFzOA73YR8TpB1cRbwaaNfPovYmD7OOlcnXvK6bs7M6P/+f9rs/NUejbv271ldBa4mZYZeMFXTp",
+	"ZQeJljWw2Ic3Cz53Y/MCleYe7V2lmuih6B4Wh4NtBwJT9r3RAsiB58TZWzonPFeVq2zMhTJm84RsmLQE",
+	"QoiVqvKlG/25nZ2e2Bqsi7+D4NZAMLGQa4jxG2/SC1XszXuysfc+yykibw+h3b+gJEu9zI/q/if61/Vl",
+	"QlDtgoNEgChT3Pr1TIZEoYo3uUAxJEF168J7HIEwPgv+YBIa1n8C53HpU6lFvnddKHu3dOrsyvPSgoFh",
+	"ixWn/cgGnY8aLigf19Kc9nh37WwMKMsJQ4fxF4Izk8tVPYbSUlWukV8fSgX2LcGJqb64V3fBHd8KzCRV",
+	"9xr4uetiqeV3PtkVb25eiK7JSqJmvz14fIKSGRayhRR3ykTTKQj5Qn87ePzEjrHcyJ/fC/v0Fl2Nu97m",
+	"5HwkURG7i4QebvRX49izWYPONo+ahW+seKjUjTvz1GqlNW+J5no7b7qSNRoR6AewY5MXgs+DAUxUkERZ",
+	"cz+BZKgZlYXrlhGSGm9BcWmVGTAcjQnCCmUESwXPddA5pIyiNsJshXiWlvRXD+R+3OmF5JB94gb2jOEq",
+	"wFBL6yAeS4rQcoaVVis3gSDl7iyr5jaDZUGNU/AsA9/A7kAgGFcsVJo8MRpCtqvit+r6rLQsz7zYMptm",
+	"aNEOslvr4rMgxgJllbrvBCHhaP8qP1hjUMWCvW2HGMDO4KRXnHFlcgCyFaJML09SNkU5k3TKSIqenLbH",
+	"VCHrt0OUoZ/6ERr8z5PTdv9dBAF10oQ0Esg2//HFKxsCA7AZMQMc56HWUOo7bzjkA8Z61UNrTIiNNQln",
+	"S/2TICwlQiJs0lPsGqwre0tq3qbwmNdkCUF0gZtDH4wKM5sxwaJIo0dXM75kiLOEnCF9GRBEFWJ82QmE",
+	"ra0fq5t9680Ag9Z0T/g2cisNnXaZRXsXmX7OO7gOlB9tpANKcgF1CqQiC/AtSkQnvnF6ho1YUPIxCoSx",
+	"7wqq3qydIWFHMOsJZeDzPQQyE55lfPnDIowuOFd8jhVNkCNNz1MLQcYkReMV4uyF9ca6cRXIbNojmFm3",
+	"xBPB7xvk6Yngc48VbHCz7FxCsfKKIQJnKsyOfGnfLbuOUCtNRUYtQ1yYJG/MEgI4Y8JP4XDbVl6PUPGH",
+	"QbW2ebjVaWzOniDpn1fHB64X1OWFhJHF/gKf9zxZBI1GNl85bNni2w6ubvey9FZ41EnFn078c3Kab/DA",
+	"PtaNQ02YWMWRqkwAjosSC7tkPPbj4OzjXfVIt/LCu5DVvfIE9yWq17DLO8tfcpIbY0XObJgE5AyRtGrL",
+	"KOgleJJV7AsosIezQRZOHCrCaA551/Y4Ty94l0pz25QxtLZgivVuFt+3doR/rpuLikc3WYu2Q/hmI33W",
+	"g84r8ZSbAxoKkdpETQYcJbZ+wW3UGJMJB358GzWuKQvYIq7JQkVIEEk0zxR8sSBphHCa6v8SE5epWW/O",
+	"7IfOtuz4HTs0YfWwkK0722hOsgpUaBtkgdpQJWIV1A3AW++pFmdmz6iNFL42yR+MLD0N0pPXHU7oSYDH",
+	"yIqktWG35Wq37tUmtxzkuSsetrVhrJbtlOyws8556tSMzFv6bElyTVLj7JeqnifzSCJ3L1gRBZheQFv3",
+	"DQTe/jIcypc3PuawGAIr2p/76hme6UeCEU9HiHwfISHNeO3G36G51VXr/TZcI/zQW0tL5F71W3ZKF34S",
+	"RSAZ9CDpY6fMsZOkHPoU0oJFmXcbENCgRyDU1WUF78vI9HlJGcaOMJOz44sU5OASy9Pan/brBX+QmUBG",
+	"xi7iyuMUFqwDSuSM2FqNnAjFEM8n4xbEbywn80fmVTbxOG510Cut7rpp5niF8GJBsAB7s1yQhE5oMmJu",
+	"vRoM8swaA6Spi0anzH+HmpEVSjnoiNdaiQ5Y4Gor9RGNGf/thL6HEyDvDf5TnAVv6BIdSpPYa44EzxVB",
+	"c1tt7bvnb1GX8bbMk1l7gdWsptif9p6G7KQGeOv31XMwRTqQFBYtC9YIEZzMUMYTbLVCa+pwToOmxoIn",
+	"T3v9VsWetI3mK56KSppzvxfKcwZRhyU1034FBBW9VNC2IFCgMCH1vMnTb3blroeEO+MOoVocySR3xbzi",
+	"/9W2yY7tl2mMjLMDcNMOkEToqz7j071sL2t0sDtCvaCj8GURcDec9k79AnVPn/p2ql5wEkVVRupIqdCE",
+	"5yytwTdooS+4b/H4TKmFHHa7U6pm+biT8Hl3OZm3U3Kj/++OMz7uzjFlXTCGW9yUnXn6n4yrtpt4nxPf",
+	"IxXeMnCzy2ibc+WNlx9Wtw9ghbC1AOAlxCtNwfCEKaADVdIl+pkJbIgjasb1sOC4dYasxgBusgxTZouN",
+	"mZdKZ+Mr6uB4+ca2FE6IT83AKbUKowplLzI6nanw9eo519bvoxmWldvVC5eHP4nNuRKKsmmbkaVRL+hk",
+	"ZZXFJVXJTP8dNsmYqI+jVXzvBaFDvSwlgONSl1OxusxZpQqkHbcO5YphqhjuTFOHWKo+Knndc1sf5Hj0",
+	"Jg2DshTRdtQIuJNKUxtKN5lMoLLGNUsh9DicRvf381cXnY8zY9Y0okLvh8tyLAi+bk8zLKUL04ZiALg0",
+	"vi54RpNVOMr5HhJ6gUNsTEDd5Jngvun+rq14gaozpdUDQ9S7CWQlQlatSu+O9BVuiArfnh8stqogN1sU",
+	"EKijtUG42Ime9apnhbEpUPZsIw8sUlk3J876KbKVhNfy7Muj8jLdthfuc0zhLsycBYO5NyvnpS3U4NDw",
+	"hpIlUIWz4kCizZyGnaKF5/beLxLgPvsN3eTTuHSpuiDzwwvPIKlPQKVUI8LiPKVKS7Ag19rqBD772B2Y",
+	"s/dlU9fyCyl10D/9+vSbkyenX++sphw6UM+Zvs0MVE+LWEECYkGJ1rhd9bJPOZT0RYpDviMENnBGioAH",
+	"ytaK7rURnNQGdk/9Co9+XMQ34bgIsfmCWlKW8uX2eiomWceycVt20eRzmlLh3i1FpcvL8MI5GEdQDLte",
+	"Y2W2V5SbA36IEP20vHVnMU/Dsug2OdW0uggzh03TF7l3uyi5CmJjm+ALM9xJ/M6moKX6NU1BomZKJJ0y",
+	"JAlUI0NPgK8fKcJvVxs9MO2m33uV7zfD/hLE9kOq2uwpyQiSEHpzqPfHLeaw9Ear5GHpxxwYzqBQs7zh",
+	"EGVJlqfkqBKmmngDjgi9pqLmg1vJEkvLptQMG3ECZ1qIWCFJCAMu73wtjKuZLbUZNi18VJ6sdww7clet",
+	"Vp6RIqEuyDE2BM4coVjYR4wvflcRSFuC6vBk0V2XYYal+kEe6PG0RuM9bE03/MDqp0fXsPJrQMNLdomM",
+	"cJJ3EsJqApV+o0qKXgDtOhc7BB1xXmXAlgiqgrkXjuDJqjb2xM/BDUquExsIemDNoS3ih9jhrzl4trrw",
+	"oAGgeMPBp1hM6Ch+sMGC54sFvM1PlfWSPE3ZF7/QjDUmDMePkyfp1+SbydMe7o8HyUl6Sh5PnvS+7n8z",
+	"eHqCT3f9Xin2O9y/6kylXkl/cHJqq5I0XAK1eUZ272qdlag2k8RajXJr4BMymDxOk/bT/oC0T5+eTtrf",
+	"nDx93H48SCYnXz95Ok56T0r1sIAgPiW9Y1bkfq+Cwljyq6Dw1t3dZ5Hdu1rZ7buAoeZkLce0xK798L6s",
+	"GVU/lINr+vj1dkJJlR9ZLaRexmjtGrdbr24jSKjGjuQ64dSrPwk9LJy56Xrn7On3XrNsghPJzrBlZUcU",
+	"dDVLa+AcuJWpLFxAujHo9Dq99YTk/cMGirQvCDb43dmi3cGVK7CHUK6h+AJAGCzEFfC97h/KXj2RPaSn",
+	"fdK+jOMUQsHmeGVje3hRlanpkj9OevNWBJYVvihq4ulzdQGkByfJVfcTwuUfX7wy9U7uKA4byka47iDr",
+	"lz09qPrKASbvR9KL8MaqLDPnZ5fsrRYqDcBDKyfmlfQJ7PpOFe+7v6jVoqzPOrvdv4pIgQl3IW6XaHVv",
+	"9tm/Y3akdbUUVUtD1bO/PW8PeoMnbS1ZFT264K5K0fcLwq6uLvZLEFxP8pYkyQVVqysNHCsAQJ7Gee4Y",
+	"XtXeyPAU2vWh8zcvbXnjZqwHc0F/BZYyRH82mR7Lyfznf//z/8atDtIalxyi2BiqY3AIyDMUOx0ghpCF",
+	"kY2ZNHaIBCvsTLrehXyGYjBtm0c0LWF4Qi9FRkWYjH6qYhrujNhzzevKJAKt7JmptL4H+SeQMUYZsu5u",
+	"/X3cQW+L3CSY2W474fpxaF4KCTomjmItDrAZ//ji1c/n3756+frnt9//9fnrGHGB6l/+/OLlxfP4DMVz",
+	"zYFFzmK0FFQRaUpt8xGLO5BsCitowwpcQy5AbLg2Ae4lXc6UWpieY5RN+PppLidzMJiaICj0IxfXGccp",
+	"epERopA5a9FBLxUkoKglR1CPI0JjrmbWXDwmKZoRQYYjNmJfATS/+sqakM7fvPzqK5SzlAgUW/k3jtCS",
+	"CtLWhIkVHWekjOapLaOKbCOGEDT4a4ukcxKhxCTCjFfOYOUMlGXmlGyZKNZ5rnKcobcXV2flGueVt3vr",
+	"nE/nyix0wkURF2swyiWlcNbR+zVRSRCzBIBcby+HmvGm9nGaLt74MV7I1ZUZrzTtjFhGb4hb1vHBKCav",
+	"Wc9g85rPfDOfJuNcVhvFFXWwzLKaxeT63VYL5GLadbFqlb3BnSXXZ7XImtGEMGMosA0Xzxc4mZH2AFwH",
+	"Rldy8y2Xyw6Gn2E++6zsXrx89vz11XN4pgz9AXz+9z//tQGRG36XgF6nb57lC8LwgjaGjZNOr3NimiHN",
+	"gBHWldcPRlm81b/Znh5+w8th4ztitaFay4KfwhdSOaTr9eS9jepk+v/nXJEUPX+Lp6gJPS2xRGYtraJr",
+	"cuaa5PpFz62qvrFj7fGdXt/VeloOer0tXRO3Gg8qXRQLMWNMGYZupoFumlXwGJAXVYmbdD7PFR5npFVt",
+	"VvgM0OwZZ0rwgJt7IegNViRCc/y+jafkv0/6j0+e9Hq9CBVvPLC7ebiVuj1Oc4Bl/Ic9u3FlN4d1PL+N",
+	"Gie902CzZa9HO0SJznlKJ5SAKHvaO9kkMxVn7IdAn5o59h8/eLp7fL0FJxyz1bX2nssTaBrDn6BO2HyO",
+	"oVDZJVGCkhtSdZdaaI9XEPpmsRcVMQMKT6WpYQklWN7pCUI1AbsfXEHQWwP9jIRq5pZF7Droh8LW6Xtd",
+	"hjb1uZB2UEbwjUm3KJSJmhLRxIiR5YjFNQk7btmwWCrRHItrkqLYVmeJyzsXzJIoDlhgYxcRODPVGqIR",
+	"c0KVvTsYRxlnUyJQotUq6SIBE7hWO+gcGjuKauVM6+Ipd0+VLaAI90OVo34LkFyv+NdYYz8BtP/WNSep",
+	"zA4AQLZd1CTPstVnRAN68+70miUKtkK4fvAd5jey1xfEImR78GmglKvXkKJSmTO1pToTU4XIRZI1B71+",
+	"68zimK3FOWKCAAYagvaPvjno9VodvzRkh6axiacnv2gB0XTUVrNH0hHEyzRGzdPBoBVCzje52oCZcH5/",
+	"5unqzjo7b6mjeVvVS/UtcRu+nXeTh1XD18hj0Ovv9wKr0wfoq3cgfd03PQ5+j/QLVMKFPaey/VIF/7bd",
+	"WjUD/ZTsQaJVslu7gDroHIqUasFTK8Om9uEQYZMLop+MK5JmPGJToiQ66Z3CPcRzhRTPzVAgfKzwGEsS",
+	"IrrviKr6xtbYVC1xREvNRZthqSqYieSKJSQtt/KAJOViTTf9A7uNb3QjBoRn91spgFr7EiNTrii2PZTm",
+	"4Mc8WJg+Ul6+A5H3NVfolZVxURsV23SVNGz0yHGs5snvWPyFe5TPF1quKrooGILW0hvOMrS06rNEWNrq",
+	"NYqD3Az8ZG8Go6Xi0id72/UK4HN5qGgwsa0WCtHdVUYe9PqRlQE4I/pzT0ueLpJoxiUZsTgcuhNr2Xhb",
+	"oBGkyXMBeplDGlmEHI3Yt+sBcpDPlxo52Rha0XryDGp+gIC1CLlwuAjZqLkI2bi327DQwaWq92A43Nzg",
+	"nUshrt2P2LKhW8SxQsvbWSWPyMYsLnFYdOlslF02vyckwXQ+iQjzOxZJ1kB5PJcIWNk2s4lnBknbOE2h",
+	"+npqEhudvWYIldyKTAQ+AQq30gAYkMWjirodjZhz1XGBylSOyJkIzOI2CCYltv/9/NXFHVBldJDh8DBJ",
+	"wyV7bLlcg7GieLkjR+lBmNwOEyE+MwsYQ5Sl9IamWundktEzodnG697cVr9upNLz4nruISzBTuQCjKGQ",
+	"rZQm8Viiv7x9+wacTFCsUAtnoAxUNYEQudnypQdh/T/q3tWy2mmDQ2WM/S42O/cGInE7pPpa6tz5SV7Q",
+	"G8L0+//9z39VIArzeSfGF9Iel3VqdT1YyI1+jAsq1bk/8FBOdkHnVO3Dvqyr/UDWdZgM4u0EwgcCZ/Y9",
+	"NO+ampRHb+MR4sLkvWn2nx4pBvTvVWz4WMyqOvx/endbQzWpaiBxpmMqkClb7BUpdohnffeNd66flAnL",
+	"dolqt9EGFeANFpIYV+sNzqiW6Er/tLcMP1cpMsyKCyj5EMHDILQb0zK4ZYvrZMRqjT39l5reL/amj2ka",
+	"R0YadHYJfyw3tnGjo7g4nhHzW4dSiWJXJLpjv4wjiH3Qy7IVnptxv9MDRSQG9zY4SkfsK1QteUFl2X4O",
+	"KyicCZbJCJy0KKYMANb2AFM4AODEqhUxOnoGrUu4vYFf0TlAwB4PhVhTMl9w/d0QOHnhNrBaUbnxr9C3",
+	"dALFDVTxmonpeULeUzOPBxhBJrkk6RCd9p6i2P7QhpFaO7JfmJ4qpUMvJHeZpt4ekZcBRocxrZdur8nq",
+	"r2T1USrR/tm8O9Jmqj2oC5mtjA3CC2r3O0Q3/RGj6RDNSJbx9pKLLB0xh4DDEUOA4EP0F/07+tH8jtyp",
+	"DNGo0e/0Ro0RKwXiNybZVsLTbWRKzNomGforhGoTtis/loAemi/0S8wi4Bn3JUKlUX5YfokA5SVVYE/k",
+	"CR12u3brEABRewcqJH1vL5uNdaffPP76SdC/vJdeetd3UxmmHBApqETkPU4KTgOaamGpMLRoSnb/ktMb",
+	"nHlUeObMFcgrSOfJ6E5iDi3TDuvCmNuoccGTIrt+2/hiHGzGKuCfFGCkCqk0/Q32/dAkhdPe08PG9w98",
+	"f//xvRo87lfSOU9TaNDl3fEOhcCtYRzzZYZ005jpNUtu7SH5FNlOG8Xx7odK0YOtYUYeGTQ+DXvaRGbe",
+	"y48msNtPgvynDwjZviPKGJsr53iA9HyQZHNeKaZx+25fDOzaeiltl/2wCR39fJi1xYFDDdqylP40SOTb",
+	"ZtnZkdygVcvQeyF35fi33qca6sNok9kAqxlqArcBvSJCioPT0tYSnEF7O63VUGmbXzxIlfS+nfH3S5v6",
+	"JFw/DTgROBBNrV7zEKyFKiIiqLI+gxK6WlORyNZSLC0wllTkb0/NTqnaaLO74EtPnbe6bdPqqQtBEpIS",
+	"lpCh1VTbIun0Y2QifZ326n3sgzbr66ClBT0aMaNac5NBFKEVZtckRZMMm5B/jOyRaE1dP1hrURPSBWuG",
+	"q7+5Df9R7Fd2Q/uYsdxh/yEYxKewcVVEv0dF8RxIB7EkAMbAh3hPu7V2P9i/toahXhrbiyHJiv2FsnYu",
+	"SYyWM5oR8J15jr0mWHM8dxplFY/8oyJStDViUOhSQiqhOgPahmuLSUVw2kEQ1+lMTxCW45nlalK42Yas",
+	"W+A2h4sGbUH7hIvqh52R94HdkIeqbg/qRjWQRbi8QGdYIcZ97MplJXZttxoVhe8w6xEu4pfMdILn0xmK",
+	"zyHxMR6iuM6OY9Q0IacAh1YRXaI8S4IgpjjTiBVmUF8hxNK1V0Kxb4U9q86mFca48n7/JWDlyVYIyxGj",
+	"phDOgksF/RkqA+23xaTSGMyNLVxx3uogSHcT1dj/GTbdtfiSjZhUgrMpirUWppdZjdIr1njSO93g8L4L",
+	"q+tET2ni6j7xNbrRvHqgS9zL4j1a/Q0GsdnaTP75ufLatbP6Q6nehwfYDR6gam+xIipIVF+fhuC5oFPK",
+	"cFYh6DGUDPlkwsVu2bagko+RQ7o505e/KTDxiZZbOherDOsHWMp9eYp+Yw+Bh3BlWo7RqTpfdP5dRPsD",
+	"SznCAK97seWGKOM3pIt6I1WrexddORVegd5jMmkmXJQ+XD83zaaDUVGkiEGYbOnehUchOc2PsXPWFZtS",
+	"bRz0TBEBtacUQTNTYwTr+RkjacUc00F/x+xaLwXX1j1ixm8NdYhNOKhN74eiCiEZ5u/3yBDuPprWLytx",
+	"az2VD4ntLL8wnH0Zjj7KUiE6nufkKVUb7XkmgmSeKxPC4lU8SKC4TxnirIUTS7OtyPZ9NlUuckmMuqZV",
+	"EZ+sKSTb8YyYiBvzTKiOfAedLxaEpW1Nl0MgyPM3L1GCWZmIoec3ej4iTAm6xbwHO96R9AMVFSFgKwq6",
+	"CXBi6g4GPQNPToPuhpqpragiQtMIQWNNEzhexlBumdxWDT1g9tCLyiLn5ZtciR97tLYEfS5IsKpt+L2S",
+	"mgYlgaz8rcV/wm+DfoJHve13ZaTVaLmPXdah9+cXSnhJcK0kT+SazYCnwWOC2CBvnQeakvYVBmgLvWwN",
+	"ZX1mx/yuvQDVElg7kMxC5Uv4Kpj2vYJAqFktFkRTwpRJEhyv0PztxZUfyzHJiGlcGcLCjSGsuZaMXY46",
+	"LdoRuKJrKKNSddBraDxbVr62XbjMKGlkWD2SpG7tZ0X05YiZZixoZEu52dvXzmkjW5XIpUIpn2PKRo2y",
+	"MJbw1lJ4+TSO4kR1Ruwc+nraV0G9dGkmrjdu6cO9X7HiBm9tY3S1JdceqGTtr9GTsD9lKKBXli4saNsj",
+	"8SP/3DlGrtm3LednsqBkec6mwEbjjoPx9l0yha5iRtuzK6oZLP8gAXYPK6DNsIaCFYH/zn3nEAWCkDRy",
+	"7M33Ardv90NiK2NuDVorWMBvTUOdxmcbcJa4M9j3jjuIW7sCqTYfcTuqdM1VXC+etAl7vnXZ5/eGPXaG",
+	"DahjFvkZo85a+n8YdY71T1RxJzq03NDBuNbN8Jhk8nAL7EcudENdpEtTtkjWm7GbVXbQuYX/I4nIZEKg",
+	"25z9EUQ6eIwR4901XT1tSSRbxmvE/DIxkTPPpIRp0bc2qxUhISnomqzOzExIkowkUAwT/JBrK9laJenC",
+	"wPs+6yPZKT6x5LYP3yjj37QkZKH1JXbzrnnVFVEVVHYUAt6EPRlY2NIa4ClGhvpYBrLFLeOENCvAQdGk",
+	"097JcQVZGVdtbOs0kzRuIc5GzOiNXinYBGcZ1Hk3v1itVBCgjaiodowYea+KltOcddBLSI8AJqsF/YrH",
+	"BxjUNVmoMyuAUjYtyv4hQWy2prH6hHjIJQDiLlXI31YANc4Se7yfoUhhzrNQTY5RPcKFzNaNf9964/ZK",
+	"Tah3Hg1a6Qe9HhQKVkToV/zPT7j9a6/9tP3uQz8a9Hq3/7W/fbx0AX109oNjTY19qxiUDQ02vdKJS3u/",
+	"0kk7W9wLrlnaERWEyH6eAc30r6ys0vi9uRLKHe9j6q041n1zOmpKSJo2NmAt41UC7o2JKG09TCHkQQkV",
+	"YEROK3ykLIlSaRR0WK0DI+/X0sDKQGjmaV1wWq49NtQ1aBZh2P3I62kQ284tcWs4YpWqwXXz7ZRDvU9X",
+	"7w9EfSUwk8Y/aUqweQG6tu8yotLpGiMGBRPA+EgyaXQQg3uuQ4wX3wZOZL+/ZL4w6olJbeJlFeJnnEkl",
+	"MGVKxhAFK7GicgI1XE8HAxRrUQa0JY3fsa1IAVkmdpFQxR5LziJjYGcASU5kq4OK5j7oBrr7jJiWTly1",
+	"CWsqlaq+/rW+DoZczxCfU2VM6Vp5g/45EBJjcVKCSb0WYONFyJgduQB8My7eUuig5A4P1ZZeX+dB9vT+",
+	"PbDRzZqZGxGVree/ZIl/ZqkJGgc2JX5vKnu5memHlcfN5e625el8K/jCZQgUbLjIRd9eDr7O7iNEzX3i",
+	"sfiWKeg+5zfmSlHcFoinbBqf6W/GxDS58erGO3+l5eLOxiR5B/2FM54LE5tuw9JH7NK+sFq8Ey4DWjqy",
+	"3LQmDsmUaF+vtrmxPPzxLHGyMfNg8Ik4EQAIZyUHqrRnWdIssxCBr11t1jvynz0wVtIfPCglFaCOg9R3",
+	"JFOItrg3PCT+BLrF7kvxSzmHI1wk3iEeqCN8bAHf/e6bro3U3moz+Ysd87sOmLKb2EeHVkUL7C/p0ruR",
+	"3UQVG6mjhJwzsZciNc/SUGzfwyIHQZxWd4QhP1hGO6zsm06y6ONUzZxdM75kqFwCKM9WUBoxLcAVxfJi",
+	"o5HqGX1ds9VB5zZV1IZel2YFIzn65ZILy0BZ6C9gnC9AeBeSWPRQ9FhvX79RSNibDG9Mu1hk2NGcWCGR",
+	"u+iuPSSoInb93PWB/RzV0P7gd6y2PjOkWyu/sKiZtmy3QEu7rf3K0hyqwXYdv9juh7ksRv2upQq3jX3E",
+	"igIwX4SKPWuwVNG5gN/GPIGHJkvY9XY/uD+3RrQ5XGp8AnzdWM7f/v4Zx7UV8k4RoiMIM2kTm2vjf3Ik",
+	"dM7UhamxZ32pwkehLVXv6DyfN4aD/unXp9+cPDn9OmrMKTNf9td6z9/uj/E8y8Y4ub5X0fnNJvnUOI1c",
+	"sWlo4VcyDRQr7pA/Rk2LSsOy4FAxUM2wGrEllsj6zkiKxmTCbVBd0Q+EkVbki96UJVmekrSDvuNQyogj",
+	"jDK+1Ndv6eeZ8htiGruujEOunMSOeiRRXNQ26ziQxtYz5D63J1yMIVzPa94pc42g0MTE+LtanRGLJ1wk",
+	"ZIg0GsSu9ndsfo+LrExpbLAmkWRoG5tDH3TOslWEtGIk0rIfWJG0BSoHZ2YzDogmB3TBpYSO3pC9spba",
+	"kmV8WaaFhgN97G7/WIqE3dQnSt3+ojV80Ro23HgcaTw09SsRwULzDuTdIfehHpRd33abvot2ZvdGHGYG",
+	"07VqE5FYYbPoSZsQekNSiKfJXJC15f2R7azc+gzlp7dwk0IDENs+zUKsCP4AD1bRjP53YBy3dUbuVZx5",
+	"NiPJtXHrKiymRPlywJwyWyf4heDzuGIhXBMcOuhHfbnHWiQc2nrA8YjVC9kV1VNM1T1CUlktt1JWuqyH",
+	"pfj1n9tOwIwjrwCeBkeuSGpWEbdskqpdE84Vj72AbChcV4hzELEz4yYEKRfMVorVwsOI4YmyXZ8XmkHx",
+	"3ERKUU9K66DvLTNqS6J80SzBQqxA0kA5y4isgFvilRyxmDtID5Egkqj4TK/avSJGkijp7CiK8w6KU7G6",
+	"zJkTrPwKfnCtQn/pqkHWua7R92pGxJJKgga9QSm/FVA5M3U4i89tytoLwaeCSFmW44SSw/rWDspOdjt/",
+	"KNHJ7umL/fWLJPWw6oVZlloNauFGQy0VwI8TqSCZYkdwuxmzV2D7R0aH/8FjriF9bK94awB5pbRGWetB",
+	"c38r9zzQehsPMrTaYfF+maU+lXhktY1Qvi+H7UUrvlh4B5WaDkt5KBZ7QMbDQyKmYv370FN5gJ9reZoS",
+	"Ahv9HHt0kQgTRfeDRwtbnRHFoTU+BWZskqqKZX3G/ohSVSocElKRhbzfriLflwgR0Jk3YVQ3wSwh2eEK",
+	"8/p0m/TlClogwlKJYjNrRtL4rB4ffU3IQqLlDCty4xm3oGMOkZBOy/gSNTFonjb+eMSK6Ftb/LT43Oqg",
+	"Z2Y2CGKGFZDUWxGVWncLJmzAcz5hPdzE1f0pM0IF9P8QrRLuOVADYIUw+iUnucYb0N8ZhLp7iHG0lgBF",
+	"OrfLPm/NkN912AXsYa9QTtjsl8J3IFmcv3lpAYKakOpvU9MkSQRRsrV3xcVNFdVNqhccTuM+k8lght8o",
+	"j+w1WZoNbmCMAODIu6sBuCZ90vytrwjboxUco1gijGZYzkwBPTgYOeNL5sq0fSmNdt9cGbBK3+YFiaBm",
+	"eXhwYHAgnCWkdVRhUkN33Q/w/45Er0tyw69J6mhVSyCu9mPTmNOFGXGu4pZ1qDiPvBKYZh0Er4AohCVN",
+	"yFruVCBoV7+wpNz75Ns7KMfu7bMsg6F3XkHDA1jyJk3uARzqZ6y9HXOSIYNUNc7LcpF9m5ueDELVSd59",
+	"6Ecng2BtElD2QBX6dWM1+XPr8Br0el4aKFZ4jCUp3GFlLfg5nTqlbT4maRFLRCUaU4bFClE5YoCGJD1D",
+	"j3snqGlLFv3pH5C7r1dpsv1haXELcedH29CQ6lKPOw73i576HxouZKEB0+oT2jPliOAs3N0V1oUUN7FQ",
+	"QB6PP7G8uFaLmzIiJfr3P/9VPUhwAuNkBrVDID8YzpGkFTVFNt7BNu03IaX9FRZTjn60CavoVdl9QNNI",
+	"0UH0RMtOgrT1XrCi44xEcMVVCzU3vSLOrc6IPcNZBuiWqxlhSh+mrbE2z1WOM/T24go19T/9zknLhP2V",
+	"ZnpbwwLiACWZzr2qyVdvXr548Ry9/HbEYrmgkwkZdrumpykUVG7bgsr6G9KF0lvd5WRuh2jqpqn90cxn",
+	"fzEfih9jF1eXEKFMyS7ySKIfLl+iq/PXnRFrfr8gTAPqpNODrm2Mo9js7e3FVYzcyZrkIHKGNChRSpIM",
+	"C1NVpNNCJlXL9a0DsSbhC5A0bHUQbOwati4qejajWdouPBgSNeMpVmSJV91E/xS3IKGIceXqd5AUrYiJ",
+	"q1xZJoBOXcO4ShGhxnoXBa84E/hS11PwoYVk4XMx6osXF26zGQFPDdV2QkZ8GZh7c1XwltfYxk7tvdX4",
+	"JtbfZ12C0oROeulbhie6OE7YqDMBVIr3iBx6CPoG8bLVQ2kXWJ/ZU/Pswr1ozaaJ7NSKR6vjN6GAKynw",
+	"skrnzeIXiZqGnuOy7b2rvLKczB/pdetxOPOCWQFLodKA03+graHLUItsX9W2U9aLnrU+8riGKOtLfSO4",
+	"3gSaAdsFpgGcZowzzBJ3GXGRzIhUYDupglQ2bt/d/r8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -1417,6 +1417,13 @@ type ListApplicationsParams struct {
 // CreateApplicationVersionJSONBody defines parameters for CreateApplicationVersion.
 type CreateApplicationVersionJSONBody = json.RawMessage
 
+// CreateApplicationVersionParams defines parameters for CreateApplicationVersion.
+type CreateApplicationVersionParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // GetUpgradePathParams defines parameters for GetUpgradePath.
 type GetUpgradePathParams struct {
 	From string `form:"from" json:"from"`
@@ -1435,6 +1442,20 @@ type ListApplicationVersionsParams struct {
 // GetApplicationVersionParams defines parameters for GetApplicationVersion.
 type GetApplicationVersionParams struct {
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
+}
+
+// UnyankApplicationVersionParams defines parameters for UnyankApplicationVersion.
+type UnyankApplicationVersionParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// YankApplicationVersionParams defines parameters for YankApplicationVersion.
+type YankApplicationVersionParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ListAuditParams defines parameters for ListAudit.
@@ -1467,6 +1488,20 @@ type ListClientsParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// AcceptClientParams defines parameters for AcceptClient.
+type AcceptClientParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// RetireClientParams defines parameters for RetireClient.
+type RetireClientParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListDeploymentsParams defines parameters for ListDeployments.
 type ListDeploymentsParams struct {
 	ApplicationId *string          `form:"applicationId,omitempty" json:"applicationId,omitempty"`
@@ -1484,6 +1519,13 @@ type ListDeploymentsParams struct {
 
 	// Cursor Opaque cursor from a previous page's `nextCursor`.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CreateDeploymentParams defines parameters for CreateDeployment.
+type CreateDeploymentParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // DeleteDeploymentParams defines parameters for DeleteDeployment.
@@ -1561,6 +1603,13 @@ type ListOperationsParams struct {
 
 	// Cursor Opaque cursor from a previous page's `nextCursor`.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CancelOperationParams defines parameters for CancelOperation.
+type CancelOperationParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ListTokensParams defines parameters for ListTokens.
@@ -1973,7 +2022,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
-	CreateApplicationVersionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateApplicationVersionWithBody(ctx context.Context, params *CreateApplicationVersionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateApplicationVersion Add an application version from its description (margo.yaml)
 	//
@@ -1988,7 +2037,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
-	CreateApplicationVersion(ctx context.Context, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateApplicationVersion(ctx context.Context, params *CreateApplicationVersionParams, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetApplication Get one application
 	//
@@ -2029,7 +2078,7 @@ type ClientInterface interface {
 	// UnyankApplicationVersion Undo a yank
 	//
 	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank (the `UnyankApplicationVersion` operationId).
-	UnyankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UnyankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, params *UnyankApplicationVersionParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// YankApplicationVersionWithBody Yank a version
 	//
@@ -2040,7 +2089,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
-	YankApplicationVersionWithBody(ctx context.Context, applicationId ApplicationId, version Version, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	YankApplicationVersionWithBody(ctx context.Context, applicationId ApplicationId, version Version, params *YankApplicationVersionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// YankApplicationVersion Yank a version
 	//
@@ -2051,7 +2100,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
-	YankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	YankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, params *YankApplicationVersionParams, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListAudit Read the audit log, newest first
 	//
@@ -2075,7 +2124,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
-	AcceptClientWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	AcceptClientWithBody(ctx context.Context, params *AcceptClientParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AcceptClient Accept a client (or accept a retired one again)
 	//
@@ -2086,7 +2135,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
-	AcceptClient(ctx context.Context, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	AcceptClient(ctx context.Context, params *AcceptClientParams, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetClient Get one client
 	//
@@ -2125,7 +2174,7 @@ type ClientInterface interface {
 	// deployments are kept; accepting it again restores access.
 	//
 	// Corresponds with POST /mgmt/v1/clients/{clientId}/retire (the `RetireClient` operationId).
-	RetireClient(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RetireClient(ctx context.Context, clientId ClientIdPath, params *RetireClientParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListDeployments List deployments
 	//
@@ -2144,7 +2193,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
-	CreateDeploymentWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateDeploymentWithBody(ctx context.Context, params *CreateDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateDeployment Deploy an application version to a device
 	//
@@ -2158,7 +2207,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
-	CreateDeployment(ctx context.Context, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateDeployment(ctx context.Context, params *CreateDeploymentParams, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteDeployment Remove a deployment from its device
 	//
@@ -2289,7 +2338,7 @@ type ClientInterface interface {
 	// published stays published). Cancelling an ended operation is 409.
 	//
 	// Corresponds with POST /mgmt/v1/operations/{operationId}/cancel (the `CancelOperation` operationId).
-	CancelOperation(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CancelOperation(ctx context.Context, operationId OperationIdPath, params *CancelOperationParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTokens List API tokens (never their secrets)
 	//
@@ -2528,8 +2577,8 @@ func (c *Client) ListApplications(ctx context.Context, params *ListApplicationsP
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
-func (c *Client) CreateApplicationVersionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateApplicationVersionRequestWithBody(c.Server, contentType, body)
+func (c *Client) CreateApplicationVersionWithBody(ctx context.Context, params *CreateApplicationVersionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateApplicationVersionRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2553,8 +2602,8 @@ func (c *Client) CreateApplicationVersionWithBody(ctx context.Context, contentTy
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
-func (c *Client) CreateApplicationVersion(ctx context.Context, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateApplicationVersionRequest(c.Server, body)
+func (c *Client) CreateApplicationVersion(ctx context.Context, params *CreateApplicationVersionParams, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateApplicationVersionRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2654,8 +2703,8 @@ func (c *Client) GetApplicationVersion(ctx context.Context, applicationId Applic
 // UnyankApplicationVersion Undo a yank
 //
 // Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank (the `UnyankApplicationVersion` operationId).
-func (c *Client) UnyankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUnyankApplicationVersionRequest(c.Server, applicationId, version)
+func (c *Client) UnyankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, params *UnyankApplicationVersionParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUnyankApplicationVersionRequest(c.Server, applicationId, version, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2675,8 +2724,8 @@ func (c *Client) UnyankApplicationVersion(ctx context.Context, applicationId App
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
-func (c *Client) YankApplicationVersionWithBody(ctx context.Context, applicationId ApplicationId, version Version, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewYankApplicationVersionRequestWithBody(c.Server, applicationId, version, contentType, body)
+func (c *Client) YankApplicationVersionWithBody(ctx context.Context, applicationId ApplicationId, version Version, params *YankApplicationVersionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewYankApplicationVersionRequestWithBody(c.Server, applicationId, version, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2696,8 +2745,8 @@ func (c *Client) YankApplicationVersionWithBody(ctx context.Context, application
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
-func (c *Client) YankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewYankApplicationVersionRequest(c.Server, applicationId, version, body)
+func (c *Client) YankApplicationVersion(ctx context.Context, applicationId ApplicationId, version Version, params *YankApplicationVersionParams, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewYankApplicationVersionRequest(c.Server, applicationId, version, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2750,8 +2799,8 @@ func (c *Client) ListClients(ctx context.Context, params *ListClientsParams, req
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
-func (c *Client) AcceptClientWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewAcceptClientRequestWithBody(c.Server, contentType, body)
+func (c *Client) AcceptClientWithBody(ctx context.Context, params *AcceptClientParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcceptClientRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2771,8 +2820,8 @@ func (c *Client) AcceptClientWithBody(ctx context.Context, contentType string, b
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
-func (c *Client) AcceptClient(ctx context.Context, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewAcceptClientRequest(c.Server, body)
+func (c *Client) AcceptClient(ctx context.Context, params *AcceptClientParams, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcceptClientRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2860,8 +2909,8 @@ func (c *Client) PutDeviceLabels(ctx context.Context, clientId ClientIdPath, dev
 // deployments are kept; accepting it again restores access.
 //
 // Corresponds with POST /mgmt/v1/clients/{clientId}/retire (the `RetireClient` operationId).
-func (c *Client) RetireClient(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRetireClientRequest(c.Server, clientId)
+func (c *Client) RetireClient(ctx context.Context, clientId ClientIdPath, params *RetireClientParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetireClientRequest(c.Server, clientId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2899,8 +2948,8 @@ func (c *Client) ListDeployments(ctx context.Context, params *ListDeploymentsPar
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
-func (c *Client) CreateDeploymentWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateDeploymentRequestWithBody(c.Server, contentType, body)
+func (c *Client) CreateDeploymentWithBody(ctx context.Context, params *CreateDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateDeploymentRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2923,8 +2972,8 @@ func (c *Client) CreateDeploymentWithBody(ctx context.Context, contentType strin
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
-func (c *Client) CreateDeployment(ctx context.Context, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateDeploymentRequest(c.Server, body)
+func (c *Client) CreateDeployment(ctx context.Context, params *CreateDeploymentParams, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateDeploymentRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3214,8 +3263,8 @@ func (c *Client) GetOperation(ctx context.Context, operationId OperationIdPath, 
 // published stays published). Cancelling an ended operation is 409.
 //
 // Corresponds with POST /mgmt/v1/operations/{operationId}/cancel (the `CancelOperation` operationId).
-func (c *Client) CancelOperation(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCancelOperationRequest(c.Server, operationId)
+func (c *Client) CancelOperation(ctx context.Context, operationId OperationIdPath, params *CancelOperationParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelOperationRequest(c.Server, operationId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3679,18 +3728,18 @@ func NewListApplicationsRequest(server string, params *ListApplicationsParams) (
 }
 
 // NewCreateApplicationVersionRequest calls the generic CreateApplicationVersion builder with application/json body
-func NewCreateApplicationVersionRequest(server string, body CreateApplicationVersionJSONRequestBody) (*http.Request, error) {
+func NewCreateApplicationVersionRequest(server string, params *CreateApplicationVersionParams, body CreateApplicationVersionJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateApplicationVersionRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateApplicationVersionRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateApplicationVersionRequestWithBody constructs an http.Request for the CreateApplicationVersion method, with any body, and a specified content type
-func NewCreateApplicationVersionRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateApplicationVersionRequestWithBody(server string, params *CreateApplicationVersionParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -3714,6 +3763,21 @@ func NewCreateApplicationVersionRequestWithBody(server string, contentType strin
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -3988,7 +4052,7 @@ func NewGetApplicationVersionRequest(server string, applicationId ApplicationId,
 }
 
 // NewUnyankApplicationVersionRequest constructs an http.Request for the UnyankApplicationVersion method
-func NewUnyankApplicationVersionRequest(server string, applicationId ApplicationId, version Version) (*http.Request, error) {
+func NewUnyankApplicationVersionRequest(server string, applicationId ApplicationId, version Version, params *UnyankApplicationVersionParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4025,22 +4089,37 @@ func NewUnyankApplicationVersionRequest(server string, applicationId Application
 		return nil, err
 	}
 
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewYankApplicationVersionRequest calls the generic YankApplicationVersion builder with application/json body
-func NewYankApplicationVersionRequest(server string, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody) (*http.Request, error) {
+func NewYankApplicationVersionRequest(server string, applicationId ApplicationId, version Version, params *YankApplicationVersionParams, body YankApplicationVersionJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewYankApplicationVersionRequestWithBody(server, applicationId, version, "application/json", bodyReader)
+	return NewYankApplicationVersionRequestWithBody(server, applicationId, version, params, "application/json", bodyReader)
 }
 
 // NewYankApplicationVersionRequestWithBody constructs an http.Request for the YankApplicationVersion method, with any body, and a specified content type
-func NewYankApplicationVersionRequestWithBody(server string, applicationId ApplicationId, version Version, contentType string, body io.Reader) (*http.Request, error) {
+func NewYankApplicationVersionRequestWithBody(server string, applicationId ApplicationId, version Version, params *YankApplicationVersionParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4078,6 +4157,21 @@ func NewYankApplicationVersionRequestWithBody(server string, applicationId Appli
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -4275,18 +4369,18 @@ func NewListClientsRequest(server string, params *ListClientsParams) (*http.Requ
 }
 
 // NewAcceptClientRequest calls the generic AcceptClient builder with application/json body
-func NewAcceptClientRequest(server string, body AcceptClientJSONRequestBody) (*http.Request, error) {
+func NewAcceptClientRequest(server string, params *AcceptClientParams, body AcceptClientJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewAcceptClientRequestWithBody(server, "application/json", bodyReader)
+	return NewAcceptClientRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewAcceptClientRequestWithBody constructs an http.Request for the AcceptClient method, with any body, and a specified content type
-func NewAcceptClientRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewAcceptClientRequestWithBody(server string, params *AcceptClientParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -4310,6 +4404,21 @@ func NewAcceptClientRequestWithBody(server string, contentType string, body io.R
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -4444,7 +4553,7 @@ func NewPutDeviceLabelsRequestWithBody(server string, clientId ClientIdPath, dev
 }
 
 // NewRetireClientRequest constructs an http.Request for the RetireClient method
-func NewRetireClientRequest(server string, clientId ClientIdPath) (*http.Request, error) {
+func NewRetireClientRequest(server string, clientId ClientIdPath, params *RetireClientParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4472,6 +4581,21 @@ func NewRetireClientRequest(server string, clientId ClientIdPath) (*http.Request
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -4616,18 +4740,18 @@ func NewListDeploymentsRequest(server string, params *ListDeploymentsParams) (*h
 }
 
 // NewCreateDeploymentRequest calls the generic CreateDeployment builder with application/json body
-func NewCreateDeploymentRequest(server string, body CreateDeploymentJSONRequestBody) (*http.Request, error) {
+func NewCreateDeploymentRequest(server string, params *CreateDeploymentParams, body CreateDeploymentJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateDeploymentRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateDeploymentRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateDeploymentRequestWithBody constructs an http.Request for the CreateDeployment method, with any body, and a specified content type
-func NewCreateDeploymentRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateDeploymentRequestWithBody(server string, params *CreateDeploymentParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -4651,6 +4775,21 @@ func NewCreateDeploymentRequestWithBody(server string, contentType string, body 
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -5393,7 +5532,7 @@ func NewGetOperationRequest(server string, operationId OperationIdPath) (*http.R
 }
 
 // NewCancelOperationRequest constructs an http.Request for the CancelOperation method
-func NewCancelOperationRequest(server string, operationId OperationIdPath) (*http.Request, error) {
+func NewCancelOperationRequest(server string, operationId OperationIdPath, params *CancelOperationParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -5421,6 +5560,21 @@ func NewCancelOperationRequest(server string, operationId OperationIdPath) (*htt
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -5780,7 +5934,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
-	CreateApplicationVersionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error)
+	CreateApplicationVersionWithBodyWithResponse(ctx context.Context, params *CreateApplicationVersionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error)
 
 	// CreateApplicationVersionWithResponse Add an application version from its description (margo.yaml)
 	//
@@ -5795,7 +5949,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
-	CreateApplicationVersionWithResponse(ctx context.Context, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error)
+	CreateApplicationVersionWithResponse(ctx context.Context, params *CreateApplicationVersionParams, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error)
 
 	// GetApplicationWithResponse Get one application
 	//
@@ -5848,7 +6002,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank (the `UnyankApplicationVersion` operationId).
-	UnyankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*UnyankApplicationVersionResponse, error)
+	UnyankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, params *UnyankApplicationVersionParams, reqEditors ...RequestEditorFn) (*UnyankApplicationVersionResponse, error)
 
 	// YankApplicationVersionWithBodyWithResponse Yank a version
 	//
@@ -5859,7 +6013,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
-	YankApplicationVersionWithBodyWithResponse(ctx context.Context, applicationId ApplicationId, version Version, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error)
+	YankApplicationVersionWithBodyWithResponse(ctx context.Context, applicationId ApplicationId, version Version, params *YankApplicationVersionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error)
 
 	// YankApplicationVersionWithResponse Yank a version
 	//
@@ -5870,7 +6024,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
-	YankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error)
+	YankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, params *YankApplicationVersionParams, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error)
 
 	// ListAuditWithResponse Read the audit log, newest first
 	//
@@ -5898,7 +6052,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
-	AcceptClientWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error)
+	AcceptClientWithBodyWithResponse(ctx context.Context, params *AcceptClientParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error)
 
 	// AcceptClientWithResponse Accept a client (or accept a retired one again)
 	//
@@ -5909,7 +6063,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
-	AcceptClientWithResponse(ctx context.Context, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error)
+	AcceptClientWithResponse(ctx context.Context, params *AcceptClientParams, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error)
 
 	// GetClientWithResponse Get one client
 	//
@@ -5954,7 +6108,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/clients/{clientId}/retire (the `RetireClient` operationId).
-	RetireClientWithResponse(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*RetireClientResponse, error)
+	RetireClientWithResponse(ctx context.Context, clientId ClientIdPath, params *RetireClientParams, reqEditors ...RequestEditorFn) (*RetireClientResponse, error)
 
 	// ListDeploymentsWithResponse List deployments
 	//
@@ -5975,7 +6129,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
-	CreateDeploymentWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error)
+	CreateDeploymentWithBodyWithResponse(ctx context.Context, params *CreateDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error)
 
 	// CreateDeploymentWithResponse Deploy an application version to a device
 	//
@@ -5989,7 +6143,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
-	CreateDeploymentWithResponse(ctx context.Context, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error)
+	CreateDeploymentWithResponse(ctx context.Context, params *CreateDeploymentParams, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error)
 
 	// DeleteDeploymentWithResponse Remove a deployment from its device
 	//
@@ -6140,7 +6294,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/operations/{operationId}/cancel (the `CancelOperation` operationId).
-	CancelOperationWithResponse(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*CancelOperationResponse, error)
+	CancelOperationWithResponse(ctx context.Context, operationId OperationIdPath, params *CancelOperationParams, reqEditors ...RequestEditorFn) (*CancelOperationResponse, error)
 
 	// ListTokensWithResponse List API tokens (never their secrets)
 	//
@@ -9745,8 +9899,8 @@ func (c *ClientWithResponses) ListApplicationsWithResponse(ctx context.Context, 
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
-func (c *ClientWithResponses) CreateApplicationVersionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error) {
-	rsp, err := c.CreateApplicationVersionWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateApplicationVersionWithBodyWithResponse(ctx context.Context, params *CreateApplicationVersionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error) {
+	rsp, err := c.CreateApplicationVersionWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9766,8 +9920,8 @@ func (c *ClientWithResponses) CreateApplicationVersionWithBodyWithResponse(ctx c
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /mgmt/v1/applications (the `CreateApplicationVersion` operationId).
-func (c *ClientWithResponses) CreateApplicationVersionWithResponse(ctx context.Context, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error) {
-	rsp, err := c.CreateApplicationVersion(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateApplicationVersionWithResponse(ctx context.Context, params *CreateApplicationVersionParams, body CreateApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApplicationVersionResponse, error) {
+	rsp, err := c.CreateApplicationVersion(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9855,8 +10009,8 @@ func (c *ClientWithResponses) GetApplicationVersionWithResponse(ctx context.Cont
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/unyank (the `UnyankApplicationVersion` operationId).
-func (c *ClientWithResponses) UnyankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, reqEditors ...RequestEditorFn) (*UnyankApplicationVersionResponse, error) {
-	rsp, err := c.UnyankApplicationVersion(ctx, applicationId, version, reqEditors...)
+func (c *ClientWithResponses) UnyankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, params *UnyankApplicationVersionParams, reqEditors ...RequestEditorFn) (*UnyankApplicationVersionResponse, error) {
+	rsp, err := c.UnyankApplicationVersion(ctx, applicationId, version, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9872,8 +10026,8 @@ func (c *ClientWithResponses) UnyankApplicationVersionWithResponse(ctx context.C
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
-func (c *ClientWithResponses) YankApplicationVersionWithBodyWithResponse(ctx context.Context, applicationId ApplicationId, version Version, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error) {
-	rsp, err := c.YankApplicationVersionWithBody(ctx, applicationId, version, contentType, body, reqEditors...)
+func (c *ClientWithResponses) YankApplicationVersionWithBodyWithResponse(ctx context.Context, applicationId ApplicationId, version Version, params *YankApplicationVersionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error) {
+	rsp, err := c.YankApplicationVersionWithBody(ctx, applicationId, version, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9889,8 +10043,8 @@ func (c *ClientWithResponses) YankApplicationVersionWithBodyWithResponse(ctx con
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /mgmt/v1/applications/{applicationId}/versions/{version}/yank (the `YankApplicationVersion` operationId).
-func (c *ClientWithResponses) YankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error) {
-	rsp, err := c.YankApplicationVersion(ctx, applicationId, version, body, reqEditors...)
+func (c *ClientWithResponses) YankApplicationVersionWithResponse(ctx context.Context, applicationId ApplicationId, version Version, params *YankApplicationVersionParams, body YankApplicationVersionJSONRequestBody, reqEditors ...RequestEditorFn) (*YankApplicationVersionResponse, error) {
+	rsp, err := c.YankApplicationVersion(ctx, applicationId, version, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9935,8 +10089,8 @@ func (c *ClientWithResponses) ListClientsWithResponse(ctx context.Context, param
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
-func (c *ClientWithResponses) AcceptClientWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error) {
-	rsp, err := c.AcceptClientWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) AcceptClientWithBodyWithResponse(ctx context.Context, params *AcceptClientParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error) {
+	rsp, err := c.AcceptClientWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9952,8 +10106,8 @@ func (c *ClientWithResponses) AcceptClientWithBodyWithResponse(ctx context.Conte
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /mgmt/v1/clients (the `AcceptClient` operationId).
-func (c *ClientWithResponses) AcceptClientWithResponse(ctx context.Context, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error) {
-	rsp, err := c.AcceptClient(ctx, body, reqEditors...)
+func (c *ClientWithResponses) AcceptClientWithResponse(ctx context.Context, params *AcceptClientParams, body AcceptClientJSONRequestBody, reqEditors ...RequestEditorFn) (*AcceptClientResponse, error) {
+	rsp, err := c.AcceptClient(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10027,8 +10181,8 @@ func (c *ClientWithResponses) PutDeviceLabelsWithResponse(ctx context.Context, c
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /mgmt/v1/clients/{clientId}/retire (the `RetireClient` operationId).
-func (c *ClientWithResponses) RetireClientWithResponse(ctx context.Context, clientId ClientIdPath, reqEditors ...RequestEditorFn) (*RetireClientResponse, error) {
-	rsp, err := c.RetireClient(ctx, clientId, reqEditors...)
+func (c *ClientWithResponses) RetireClientWithResponse(ctx context.Context, clientId ClientIdPath, params *RetireClientParams, reqEditors ...RequestEditorFn) (*RetireClientResponse, error) {
+	rsp, err := c.RetireClient(ctx, clientId, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10060,8 +10214,8 @@ func (c *ClientWithResponses) ListDeploymentsWithResponse(ctx context.Context, p
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
-func (c *ClientWithResponses) CreateDeploymentWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error) {
-	rsp, err := c.CreateDeploymentWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateDeploymentWithBodyWithResponse(ctx context.Context, params *CreateDeploymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error) {
+	rsp, err := c.CreateDeploymentWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10080,8 +10234,8 @@ func (c *ClientWithResponses) CreateDeploymentWithBodyWithResponse(ctx context.C
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /mgmt/v1/deployments (the `CreateDeployment` operationId).
-func (c *ClientWithResponses) CreateDeploymentWithResponse(ctx context.Context, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error) {
-	rsp, err := c.CreateDeployment(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateDeploymentWithResponse(ctx context.Context, params *CreateDeploymentParams, body CreateDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDeploymentResponse, error) {
+	rsp, err := c.CreateDeployment(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10327,8 +10481,8 @@ func (c *ClientWithResponses) GetOperationWithResponse(ctx context.Context, oper
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /mgmt/v1/operations/{operationId}/cancel (the `CancelOperation` operationId).
-func (c *ClientWithResponses) CancelOperationWithResponse(ctx context.Context, operationId OperationIdPath, reqEditors ...RequestEditorFn) (*CancelOperationResponse, error) {
-	rsp, err := c.CancelOperation(ctx, operationId, reqEditors...)
+func (c *ClientWithResponses) CancelOperationWithResponse(ctx context.Context, operationId OperationIdPath, params *CancelOperationParams, reqEditors ...RequestEditorFn) (*CancelOperationResponse, error) {
+	rsp, err := c.CancelOperation(ctx, operationId, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

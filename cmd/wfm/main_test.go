@@ -189,10 +189,12 @@ func TestConfigErrors(t *testing.T) {
 		err := run(t.Context(), args, envWithout(), io.Discard, io.Discard)
 		assert.Error(t, err, "%v", args)
 	}
-	err := run(t.Context(), nil, envWith(map[string]string{"DATABASE_URL": "", "PG_BIN": "/nonexistent", "PATH": "/nonexistent"}), io.Discard, io.Discard)
-	if err != nil { // the machine's /usr/lib/postgresql may still supply binaries; then this is not the case under test
-		assert.NotContains(t, err.Error(), "panic")
-	}
+	// A PG_BIN without server binaries is refused at once with the
+	// launcher's explanation (never another PostgreSQL found elsewhere).
+	err := run(t.Context(), []string{"-listen", "127.0.0.1:0", "-device-listen", "127.0.0.1:0", "-data-dir", t.TempDir()},
+		envWith(map[string]string{"DATABASE_URL": "", "PG_BIN": "/nonexistent"}), io.Discard, io.Discard)
+	require.ErrorIs(t, err, pglaunch.ErrNoBinaries)
+	assert.Contains(t, err.Error(), "DATABASE_URL", "the message says what to set")
 }
 
 // TestSIGKILLLeavesNoPostgres kills the server process outright and checks

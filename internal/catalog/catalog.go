@@ -6,8 +6,6 @@ package catalog
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -21,8 +19,8 @@ import (
 
 // Media types a description may be posted as.
 const (
-	MediaYAML = "application/yaml"
-	MediaJSON = "application/json"
+	MediaYAML = margo.MediaTypeYAML
+	MediaJSON = margo.MediaTypeJSON
 )
 
 // MaxYankReason bounds the reason given for a yank.
@@ -137,7 +135,7 @@ func (s *Service) Add(ctx context.Context, raw []byte, mediaType string) (Versio
 		ApplicationID: d.ID,
 		Version:       d.Version,
 		Name:          d.Metadata.Name,
-		Digest:        Digest(raw),
+		Digest:        margo.Digest(raw),
 		MediaType:     mediaType,
 		Raw:           bytes.Clone(raw),
 		Document:      parsed.JSON,
@@ -272,12 +270,6 @@ func (s *Service) Delete(ctx context.Context, appID, version string) error {
 		return err
 	}
 	return s.store.DeleteVersion(ctx, appID, v)
-}
-
-// Digest returns the content digest of b: "sha256:" and 64 lowercase hex digits.
-func Digest(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // sameJSON reports whether two JSON documents have the same content, member

@@ -16,6 +16,23 @@ import (
 // request says nothing (on top of any drain timeout).
 const DefaultStepTimeout = 30 * time.Minute
 
+// Bounds of the timeouts a request may set (step and drain): long enough
+// for a real install, short enough that nothing stays in progress for long.
+const (
+	MinTimeout = time.Second
+	MaxTimeout = 7 * 24 * time.Hour
+)
+
+// checkTimeout refuses a requested timeout outside MinTimeout..MaxTimeout
+// (0 means "not set"). Returns EINVALID (invalid-request) naming pointer.
+func checkTimeout(d time.Duration, pointer string) error {
+	if d == 0 || (d >= MinTimeout && d <= MaxTimeout) {
+		return nil
+	}
+	return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "A duration is not valid.",
+		Fields: []lifecycle.FieldError{{Pointer: pointer, Detail: "a Go duration from 1s to 168h, such as 10m"}}}
+}
+
 // Actor is who asks for an operation.
 type Actor struct {
 	ID    string
@@ -127,6 +144,14 @@ func publishable(d Deployment, kind lifecycle.OperationKind) error {
 
 // Upgrade plans (and unless dryRun starts) an upgrade.
 func (s *Service) Upgrade(ctx context.Context, id string, req UpgradeRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
+	if err := checkTimeout(req.Timeout, "/timeout"); err != nil {
+		return Plan{}, Operation{}, err
+	}
+	if req.Drain != nil {
+		if err := checkTimeout(req.Drain.Timeout, "/drain/timeout"); err != nil {
+			return Plan{}, Operation{}, err
+		}
+	}
 	d, err := s.store.Deployment(ctx, id)
 	if err != nil {
 		return Plan{}, Operation{}, err
@@ -283,6 +308,9 @@ func stepBudget(timeout time.Duration, drain *lifecycle.DrainPolicy) time.Durati
 
 // Reconfigure plans (and unless dryRun starts) a change of parameter values.
 func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
+	if err := checkTimeout(req.Timeout, "/timeout"); err != nil {
+		return Plan{}, Operation{}, err
+	}
 	d, err := s.store.Deployment(ctx, id)
 	if err != nil {
 		return Plan{}, Operation{}, err
@@ -331,6 +359,9 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 // forceRefusal, when not empty, explains why this caller may not override
 // policy (not an admin, or overrides disabled by the server).
 func (s *Service) Rollback(ctx context.Context, id string, req RollbackRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
+	if err := checkTimeout(req.Timeout, "/timeout"); err != nil {
+		return Plan{}, Operation{}, err
+	}
 	d, err := s.store.Deployment(ctx, id)
 	if err != nil {
 		return Plan{}, Operation{}, err

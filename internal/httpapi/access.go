@@ -42,6 +42,8 @@ func principalFrom(ctx context.Context) access.Principal {
 type operation struct {
 	id   string
 	role access.Role
+	// idempotent: the operation declares the Idempotency-Key header.
+	idempotent bool
 }
 
 // operationsOf reads every management operation's id and required role
@@ -58,7 +60,13 @@ func operationsOf(spec *openapi3.T) (map[string]operation, error) {
 			if !access.Role(role).Valid() {
 				return nil, fmt.Errorf("httpapi: %s %s declares no valid x-wfm-role", method, path)
 			}
-			ops[method+" "+path] = operation{id: op.OperationID, role: access.Role(role)}
+			o := operation{id: op.OperationID, role: access.Role(role)}
+			for _, p := range op.Parameters {
+				if p.Value != nil && p.Value.In == "header" && p.Value.Name == "Idempotency-Key" {
+					o.idempotent = true
+				}
+			}
+			ops[method+" "+path] = o
 		}
 	}
 	return ops, nil

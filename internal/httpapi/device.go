@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/wfm-dev/wfm/api"
+	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
@@ -23,10 +24,17 @@ const (
 
 type clientKey struct{}
 
+// caller is the authorized WFM client of a device API request, with the
+// manifest the authorization looked up (the poll answers from it).
+type caller struct {
+	id       string
+	manifest fleet.Manifest
+}
+
 // clientFrom returns the calling WFM client's id, set by deviceIdentity.
 func clientFrom(ctx context.Context) string {
-	id, _ := ctx.Value(clientKey{}).(string)
-	return id
+	c, _ := ctx.Value(clientKey{}).(caller)
+	return c.id
 }
 
 // deviceIdentity authenticates every device API request (/api/v1/…): it
@@ -60,11 +68,14 @@ func (s *Server) deviceIdentity(next http.Handler) http.Handler {
 				return
 			}
 		}
-		if err := s.fleet.Authorize(r.Context(), id); err != nil {
+		// Authorizing looks up the client's manifest (from memory); the poll
+		// answers from that same lookup.
+		m, err := s.fleet.Manifest(r.Context(), id)
+		if err != nil {
 			writeProblem(w, r, problemFromError(s.log, r, err))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, id)))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, caller{id: id, manifest: m})))
 	})
 }
 
@@ -131,10 +142,8 @@ func (n notModified) VisitGetBundleResponse(w http.ResponseWriter) error { retur
 
 // GetStateManifest answers the device poll, from memory.
 func (s *Server) GetStateManifest(ctx context.Context, req api.GetStateManifestRequestObject) (api.GetStateManifestResponseObject, error) {
-	m, err := s.fleet.Manifest(ctx, clientFrom(ctx))
-	if err != nil {
-		return nil, err
-	}
+	c, _ := ctx.Value(clientKey{}).(caller)
+	m := c.manifest
 	if r := requestFrom(ctx); r != nil {
 		if _, ok := negotiate(r.Header.Get("Accept"), manifestMediaType, "application/json"); !ok {
 			return nil, &lifecycle.Error{Code: lifecycle.ENOTACCEPTABLE, Type: "not-acceptable",

@@ -207,7 +207,7 @@ func sha(b []byte) string {
 
 func (e *fleetEnv) deploy(t *testing.T, clientID, deviceID, app, version string) sdk.Deployment {
 	t.Helper()
-	res, err := e.mgmt.CreateDeploymentWithResponse(t.Context(), sdk.CreateDeploymentRequest{ApplicationId: app, Version: version, ClientId: clientID, DeviceId: deviceID})
+	res, err := e.mgmt.CreateDeploymentWithResponse(t.Context(), nil, sdk.CreateDeploymentRequest{ApplicationId: app, Version: version, ClientId: clientID, DeviceId: deviceID})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	return *res.JSON201
@@ -323,7 +323,7 @@ func TestDeviceOverMutualTLS(t *testing.T) {
 	assert.Equal(t, sdk.DeploymentState("removed"), e.deployment(t, ref.DeploymentID).State)
 
 	// A retired client gets 403.
-	ret, err := e.mgmt.RetireClientWithResponse(t.Context(), "plant-alfa")
+	ret, err := e.mgmt.RetireClientWithResponse(t.Context(), "plant-alfa", nil)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, ret.StatusCode())
 	res, body = dev.do("GET", "/api/v1/deployments", nil)
@@ -388,7 +388,7 @@ func TestListedClientsPolicy(t *testing.T) {
 	res, _ := dev.do("GET", "/api/v1/deployments", nil)
 	assert.Equal(t, http.StatusForbidden, res.StatusCode)
 
-	acc, err := e.mgmt.AcceptClientWithResponse(t.Context(), sdk.AcceptClientRequest{Id: "newcomer"})
+	acc, err := e.mgmt.AcceptClientWithResponse(t.Context(), nil, sdk.AcceptClientRequest{Id: "newcomer"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, acc.StatusCode(), string(acc.Body))
 	m, _ := dev.manifest()
@@ -442,9 +442,9 @@ func TestCatalogVersionsInUseAndYanked(t *testing.T) {
 	p := problemOf(t, del.HTTPResponse, del.Body, http.StatusConflict)
 	assert.Equal(t, httpapi.ProblemBase+"version-in-use", p.Type)
 
-	_, err = e.mgmt.YankApplicationVersionWithResponse(t.Context(), "used", "2.0.0", sdk.YankRequest{})
+	_, err = e.mgmt.YankApplicationVersionWithResponse(t.Context(), "used", "2.0.0", nil, sdk.YankRequest{})
 	require.NoError(t, err)
-	cr, err := e.mgmt.CreateDeploymentWithResponse(t.Context(), sdk.CreateDeploymentRequest{ApplicationId: "used", Version: "2.0.0", ClientId: "c1", DeviceId: "d1"})
+	cr, err := e.mgmt.CreateDeploymentWithResponse(t.Context(), nil, sdk.CreateDeploymentRequest{ApplicationId: "used", Version: "2.0.0", ClientId: "c1", DeviceId: "d1"})
 	require.NoError(t, err)
 	p = problemOf(t, cr.HTTPResponse, cr.Body, http.StatusUnprocessableEntity)
 	assert.Equal(t, httpapi.ProblemBase+"version-yanked", p.Type)
@@ -452,7 +452,7 @@ func TestCatalogVersionsInUseAndYanked(t *testing.T) {
 	// A helm-only description has no profile this compose device can run.
 	helmOnly := strings.Replace(string(minimal("helmy", "1.0.0", "")), "type: compose", "type: helm", 1)
 	require.Equal(t, http.StatusCreated, postYAML(t, e.mgmt, []byte(helmOnly)).StatusCode())
-	cr, err = e.mgmt.CreateDeploymentWithResponse(t.Context(), sdk.CreateDeploymentRequest{ApplicationId: "helmy", Version: "1.0.0", ClientId: "c1", DeviceId: "d1"})
+	cr, err = e.mgmt.CreateDeploymentWithResponse(t.Context(), nil, sdk.CreateDeploymentRequest{ApplicationId: "helmy", Version: "1.0.0", ClientId: "c1", DeviceId: "d1"})
 	require.NoError(t, err)
 	p = problemOf(t, cr.HTTPResponse, cr.Body, http.StatusUnprocessableEntity)
 	assert.Equal(t, httpapi.ProblemBase+"not-placeable", p.Type)

@@ -8,8 +8,9 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/postgres"
@@ -44,7 +45,9 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 	return c.ResponseWriter.Write(b)
 }
 
-// idempotency honours Idempotency-Key on management POSTs (per token): the
+// idempotency honours Idempotency-Key on the operations whose contract
+// declares it (per token; responses carrying a token secret are never among
+// them): the
 // key is reserved before the request runs; the same key and body replay the
 // first response (Idempotent-Replayed: true), or get 409
 // idempotency-key-in-use while the first is still running; the same key with
@@ -53,10 +56,8 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 func (s *Server) idempotency(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
-		// Responses that carry a token secret are never stored (tokens
-		// exist only as hashes).
-		if r.Method != http.MethodPost || key == "" || s.idem == nil || len(key) > 255 ||
-			!strings.HasPrefix(r.URL.Path, "/mgmt/") || r.URL.Path == "/mgmt/v1/tokens" {
+		op := s.ops[r.Method+" "+chi.RouteContext(r.Context()).RoutePattern()]
+		if !op.idempotent || key == "" || s.idem == nil || len(key) > 255 {
 			next.ServeHTTP(w, r)
 			return
 		}

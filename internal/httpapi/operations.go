@@ -17,15 +17,16 @@ func actorFrom(ctx context.Context) fleet.Actor {
 	return fleet.Actor{ID: p.TokenID, Admin: p.Role.Allows(access.Admin)}
 }
 
-// duration parses an optional Go duration request member.
+// duration parses an optional Go duration request member (its bounds are
+// the fleet service's rule).
 func duration(s *string, pointer string) (time.Duration, error) {
 	if s == nil || *s == "" {
 		return 0, nil
 	}
 	d, err := time.ParseDuration(*s)
-	if err != nil || d < time.Second || d > 7*24*time.Hour {
+	if err != nil {
 		return 0, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "A duration is not valid.",
-			Fields: []lifecycle.FieldError{{Pointer: pointer, Detail: "a Go duration from 1s to 168h, such as 10m"}}}
+			Fields: []lifecycle.FieldError{{Pointer: pointer, Detail: "a Go duration, such as 10m"}}}
 	}
 	return d, nil
 }

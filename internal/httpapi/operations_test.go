@@ -575,11 +575,11 @@ func TestFailures(t *testing.T) {
 		_, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": ""}, "1.0.0")
 		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0"})
 		require.Equal(t, http.StatusAccepted, res.StatusCode(), string(res.Body))
-		c, err := e.mgmt.CancelOperationWithResponse(t.Context(), res.JSON202.Id.String())
+		c, err := e.mgmt.CancelOperationWithResponse(t.Context(), res.JSON202.Id.String(), nil)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, c.StatusCode(), string(c.Body))
 		assert.Equal(t, sdk.OperationState("cancelled"), c.JSON200.State)
-		c, err = e.mgmt.CancelOperationWithResponse(t.Context(), res.JSON202.Id.String())
+		c, err = e.mgmt.CancelOperationWithResponse(t.Context(), res.JSON202.Id.String(), nil)
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusConflict, c.StatusCode())
 		e.tick(t)
@@ -628,7 +628,7 @@ func TestIdempotencyKeyAndIfMatch(t *testing.T) {
 
 	// Concurrent first requests with one key: one runs, the other is told
 	// the key is in use or gets the replayed answer, never a second run.
-	_, err = e.mgmt.CancelOperationWithResponse(t.Context(), ops.JSON200.Items[0].Id.String())
+	_, err = e.mgmt.CancelOperationWithResponse(t.Context(), ops.JSON200.Items[0].Id.String(), nil)
 	require.NoError(t, err)
 	codes := make(chan int, 4)
 	for range 4 {
@@ -691,7 +691,7 @@ func TestOperationRegressions(t *testing.T) {
 		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0"})
 		require.Equal(t, http.StatusAccepted, res.StatusCode())
 		e.tick(t)
-		_, err := e.mgmt.CancelOperationWithResponse(t.Context(), res.JSON202.Id.String())
+		_, err := e.mgmt.CancelOperationWithResponse(t.Context(), res.JSON202.Id.String(), nil)
 		require.NoError(t, err)
 		assert.Equal(t, sdk.DeploymentState("failed"), e.deployment(t, id).State)
 		again := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0"})
@@ -751,6 +751,14 @@ func TestOperationRegressions(t *testing.T) {
 		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0", Parameters: &pv})
 		p := problemOf(t, res.HTTPResponse, res.Body, http.StatusUnprocessableEntity)
 		assert.Equal(t, httpapi.ProblemBase+"immutable-parameter", p.Type)
+	})
+	t.Run("timeouts are bounded", func(t *testing.T) {
+		e := newOpsEnv(t)
+		_, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": ""}, "1.0.0")
+		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0", Timeout: ptrTo("100000h")})
+		p := problemOf(t, res.HTTPResponse, res.Body, http.StatusUnprocessableEntity)
+		require.NotEmpty(t, p.Errors)
+		assert.Equal(t, "/timeout", p.Errors[0].Field)
 	})
 	t.Run("device API requests ignore Idempotency-Key", func(t *testing.T) {
 		e := newOpsEnv(t)

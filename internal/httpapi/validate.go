@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -130,7 +131,7 @@ func collectRequestErrors(err error, out *[]fieldProblem, status *int) {
 		if (re.Err == nil && strings.HasPrefix(re.Reason, "header Content-Type has unexpected value")) ||
 			(errors.As(re.Err, &unsupported) && unsupported.Kind == openapi3filter.KindUnsupportedFormat) {
 			*status = http.StatusUnsupportedMediaType
-			*out = append(*out, fieldProblem{Field: "header/Content-Type", Message: "this operation does not take " + strconvQuote(re.Input.Request.Header.Get("Content-Type"))})
+			*out = append(*out, fieldProblem{Field: "header/Content-Type", Message: "this operation does not take " + strconv.Quote(re.Input.Request.Header.Get("Content-Type"))})
 			return
 		}
 		var se *openapi3.SchemaError
@@ -206,8 +207,6 @@ func methodNotAllowedProblem(r *http.Request) problem {
 	return problem{Type: ProblemBase + "method-not-allowed", Title: titles["method-not-allowed"], Status: http.StatusMethodNotAllowed,
 		Detail: fmt.Sprintf("%s %s is not allowed; the Allow header lists the methods that are.", r.Method, r.URL.Path)}
 }
-
-func strconvQuote(s string) string { return fmt.Sprintf("%q", s) }
 
 // paramProblem translates the generated router's parameter binding errors
 // (a value that does not even parse as the declared type).

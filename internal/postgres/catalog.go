@@ -224,14 +224,10 @@ func scanVersion(r pgx.Row) (catalog.Version, error) {
 }
 
 func versionNotFound(appID string, v lifecycle.Version) error {
-	return &lifecycle.Error{Code: lifecycle.ENOTFOUND, Type: "not-found",
-		Message: fmt.Sprintf("Application %s has no version %s.", appID, v)}
+	return notFound("Application %s has no version %s.", appID, v)
 }
 
-func applicationNotFound(appID string) error {
-	return &lifecycle.Error{Code: lifecycle.ENOTFOUND, Type: "not-found",
-		Message: fmt.Sprintf("There is no application %s.", appID)}
-}
+func applicationNotFound(appID string) error { return notFound("There is no application %s.", appID) }
 
 // translate keeps domain errors as they are and wraps everything else as an
 // internal error (the HTTP adapter logs it and shows no internals).

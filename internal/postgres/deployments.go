@@ -272,16 +272,12 @@ func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo
 // it takes one.
 const optimisticAttempts = 3
 
-type rowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // recordOnce reads (or, with cached, may reuse what this process last
 // wrote), decides and writes one report, and returns the row as written;
 // applied is false when the deployment changed since it was read. With
 // locked, the row is locked first. The caller remembers the written row
 // only once it is committed.
-func (s *FleetStore) recordOnce(ctx context.Context, q rowQuerier, locked, cached bool, clientID string, r *margo.StatusReport,
+func (s *FleetStore) recordOnce(ctx context.Context, q querier, locked, cached bool, clientID string, r *margo.StatusReport,
 	decide func(fleet.Deployment) (lifecycle.Decision, error), now time.Time) (written fleet.Deployment, applied, first bool, err error) {
 	// What this process last wrote for the deployment saves the read; the
 	// generation guard below catches every change made elsewhere.
