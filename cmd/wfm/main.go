@@ -435,8 +435,15 @@ func bootstrapAdmin(ctx context.Context, c config, external bool, acc *access.Se
 		log.Warn("no bootstrap admin token configured (WFM_ADMIN_TOKEN or WFM_ADMIN_TOKEN_FILE); only tokens already in the database can call the management API")
 		return nil
 	}
-	if err := acc.Bootstrap(ctx, secret); err != nil {
+	out, err := acc.Bootstrap(ctx, secret)
+	if err != nil {
 		return fmt.Errorf("bootstrap admin token from %s: %w", source, err)
+	}
+	switch out {
+	case access.BootstrapRevoked:
+		log.Warn("the configured bootstrap admin token was revoked and stays revoked; configure a new one to replace it", "source", source)
+	case access.BootstrapReplaced:
+		log.Info("the configured bootstrap admin token changed: it replaced the stored one, whose secret no longer works (audited)", "source", source)
 	}
 	if source == "WFM_ADMIN_TOKEN" {
 		fmt.Fprintln(stdout, "admin token: from WFM_ADMIN_TOKEN")

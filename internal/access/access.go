@@ -138,8 +138,12 @@ type AuditFilter struct {
 type Store interface {
 	// InsertToken stores a token with the hash of its secret.
 	InsertToken(ctx context.Context, t Token, hash string) error
-	// PutBootstrap stores (or replaces) the admin token from configuration.
-	PutBootstrap(ctx context.Context, hash string, now time.Time) error
+	// PutBootstrap installs the admin token from configuration with hash:
+	// a new one when prevHash is "", otherwise in place of the stored one
+	// whose hash is prevHash (not revoked, as of now). It appends e to the
+	// audit log in the same transaction. Returns ECONFLICT if the stored
+	// token is not the one expected (another server process changed it).
+	PutBootstrap(ctx context.Context, prevHash, hash string, now time.Time, e AuditEntry) error
 	// Token returns a token and its hash. Returns ENOTFOUND if there is none.
 	Token(ctx context.Context, id string) (Token, string, error)
 	// Tokens returns up to limit tokens with ids after after.
@@ -165,15 +169,83 @@ type Service struct {
 // NewService returns the access service.
 func NewService(store Store, now func() time.Time) *Service { return &Service{store: store, now: now} }
 
-// Bootstrap installs the admin token from configuration (or replaces it when
-// the configured secret changed), so a fresh server is usable.
+// SystemActor is the audit actor of what the server does by itself (not on
+// a request), such as installing the bootstrap token from configuration.
+const SystemActor = "system"
+
+// BootstrapOutcome is what Bootstrap did.
+type BootstrapOutcome int
+
+// What Bootstrap can do.
+const (
+	// BootstrapCreated: there was no bootstrap token; it was installed.
+	BootstrapCreated BootstrapOutcome = iota + 1
+	// BootstrapUnchanged: the configured secret is the stored one.
+	BootstrapUnchanged
+	// BootstrapRevoked: the configured secret is that of the stored token,
+	// which was revoked; it stays revoked (a restart must not undo a
+	// revocation). The caller should warn: configure a new secret to get a
+	// working bootstrap token again.
+	BootstrapRevoked
+	// BootstrapReplaced: the configured secret is a new one; it replaced the
+	// stored token (revoked or not), whose secret no longer works.
+	BootstrapReplaced
+)
+
+// decideBootstrap is the rule for the configured secret's hash given the
+// stored bootstrap token (found false: none).
+func decideBootstrap(found bool, stored Token, storedHash, hash string) BootstrapOutcome {
+	switch {
+	case !found:
+		return BootstrapCreated
+	case subtle.ConstantTimeCompare([]byte(storedHash), []byte(hash)) != 1:
+		return BootstrapReplaced
+	case !stored.RevokedAt.IsZero():
+		return BootstrapRevoked
+	}
+	return BootstrapUnchanged
+}
+
+// Bootstrap installs the admin token from configuration, so a fresh server
+// is usable, or replaces the stored one when the configured secret changed.
+// A revoked bootstrap token stays revoked while its secret stays configured.
+// Installing and replacing are audited (actor SystemActor).
 //
 // Returns EINVALID if secret is shorter than 16 characters.
-func (s *Service) Bootstrap(ctx context.Context, secret string) error {
+func (s *Service) Bootstrap(ctx context.Context, secret string) (BootstrapOutcome, error) {
 	if len(secret) < 16 {
-		return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-configuration", Message: "The bootstrap admin token must be at least 16 characters."}
+		return 0, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-configuration", Message: "The bootstrap admin token must be at least 16 characters."}
 	}
-	return s.store.PutBootstrap(ctx, Hash(secret), s.now().UTC())
+	hash := Hash(secret)
+	var err error
+	for range 3 { // another server process may be installing it at the same moment
+		stored, storedHash, lookErr := s.store.Token(ctx, BootstrapID)
+		found := lookErr == nil
+		if lookErr != nil && lifecycle.ErrorCode(lookErr) != lifecycle.ENOTFOUND {
+			return 0, lookErr
+		}
+		out := decideBootstrap(found, stored, storedHash, hash)
+		if out == BootstrapUnchanged || out == BootstrapRevoked {
+			return out, nil
+		}
+		now := s.now().UTC()
+		e := AuditEntry{At: now, Actor: SystemActor, Action: "createBootstrapToken", Target: "/mgmt/v1/tokens/" + BootstrapID,
+			Outcome: "success", Detail: map[string]any{"reason": "the bootstrap admin token was installed from configuration"}}
+		if out == BootstrapReplaced {
+			e.Action = "replaceBootstrapToken"
+			e.Detail = map[string]any{"reason": "the configured bootstrap admin token changed; the previous secret no longer works",
+				"previousRevoked": !stored.RevokedAt.IsZero()}
+		}
+		err = s.store.PutBootstrap(ctx, storedHash, hash, now, e)
+		if lifecycle.ErrorCode(err) == lifecycle.ECONFLICT {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		return out, nil
+	}
+	return 0, err
 }
 
 func unauthorized(msg string) error {

@@ -79,7 +79,8 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), o.now)
 	fl := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, o.policy, o.now, log)
 	acc := access.NewService(postgres.NewAccessStore(pool), o.now)
-	require.NoError(t, acc.Bootstrap(t.Context(), adminToken))
+	_, err := acc.Bootstrap(t.Context(), adminToken)
+	require.NoError(t, err)
 	ids := identity.Config{TrustDomain: "example.org", WFMID: "wfm-test"}
 	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: func(context.Context) error { return nil },
 		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest,

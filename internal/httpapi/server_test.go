@@ -41,7 +41,8 @@ func newTestServerOn(t *testing.T, pool *pgxpool.Pool, ready func(context.Contex
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
 	acc := access.NewService(postgres.NewAccessStore(pool), time.Now)
-	require.NoError(t, acc.Bootstrap(t.Context(), adminToken))
+	_, err := acc.Bootstrap(t.Context(), adminToken)
+	require.NoError(t, err)
 	h, err := httpapi.NewHandler(httpapi.Config{
 		Logger:         log,
 		Ready:          ready,

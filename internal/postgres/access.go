@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wfm-dev/wfm/internal/access"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
 // AccessStore is the PostgreSQL implementation of access.Store.
@@ -56,12 +58,25 @@ func (s *AccessStore) InsertToken(ctx context.Context, t access.Token, hash stri
 }
 
 // PutBootstrap implements access.Store.
-func (s *AccessStore) PutBootstrap(ctx context.Context, hash string, now time.Time) error {
-	_, err := s.pool.Exec(ctx, `
-INSERT INTO api_tokens (id, name, role, secret_hash, created_at, created_by) VALUES ($1, 'bootstrap admin (configuration)', 'admin', $2, $3, 'configuration')
-ON CONFLICT (id) DO UPDATE SET secret_hash = EXCLUDED.secret_hash, revoked_at = NULL, role = 'admin'
-WHERE api_tokens.secret_hash <> EXCLUDED.secret_hash OR api_tokens.revoked_at IS NOT NULL`, access.BootstrapID, hash, now)
-	return translate(err)
+func (s *AccessStore) PutBootstrap(ctx context.Context, prevHash, hash string, now time.Time, e access.AuditEntry) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var tag pgconn.CommandTag
+		var err error
+		if prevHash == "" {
+			tag, err = tx.Exec(ctx, `INSERT INTO api_tokens (id, name, role, secret_hash, created_at, created_by)
+VALUES ($1, 'bootstrap admin (configuration)', 'admin', $2, $3, 'configuration') ON CONFLICT (id) DO NOTHING`, access.BootstrapID, hash, now)
+		} else {
+			tag, err = tx.Exec(ctx, `UPDATE api_tokens SET secret_hash = $2, role = 'admin', created_at = $3, created_by = 'configuration',
+expires_at = NULL, revoked_at = NULL, last_used_at = NULL WHERE id = $1 AND secret_hash = $4`, access.BootstrapID, hash, now, prevHash)
+		}
+		if err != nil {
+			return translate(err)
+		}
+		if tag.RowsAffected() != 1 {
+			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict", Message: "The bootstrap token changed concurrently."}
+		}
+		return appendAudit(ctx, tx, e)
+	})
 }
 
 // Token implements access.Store.
@@ -103,6 +118,12 @@ func (s *AccessStore) TouchToken(ctx context.Context, id string, at time.Time) e
 
 // AppendAudit implements access.Store.
 func (s *AccessStore) AppendAudit(ctx context.Context, e access.AuditEntry) error {
+	return appendAudit(ctx, s.pool, e)
+}
+
+func appendAudit(ctx context.Context, db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}, e access.AuditEntry) error {
 	detail := []byte("{}")
 	if len(e.Detail) > 0 {
 		var err error
@@ -110,7 +131,7 @@ func (s *AccessStore) AppendAudit(ctx context.Context, e access.AuditEntry) erro
 			return err
 		}
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO audit_log (at, actor, role, action, method, target, status, outcome, request_id, detail)
+	_, err := db.Exec(ctx, `INSERT INTO audit_log (at, actor, role, action, method, target, status, outcome, request_id, detail)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)`,
 		e.At, e.Actor, string(e.Role), e.Action, e.Method, e.Target, e.Status, e.Outcome, e.RequestID, string(detail))
 	return translate(err)

@@ -1,0 +1,77 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/access"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/pgtest"
+	"github.com/wfm-dev/wfm/internal/postgres"
+)
+
+// TestBootstrapTokenRevocationSurvivesRestart: a revoked bootstrap token
+// stays revoked when the server starts again with the same configured
+// secret (the outcome asks the caller to warn); a new secret replaces it,
+// the old one is refused, and the replacement is in the audit log.
+func TestBootstrapTokenRevocationSurvivesRestart(t *testing.T) {
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	svc := access.NewService(postgres.NewAccessStore(pool), func() time.Time { return now })
+	const first, second = "first-bootstrap-secret-0123", "second-bootstrap-secret-4567"
+
+	out, err := svc.Bootstrap(ctx, first)
+	require.NoError(t, err)
+	assert.Equal(t, access.BootstrapCreated, out)
+	_, err = svc.Authenticate(ctx, "Bearer "+first)
+	require.NoError(t, err)
+
+	out, err = svc.Bootstrap(ctx, first) // a restart, nothing changed
+	require.NoError(t, err)
+	assert.Equal(t, access.BootstrapUnchanged, out)
+
+	_, err = svc.Revoke(ctx, access.BootstrapID)
+	require.NoError(t, err)
+	now = now.Add(time.Hour)
+	out, err = svc.Bootstrap(ctx, first) // a restart with the same secret
+	require.NoError(t, err)
+	assert.Equal(t, access.BootstrapRevoked, out, "the caller warns: the configured token stays revoked")
+	_, err = svc.Authenticate(ctx, "Bearer "+first)
+	assert.Equal(t, lifecycle.EUNAUTHORIZED, lifecycle.ErrorCode(err), "a restart does not revive a revoked bootstrap token")
+	tok, err := svc.Token(ctx, access.BootstrapID)
+	require.NoError(t, err)
+	assert.False(t, tok.RevokedAt.IsZero())
+
+	now = now.Add(time.Hour)
+	out, err = svc.Bootstrap(ctx, second) // the operator configures a new secret
+	require.NoError(t, err)
+	assert.Equal(t, access.BootstrapReplaced, out)
+	p, err := svc.Authenticate(ctx, "Bearer "+second)
+	require.NoError(t, err)
+	assert.Equal(t, access.Admin, p.Role)
+	_, err = svc.Authenticate(ctx, "Bearer "+first)
+	assert.Equal(t, lifecycle.EUNAUTHORIZED, lifecycle.ErrorCode(err), "the old secret is refused")
+
+	es, _, err := svc.Audit(ctx, access.AuditFilter{Actor: access.SystemActor}, 10, "")
+	require.NoError(t, err)
+	require.Len(t, es, 2, "installing and replacing the bootstrap token are audited")
+	assert.Equal(t, "replaceBootstrapToken", es[0].Action)
+	assert.Equal(t, now, es[0].At.UTC())
+	assert.Equal(t, "success", es[0].Outcome)
+	assert.Equal(t, true, es[0].Detail["previousRevoked"])
+	assert.Equal(t, "createBootstrapToken", es[1].Action)
+
+	// Replacing a token that was not revoked works the same way.
+	now = now.Add(time.Hour)
+	out, err = svc.Bootstrap(ctx, first)
+	require.NoError(t, err)
+	assert.Equal(t, access.BootstrapReplaced, out)
+	_, err = svc.Authenticate(ctx, "Bearer "+second)
+	assert.Equal(t, lifecycle.EUNAUTHORIZED, lifecycle.ErrorCode(err))
+	_, err = svc.Authenticate(ctx, "Bearer "+first)
+	assert.NoError(t, err)
+}
