@@ -1,34 +1,37 @@
 // Package ratelimit bounds how fast each caller may call: one token bucket
-// per key (a WFM client id), in memory, per server process.
+// per key (a WFM client id, an API token, a client address), in memory, per
+// server process.
+//
+// The buckets are golang.org/x/time/rate limiters, driven with explicit
+// times from an injected clock (AllowN/ReserveN take the time), so tests
+// need no sleeping. What this package adds is the set of buckets: a map of
+// them whose size is bounded, so a flood of new keys cannot grow memory.
 package ratelimit
 
 import (
-	"math"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Limiter is a set of token buckets, one per key. It is safe for concurrent use.
 type Limiter struct {
-	rate    float64 // tokens per second
-	burst   float64
+	limit   rate.Limit
+	burst   int
 	maxKeys int
 	now     func() time.Time
 
 	mu      sync.Mutex
-	buckets map[string]*bucket
+	buckets map[string]*rate.Limiter
 }
 
-type bucket struct {
-	tokens float64
-	last   time.Time
-}
-
-// New returns a limiter that lets each key make rate requests a second on
+// New returns a limiter that lets each key make r requests a second on
 // average and burst at once, remembering at most maxKeys keys (idle ones,
 // whose buckets are full again, are forgotten first). now is the clock.
-func New(rate float64, burst int, maxKeys int, now func() time.Time) *Limiter {
-	return &Limiter{rate: rate, burst: float64(max(burst, 1)), maxKeys: max(maxKeys, 1), now: now, buckets: map[string]*bucket{}}
+// r must be greater than 0: an unlimited caller needs no Limiter.
+func New(r float64, burst int, maxKeys int, now func() time.Time) *Limiter {
+	return &Limiter{limit: rate.Limit(r), burst: max(burst, 1), maxKeys: max(maxKeys, 1), now: now, buckets: map[string]*rate.Limiter{}}
 }
 
 // Allow takes one token from key's bucket. When there is none it returns
@@ -42,16 +45,15 @@ func (l *Limiter) Allow(key string) (bool, time.Duration) {
 		if len(l.buckets) >= l.maxKeys {
 			l.evict(now)
 		}
-		b = &bucket{tokens: l.burst, last: now}
+		b = rate.NewLimiter(l.limit, l.burst)
 		l.buckets[key] = b
 	}
-	b.tokens = math.Min(l.burst, b.tokens+now.Sub(b.last).Seconds()*l.rate)
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
+	if b.AllowN(now, 1) {
 		return true, 0
 	}
-	wait := time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+	r := b.ReserveN(now, 1)
+	wait := r.DelayFrom(now)
+	r.CancelAt(now) // only asked how long: the token stays in the bucket
 	return false, wait
 }
 
@@ -60,7 +62,7 @@ func (l *Limiter) Allow(key string) (bool, time.Duration) {
 // of them, so memory stays bounded under a flood of new keys.
 func (l *Limiter) evict(now time.Time) {
 	for k, b := range l.buckets {
-		if b.tokens+now.Sub(b.last).Seconds()*l.rate >= l.burst {
+		if b.TokensAt(now) >= float64(l.burst) {
 			delete(l.buckets, k)
 		}
 	}
