@@ -13,13 +13,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +40,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/pglaunch"
 	"github.com/wfm-dev/wfm/internal/postgres"
 	"github.com/wfm-dev/wfm/internal/ratelimit"
+	"github.com/wfm-dev/wfm/internal/sampling"
 	"github.com/wfm-dev/wfm/internal/telemetry"
 	"github.com/wfm-dev/wfm/internal/testpki"
 )
@@ -66,6 +71,9 @@ type config struct {
 	debugListen     string
 	deviceRate      float64
 	deviceBurst     int
+	mgmtRate        float64        // management API requests per second per caller; 0: unlimited
+	mgmtBurst       int            // management API burst per caller
+	trustedProxies  []netip.Prefix // peers whose forwarding headers name the caller
 	adminToken      string
 	adminTokenFile  string
 	databaseURL     string
@@ -85,7 +93,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs := flag.NewFlagSet("wfm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c config
-	var level string
+	var level, mgmtRate, mgmtBurst, trustedProxies string
 	fs.StringVar(&c.listen, "listen", env("WFM_LISTEN", "127.0.0.1:8080"), "address of the HTTP listener (env WFM_LISTEN)")
 	fs.StringVar(&c.deviceListen, "device-listen", env("WFM_DEVICE_LISTEN", "127.0.0.1:8443"), "address of the device API listener (mTLS) (env WFM_DEVICE_LISTEN)")
 	fs.StringVar(&c.trustDomain, "trust-domain", env("WFM_TRUST_DOMAIN", "wfm.local"), "SPIFFE trust domain of WFM clients (env WFM_TRUST_DOMAIN)")
@@ -99,6 +107,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.allowOverrides, "allow-rollback-override", getenv("WFM_ALLOW_ROLLBACK_OVERRIDE") != "false", "let admins override a supplier's rollback policy with force (audited); false disables break-glass overrides (env WFM_ALLOW_ROLLBACK_OVERRIDE=false)")
 	fs.Float64Var(&c.deviceRate, "device-rate", 20, "device API requests per second allowed per client, on average (per server process)")
 	fs.IntVar(&c.deviceBurst, "device-burst", 40, "device API requests a client may make at once above its rate")
+	fs.StringVar(&mgmtRate, "mgmt-rate", env("WFM_MGMT_RATE", "50"), "management API requests per second allowed per token (per client address without a valid token), on average (per server process); 0: unlimited (env WFM_MGMT_RATE)")
+	fs.StringVar(&mgmtBurst, "mgmt-burst", env("WFM_MGMT_BURST", "100"), "management API requests a caller may make at once above its rate (env WFM_MGMT_BURST)")
+	fs.StringVar(&trustedProxies, "trusted-proxies", getenv("WFM_TRUSTED_PROXIES"), "comma-separated addresses or CIDRs of proxies whose Forwarded/X-Forwarded-For headers name the caller; empty: none (env WFM_TRUSTED_PROXIES)")
 	fs.BoolVar(&c.deviceTLS12, "device-tls12", getenv("WFM_DEVICE_TLS12") == "true", "also accept TLS 1.2 on the device listener (Margo allows it only as a non-default fallback) (env WFM_DEVICE_TLS12=true)")
 	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
 	c.adminToken = getenv("WFM_ADMIN_TOKEN")
@@ -129,6 +140,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.deviceRate <= 0 || c.deviceBurst < 1 {
 		return c, errors.New("-device-rate must be > 0 and -device-burst >= 1")
 	}
+	if err := parseMgmtLimit(&c, mgmtRate, mgmtBurst, trustedProxies); err != nil {
+		return c, err
+	}
 	if c.reportRetention < 1 {
 		return c, errors.New("-report-retention must be at least 1")
 	}
@@ -136,6 +150,40 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, err
 	}
 	return c, nil
+}
+
+// parseMgmtLimit reads the management rate limit and the trusted proxies.
+func parseMgmtLimit(c *config, rate, burst, proxies string) error {
+	var err error
+	if c.mgmtRate, err = strconv.ParseFloat(rate, 64); err != nil || c.mgmtRate < 0 || math.IsInf(c.mgmtRate, 0) || math.IsNaN(c.mgmtRate) {
+		return fmt.Errorf("-mgmt-rate %q: want a number >= 0 (0: unlimited)", rate)
+	}
+	if c.mgmtBurst, err = strconv.Atoi(burst); err != nil || c.mgmtBurst < 1 {
+		return fmt.Errorf("-mgmt-burst %q: want an integer >= 1", burst)
+	}
+	for _, p := range strings.Split(proxies, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return fmt.Errorf("-trusted-proxies: %q is neither an address nor a CIDR", p)
+			}
+			prefix = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		c.trustedProxies = append(c.trustedProxies, prefix.Masked())
+	}
+	return nil
+}
+
+// mgmtLimiter is the management API limiter of c; nil when lifted.
+func mgmtLimiter(c config) *ratelimit.Limiter {
+	if c.mgmtRate == 0 {
+		return nil
+	}
+	return ratelimit.New(c.mgmtRate, c.mgmtBurst, 100_000, time.Now)
 }
 
 func newLogger(c config, w io.Writer) *slog.Logger {
@@ -209,6 +257,32 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 
+	// Repeated refusal and TLS handshake log lines are sampled: the first
+	// few per caller a minute, then one line with the count of the rest.
+	logSampler := sampling.New(sampling.Config[string]{First: 5, Interval: time.Minute, MaxKeys: 10_000, Now: time.Now,
+		Overflow: func(string) string { return "other callers" }, Flush: telemetry.LogSuppressed(log)})
+	logSampler.Start(context.WithoutCancel(ctx))
+	defer func() { _ = logSampler.Stop(context.Background()) }()
+	// Refused management calls beyond a rate are aggregated in the audit
+	// log; stopped (their last counts written) after HTTP drained.
+	refusals := access.NewRefusals(acc, access.RefusalsConfig{OnFlushError: func(err error) {
+		log.Error("audit: aggregate of refused calls not written; kept for the next interval", "error", err)
+	}})
+	refusals.Start(context.WithoutCancel(ctx))
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := refusals.Stop(sctx); err != nil {
+			log.Error("audit: aggregate of refused calls lost at shutdown", "error", err)
+		}
+	}()
+	var mgmtLimit interface {
+		Allow(string) (bool, time.Duration)
+	}
+	if l := mgmtLimiter(c); l != nil {
+		mgmtLimit = l
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		telemetry.NewPoolCollector(pool))
@@ -222,6 +296,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		DeviceIdentity: deviceIdentity,
 		DeviceLimiter:  ratelimit.New(c.deviceRate, c.deviceBurst, 100_000, time.Now),
 		Idempotency:    postgres.NewAccessStore(pool),
+		MgmtLimiter:    mgmtLimit,
+		TrustedProxies: c.trustedProxies,
+		Refusals:       refusals,
+		LogSampler:     logSampler,
 	})
 	if err != nil {
 		return err
@@ -262,9 +340,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ln.Close()
 		return fmt.Errorf("listen on %s: %w", c.deviceListen, err)
 	}
-	dsrv := newHTTPServer(ctx, deviceHandler, log)
+	errorLog := telemetry.NewServerErrorLog(log, logSampler.Allow)
+	dsrv := newHTTPServer(ctx, deviceHandler, errorLog)
 	dsrv.TLSConfig = deviceTLS
-	srv := newHTTPServer(ctx, mgmtHandler, log)
+	srv := newHTTPServer(ctx, mgmtHandler, errorLog)
 	base := "http://" + displayAddr(ln.Addr())
 	dscheme := "https://"
 	if deviceTLS == nil {
@@ -324,7 +403,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
-func newHTTPServer(ctx context.Context, h http.Handler, log *slog.Logger) *http.Server {
+// newHTTPServer returns a server of h; errorLog receives net/http's own
+// errors (TLS handshake failures among them, sampled).
+func newHTTPServer(ctx context.Context, h http.Handler, errorLog *stdlog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -332,7 +413,7 @@ func newHTTPServer(ctx context.Context, h http.Handler, log *slog.Logger) *http.
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          errorLog,
 		// Requests outlive the shutdown signal: Shutdown lets them finish.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}

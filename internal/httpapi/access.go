@@ -3,8 +3,11 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
@@ -77,33 +80,106 @@ func mutating(method string) bool {
 }
 
 // authenticate identifies the caller of every management request by its
-// bearer token (401 problem otherwise, with WWW-Authenticate).
+// bearer token (401 problem otherwise, with WWW-Authenticate) and applies
+// the management rate limit: per token, or per client address for callers
+// without a valid token (429 problem with Retry-After beyond it). Paths
+// outside /mgmt/ (health, readiness, metrics, the contract, Swagger UI) are
+// neither authenticated nor limited.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/mgmt/") {
 			next.ServeHTTP(w, r)
 			return
 		}
+		addr := clientAddr(r, s.trustedProxies)
 		p, err := s.access.Authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err != nil {
+			// Unauthenticated callers are refused their mutating calls in
+			// the audit log (reads are not audited); a flood of them is
+			// aggregated there (see access.Refusals).
+			if ok, wait := s.mgmtAllow("address " + addr); !ok {
+				s.refuse(w, r, access.Anonymous, addr, "", tooManyRequests(wait), mutating(r.Method))
+				return
+			}
 			if lifecycle.ErrorCode(err) == lifecycle.EUNAUTHORIZED {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="wfm"`)
 			}
-			prob := problemFromError(s.log, r, err)
-			// Unauthenticated callers cannot grow the audit log without
-			// bound: beyond a modest rate their refusals only reach the log.
-			if mutating(r.Method) {
-				if ok, _ := s.anonAudit.Allow("anonymous"); ok {
-					s.audit(r, access.Anonymous, "", prob.Status, map[string]any{"reason": prob.Detail})
-				} else {
-					s.log.WarnContext(r.Context(), "unauthenticated mutating call (not audited: rate exceeded)", "method", r.Method, "path", r.URL.Path)
-				}
-			}
-			writeProblem(w, r, prob)
+			s.refuse(w, r, access.Anonymous, addr, "", problemFromError(s.log, r, err), mutating(r.Method))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		if ok, wait := s.mgmtAllow("token " + p.TokenID); !ok {
+			s.refuse(w, r, p, addr, s.actionOf(r), tooManyRequests(wait), true)
+			return
+		}
+		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, addrKey{}, addr)))
 	})
+}
+
+type addrKey struct{}
+
+// mgmtAllow takes a token from key's management bucket (always allowed
+// when the limit is lifted).
+func (s *Server) mgmtAllow(key string) (bool, time.Duration) {
+	if s.mgmtLimiter == nil {
+		return true, 0
+	}
+	return s.mgmtLimiter.Allow(key)
+}
+
+// actionOf names the operation r is routed to ("" if none), for refusals
+// made before routing.
+func (s *Server) actionOf(r *http.Request) string {
+	rctx := chi.NewRouteContext()
+	if s.router == nil || !s.router.Match(rctx, r.Method, r.URL.Path) {
+		return ""
+	}
+	return s.ops[r.Method+" "+rctx.RoutePattern()].id
+}
+
+// tooManyRequests is the 429 answer of a caller over its management rate.
+func tooManyRequests(wait time.Duration) problem {
+	secs := max(int(math.Ceil(wait.Seconds())), 1)
+	return problem{Type: ProblemBase + "too-many-requests", Title: titles["too-many-requests"], Status: http.StatusTooManyRequests,
+		Detail: "This caller exceeds its management API request rate; retry after " + strconv.Itoa(secs) + " s.",
+		Extra:  map[string]any{"retryable": true, "retryAfterSeconds": secs}}
+}
+
+// refuse answers prob to a refused management call, logs it (sampled: the
+// first few lines per caller and interval, then a count) and, when audited,
+// appends it to the audit log (aggregated beyond a rate, see
+// access.Refusals).
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, p access.Principal, addr, action string, prob problem, audited bool) {
+	if prob.Status == http.StatusTooManyRequests {
+		if secs, ok := prob.Extra["retryAfterSeconds"].(int); ok {
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+		}
+	}
+	slug := strings.TrimPrefix(prob.Type, ProblemBase)
+	logKey := "management call refused: " + p.TokenID
+	if p.TokenID == access.Anonymous.TokenID {
+		logKey += " from " + addr
+	}
+	if s.logSampler == nil || s.logSampler.Allow(logKey) {
+		s.log.WarnContext(r.Context(), "management call refused", "actor", p.TokenID, "address", addr, "method", r.Method,
+			"path", r.URL.Path, "status", prob.Status, "type", slug)
+	}
+	if audited {
+		ctx := context.WithoutCancel(r.Context())
+		f := access.Refusal{Principal: p, Address: addr, Action: action, Method: r.Method, Target: r.URL.Path, Status: prob.Status,
+			Problem: slug, Reason: prob.Detail, RequestID: telemetry.RequestID(ctx)}
+		var err error
+		if s.refusals != nil {
+			err = s.refusals.Record(ctx, f)
+		} else {
+			err = s.access.Record(ctx, access.AuditEntry{Actor: p.TokenID, Role: p.Role, Action: action, Method: r.Method, Target: r.URL.Path,
+				Status: prob.Status, Outcome: "failure", RequestID: f.RequestID, Detail: map[string]any{"reason": prob.Detail, "address": addr}})
+		}
+		if err != nil {
+			s.log.ErrorContext(ctx, "audit log append failed", "error", err, "action", action, "actor", p.TokenID)
+		}
+	}
+	writeProblem(w, r, prob)
 }
 
 // authorize checks the caller's role against the operation's x-wfm-role
@@ -119,9 +195,8 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		}
 		p := principalFrom(r.Context())
 		if err := access.Authorize(p, op.role); err != nil {
-			prob := problemFromError(s.log, r, err)
-			s.audit(r, p, op.id, prob.Status, map[string]any{"reason": prob.Detail})
-			writeProblem(w, r, prob)
+			addr, _ := r.Context().Value(addrKey{}).(string)
+			s.refuse(w, r, p, addr, op.id, problemFromError(s.log, r, err), true)
 			return
 		}
 		if !mutating(r.Method) {

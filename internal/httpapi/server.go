@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -24,7 +25,6 @@ import (
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
-	"github.com/wfm-dev/wfm/internal/ratelimit"
 	"github.com/wfm-dev/wfm/internal/telemetry"
 )
 
@@ -49,6 +49,23 @@ type Config struct {
 	DeviceLimiter interface {
 		Allow(key string) (bool, time.Duration)
 	}
+	// MgmtLimiter, when not nil, bounds each caller's management API
+	// request rate: keys are "token <id>" for authenticated callers and
+	// "address <addr>" for the others. nil: unlimited.
+	MgmtLimiter interface {
+		Allow(key string) (bool, time.Duration)
+	}
+	// TrustedProxies are the peers whose forwarding headers (Forwarded,
+	// X-Forwarded-For) name the caller's address; none: the TCP peer is
+	// always the caller.
+	TrustedProxies []netip.Prefix
+	// Refusals, when not nil, writes refused management calls to the audit
+	// log, aggregating floods; nil: each refusal gets its own entry. Its
+	// owner starts and stops it.
+	Refusals *access.Refusals
+	// LogSampler, when not nil, thins out repeated refusal log lines:
+	// Allow(key) false means the line is counted instead of logged.
+	LogSampler interface{ Allow(key string) bool }
 	// Idempotency, when not nil, remembers responses to POSTs with an
 	// Idempotency-Key.
 	Idempotency IdempotencyStore
@@ -75,8 +92,14 @@ type Server struct {
 	limiter  interface {
 		Allow(key string) (bool, time.Duration)
 	}
-	anonAudit *ratelimit.Limiter // bounds audit entries of unauthenticated calls
-	idem      IdempotencyStore
+	mgmtLimiter interface {
+		Allow(key string) (bool, time.Duration)
+	}
+	trustedProxies []netip.Prefix
+	refusals       *access.Refusals
+	logSampler     interface{ Allow(key string) bool }
+	router         *chi.Mux
+	idem           IdempotencyStore
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -113,9 +136,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
-		anonAudit: ratelimit.New(1, 60, 1, time.Now), idem: cfg.Idempotency}
+		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency}
 
 	r := chi.NewRouter()
+	s.router = r
 	r.Use(s.requestContext(metrics), s.recoverer, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {

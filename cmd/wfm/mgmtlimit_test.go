@@ -1,0 +1,36 @@
+package main
+
+import (
+	"io"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestManagementLimitSettings(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	c, err := parseConfig(nil, noEnv, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 50.0, c.mgmtRate, "the documented default")
+	assert.Equal(t, 100, c.mgmtBurst)
+	assert.Empty(t, c.trustedProxies, "no proxy is trusted by default")
+	assert.NotNil(t, mgmtLimiter(c))
+
+	c, err = parseConfig([]string{"-mgmt-rate", "0"}, noEnv, io.Discard)
+	require.NoError(t, err)
+	assert.Nil(t, mgmtLimiter(c), "-mgmt-rate 0 lifts the limit")
+
+	env := map[string]string{"WFM_MGMT_RATE": "5", "WFM_MGMT_BURST": "7", "WFM_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.1 ,2001:db8::/32"}
+	c, err = parseConfig(nil, func(k string) string { return env[k] }, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 5.0, c.mgmtRate)
+	assert.Equal(t, 7, c.mgmtBurst)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("2001:db8::/32")}, c.trustedProxies)
+
+	for _, args := range [][]string{{"-mgmt-rate", "-1"}, {"-mgmt-rate", "fast"}, {"-mgmt-rate", "Inf"}, {"-mgmt-burst", "0"}, {"-trusted-proxies", "proxy.example"}} {
+		_, err := parseConfig(args, noEnv, io.Discard)
+		assert.Error(t, err, "%v", args)
+	}
+}
