@@ -165,11 +165,12 @@ func (b *Budget) pause(until time.Time) {
 
 // StatusError is a response the device did not expect.
 type StatusError struct {
-	Op     string
-	Status int
-	Body   string
+	Op     string // what the device was doing ("fetch /api/v1/…")
+	Status int    // the HTTP status
+	Body   string // the start of the answer's body
 }
 
+// Error says which request got which answer.
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s: %d %s", e.Op, e.Status, strings.TrimSpace(e.Body))
 }
