@@ -749,7 +749,9 @@ type CreateDeploymentRequest struct {
 
 // CreateTokenRequest defines model for CreateTokenRequest.
 type CreateTokenRequest struct {
-	// ExpiresIn Go duration until the token expires (e.g. 720h); omitted - never.
+	// ExpiresIn How long until the token expires: a duration from 1s to 87600h (Go syntax, such as 720h).
+	// Absent - never. `0s` is refused (422).
+	//
 	//
 	// Example: 720h
 	ExpiresIn *string `json:"expiresIn,omitempty"`
@@ -889,7 +891,8 @@ type DrainOverride struct {
 	OnTimeout *DrainOverrideOnTimeout `json:"onTimeout,omitempty"`
 	Required  bool                    `json:"required"`
 
-	// Timeout Go duration.
+	// Timeout How long in-flight work may take to finish: a duration from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m).
+	// Absent - as the target version declares, else 10m. `0s` is refused (422).
 	Timeout *string `json:"timeout,omitempty"`
 }
 
@@ -901,7 +904,9 @@ type DrainRules struct {
 	OnTimeout DrainRulesOnTimeout `json:"onTimeout"`
 	Required  bool                `json:"required"`
 
-	// Timeout Go duration.
+	// Timeout The drain timeout in use, in Go's canonical form: a duration from 1s to 168h (10m0s when the
+	// version declares a drain without a timeout).
+	//
 	//
 	// Example: 10m0s
 	Timeout string `json:"timeout"`
@@ -909,6 +914,27 @@ type DrainRules struct {
 
 // DrainRulesOnTimeout defines model for DrainRules.OnTimeout.
 type DrainRulesOnTimeout string
+
+// DurationNotice defines model for DurationNotice.
+type DurationNotice struct {
+	// Declared The value as the description declares it.
+	//
+	// Example: 0s
+	Declared string `json:"declared"`
+
+	// Field JSON pointer of the member in the description.
+	//
+	// Example: /lifecycle/upgrade/drain/timeout
+	Field string `json:"field"`
+
+	// Message Example: drain.timeout 0s is out of range (from 1s to 168h); 10m is used
+	Message string `json:"message"`
+
+	// Used The value used instead, in Go's canonical form. Absent - the member is treated as absent (a rollback window with no limit).
+	//
+	// Example: 10m0s
+	Used *string `json:"used,omitempty"`
+}
 
 // FieldProblem defines model for FieldProblem.
 type FieldProblem struct {
@@ -944,6 +970,11 @@ type LifecycleRules struct {
 	//
 	// Example: 1.5.0
 	MinUpgradeFrom *string `json:"minUpgradeFrom,omitempty"`
+
+	// Notices Present only on a version stored before duration ranges were rules (publishing refuses such values
+	// now): each duration it declares out of range, and the value used instead. The members above already
+	// show the values used.
+	Notices *[]DurationNotice `json:"notices,omitempty"`
 
 	// Parameters Per parameter, what an upgrade to this version does with the operator's value.
 	Parameters *map[string]ParameterRules `json:"parameters,omitempty"`
@@ -1132,7 +1163,10 @@ type ReconfigureRequest struct {
 
 	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
 	Parameters ParameterValues `json:"parameters"`
-	Timeout    *string         `json:"timeout,omitempty"`
+
+	// Timeout How long the device may take to install the revision: a duration from 1s to 168h
+	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
+	Timeout *string `json:"timeout,omitempty"`
 }
 
 // ReconfigureRequestOnFailure defines model for ReconfigureRequest.OnFailure.
@@ -1184,7 +1218,10 @@ type RollbackRequest struct {
 	Force  *bool `json:"force,omitempty"`
 
 	// Reason Required with force; recorded in the audit log and on the revision.
-	Reason     *string `json:"reason,omitempty"`
+	Reason *string `json:"reason,omitempty"`
+
+	// Timeout How long the device may take to install the revision: a duration from 1s to 168h
+	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
 	Timeout    *string `json:"timeout,omitempty"`
 	ToRevision *int    `json:"toRevision,omitempty"`
 }
@@ -1198,7 +1235,9 @@ type RollbackRules struct {
 	MinVersion *string `json:"minVersion,omitempty"`
 	Reason     *string `json:"reason,omitempty"`
 
-	// Window Go duration after installation during which a rollback is allowed. Absent - no limit.
+	// Window How long after installation a rollback is allowed, in Go's canonical form: a duration from 1s to 8760h.
+	// Absent - no limit.
+	//
 	//
 	// Example: 72h0m0s
 	Window *string `json:"window,omitempty"`
@@ -1307,7 +1346,8 @@ type UpgradeRequest struct {
 	Strategy      *UpgradeRequestStrategy `json:"strategy,omitempty"`
 	TargetVersion string                  `json:"targetVersion"`
 
-	// Timeout Go duration each step may take to install (default 30m), on top of the drain timeout.
+	// Timeout How long each step may take to install, on top of the drain timeout: a duration from 1s to 168h
+	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
 	Timeout *string `json:"timeout,omitempty"`
 }
 
@@ -10240,228 +10280,236 @@ func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rdhs3sij8Ktjcey2TmeZVshNTa//QOHbG38iOP8mZnDmhdxrsBkmMmgADoEUzXjprHmKe4TzYPMlZ",
-	"KADd6CZ4teQosf/YIoluAIWqQt3rQyPh8wVnhCnZGH5ozAhOiYA/n7/FU/1/SmQi6EJRzhrDxpUSnE0R",
-	"YYqqFVJ4ivgEqRlBgiwEkYQprEd2GlFDkF9yKkjaGCqRk6ghkxmZY/1KtVqQxrAhlaBs2ri9jRoXPMFm",
-	"hvqEP1xelFNInouEHPby26ixwALPibIbO18sMmqme5muT+j9jGiKmq+wmPJHEsX/8xNu/9prP22/+9CP",
-	"Br3e7X/FLb0U8h7PF5meM+HzNuNCzaTCQtEUt1M6pRpibS6SGZFKYMVFI2pQPdMCq1kjajA81w/jyrK2",
-	"7XCO318QNlWzxnDQ6+ntKUWEfuP6EhtRANrPMkqYepm+0QsYfgitJrFDti7kvwSZNIaN/+yWSNQ1v8qu",
-	"m8NMmAvJxTqsv1/gX3KCEvgZTQSfI4wWgtxQnku0wFOiAc/Ie2XeEHcc7H7JiVh5yzUTbIDS4/6gCqXz",
-	"9v82gPq5/e6rMIy+JYuMr+a74JR6w/Y9tCen4QlvaEJ2TGaGHH0obg4zIZ0SqbZNBwP23dU3vdCuXqZk",
-	"vuCKsGT1V7Jax4BLsiBYUTZFGOlpiFRoSdUMCF7iOUHXZIUwS9GYpyskiMoFk/ArF3RKGc40X1hwJslZ",
-	"9SF4DR6xlE4mRBCmzCuoRKeDAYppubL2NVm1BcklSeMO+itZSYSFfslCoQkXaHCKZjwXMkILIpDi14R1",
-	"RsyhouGZJdi8Lbf1njeR7uPHUWNOmfvcD4Jv8gqrpDygtbkmbTNgwyT93uA0/N7XnJGd79aDjpvgAo9J",
-	"dkUykqgQ4T/j8zluS6I5syIpshim6UhGCGeZ5vnLGU1maJ5LhWY8S4coviar/77BWU7iCD78R+VTjJr2",
-	"DmpFIxb/h/kKj+GbDoJ9EIkwMnT0SCIymZBE0RuCMr1eaU61ZOiSKvLfiwwz1cbZBEf/kZKEz+dUSsoZ",
-	"STcwo6yy90MBR+dUrQPsAgtNjIjl8zERGjpUkblElAHSa1a5iTdm8EZ/GSmZ4DxTehG9SC+KzvN5Y/gY",
-	"PlFmPpX4SJkiUyJged8viLB31BbOwctRH8cU/0aEDIoF5+iKzP9GBLoxI85Q3O/0YuAU+i/9t15MyRLs",
-	"wOqN3e8MOv3wfWzH77v+/uCbXeR8q19lWBUIIgUsz5OELBQBYSThTBEGGOBJBN1/SAOF/fh88WYzaxV0",
-	"bzXvdAPQEkuUCKKp8AxRhUTOCqwa4+R6KnjO0g6KnYgWaw5KlUQ/XF5oYHoioy/FhZZnh3aLcbC6N4KP",
-	"MzLfsvmFGfGnw4Dg3hsAwTlDly+eoaenj79G9uWdxm3UeMv5K8xWl+Yikp9ySfpUjNCFyPuEkJSkAGV3",
-	"KWo+2UHxJVFi1T6fKCJiJPFKouWMMKQ4UmKF8BRTZq5Bu0CUYCEokSPm5Fih34DmRPMRiZoxfMbjDLgo",
-	"fIC3X5GEs1TqLzUa8MnkSkuvZLqKW4ZNegfvrUp/3EIw27gLQMWCCgR1IAsjSNojgWNIU6qBhrM3QuOx",
-	"opqcJjiTJGosvK8+NGh6kJharvsn/ei7Yo18/A+SKI0hnnagX12dztLROSxzwsUcKy1GYUXais7JupwZ",
-	"2RUeo0KsvSrDiki1kWNqBJvRqX6F44VIzbDS5My4QivMrkmKmiowDnBM38paLDIDW2FGurYqw03ri4nn",
-	"ROEUK9zRv8dOwzNbCLPqby0c0C442Kef8dyQbfGKk+CNVjt0u+I6OGuvjbyz3oEmF9SgbQ0z9e1d+WMb",
-	"lvpYd1tMh4XAK4BxoSCtQ/qNkYgsm5gRQeAQ51wQI0KcoQWWmqMjLFGclHrW+m1cARWse8fePWSsbh/X",
-	"dfA7oYAj6K8CrE28xXCxdXLydoG8XzUg/7+r71+jJmfZykCes0IC0QQnCDYUVIVe1HjfnvK2/VLfLZ1L",
-	"vHxFpMRTAss1Ktk6PckZHjx+Mhzlvd5JMiPv4Y+SsPzVjVeKSETe40RlK73WBZeKpHo1no5sX/hTr/0U",
-	"tyfvPjw5DRkTokZGJyRZJRnZhcMXbuBlnhGpH52TlOK38ML6fv7Cl2vrXlaWSpi+Rn6qXMorPM8a0brc",
-	"9G4LXzqewQS0Gsw4ownOnHAqFyTLKJvuySsNZ/WMWGPOM4JZ+dshqG2euCTYiijb6blufirF38IMUJ5X",
-	"wSRLiitW76PEfuzhjjmkYzo7GeXRDC5PqXrOlFgFGFviWMl23SbSI0P8+i2/JsbwOGpodFrNeS5HDcNF",
-	"GEc3OKOpsUEARUzpDWHASnZOeBBbVJhmuzjigczLyDrFAihTT04b63eyRjQ142ndvhRYJs9Vwi0dW34g",
-	"8yQhUjaixgTTLBckSP1Wqn6ZhrS49dHcsDd/4JPAOKmwyqWHWt6elFbg1Zr59vSbnRetJimswYutPcHi",
-	"WAGn4uXFCkrIbMTfOyG6khBuAf9emqfAkLCd9urW2WNpsZDfK6y8NNm08ZSAvFY/5KA5uPMzWM77g2/C",
-	"l90zB4Or4qSr8CNCmP1tA5t5+DkM9W6iIDqR/Uy6VzC0DjbLpM17gtAD9l2auvfVsgpIr0lyB4hvhYsh",
-	"eF6FrXvYIOmUtHv9Rt2Rs+BZ9gIomSWrxvBJz7+b7S17G+2SPD/Om+JvY19N09/cvvb6+t63WhncyL/h",
-	"LDei1kLwCc1I0N+FSh8GsuMCYuMZ4nOqFElRG36aUCEViLVmoF4oSjBDIme122jQ622XonYw4L0lFc9p",
-	"VUB4M9rDTXucXYG8X1BB5MuADPgdR2lubWs5UzQD+Jj72j6GmqQz7aCvB71ZywcrIzdEVEVFPaYKzJPB",
-	"XsJsQtsLuiAZZSTA/LbaKcv7bhuSXeoxGxgOPB8CfMlpApJTyheKpK8wo5NddgxGlkQqFH7ER0hBFlxo",
-	"6E64QGpGpYfsnXXZoyrC5EZCuY3WmcadcIGj1NXDGUdN7MpzkCjWLVFMKpxlWmO4oTtBL+ygCvVzNqFi",
-	"TlJUvCtCdIIwW3XCct4+Z22NovO1Q8bKMqFFPs6onJHU8SyNjuUKm3D0Ghfm/AZnrQPOvcpz9zcOPC/8",
-	"SsUbEHiqpMdZK6tctwXUufbagS0Enwot6u42OptxQKxbz7ZwLu1YoneGewopjuisoGKfezbDbHoYBcBz",
-	"G5XaqJEv0kOJ6mYb+jmjzW6gbJXfD7qz/JN3EK7ufA1+3tFW0LaqopfA2c6d/5yzNCOX+kBDMJGUTTOC",
-	"sEhmGsdnPEspmyJ9fa2Qp4mXL0QpT3L4w8LRkfMZilmeZTFqwu03YvY6bNUNlox7rFt2UFMknROUUakk",
-	"isew3k5hoACvhfnOWC/AMThi7stcZDHC0rmd08IdsrY6SYheu+zOsZjyNhECK9yZp50W+ED02vFY35aG",
-	"DVSvtNJad4RhrWIdC1m7bljagVV17K5u+n9SWPxp+itdBJVeSX8lf14ps7bCE9MLUXUust0WEt8eVBiJ",
-	"9JPbkesuNE9PkLg3M085hxMwLEHUDtmPAApxpI/Cgrs+s1q80gHHduUYfZUfLAjTxD9cv3eLazky/iVS",
-	"CGxnTkCAB80lbr9BYwLBQBrPSXo2YoUoMazIdbkNAqrPeoZSgSnT7+iifDEVODV/CwLiyTQX8HnEBIf5",
-	"22OcXA8RZp5PnDLkLtczNMF0bfZCqjQmJhAxMEoJTrXADQ4VkrbORgxkDreAOb/RL0pJRpSGSuWN+kfw",
-	"wnQ9OWrKGbExKZYBWHA3Cnmt8gHMrw4AwO8tAOB+8ABghPRi/9ZaRky0hlmy+5OkQWZSRYxcOhrZJSjt",
-	"K/Rvo/76cC1LV8JY9+IhdWNOgJHspu0j5HF5h7ajjzYRbbYNvW8vJ/M2ea8I00CWe67Mjd/FeTacvGfC",
-	"9I703cG2ZrPngIseL/CYZrREwEMcfhmWCvmvKOWaAHs4wr/3idRIehDCmti4YzUg8zRqOqhEiN8QIWia",
-	"EobGKxPKCayXi0eyFVSE3O8XxUq2ehrNKMC/KZWKCBKwe4FhB+GJ1s28w8tZ+RBqfvv84vnb56iLF7R7",
-	"0+/6R9+y5h2q7IFLE37jbcBz37ndX+wFyzUAHKzV1IjP0zKoYfIFYIrzXVvkGtyjKvkcplto6D7zHt/3",
-	"wqieGkQxIZD9N7+yg/5MJE2JRHFJ/TY20Gw2jhD45m8IS7lABZcbMbNkCcGDKYrft41LXX80PnWPJcag",
-	"meAs40uNLLAq8n6h5QYijYUCgpBjK/iVm4sjE906Yt8vCDt/8xKddHoow8m1PEPLyRwRNuEiMRKBXjdm",
-	"cqkVlNPBQC9NixSgqIDe0qrFrX7wSFZSVfWIrJvEk4W+jn760ACFTpFE5QKuwXkKDrqECz3w9Pad4Rye",
-	"QX5O5lysGsNG/8l3VH/mKclegxmhMWy8vmr3ez3N04mguPz+6nW714PnpeJCs75hoz/4Bt4g84VBwlLA",
-	"0CqGBCzWtC4JxJ5lc41nxehLTYxzM4wnVP9mzlYvw7kjgCyqez+Gt13lIJ2KdkomlJHUsrgzZ+IBpECG",
-	"EiNrVImQZQZIi4oMgYih1U0zTOqvzUi5yRTkrTp0fp7UU5OxKqfq6ZL2eLGYu/+Dkp49/kL6MctcZzEw",
-	"LET7danqsNtHazhighOybY+qpicTNSOCgUt0SScarxKSZXmGRSNqjLOcKM4h2DeXY2BrbAwyh5CDk0EA",
-	"CrW9wq/7bNXRR0B0rJBK4HeuSPaMZ2UE/fqlsiCCLmZE4GwbbOaY5RMMxy82ryT4Sx2s00UOSqNcZHgF",
-	"cJsTgTXd00TwxYyDt0EuCL4m4g7BWOUfQVep5SOh3zZyFA9kbofAWCKP0yS5VDxMGHPKrMO7H1jyOmcK",
-	"TKdZ1fFzOA73YR8TpB1cRbwaaNfPovYmD7OOlcnXvK6bs7M6P/+f9rs/NUejbv271ldBa4mZYZeMFXTp",
-	"ZQeJljWw2Ic3Cz53Y/MCleYe7V2lmuih6B4Wh4NtBwJT9r3RAsiB58TZWzonPFeVq2zMhTJm84RsmLQE",
-	"QoiVqvKlG/25nZ2e2Bqsi7+D4NZAMLGQa4jxG2/SC1XszXuysfc+yykibw+h3b+gJEu9zI/q/if61/Vl",
-	"QlDtgoNEgChT3Pr1TIZEoYo3uUAxJEF168J7HIEwPgv+YBIa1n8C53HpU6lFvnddKHu3dOrsyvPSgoFh",
-	"ixWn/cgGnY8aLigf19Kc9nh37WwMKMsJQ4fxF4Izk8tVPYbSUlWukV8fSgX2LcGJqb64V3fBHd8KzCRV",
-	"9xr4uetiqeV3PtkVb25eiK7JSqJmvz14fIKSGRayhRR3ykTTKQj5Qn87ePzEjrHcyJ/fC/v0Fl2Nu97m",
-	"5HwkURG7i4QebvRX49izWYPONo+ahW+seKjUjTvz1GqlNW+J5no7b7qSNRoR6AewY5MXgs+DAUxUkERZ",
-	"cz+BZKgZlYXrlhGSGm9BcWmVGTAcjQnCCmUESwXPddA5pIyiNsJshXiWlvRXD+R+3OmF5JB94gb2jOEq",
-	"wFBL6yAeS4rQcoaVVis3gSDl7iyr5jaDZUGNU/AsA9/A7kAgGFcsVJo8MRpCtqvit+r6rLQsz7zYMptm",
-	"aNEOslvr4rMgxgJllbrvBCHhaP8qP1hjUMWCvW2HGMDO4KRXnHFlcgCyFaJML09SNkU5k3TKSIqenLbH",
-	"VCHrt0OUoZ/6ERr8z5PTdv9dBAF10oQ0Esg2//HFKxsCA7AZMQMc56HWUOo7bzjkA8Z61UNrTIiNNQln",
-	"S/2TICwlQiJs0lPsGqwre0tq3qbwmNdkCUF0gZtDH4wKM5sxwaJIo0dXM75kiLOEnCF9GRBEFWJ82QmE",
-	"ra0fq5t9680Ag9Z0T/g2cisNnXaZRXsXmX7OO7gOlB9tpANKcgF1CqQiC/AtSkQnvnF6ho1YUPIxCoSx",
-	"7wqq3qydIWFHMOsJZeDzPQQyE55lfPnDIowuOFd8jhVNkCNNz1MLQcYkReMV4uyF9ca6cRXIbNojmFm3",
-	"xBPB7xvk6Yngc48VbHCz7FxCsfKKIQJnKsyOfGnfLbuOUCtNRUYtQ1yYJG/MEgI4Y8JP4XDbVl6PUPGH",
-	"QbW2ebjVaWzOniDpn1fHB64X1OWFhJHF/gKf9zxZBI1GNl85bNni2w6ubvey9FZ41EnFn078c3Kab/DA",
-	"PtaNQ02YWMWRqkwAjosSC7tkPPbj4OzjXfVIt/LCu5DVvfIE9yWq17DLO8tfcpIbY0XObJgE5AyRtGrL",
-	"KOgleJJV7AsosIezQRZOHCrCaA551/Y4Ty94l0pz25QxtLZgivVuFt+3doR/rpuLikc3WYu2Q/hmI33W",
-	"g84r8ZSbAxoKkdpETQYcJbZ+wW3UGJMJB358GzWuKQvYIq7JQkVIEEk0zxR8sSBphHCa6v8SE5epWW/O",
-	"7IfOtuz4HTs0YfWwkK0722hOsgpUaBtkgdpQJWIV1A3AW++pFmdmz6iNFL42yR+MLD0N0pPXHU7oSYDH",
-	"yIqktWG35Wq37tUmtxzkuSsetrVhrJbtlOyws8556tSMzFv6bElyTVLj7JeqnifzSCJ3L1gRBZheQFv3",
-	"DQTe/jIcypc3PuawGAIr2p/76hme6UeCEU9HiHwfISHNeO3G36G51VXr/TZcI/zQW0tL5F71W3ZKF34S",
-	"RSAZ9CDpY6fMsZOkHPoU0oJFmXcbENCgRyDU1WUF78vI9HlJGcaOMJOz44sU5OASy9Pan/brBX+QmUBG",
-	"xi7iyuMUFqwDSuSM2FqNnAjFEM8n4xbEbywn80fmVTbxOG510Cut7rpp5niF8GJBsAB7s1yQhE5oMmJu",
-	"vRoM8swaA6Spi0anzH+HmpEVSjnoiNdaiQ5Y4Gor9RGNGf/thL6HEyDvDf5TnAVv6BIdSpPYa44EzxVB",
-	"c1tt7bvnb1GX8bbMk1l7gdWsptif9p6G7KQGeOv31XMwRTqQFBYtC9YIEZzMUMYTbLVCa+pwToOmxoIn",
-	"T3v9VsWetI3mK56KSppzvxfKcwZRhyU1034FBBW9VNC2IFCgMCH1vMnTb3blroeEO+MOoVocySR3xbzi",
-	"/9W2yY7tl2mMjLMDcNMOkEToqz7j071sL2t0sDtCvaCj8GURcDec9k79AnVPn/p2ql5wEkVVRupIqdCE",
-	"5yytwTdooS+4b/H4TKmFHHa7U6pm+biT8Hl3OZm3U3Kj/++OMz7uzjFlXTCGW9yUnXn6n4yrtpt4nxPf",
-	"IxXeMnCzy2ibc+WNlx9Wtw9ghbC1AOAlxCtNwfCEKaADVdIl+pkJbIgjasb1sOC4dYasxgBusgxTZouN",
-	"mZdKZ+Mr6uB4+ca2FE6IT83AKbUKowplLzI6nanw9eo519bvoxmWldvVC5eHP4nNuRKKsmmbkaVRL+hk",
-	"ZZXFJVXJTP8dNsmYqI+jVXzvBaFDvSwlgONSl1OxusxZpQqkHbcO5YphqhjuTFOHWKo+Knndc1sf5Hj0",
-	"Jg2DshTRdtQIuJNKUxtKN5lMoLLGNUsh9DicRvf381cXnY8zY9Y0okLvh8tyLAi+bk8zLKUL04ZiALg0",
-	"vi54RpNVOMr5HhJ6gUNsTEDd5Jngvun+rq14gaozpdUDQ9S7CWQlQlatSu+O9BVuiArfnh8stqogN1sU",
-	"EKijtUG42Ime9apnhbEpUPZsIw8sUlk3J876KbKVhNfy7Muj8jLdthfuc0zhLsycBYO5NyvnpS3U4NDw",
-	"hpIlUIWz4kCizZyGnaKF5/beLxLgPvsN3eTTuHSpuiDzwwvPIKlPQKVUI8LiPKVKS7Ag19rqBD772B2Y",
-	"s/dlU9fyCyl10D/9+vSbkyenX++sphw6UM+Zvs0MVE+LWEECYkGJ1rhd9bJPOZT0RYpDviMENnBGioAH",
-	"ytaK7rURnNQGdk/9Co9+XMQ34bgIsfmCWlKW8uX2eiomWceycVt20eRzmlLh3i1FpcvL8MI5GEdQDLte",
-	"Y2W2V5SbA36IEP20vHVnMU/Dsug2OdW0uggzh03TF7l3uyi5CmJjm+ALM9xJ/M6moKX6NU1BomZKJJ0y",
-	"JAlUI0NPgK8fKcJvVxs9MO2m33uV7zfD/hLE9kOq2uwpyQiSEHpzqPfHLeaw9Ear5GHpxxwYzqBQs7zh",
-	"EGVJlqfkqBKmmngDjgi9pqLmg1vJEkvLptQMG3ECZ1qIWCFJCAMu73wtjKuZLbUZNi18VJ6sdww7clet",
-	"Vp6RIqEuyDE2BM4coVjYR4wvflcRSFuC6vBk0V2XYYal+kEe6PG0RuM9bE03/MDqp0fXsPJrQMNLdomM",
-	"cJJ3EsJqApV+o0qKXgDtOhc7BB1xXmXAlgiqgrkXjuDJqjb2xM/BDUquExsIemDNoS3ih9jhrzl4trrw",
-	"oAGgeMPBp1hM6Ch+sMGC54sFvM1PlfWSPE3ZF7/QjDUmDMePkyfp1+SbydMe7o8HyUl6Sh5PnvS+7n8z",
-	"eHqCT3f9Xin2O9y/6kylXkl/cHJqq5I0XAK1eUZ272qdlag2k8RajXJr4BMymDxOk/bT/oC0T5+eTtrf",
-	"nDx93H48SCYnXz95Ok56T0r1sIAgPiW9Y1bkfq+Cwljyq6Dw1t3dZ5Hdu1rZ7buAoeZkLce0xK798L6s",
-	"GVU/lINr+vj1dkJJlR9ZLaRexmjtGrdbr24jSKjGjuQ64dSrPwk9LJy56Xrn7On3XrNsghPJzrBlZUcU",
-	"dDVLa+AcuJWpLFxAujHo9Dq99YTk/cMGirQvCDb43dmi3cGVK7CHUK6h+AJAGCzEFfC97h/KXj2RPaSn",
-	"fdK+jOMUQsHmeGVje3hRlanpkj9OevNWBJYVvihq4ulzdQGkByfJVfcTwuUfX7wy9U7uKA4byka47iDr",
-	"lz09qPrKASbvR9KL8MaqLDPnZ5fsrRYqDcBDKyfmlfQJ7PpOFe+7v6jVoqzPOrvdv4pIgQl3IW6XaHVv",
-	"9tm/Y3akdbUUVUtD1bO/PW8PeoMnbS1ZFT264K5K0fcLwq6uLvZLEFxP8pYkyQVVqysNHCsAQJ7Gee4Y",
-	"XtXeyPAU2vWh8zcvbXnjZqwHc0F/BZYyRH82mR7Lyfznf//z/8atDtIalxyi2BiqY3AIyDMUOx0ghpCF",
-	"kY2ZNHaIBCvsTLrehXyGYjBtm0c0LWF4Qi9FRkWYjH6qYhrujNhzzevKJAKt7JmptL4H+SeQMUYZsu5u",
-	"/X3cQW+L3CSY2W474fpxaF4KCTomjmItDrAZ//ji1c/n3756+frnt9//9fnrGHGB6l/+/OLlxfP4DMVz",
-	"zYFFzmK0FFQRaUpt8xGLO5BsCitowwpcQy5AbLg2Ae4lXc6UWpieY5RN+PppLidzMJiaICj0IxfXGccp",
-	"epERopA5a9FBLxUkoKglR1CPI0JjrmbWXDwmKZoRQYYjNmJfATS/+sqakM7fvPzqK5SzlAgUW/k3jtCS",
-	"CtLWhIkVHWekjOapLaOKbCOGEDT4a4ukcxKhxCTCjFfOYOUMlGXmlGyZKNZ5rnKcobcXV2flGueVt3vr",
-	"nE/nyix0wkURF2swyiWlcNbR+zVRSRCzBIBcby+HmvGm9nGaLt74MV7I1ZUZrzTtjFhGb4hb1vHBKCav",
-	"Wc9g85rPfDOfJuNcVhvFFXWwzLKaxeT63VYL5GLadbFqlb3BnSXXZ7XImtGEMGMosA0Xzxc4mZH2AFwH",
-	"Rldy8y2Xyw6Gn2E++6zsXrx89vz11XN4pgz9AXz+9z//tQGRG36XgF6nb57lC8LwgjaGjZNOr3NimiHN",
-	"gBHWldcPRlm81b/Znh5+w8th4ztitaFay4KfwhdSOaTr9eS9jepk+v/nXJEUPX+Lp6gJPS2xRGYtraJr",
-	"cuaa5PpFz62qvrFj7fGdXt/VeloOer0tXRO3Gg8qXRQLMWNMGYZupoFumlXwGJAXVYmbdD7PFR5npFVt",
-	"VvgM0OwZZ0rwgJt7IegNViRCc/y+jafkv0/6j0+e9Hq9CBVvPLC7ebiVuj1Oc4Bl/Ic9u3FlN4d1PL+N",
-	"Gie902CzZa9HO0SJznlKJ5SAKHvaO9kkMxVn7IdAn5o59h8/eLp7fL0FJxyz1bX2nssTaBrDn6BO2HyO",
-	"oVDZJVGCkhtSdZdaaI9XEPpmsRcVMQMKT6WpYQklWN7pCUI1AbsfXEHQWwP9jIRq5pZF7Droh8LW6Xtd",
-	"hjb1uZB2UEbwjUm3KJSJmhLRxIiR5YjFNQk7btmwWCrRHItrkqLYVmeJyzsXzJIoDlhgYxcRODPVGqIR",
-	"c0KVvTsYRxlnUyJQotUq6SIBE7hWO+gcGjuKauVM6+Ipd0+VLaAI90OVo34LkFyv+NdYYz8BtP/WNSep",
-	"zA4AQLZd1CTPstVnRAN68+70miUKtkK4fvAd5jey1xfEImR78GmglKvXkKJSmTO1pToTU4XIRZI1B71+",
-	"68zimK3FOWKCAAYagvaPvjno9VodvzRkh6axiacnv2gB0XTUVrNH0hHEyzRGzdPBoBVCzje52oCZcH5/",
-	"5unqzjo7b6mjeVvVS/UtcRu+nXeTh1XD18hj0Ovv9wKr0wfoq3cgfd03PQ5+j/QLVMKFPaey/VIF/7bd",
-	"WjUD/ZTsQaJVslu7gDroHIqUasFTK8Om9uEQYZMLop+MK5JmPGJToiQ66Z3CPcRzhRTPzVAgfKzwGEsS",
-	"IrrviKr6xtbYVC1xREvNRZthqSqYieSKJSQtt/KAJOViTTf9A7uNb3QjBoRn91spgFr7EiNTrii2PZTm",
-	"4Mc8WJg+Ul6+A5H3NVfolZVxURsV23SVNGz0yHGs5snvWPyFe5TPF1quKrooGILW0hvOMrS06rNEWNrq",
-	"NYqD3Az8ZG8Go6Xi0id72/UK4HN5qGgwsa0WCtHdVUYe9PqRlQE4I/pzT0ueLpJoxiUZsTgcuhNr2Xhb",
-	"oBGkyXMBeplDGlmEHI3Yt+sBcpDPlxo52Rha0XryDGp+gIC1CLlwuAjZqLkI2bi327DQwaWq92A43Nzg",
-	"nUshrt2P2LKhW8SxQsvbWSWPyMYsLnFYdOlslF02vyckwXQ+iQjzOxZJ1kB5PJcIWNk2s4lnBknbOE2h",
-	"+npqEhudvWYIldyKTAQ+AQq30gAYkMWjirodjZhz1XGBylSOyJkIzOI2CCYltv/9/NXFHVBldJDh8DBJ",
-	"wyV7bLlcg7GieLkjR+lBmNwOEyE+MwsYQ5Sl9IamWundktEzodnG697cVr9upNLz4nruISzBTuQCjKGQ",
-	"rZQm8Viiv7x9+wacTFCsUAtnoAxUNYEQudnypQdh/T/q3tWy2mmDQ2WM/S42O/cGInE7pPpa6tz5SV7Q",
-	"G8L0+//9z39VIArzeSfGF9Iel3VqdT1YyI1+jAsq1bk/8FBOdkHnVO3Dvqyr/UDWdZgM4u0EwgcCZ/Y9",
-	"NO+ampRHb+MR4sLkvWn2nx4pBvTvVWz4WMyqOvx/endbQzWpaiBxpmMqkClb7BUpdohnffeNd66flAnL",
-	"dolqt9EGFeANFpIYV+sNzqiW6Er/tLcMP1cpMsyKCyj5EMHDILQb0zK4ZYvrZMRqjT39l5reL/amj2ka",
-	"R0YadHYJfyw3tnGjo7g4nhHzW4dSiWJXJLpjv4wjiH3Qy7IVnptxv9MDRSQG9zY4SkfsK1QteUFl2X4O",
-	"KyicCZbJCJy0KKYMANb2AFM4AODEqhUxOnoGrUu4vYFf0TlAwB4PhVhTMl9w/d0QOHnhNrBaUbnxr9C3",
-	"dALFDVTxmonpeULeUzOPBxhBJrkk6RCd9p6i2P7QhpFaO7JfmJ4qpUMvJHeZpt4ekZcBRocxrZdur8nq",
-	"r2T1USrR/tm8O9Jmqj2oC5mtjA3CC2r3O0Q3/RGj6RDNSJbx9pKLLB0xh4DDEUOA4EP0F/07+tH8jtyp",
-	"DNGo0e/0Ro0RKwXiNybZVsLTbWRKzNomGforhGoTtis/loAemi/0S8wi4Bn3JUKlUX5YfokA5SVVYE/k",
-	"CR12u3brEABRewcqJH1vL5uNdaffPP76SdC/vJdeetd3UxmmHBApqETkPU4KTgOaamGpMLRoSnb/ktMb",
-	"nHlUeObMFcgrSOfJ6E5iDi3TDuvCmNuoccGTIrt+2/hiHGzGKuCfFGCkCqk0/Q32/dAkhdPe08PG9w98",
-	"f//xvRo87lfSOU9TaNDl3fEOhcCtYRzzZYZ005jpNUtu7SH5FNlOG8Xx7odK0YOtYUYeGTQ+DXvaRGbe",
-	"y48msNtPgvynDwjZviPKGJsr53iA9HyQZHNeKaZx+25fDOzaeiltl/2wCR39fJi1xYFDDdqylP40SOTb",
-	"ZtnZkdygVcvQeyF35fi33qca6sNok9kAqxlqArcBvSJCioPT0tYSnEF7O63VUGmbXzxIlfS+nfH3S5v6",
-	"JFw/DTgROBBNrV7zEKyFKiIiqLI+gxK6WlORyNZSLC0wllTkb0/NTqnaaLO74EtPnbe6bdPqqQtBEpIS",
-	"lpCh1VTbIun0Y2QifZ326n3sgzbr66ClBT0aMaNac5NBFKEVZtckRZMMm5B/jOyRaE1dP1hrURPSBWuG",
-	"q7+5Df9R7Fd2Q/uYsdxh/yEYxKewcVVEv0dF8RxIB7EkAMbAh3hPu7V2P9i/toahXhrbiyHJiv2FsnYu",
-	"SYyWM5oR8J15jr0mWHM8dxplFY/8oyJStDViUOhSQiqhOgPahmuLSUVw2kEQ1+lMTxCW45nlalK42Yas",
-	"W+A2h4sGbUH7hIvqh52R94HdkIeqbg/qRjWQRbi8QGdYIcZ97MplJXZttxoVhe8w6xEu4pfMdILn0xmK",
-	"zyHxMR6iuM6OY9Q0IacAh1YRXaI8S4IgpjjTiBVmUF8hxNK1V0Kxb4U9q86mFca48n7/JWDlyVYIyxGj",
-	"phDOgksF/RkqA+23xaTSGMyNLVxx3uogSHcT1dj/GTbdtfiSjZhUgrMpirUWppdZjdIr1njSO93g8L4L",
-	"q+tET2ni6j7xNbrRvHqgS9zL4j1a/Q0GsdnaTP75ufLatbP6Q6nehwfYDR6gam+xIipIVF+fhuC5oFPK",
-	"cFYh6DGUDPlkwsVu2bagko+RQ7o505e/KTDxiZZbOherDOsHWMp9eYp+Yw+Bh3BlWo7RqTpfdP5dRPsD",
-	"SznCAK97seWGKOM3pIt6I1WrexddORVegd5jMmkmXJQ+XD83zaaDUVGkiEGYbOnehUchOc2PsXPWFZtS",
-	"bRz0TBEBtacUQTNTYwTr+RkjacUc00F/x+xaLwXX1j1ixm8NdYhNOKhN74eiCiEZ5u/3yBDuPprWLytx",
-	"az2VD4ntLL8wnH0Zjj7KUiE6nufkKVUb7XkmgmSeKxPC4lU8SKC4TxnirIUTS7OtyPZ9NlUuckmMuqZV",
-	"EZ+sKSTb8YyYiBvzTKiOfAedLxaEpW1Nl0MgyPM3L1GCWZmIoec3ej4iTAm6xbwHO96R9AMVFSFgKwq6",
-	"CXBi6g4GPQNPToPuhpqpragiQtMIQWNNEzhexlBumdxWDT1g9tCLyiLn5ZtciR97tLYEfS5IsKpt+L2S",
-	"mgYlgaz8rcV/wm+DfoJHve13ZaTVaLmPXdah9+cXSnhJcK0kT+SazYCnwWOC2CBvnQeakvYVBmgLvWwN",
-	"ZX1mx/yuvQDVElg7kMxC5Uv4Kpj2vYJAqFktFkRTwpRJEhyv0PztxZUfyzHJiGlcGcLCjSGsuZaMXY46",
-	"LdoRuKJrKKNSddBraDxbVr62XbjMKGlkWD2SpG7tZ0X05YiZZixoZEu52dvXzmkjW5XIpUIpn2PKRo2y",
-	"MJbw1lJ4+TSO4kR1Ruwc+nraV0G9dGkmrjdu6cO9X7HiBm9tY3S1JdceqGTtr9GTsD9lKKBXli4saNsj",
-	"8SP/3DlGrtm3LednsqBkec6mwEbjjoPx9l0yha5iRtuzK6oZLP8gAXYPK6DNsIaCFYH/zn3nEAWCkDRy",
-	"7M33Ardv90NiK2NuDVorWMBvTUOdxmcbcJa4M9j3jjuIW7sCqTYfcTuqdM1VXC+etAl7vnXZ5/eGPXaG",
-	"DahjFvkZo85a+n8YdY71T1RxJzq03NDBuNbN8Jhk8nAL7EcudENdpEtTtkjWm7GbVXbQuYX/I4nIZEKg",
-	"25z9EUQ6eIwR4901XT1tSSRbxmvE/DIxkTPPpIRp0bc2qxUhISnomqzOzExIkowkUAwT/JBrK9laJenC",
-	"wPs+6yPZKT6x5LYP3yjj37QkZKH1JXbzrnnVFVEVVHYUAt6EPRlY2NIa4ClGhvpYBrLFLeOENCvAQdGk",
-	"097JcQVZGVdtbOs0kzRuIc5GzOiNXinYBGcZ1Hk3v1itVBCgjaiodowYea+KltOcddBLSI8AJqsF/YrH",
-	"BxjUNVmoMyuAUjYtyv4hQWy2prH6hHjIJQDiLlXI31YANc4Se7yfoUhhzrNQTY5RPcKFzNaNf9964/ZK",
-	"Tah3Hg1a6Qe9HhQKVkToV/zPT7j9a6/9tP3uQz8a9Hq3/7W/fbx0AX109oNjTY19qxiUDQ02vdKJS3u/",
-	"0kk7W9wLrlnaERWEyH6eAc30r6ys0vi9uRLKHe9j6q041n1zOmpKSJo2NmAt41UC7o2JKG09TCHkQQkV",
-	"YEROK3ykLIlSaRR0WK0DI+/X0sDKQGjmaV1wWq49NtQ1aBZh2P3I62kQ284tcWs4YpWqwXXz7ZRDvU9X",
-	"7w9EfSUwk8Y/aUqweQG6tu8yotLpGiMGBRPA+EgyaXQQg3uuQ4wX3wZOZL+/ZL4w6olJbeJlFeJnnEkl",
-	"MGVKxhAFK7GicgI1XE8HAxRrUQa0JY3fsa1IAVkmdpFQxR5LziJjYGcASU5kq4OK5j7oBrr7jJiWTly1",
-	"CWsqlaq+/rW+DoZczxCfU2VM6Vp5g/45EBJjcVKCSb0WYONFyJgduQB8My7eUuig5A4P1ZZeX+dB9vT+",
-	"PbDRzZqZGxGVree/ZIl/ZqkJGgc2JX5vKnu5memHlcfN5e625el8K/jCZQgUbLjIRd9eDr7O7iNEzX3i",
-	"sfiWKeg+5zfmSlHcFoinbBqf6W/GxDS58erGO3+l5eLOxiR5B/2FM54LE5tuw9JH7NK+sFq8Ey4DWjqy",
-	"3LQmDsmUaF+vtrmxPPzxLHGyMfNg8Ik4EQAIZyUHqrRnWdIssxCBr11t1jvynz0wVtIfPCglFaCOg9R3",
-	"JFOItrg3PCT+BLrF7kvxSzmHI1wk3iEeqCN8bAHf/e6bro3U3moz+Ysd87sOmLKb2EeHVkUL7C/p0ruR",
-	"3UQVG6mjhJwzsZciNc/SUGzfwyIHQZxWd4QhP1hGO6zsm06y6ONUzZxdM75kqFwCKM9WUBoxLcAVxfJi",
-	"o5HqGX1ds9VB5zZV1IZel2YFIzn65ZILy0BZ6C9gnC9AeBeSWPRQ9FhvX79RSNibDG9Mu1hk2NGcWCGR",
-	"u+iuPSSoInb93PWB/RzV0P7gd6y2PjOkWyu/sKiZtmy3QEu7rf3K0hyqwXYdv9juh7ksRv2upQq3jX3E",
-	"igIwX4SKPWuwVNG5gN/GPIGHJkvY9XY/uD+3RrQ5XGp8AnzdWM7f/v4Zx7UV8k4RoiMIM2kTm2vjf3Ik",
-	"dM7UhamxZ32pwkehLVXv6DyfN4aD/unXp9+cPDn9OmrMKTNf9td6z9/uj/E8y8Y4ub5X0fnNJvnUOI1c",
-	"sWlo4VcyDRQr7pA/Rk2LSsOy4FAxUM2wGrEllsj6zkiKxmTCbVBd0Q+EkVbki96UJVmekrSDvuNQyogj",
-	"jDK+1Ndv6eeZ8htiGruujEOunMSOeiRRXNQ26ziQxtYz5D63J1yMIVzPa94pc42g0MTE+LtanRGLJ1wk",
-	"ZIg0GsSu9ndsfo+LrExpbLAmkWRoG5tDH3TOslWEtGIk0rIfWJG0BSoHZ2YzDogmB3TBpYSO3pC9spba",
-	"kmV8WaaFhgN97G7/WIqE3dQnSt3+ojV80Ro23HgcaTw09SsRwULzDuTdIfehHpRd33abvot2ZvdGHGYG",
-	"07VqE5FYYbPoSZsQekNSiKfJXJC15f2R7azc+gzlp7dwk0IDENs+zUKsCP4AD1bRjP53YBy3dUbuVZx5",
-	"NiPJtXHrKiymRPlywJwyWyf4heDzuGIhXBMcOuhHfbnHWiQc2nrA8YjVC9kV1VNM1T1CUlktt1JWuqyH",
-	"pfj1n9tOwIwjrwCeBkeuSGpWEbdskqpdE84Vj72AbChcV4hzELEz4yYEKRfMVorVwsOI4YmyXZ8XmkHx",
-	"3ERKUU9K66DvLTNqS6J80SzBQqxA0kA5y4isgFvilRyxmDtID5Egkqj4TK/avSJGkijp7CiK8w6KU7G6",
-	"zJkTrPwKfnCtQn/pqkHWua7R92pGxJJKgga9QSm/FVA5M3U4i89tytoLwaeCSFmW44SSw/rWDspOdjt/",
-	"KNHJ7umL/fWLJPWw6oVZlloNauFGQy0VwI8TqSCZYkdwuxmzV2D7R0aH/8FjriF9bK94awB5pbRGWetB",
-	"c38r9zzQehsPMrTaYfF+maU+lXhktY1Qvi+H7UUrvlh4B5WaDkt5KBZ7QMbDQyKmYv370FN5gJ9reZoS",
-	"Ahv9HHt0kQgTRfeDRwtbnRHFoTU+BWZskqqKZX3G/ohSVSocElKRhbzfriLflwgR0Jk3YVQ3wSwh2eEK",
-	"8/p0m/TlClogwlKJYjNrRtL4rB4ffU3IQqLlDCty4xm3oGMOkZBOy/gSNTFonjb+eMSK6Ftb/LT43Oqg",
-	"Z2Y2CGKGFZDUWxGVWncLJmzAcz5hPdzE1f0pM0IF9P8QrRLuOVADYIUw+iUnucYb0N8ZhLp7iHG0lgBF",
-	"OrfLPm/NkN912AXsYa9QTtjsl8J3IFmcv3lpAYKakOpvU9MkSQRRsrV3xcVNFdVNqhccTuM+k8lght8o",
-	"j+w1WZoNbmCMAODIu6sBuCZ90vytrwjboxUco1gijGZYzkwBPTgYOeNL5sq0fSmNdt9cGbBK3+YFiaBm",
-	"eXhwYHAgnCWkdVRhUkN33Q/w/45Er0tyw69J6mhVSyCu9mPTmNOFGXGu4pZ1qDiPvBKYZh0Er4AohCVN",
-	"yFruVCBoV7+wpNz75Ns7KMfu7bMsg6F3XkHDA1jyJk3uARzqZ6y9HXOSIYNUNc7LcpF9m5ueDELVSd59",
-	"6Ecng2BtElD2QBX6dWM1+XPr8Br0el4aKFZ4jCUp3GFlLfg5nTqlbT4maRFLRCUaU4bFClE5YoCGJD1D",
-	"j3snqGlLFv3pH5C7r1dpsv1haXELcedH29CQ6lKPOw73i576HxouZKEB0+oT2jPliOAs3N0V1oUUN7FQ",
-	"QB6PP7G8uFaLmzIiJfr3P/9VPUhwAuNkBrVDID8YzpGkFTVFNt7BNu03IaX9FRZTjn60CavoVdl9QNNI",
-	"0UH0RMtOgrT1XrCi44xEcMVVCzU3vSLOrc6IPcNZBuiWqxlhSh+mrbE2z1WOM/T24go19T/9zknLhP2V",
-	"ZnpbwwLiACWZzr2qyVdvXr548Ry9/HbEYrmgkwkZdrumpykUVG7bgsr6G9KF0lvd5WRuh2jqpqn90cxn",
-	"fzEfih9jF1eXEKFMyS7ySKIfLl+iq/PXnRFrfr8gTAPqpNODrm2Mo9js7e3FVYzcyZrkIHKGNChRSpIM",
-	"C1NVpNNCJlXL9a0DsSbhC5A0bHUQbOwati4qejajWdouPBgSNeMpVmSJV91E/xS3IKGIceXqd5AUrYiJ",
-	"q1xZJoBOXcO4ShGhxnoXBa84E/hS11PwoYVk4XMx6osXF26zGQFPDdV2QkZ8GZh7c1XwltfYxk7tvdX4",
-	"JtbfZ12C0oROeulbhie6OE7YqDMBVIr3iBx6CPoG8bLVQ2kXWJ/ZU/Pswr1ozaaJ7NSKR6vjN6GAKynw",
-	"skrnzeIXiZqGnuOy7b2rvLKczB/pdetxOPOCWQFLodKA03+graHLUItsX9W2U9aLnrU+8riGKOtLfSO4",
-	"3gSaAdsFpgGcZowzzBJ3GXGRzIhUYDupglQ2bt/d/r8AAAD//w==",
+	"7H3tlts2suCr4Orecywl1Ge3HVt97tnT49gZ79iOt+1MdjbyDSESkjBNAQoAtqx4es88xH2GfbB5kj0o",
+	"ACRIgfpodztO7D92SwIJoFBVqO9630r4csUZYUq2xu9bC4JTIuDPJ2/wXP+fEpkIulKUs9a49VoJzuaI",
+	"MEXVBik8R3yG1IIgQVaCSMIU1iN7raglyC85FSRtjZXISdSSyYIssX6l2qxIa9ySSlA2b11fR63nPMFm",
+	"hvqEP1w8L6eQPBcJOe7l11FrhQVeEmU3dr5aZdRM9yzdntD7GdEUtV9gMef3JIr/6yfc/XXQfdR9+34Y",
+	"jQaD6/+IO3op5B1erjI9Z8KXXcaFWkiFhaIp7qZ0TjXEulwkCyKVwIqLVtSieqYVVotW1GJ4qR/GlWXt",
+	"2uESv3tO2FwtWuPRYKC3pxQR+o3bS2xFAWg/zihh6ln6Si9g/D60msQO2bmQ/xBk1hq3/r1fIlHf/Cr7",
+	"bg4zYS4kF9uw/n6Ff8kJSuBnNBN8iTBaCXJFeS7RCs+JBjwj75R5Q9xzsPslJ2LjLddM0ACl+8NRFUrn",
+	"3f9jAPVz9+1XYRh9S1YZ3yz3wSn1hh16aA9OwxNe0YTsmcwMufGhuDnMhHROpNo1HQw4dFcPB6FdPUvJ",
+	"csUVYcnmL2SzjQEXZEWwomyOMNLTEKnQmqoFELzES4IuyQZhlqIpTzdIEJULJuFXLuicMpxpvrDiTJKz",
+	"6kPwGjxhKZ3NiCBMmVdQiU5HIxTTcmXdS7LpCpJLksY99BeykQgL/ZKVQjMu0OgULXguZIRWRCDFLwnr",
+	"TZhDRcMzS7B5W+7qPTeR7v37UWtJmfs8DIJv9gKrpDygrblmXTOgYZLhYHQafu9Lzsjed+tBN5vgOZ6S",
+	"7DXJSKJChP+YL5e4K4nmzIqkyGKYpiMZIZxlmuevFzRZoGUuFVrwLB2j+JJs/vMKZzmJI/jwb5VPMWrb",
+	"O6gTTVj8b+YrPIVvegj2QSTCyNDRPYnIbEYSRa8IyvR6pTnVkqFLqsh/rjLMVBdnMxz9W0oSvlxSKSln",
+	"JG1gRlll78cCji6p2gbYcyw0MSKWL6dEaOhQRZYSUQZIr1llE2/M4I3+MlIyw3mm9CIGkV4UXebL1vg+",
+	"fKLMfCrxkTJF5kTA8r5fEWHvqB2cg5ejPowp/pUIGRQLztFrsvwrEejKjDhD8bA3iIFT6L/033oxJUuw",
+	"A6s39rA36g3D97Edf+j6h6OH+8j5Wr/KsCoQRApYnicJWSkCwkjCmSIMMMCTCPp/lwYKh/H54s1m1iro",
+	"3mje6QagNZYoEURT4RmiComcFVg1xcnlXPCcpT0UOxEt1hyUKol+uHiugemJjL4UF1qeHdovxsHqXgk+",
+	"zchyx+ZXZsTXxwHBvTcAgnOGLp4+Ro9O73+D7Mt7reuo9YbzF5htLsxFJD/mkvSpGKELkXcJISlJAcru",
+	"UtR8sofiC6LEpns+U0TESOKNROsFYUhxpMQG4TmmzFyDdoEowUJQIifMybFCvwEtieYjErVj+IynGXBR",
+	"+ABvf00SzlKpv9RowGez11p6JfNN3DFs0jt4b1X64w6C2cVdACoWVCCoA1kYQdIeCRxDmlINNJy9EhqP",
+	"FdXkNMOZJFFr5X31vkXTo8TUct0/6UffFmvk07+TRGkM8bQD/erqdJaOzmGZMy6WWGkxCivSVXRJtuXM",
+	"yK7wJirE1qsyrIhUjRxTI9iCzvUrHC9EaoGVJmfGFdpgdklS1FaBcYBj+lbWYpEZ2Akz0q1VGW5aX0y8",
+	"JAqnWOGe/j12Gp7ZQphVf2vhgPbBwT79mOeGbItXnARvtNqh2xXXwVl7beSd9R40eU4N2tYwU9/elT92",
+	"YamPddfFdFgIvAEYFwrSNqRfGYnIsokFEQQOcckFMSLEGVphqTk6whLFSalnbd/GFVDBuvfs3UPG6vZx",
+	"XQe/FQq4Af1VgNXEWwwX2yYnbxfI+1UD8n++/v4lanOWbQzkOSskEE1wgmBDQVXoRa133Tnv2i/13dK7",
+	"wOsXREo8J7Bco5Jt05Nc4NH9B+NJPhicJAvyDv4oCctf3XSjiETkHU5UttFrXXGpSKpX4+nI9oU/DbqP",
+	"cHf29v2D05AxIWpldEaSTZKRfTj83A28yDMi9aNLklL8Bl5Y38+f+Xpr3evKUgnT18hPlUt5g5dZK9qW",
+	"m97u4Es3ZzABrQYzzmiCMyecyhXJMsrmB/JKw1k9I9aU84xgVv52DGqbJy4ItiLKbnqum59K8bcwA5Tn",
+	"VTDJkuKK1fsocRh7uGUO6ZjOXkZ5YwaXp1Q9YUpsAowtcaxkt24T6ZEhfv2GXxJjeJy0NDptljyXk5bh",
+	"IoyjK5zR1NgggCLm9IowYCV7JzyKLSpMs30c8UjmZWSdYgGUqQenre07WSOaWvC0bl8KLJPnKuGWji0/",
+	"kHmSEClbUWuGaZYLEqR+K1U/S0Na3PZobtibP/BBYJxUWOXSQy1vT0or8GrLfHv6cO9Fq0kKa/Bia0+w",
+	"OFbAqXh5sYISMo34eytEVxLCNeDfM/MUGBJ2017dOntTWizk9worL002XTwnIK/VDzloDu79DJbz4ehh",
+	"+LJ77GDwujjpKvyIEGZ/u8BmHn4CQ72bKIhO5DCT7msYWgebZdLmPUHoAfsuTd2HalkFpLckuSPEt8LF",
+	"EDyvwtY9bpF0TrqDYavuyFnxLHsKlMySTWv8YODfzfaWvY72SZ4f5k3xt3Gopulv7lB7fX3vO60MbuRf",
+	"cZYbUWsl+IxmJOjvQqUPA9lxAbHxDPElVYqkqAs/zaiQCsRaM1AvFCWYIZGz2m00Ggx2S1F7GPDBkorn",
+	"tCog3Iz2cNPezK5A3q2oIPIZC0uuGWdzlDNFMwCOuaztM2OEUZpb4xt4vIYSKY4efvNgMFig9nccyQ1T",
+	"+F2EZJ4stHz+zWiw6PQm7Bws2aiLGLkioofigYyNMjHLpVbdT0ejTt2ErR+uHsdJ1RnW1iL+26/bk0nP",
+	"/NX5H+3FP5b/kP9Yyn/k8h9Mdjpfb2O+vu3Xs2XX7UXTaQGVoHyd0O6KrkhGGQnw452m0/IK3oX3F3pM",
+	"Aw+E50O4UDK/gDCX8pUi6QvM6GyfaYWRNZEKhR/xaUSQFReajmZcILWg0qO/3rY4VJWqciM0XUfbfOxW",
+	"GNONNOjjeVlNEsxzEHK2jWNMKpxlWom5ontBL+ygCkPibEbFkqSoeFeE6AxhtumFRc9DztraaZdbh4yV",
+	"5YurfJpRuSCpY6MaHcsVtuHoNS4s+RXOOkece/UaONxe8aRwdRVvQOA8kx6zr6xy2zxRv0i2Dmwl+Fxo",
+	"6Xu/HdyMA2LdebaFv2vPEr0zPFBuckRnZSf73OMFZvPjKACea9Szo1a+So8lqqtd6OfsSPuBslOlOOoa",
+	"9U/eQbi68y34eUdbQduq1aAEzm7u/KecpRm50AcagomkbJ4RhEWy0Di+4FlK2Rzpi3KDPONA+UKU8iSH",
+	"PywcHTmfoZjlWRajNtyzE2YFn07dhsq4x7plD7VF0jtBGZVKongK6+0VNhNwpJjvjEEFfJUT5r7MRRbr",
+	"y96dU+Gh2VqdJESvXfaXWMx5lwiBFe4t014Hrn69djzVt6VhA9UrrTQg3sDWVzHYhQxwVyztwap6dldX",
+	"w68VFl/Pf6WroB4u6a/kTxtl1lY4hwYhqs5Ftt9o45uoCruVfnI3ct2GMuwJEndmeSrncAKGJYjaIftB",
+	"SSGO9EFYcNtnVguhOuLYXjtGX+UHK8I08Y+3793iWo6My4sUAtuZExDgQXOJ22/QlEB8ksZzkp5NWCFK",
+	"jCtyXW7jkuqznqFUYMr0O/ooX80FTs3fgoB4Ms8FfJ4wwWH+7hQnl2OEmeempwy5y/UMzTDdmr2QKo3V",
+	"C0QMjFKCUy1wg4+HpJ2zCQOZwy1gya/0i1KSEaWhUnmj/hEcQ31PjppzRqyOYRmABXerkNcqH8Ai7AAA",
+	"/N4CAO4HDwBGSC/2bw14xASQmCW7P0kaZCZVxMilo5F9gtKhQv8u6q8P17J0JbL2IB5Sty8FGMl+2r6B",
+	"PC5v0Zz1wVarZnOV0TjJO0WYBrI8cGVu/D7O03DynlXVO9K3R5u/zZ4DUQN4hac0oyUCHuODzLBUyH9F",
+	"KdcE2MMNXI4fSY2kRyGsCde7qQZknkZtB5UI8SsiBE1TwtB0Y6JLgfVycU92goqQ+/15sZKdzk8zCvBv",
+	"TqUiggRMcWBrQnimdTPv8HJWPoTa3z55/uTNE9THK9q/Gvb9o+9YoxNV9sCliQjyNuB5FN3unx8Eyy0A",
+	"HK3V1IjP0zKoYfIFYIrz3VrkFtyjKvkcp1to6D72Hj/0wqieGgRWIZD9m1/ZQ38ikqZEorikfhuuaDYb",
+	"RwjCBa4IS7lABZebMLNkCfGMKYrfdY2XX380bn6PJcagmeAs42uNLLAq8m6l5QYijYUC4qJjK/iVm4sj",
+	"E3A7Yd+vCDt/9Qyd9AYow8mlPEPr2RIRNuMiMRKBXjdmcq0VlNPRSC9NixSgqIDeUrdDvvdIVlJVddJs",
+	"W+mTlb6OfnrfAoVOkUTlAq7BZQo+w4QLPfD0+q3hHJ6PYEmWXGxa49bwwXdUf+YpyV6CGaE1br183R0O",
+	"BpqnE0Fx+f3rl93BAJ6XigvN+sat4eghvEHmK4OEpYChVQwJWKxpXRIIh8uWGs+K0ReaGJdmGE+o/s2c",
+	"rV6G85AAWVT3fhPe9joH6VR0UzKjjKSWxZ05Ew8gBTKUGFmjSoQsM0BaVGQIRAytbpphUn9tRsomU5C3",
+	"6tD5eVJPTcaqnKqnS9rjxWLp/g9Kevb4C+nHLHObxcCwEO3Xparjbh+t4YgZTsiuPaqankzUgggGXto1",
+	"nWm8SkiW5RkWrag1zXKiOIf441xOga2xKcgcQo5ORgEo1PYKvx6yVUcfAdGxQiqB37ki2WOelUH925fK",
+	"igi6WhCBs12wWWKWzzAcv2heSfCXOljnqxyURrnK8AbgtiQCa7qnieCrBQdvg1wRfEnELYKxyj+C3lvL",
+	"R0K/NXIUD2Ruh8BYIo/TJLlUPEwYS8qsD34YWPI2ZwpMp1nVzedwHO79ISZIO7iKeDXQbp9F7U0eZt1U",
+	"Jt9yBDcnjPV+/r9dcJb16991vgpaS8wM+2SsoJcxO0q0rIHFPtws+NyOzQtUmju0d5VqooeiB1gcjrYd",
+	"CEzZ90YLIEeeE2dv6JLwXFWusikXypjNE9IwaQmEECtV5UsbXMyUdWcZnS8UWnNxiZZ4gxS+JEhxNKOM",
+	"ykWTs3n44GHY1fxoICM0HCz13T9cnAyWFb8zNgYuE21UuCFSkmRYEBkhotWX4WC50zX9MTzRYG/qOQDW",
+	"8a34O4hy+lETorpFHB/7oLV+D1tBdgiiDOWSRPr/7/g9iZIi4lRrYLuPezhYDmThw5iw+vnph2EyrSDo",
+	"ybCbdiuoAF51iwdRwiDygBw8Hvvul1wFjSl2M2mD50xLww6N/djiAgZUVWN1A9u8jlozSrLAFBD0veIg",
+	"HhZ+G1CHXEaVN746T78Imu0bCynpA+z6JWAC7hhzj1WiLCoQRwOpqVD/xWdIYDYnqF1DjM4ZEDyVGrOC",
+	"bnj4fgc8gcI18yU4bULNHiq4iA8ViZTR1/WhmExN1MZI8Cyb4uQSrSlL+dqorIwjSGWsZ54EcbGOaubE",
+	"ohI/SvCF0OypHu4lplWR7JDjp0xx6+M3CVyFWa7NBYohR7NfV+TjCBTzRfAHk2+1/RMEkpT+1Rp4+i7T",
+	"pl86ePeloTag1sTmxExaLmcI17IwD3h3w7nsOow/E5yZVNPqMZRW63KN/HL7itm9AvuW4MRUC/Gb25CU",
+	"3gjMJFV3Gpe+T8ispZ8/2JcOY16ILslGovawO7p/gpIFFrKjWYc1LLSdsSBf6W9H9x/YMTYG0J/fi0r3",
+	"Fl1NC9kV8HBPooJLIqGHG8ZgnPw2qdn56VC78JMXD5V2st4ytZda7frQ3HOv1FuKCEYd+sFw7KeCL4Px",
+	"lVSQRFnXH0hnEPbl7l9GSGpupEKALRP0OJoShBXKCJYKnvM4KWYbxLO0pL96nsn93iCYkweXp2xOFgND",
+	"JGcIFwvRhEBSNCUzLkgpZMCVItGaCHcibetjpWxupT9ppEuDMBPG+LozRgQni/I1VJU3sH9ZRWBoVMGb",
+	"pofeFBeJvjv4FUE4EwSnmwmTC5tAZNFUP2hLNhyk11SljADFHhKGdWCUboFJtbMgHleP0HqBFcKsEYtS",
+	"7sih6r0wEAga8Nwte0BcJYwrFipNJjANodDr4rfq+qzxQZ550cM2kdxSbs8/HSddC2IM+tZG9p0gJJzP",
+	"VT2gLR5fLNjbdoiH7o31fMEZV0awyTaIMr08SSHeV9I5Iyl6cNqdUi2qQxiElod+GkZo9F8PTrvDtxGE",
+	"TEsTtE6gnsiPT1/YiMIzI5gb4LiAHw2loQsugozvWK96bG2zsTHO42ytfxKEpUAOJgHRrsFGBu1Ivm6K",
+	"NnxJ1hAmHbh89cE06CxTgkVRKAW9XvA1Q5wl5MywEU3ujK97gSjg7WN1s++8XGHQlikPvo3cSkOnXdZJ",
+	"uI1cbhdssQ2UH63ShZJcQCUaqcgKQjUkojPf17fARrIqrwKjkRy6gmpwwN4I2xvcd8aycBxkZjzL+PqH",
+	"VRhdcK74EiualHJ/GfgCaST65tEX0lMb3OLGVSDTtEfwWu0Iz4TfG1RzrSt5rKDBa713CcXKK3ZdnKkw",
+	"O/INB27ZdYTaaCoyVi7EhSnjgVlCAGfapDfvGW2+a1XBCBV/GFTrmoc7vVZzfhxJ/7S5eWpSQV1ehC1Z",
+	"HS4ze8+TVdAGbytShB0FfNfB1d0Ilt6KACVSCU8i/jk5Q2LwwD7UK06NklqJS1EmntEF3YY93B77cXD2",
+	"8a56pDt54W2oO14BmrvSdmrY5Z3lLznJje03ZzbqDLJCSVo1DRf0EjzJKvYFbADHs0EWTg0tohKPedfu",
+	"sHkvF4JKc9uUKQm2JJYNFim+7+yJpt+2vhePNhnfd0P4qpE+6zk8lfD05viwQqQ2QegBv7OtUHMdtYwm",
+	"Y/6+pCxgzrkkKxUhrRFpnin4akXSCOE01f8lJsxds96c2Q+9XfVP9uzQZCnBQnburNEybXXQ0DbICnWh",
+	"DtAmqBtA8JOnWpyZPaOudSaYDBtPCffkdYcTehLgMbIiaTXstlztzr3a9MWjAiGKh231L2uocHaKcOyD",
+	"C3xQC7Ls6LMlySVJTeyUVHXD7T2J3L1gRRRgegGDh29j8faX4VBFFBOyExZDYEWHc189w2P9SDCA9AYi",
+	"3wdISAteu/H3aG511fqwDdcIP/TW0ph7UIWuvdKFn5MWSPc/SvrYK3PsJSmHPoW0YFHmbQMCGvQIuE9c",
+	"3YdDGZk+LynD2BFmcnZ8UWQiuMTytA6n/XpJN2QmkJGxi7gCaIUR8IgiaBO2VQUtQjGER8u4A1aq9Wx5",
+	"z7zKlpaIOz30Qqu7bpol3iC8WhEswGQvVyShM5pMmFuvBoM8s8YAaSpf0jnz36EWZINSDjripVaiA0bM",
+	"2kp9RGMmHGZG38EJkHcG/ynOgjd0iQ6lVfElR4LniqClraf53ZM3qM94V+bJorvCalFT7E8Hj0KmZgO8",
+	"7fvqCVhzHUgKi5YFa2QshxlPsNUKranD+V3aGgsePBoMO71DrX0VZ0+lkMVwEKpkAaIOS2rekQoIKnqp",
+	"oF1BoARtQuqZ8acP91UnCQl3xqNEtTiSSe6ci/H/7tp09u6zNEbGXwS4aQdIIvRVn/H5QbaXLTrYn/BT",
+	"0FH4sgh4bE4Hp34J0kePfDvVIDiJoiojdaRUaMZzltbgG3RyFNy3eHyh1EqO+/05VYt82kv4sg+ObHKl",
+	"/+9PMz7tLzFlffAnWNyUvWX674yrrpv4kBM/oNiJZeBml9Eu/9QrL922bh/Ayvnzu3gN4Z9zMDxhCuhA",
+	"lXR502YCGzGO2nE9yyLunDnXLHgaM0yZLSdpXiqdja+odOZVlLDFzkJ8agF+vU0YVSh7CqEt4evV809u",
+	"30cLLCu3q5d9BH8Sm8IqFGXzLiNro17Q2cYqi2uqkoX+O2ySMUF0N1bxvReEDvWilABuVpwiFZuLnFXq",
+	"/Npx21CuGKaK4c40dYyl6oPKk+wPdfJMpH6Yk0vRU57OuysKZsIOjHoqnWwnn0A8U1MAjQf0MCqVIuqe",
+	"Kji3UkuxoTihSSwtuziwFDJZwlnZfzt/8bz3YWbcmkZY2D1AWJgKgi+78wxL6bJ+oNyNF3Sy4hlNNuGk",
+	"mTuoDwFo1VjPoMkzw33XxW1bMQN11UqrD4YkKpMXQYSsWtX2s4ajkox2l5sQO1Wwqx0KGFSKbBCu9qJn",
+	"va5nYWwLFPZsvAOKygjNdRj8iguV+gnl2ZdH5SVO7y5N65jCbZh5CwZzZ1beC1v3x6HhFSVroApnxYK8",
+	"zSUNO4ULz/WdX6TAfQ4b2uTTuXCVH0DngReeQY64gFrgRoTHeUqVluBBrrfFbnz2sT+268tle+BlW7fy",
+	"FFrKaHj6zenDkwen3+ztlxBCaC+YYpcZsJ5luIF8/oITWedGNcpizqFovz4BzGxsEGekgPB2GCrqIsDU",
+	"huuO+jWc/dCih+HQItF8QZtYzh1oZxJfLZYZjPJuZSpdWuOx4c8Pv3kwWFTqp9lI0u1aaYtDA5sLD7Td",
+	"VZM9LsTT/IT57bgDnobVml0qj+mLFeazTdMXWfH7mGL1tIyZi6/McKc8OvOUVhC3lE6J2imRdM6QJFC6",
+	"FD2AK/KG2uBuC4QHpv2s8E5VxWbYX4AGeEy9uQOFQkESQq+OdSS6xRxXeMDaC4pgerguDJNRqF0KC4iy",
+	"JMtTcqN655oVBHxaek1FJoNbyRpLy/HUAhvJzMYDIkkIgwvTue0YVwtblztspfqgChbeMeypKmENPBkp",
+	"Ut2DHKMhBusGOpp9xIR17KsYbQs6Hl/GYXcAdtTKsFQ/yCOd59b/cIDZ8oofWSr9xtUl/YYR8JJ90jec",
+	"5K0ElJuYt9+o7LIXzr7NxY5BR5xXGbAlgqqO40W2eGK/DWPyq2MElYCZDcs+shrgDklG7HH9HT1bXXiA",
+	"dB/ecvApFhM6ih9s3On5agVv84tYeOUXTEE2vwSctcuMp/eTB+k35OHs0QAPp6PkJD0l92cPBt8MH44e",
+	"neDTfb9XOgOMD68HV6kkNhydnNp6YS1X2sQ8I/u3tc5KgKQpL1ENmGzhEzKa3U+T7qPhiHRPH53Oug9P",
+	"Ht3v3h8ls5NvHjyaJoMHpaZdQBCfksFNVuR+r4LCOIWqoPDW3T9kkf3bWtn124DN62Sr+kOJXYfhfVnN",
+	"sX4oR1fb8yvhhcodfGAdr3qBwa1r3G69uo0goRqTnGubV6/LKPSwcE0F12jvwBCKLSMx+CPtDDtWdoPq",
+	"72ZpLZwDtzKJwQWkW6PeoDfYLhVyeARKkZANcSu/O7eGO7hyBfYQyjUUXwAIgyUyA278w7MiqidygPS0",
+	"3zoEDngIKQwYhyKwSfFVUZzWT1/+jDwzVcCHiO7Hpy9MybRbyj2AylOu59m2VEKPKuB2hJvjnvSyGrAq",
+	"K9X6SWkH669KA/DY4st5JWUIu26axfvuLlK7qAy4fS8cXoiswITb0AtKtLozm/zfMLuhRb2UqUuj2+O/",
+	"PumOBqMHXS0CFp1H4VJN0fcrwl6/fn5YXvF2nRhJklxQtXmtgWMlFchNOs8dZ67aWBmeQxNidP7qme3b",
+	"0I71YC7or0DzY/Qnk920ni1//tc//1/c6SGtGsoxio1zIgYnkDxDsVNWYgjTmdg4YWMwSbDCzozvSQ5n",
+	"KAZ3hnlE0xKGJ/RSZFSEhrm0yMId0JuwJ5ovl4kzWis1U2nFFHKuINGUMmRDPPT3sUmjNF5JmNluO+H6",
+	"cWDSkJRmYoe2Yl/b8Y9PX/x8/u2LZy9/fvP9X568jDWrrn/589Nnz5/EZyhe6ttC5CxGa0EVkaaBCJ+w",
+	"uAc56rCCLqzAtRkFxIb7HeBe0uVCqZXppErZjG+f5noGVQ2wCfxDP3JxmXGcoqcZIQqZsxY99ExB0pVa",
+	"cwQlvSI05WphTeRTkqIFEWQ8YRP2FUDzq6+srev81bOvvkI5S4lAsRXU4witqSBdTZhY0WlGygi22jKq",
+	"yDZhCEHb4q5IeicRSkzy13TjLGvOklpmC8qOidxe5irHGXrz/PVZucZl5e3eOpfzpTILnXFRxIIbjHKJ",
+	"WJz19H5NJB7E6QEgt5vmonbc1BRX08UrP64RudJ0042mnQnL6BVxy7p5AJYph6BnsOUQznx7pCbjXFbb",
+	"3xalNM2y2sXk+t1WXeVi3nfxmZW9wZ0lt2e1yJrRhDBj0bBtpM9XOFmQ7gjcJUapc/Ot1+sehp9hPvus",
+	"7D9/9vjJy9dP4Jky3A3w+V///O8GRG75vY8GvaF5lq8IwyvaGrdOeoPeiWnxuABGWNey3xut9lr/ZjuV",
+	"+W28x63viFXbao2YfgpfSOWQ/rfwZlB8rqM6mf6vnCuSoidv8By1oVM3lsispYNWglxRnsvMtf73+6ZY",
+	"m0JjH/6b969/W+vUPRoMdvSC3mnlqPSGLsSMKWUYerQHeoRXwWNAXjQ2aNPlMld4mpFOtQXzY0Czx5wp",
+	"wQOhDStBr7AiEVrid108J/95Mrx/8mAwGESoeOPOVufb160+se2J7HGaAyxjfuzZTSu7OWpCPeXJ4DTk",
+	"N7dd/+29xxVa8pTOKAFR9nRw0iQzFWfsh/2fmjkOHz96tH98vbE4HLNVCg+eyxNoWuOfoNTocomh1ukF",
+	"UYKSK1J1EVtoTzcQ7mmxFxVxIgrPpSmDDVXc3uoJQmWF++9dTfFrA/2MhMrul3Vwe+iHwijru4fGNt2/",
+	"kHZQRvCVSTEqlImaEtHGiJH1hMU1CTvu2FBwKtESi0uSotgWeIvLOxfspygOmIpjFwW7MEVeoglzQpW9",
+	"OxgHfZcIlGi1Srro1wSu1R46h3bVolp82/qiyt1TZWsww/1Q5ajfAiS3iwa3tthPAO2/dS3XKrMDAJBt",
+	"gjnLs2zzGdGA3rw7vXaJgp0Qrh99h1kSMLfY26i1ChlJfBoo5eotpKgU905tte/EFDJ00YPt0WDYObM4",
+	"Zst5T5gggIGGoP2jb48Gg07Pry7do2lsckjIL1pA1HPo2/+edATxLI19e0kVOV/lqgEz4fz+xNPNjjvx",
+	"71bPK/n5fmdqsBT3dVUv1bfEdfh23k8eVg3fIo/RYHjYC6xOH6CvwZH0ddf0OPo90i9QCRf2nMqmkhX8",
+	"23Vr1TwJc3IAiVbJbusC6qFzqHOuBU+tDJvyyWOETf6TfjKuSJrxhM2JkuhkcFpUUlQ8N0OB8LHCUyxJ",
+	"iOi+I6rqxNtiU7VkKS01WyELOkH4mInkhiUkLbfyCUnKxZquhl8fxysa/Z0B4dn9Vgqg1r7EyJwrim0b",
+	"xiU4XI8Wpm8oL9+CyPuSK/TCyrioi4ptuuoxNszlZqzmwe9Y/IV7lC9XWq4qGjEZgtbSG84yKJWr1WeJ",
+	"sLQVmxQHuRn4ycEMRkvFpfP4uu/10OHyWNFgZrs1FaK7a64wGgwjKwNwRvTngZY8XcjTgksyYXE4xgj8",
+	"IrsioqA0hKnrljukkUVs1IR9ux3JBzmsqZGTjaEVbSeMofZ7iKyLkIvbi5AN74uQDdC7DgsdXKp6G6fj",
+	"zQ3euRTi2t2ILQ0Np24qtEDB3xIJbHDlGodFl16j7NL8npAE0/soIszvWCTZAuXNuUTAytbMJh4bJO3i",
+	"NIUGLqlJ5nX2mjEUgCyyT/gMKNxKA2BAFvcq6nY0Yc5VxwUq03ciZyIwi2sQTEps/9v5i+e3QJXRUYbD",
+	"4yQNl+Cz43INBrXi9Z68tE/C5HacCPGZWcAYoiylVzTVSu+OLK4ZzRqve3Nb/dpIpefF9TxAWNr0BaPX",
+	"Qx14KU2yvUR/fvPmFTiZoECnFs5AGahqAiFys1WPj8L6v9e9q2WR5BaHajCHXWx27gYicTuk+lrq3fpJ",
+	"PqdXhOn3/+uf/12BKMznnRhfSXtc1qnV92AhG/0Yz6lU5/7AYznZc7qk6hD2ZV3tR7Ku42QQbycQPhA4",
+	"s++h/+fcpLl6G48QFybXUbP/9IZiwPBOxYYPxayqw/+nt9c1VJOqBhJnOqYCmWrnXm1zh3jWd9966wKC",
+	"TPy4S068jhpUgFdYSGJcrVc4o1qiK/3T3jL8/KzIMCsuoMyJKYgMQrsxLYNbtrhOyqYOVgrwX2rax9mb",
+	"PqZpHBlp0Nkl/LHc2MaNjuLieCbM7z5OJYpdbfme/TKOIPZBL8sWhm/Hw94AFJEY3NvgKJ2wr1C1zAuV",
+	"ZQdbrKBYLFgmI3DSopgyAFjXA0zhAIATq1aB6ekZtC7h9gZ+RecAAXs8FB9OyXLF9Xdj4OSF28BqReXG",
+	"v0Lf0hkU9FDFa2ambRp5R808HmBsMNoYnQ4eodj+0IWRWjuyX5i2bKVDLyR3PQZ53SPyMsDoOKb1zO01",
+	"2fyFbD5IJTo8g3tPfs91FJTZytggvKJ2v2N0NZwwmo7RgmQZ7665yNIJcwg4njAECD5Gf9a/ox/N78id",
+	"yhhNWsPeYNKasFIgfmUSrCU83UWmrLLts6W/Qqg2YbfyYwnosflCv8QsAp5xXyJUGuXH5ZcIUF5SBfZE",
+	"ntBxv2+3DgEQtXcgL+e22Euzse704f1vHgT9ywfppbd9N5Xx1AGRgkpE3uGkbCmkNdXCUmFo0VT6/yWn",
+	"VzjzqPDMmSuQV4TRk9GdxBxaph3WhzHXUes5T4qKCrvGF+NgM1YB/6gAI1VIpelvsO9PTVI4HTw6bvzw",
+	"yPcP79+pweNuJZ3zNIUen94d71AI3BrGMV9mhbeNmV6z5M4Bkk+RltUojvffVwpd7Awz8sig9XHYUxOZ",
+	"eS+/MYFdfxTkP/2EkO07ooyxuXKOR0jPR0k255UCKtdvD8VA12ir69I0mtDRT9zZWhw41KCbU+lPg4zD",
+	"XZadPVkYWrUMvReSbG7+1rtUQ30YNZkNsFrY7mOgV0RIcXBa2vqZC+iQq7UaKm3PnE9SJb1rZ/zd0qY+",
+	"CddDBk4EDkRTq9dzCGuhiogIOgssoGy01lQksvVDSwuMJRX521OzU6oabXbP+dpT561u27Z66kqQhKSE",
+	"JWRsNdWuSHrDGJlIX6e9eh+HoM36OmhpQY8mzKjW3OQ+RWiD2SVJ0SzDJuQfI3skWlPXD9Y6W4V0wZrh",
+	"6q9uw38U+5Xd0CFmLHfYfwgG8TFsXBXR715RMAjSQSwJgDHwU7yn3Vr77+1fO8NQL2wiIJBkxf5CWTeX",
+	"JEbrBc0I+M48x14brDmeO42yikf+XhEp2pkwKO4KqYtUnQFtw7XlGpNBXKczPUFYjmeWq0nhZhuyboFr",
+	"DhcN2oIOCRfVDzsj7yd2Qx6run1SN6qBrNcrD+o8Mu5jVy4rsWv71agofIdZj3ARv2SmEzyfL1B8DomP",
+	"8RjFdXYco7YJOQU4dIroEuVZEgQxVaQmrDCD+gohlq6lGIp9K+xZdTatMMaV9/svAStPtkFYThg1FXtW",
+	"XCroSVIZaL8tJpXGYG5s4YrzTg9Bupuoxv4vsOkox9dswqQSnM1RrLUwvcxqlF6xxpPBaYPD+zasrjM9",
+	"pYmr+8jXaKN59UiXuJfFe2P1NxjEZotI+efnSsrXzuoPpXofH2A3+gRVe4sVUUGi+vo0BM8FnVOGswpB",
+	"T6G2yUcTLvbLtgWVfIgc0s+ZvvxNJYyPtNzSuVhlWD/AUu7KU/Qbewg8hCvTcoxO1fui8+8j2h9YyhEG",
+	"eN2JLTdEGb8hXdT7L1vdu2xljDeg95hMmhkXpQ/Xz02z6WBUFCliECbr1RrRj0Jymh9j56wrNqXaOOiZ",
+	"IgKKZCmCFqY6CtbzM0bSijmmh/6G2aVeCq6te8KM3xpqT5twUJveD0UVQjLM3+6QIdx+NK1fVuLaeio/",
+	"Jbaz/sJwDmU4+ihLhejmPCdPqWq055kIkmWuTAiLV/EgwVmG2mWIsxZOLM12Itsu3lS5yCUx6ppWRXyy",
+	"ppBsxzPbgtw8E+od0EPnqxVhaVfT5RgI8vzVM5RgViZi6PmNno8IU4LuMO/Bjvck/UDpRwjYioJuApyY",
+	"AolBz8CD06C7oWZqK6qI0DRC0EzWBI6XMZQ7JrflTY+YPfSisrB9+SZX4scerW07kAsSLL8bfq+kpilP",
+	"ICt/Z/Gf8Nugh+aN3va7MtJqtDzELuvQ+/MLJbwguFaSJ3INlsDT4DFBbJC3zgNNG4MKA7SFXnaGsj62",
+	"Y37XXoBqCaw9SGah8iV8FUz7XkEg1K4WC6IpYcokCU43aPnm+Ws/lmOWEdOsNYSFjSGsuZaMXY46LVpQ",
+	"uKJrKKNS9dBLaLZclui2nefMKGlkWD2SpG7tZ0X05YSZBjxoYku52dvXzmkjW5XIpUIpX2LKJq2yMJbw",
+	"1lJ4+TSO4kT1JuwcetnaV0Fhd2kmrjfrGcK9X7HiBm9tY3S1Jdc+UcnaX6MnYX/MUECvLF1Y0LZH4kf+",
+	"uXOMXIN7W87PZEHJ8pxNgY3WLQfjHbpkCp30jLZnV1QzWP5BAuw+rYA2wxoKVgT+O/edQxQIQtLIcTDf",
+	"C9y+/feJrYy5M2itYAG/NQ31Wp9twFnizuDQO+4obu0KpNp8xN2o0jdXcb14UhP2fOuyz+8Me+wMDahj",
+	"FvkZo85W+n8YdW7qn6jiTnRsuaGjca2f4SnJ5PEW2A9caENdpAtTtsg6iKyx555EZpU9dG7hf08iMpsR",
+	"6DBofwSRDh5jxHh3TSdbWxLJlvGaML9MTOTMMylhWvStzWpFSEgKuiSbMzMTkiQjCRTDBD/k1kp2Vkl6",
+	"buB9l/WR7BQfWXI7hG+U8W9aErLQ+hK7edu86jVRFVR2FALehAMZWNjSGuApRob6UAaywy3jhDQrwEHR",
+	"pNPByc0KsjKuutjWaSZp3EGcTZjRG71SsImrUG9+sVqpIEAbUVHtGDHyThVt1jnroWeQHgFMVgv6FY8P",
+	"MKhLslJnVgClbF6U/UOC2GxNY/UJ8ZALAMRtqpC/rQBqnCX2eD9DkcKcZ6Ga3ET1CBcy2zb+feuNOyg1",
+	"od5tNmilHw0GlXYJP+Hur4Puo+7b98NoNBhc/8fh9vHSBfTB2Q+ONbUOrWJQNjRoeqUTlw5+pZN2drgX",
+	"XFe3G1QQIod5BjTTf21lldbvzZVQ7vgQU2/Fse6b01FbQtK0sQFrGa8ScG9MRGnn0xRCPimhAozIaYWP",
+	"lCVRKh2Njqt1YOT9WhpYGQjNPK0LTsu1RIe6Bu0iDHsYeT0NYttlJu6MJ6xSNbhuvp1zqPfp6v2BqK8E",
+	"ZtL4J00JNi9A1/baRlQ6XWPCoGACGB9JJo0OYnDP9bbx4tvAiew3wsxXRj0xqU28rEL8mDOpBKZMyRii",
+	"YCVWVM6ghuvpaIRiLcqAtqTxO7YVKSDLxC4SqthjyVlkDOwMIMmJ7PRQ0YUIXUEbognT0omrNmFNpVLV",
+	"17/V18GQ6xniS6qMKV0rb9DrB0JiLE5KMKnXAmxq3XjKAHwzLt5R6KDkDp+qLb2+zqPs6cM7YKPNmpkb",
+	"ERW09SVL/HNLTdA40JT43VT2spnph5XH5nJ3u/J0vhV85TIECjZc5KLvLgdfZ/fQERxayZQsvmMKui/5",
+	"lblSFLcF4imbx2f6mykxTW68uvHOX2m5uLMxSd5Df+aM58LEptuw9Am7sC+sFu+Ey4CWjiw3rYlDMiXa",
+	"t6ttNpaHvzlLnDVmHow+EicCAOGs5ECV9ixrmmUWIvC1q816S/6zT4yVDEeflJIKUMdB6rshU4h2uDc8",
+	"JP4IusX+S/FLOYcbuEi8QzxSR/jQAr6H3Td9G6m902byZzvmdx0wZTdxiA6til7dX9Kl9yO7iSo2UkcJ",
+	"OWdiL0VqnqWh2L5PixwEcVrdDQz5wTLaYWXftLxFH6Zq5uyS8TVD5RJAebaC0oRpAa4olhcbjVTPWO38",
+	"is5tqqgNvS7NCkZy9MslF5aBstBfwDhfgPA2JLHoU9FjvX39RiFhrzLcmHaxyrCjObFBInfRXQdIUEXs",
+	"+rnrA/s5qqHD0e9YbX1sSLdWfmFVM23ZboGWdjuHlaU5VoPtO36x2w9zUYz6XUsVbhuHiBUFYL4IFQfW",
+	"YKmicwG/xjyBT02WsOvtv3d/7oxoc7jU+gj42ljO3/7+Gce1FfJOEaIjCDNpE8218T86Ejpn6srU2LO+",
+	"VOGj0I6qd3SZL1vj0fD0m9OHJw9Ov4laS8rMl8Ot3vPXh2M8z7IpTi7vVHR+1SSfGqeRKzYNLfxKpoFi",
+	"xR3yx6htUWlcFhwqBqoFVhO2xhJZ3xlJ0ZTMuA2qK/qBMNKJfNGbsiTLU5L20HccShlxhFHG1/r6Lf08",
+	"c35FTGPXjXHIlZPYUfckiovaZj0H0th6htzn7oyLKYTrec07Za4RFJqYGH9Xpzdh8YyLhIyRRoPY1f6O",
+	"ze9xkZUpjQ3WJJKMbWNz6IPOWbaJkFaMRFr2AyuStkDl4MxsxgHR5ICuuJTQ0RuyV7ZSW7KMr8u00HCg",
+	"j93tH0uRsJv6SKnbX7SGL1pDw43HkcZDU78SESw070DeHXIX6kHZ9W2/6btoZ3ZnxGFmMF2rmojECptF",
+	"T9qE0CuSQjxN5oKsLe+PbGflzmcoP72BmxQagNj2aRZiRfAHeLCKZvS/A+O4rTNyp+LM4wVJLo1bV2Ex",
+	"J8qXA5aU2TrBTwVfxhUL4Zbg0EM/6ss91iLh2NYDjiesXsiuqJ5iqu4RkspquZWy0mU9LMWv/9x1AmYc",
+	"eQXwNDhyRVKzirhjk1TtmnCueOwFZEPhukKcg4idBTchSLlgtlKsFh4mDM+U7fq80gyK5yZSinpSWg99",
+	"b5lRVxLli2YJFmIDkgbKWUZkBdwSb+SExdxBeowEkUTFZ3rV7hUxkkRJZ0dRnPdQnIrNRc6cYOVX8INr",
+	"FfpLVw2yznWNvlcLItZUEjQajEr5rYDKmanDWXzuUtZdCT4XRMqyHCeUHNa3dlB2stv5Q4lOdk9f7K9f",
+	"JKlPq16YZanVoBZuNNRSAfwwkQqSKfYEt5sxBwW2f2B0+B885hrSxw6KtwaQV0prlLUeNPe3cs8nWm/j",
+	"kwytdlh8WGapTyUeWe0ilO/LYQfRii8W3kKlpuNSHorFHpHx8CkRU7H+Q+ipPMDPtTxNCYFGP8cBXSTC",
+	"RNF/79HCTmdEcWitj4EZTVJVsazP2B9RqkqFQ0IqspJ321Xk+xIhAjpzE0b1E8wSkh2vMG9P16QvV9AC",
+	"EZZKFJtZM5LGZ/X46EtCVhKtF1iRK8+4BR1ziIR0WsbXqI1B87TxxxNWRN/a4qfF504PPTazQRAzrICk",
+	"3oqo1LpbMGEDnvMJ69NNXD2cMiNUQP8P0SrhjgM1AFYIo19ykmu8Af2dQai7hxg31hKgSOdu2eeNGfK7",
+	"DruAPRwUygmb/VL4DiSL81fPLEBQG1L9bWqaJIkgSnYOrrjYVFHdpHrB4bTuMpkMZviN8shekrXZYANj",
+	"BABH3l0NwDXpk+ZvfUXYHq3gGMUSYbTAcmEK6MHByAVfM1em7UtptLvmyoBV+jYvSAS1y8ODA4MD4Swh",
+	"nRsVJjV0138P/+9J9LogV/ySpI5WtQTiaj+2jTldmBHnKu5Yh4rzyCuBadZD8AqIQljThGzlTgWCdvUL",
+	"S8q9S769h3Ls3j7LMhh65xU0PIIlN2lyn8Chfsba201OMmSQqsZ5WS5yaHPTk1GoOsnb98PoZBSsTQLK",
+	"HqhCvzZWkz+3Dq/RYOClgWKFp1iSwh1W1oJf0rlT2pZTkhaxRFSiKWVYbBCVEwZoSNIzdH9wgtq2ZNHX",
+	"f4fcfb1Kk+0PS4s7iDs/WkNDqgs97ma4X/TUf99yIQstmFaf0IEpRwRn4e6usC6kuImFAvK4/5Hlxa1a",
+	"3JQRKdG//vnf1YMEJzBOFlA7BPKD4RxJWlFTZOstbNN+E1LaX2Ax5+hHm7CKXpTdBzSNFB1ET7TsJEhX",
+	"7wUrOs1IBFdctVBz2yvi3OlN2GOcZYBuuVoQpvRh2hpry1zlOENvnr9Gbf3PsHfSMWF/pZne1rCAOEBJ",
+	"5kuvavLrV8+ePn2Cnn07YbFc0dmMjPt909MUCip3bUFl/Q3pQ+mt/nq2tEM0ddPU/mjms7+YD8WPsYur",
+	"S4hQpmQXuSfRDxfP0Ovzl70Ja3+/IkwD6qQ3gK5tjKPY7O3N89cxcidrkoPIGdKgRClJMixMVZFeB5lU",
+	"Lde3DsSahK9A0rDVQbCxa9i6qOjxgmZpt/BgSNSO51iRNd70E/1T3IGEIsaVq99BUrQhJq5yY5kAOnUN",
+	"4ypFhFrbXRS84kzgS91OwYcWkoXPxagvXly4zWYEPDVU2wsZ8WVg7uaq4B2vsY2d2nur8U1sv8+6BKUJ",
+	"nfTStwxPdHGcsFFnAqgU7xE59BD0DeJlq4fSLrA9s6fm2YV70ZptE9mpFY9Oz29CAVdS4GWVzpvFLxK1",
+	"DT3HZdt7V3llPVve0+vW43DmBbMClkKlAaf/QFtDl6EW2b6qXaesFz1rfeRxDVG2l/pKcL0JtAC2C0wD",
+	"OM0UZ5gl7jLiIlkQqcB2UgWpbF2/vf7/AQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

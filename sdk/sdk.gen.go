@@ -745,7 +745,9 @@ type CreateDeploymentRequest struct {
 
 // CreateTokenRequest defines model for CreateTokenRequest.
 type CreateTokenRequest struct {
-	// ExpiresIn Go duration until the token expires (e.g. 720h); omitted - never.
+	// ExpiresIn How long until the token expires: a duration from 1s to 87600h (Go syntax, such as 720h).
+	// Absent - never. `0s` is refused (422).
+	//
 	//
 	// Example: 720h
 	ExpiresIn *string `json:"expiresIn,omitempty"`
@@ -885,7 +887,8 @@ type DrainOverride struct {
 	OnTimeout *DrainOverrideOnTimeout `json:"onTimeout,omitempty"`
 	Required  bool                    `json:"required"`
 
-	// Timeout Go duration.
+	// Timeout How long in-flight work may take to finish: a duration from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m).
+	// Absent - as the target version declares, else 10m. `0s` is refused (422).
 	Timeout *string `json:"timeout,omitempty"`
 }
 
@@ -897,7 +900,9 @@ type DrainRules struct {
 	OnTimeout DrainRulesOnTimeout `json:"onTimeout"`
 	Required  bool                `json:"required"`
 
-	// Timeout Go duration.
+	// Timeout The drain timeout in use, in Go's canonical form: a duration from 1s to 168h (10m0s when the
+	// version declares a drain without a timeout).
+	//
 	//
 	// Example: 10m0s
 	Timeout string `json:"timeout"`
@@ -905,6 +910,27 @@ type DrainRules struct {
 
 // DrainRulesOnTimeout defines model for DrainRules.OnTimeout.
 type DrainRulesOnTimeout string
+
+// DurationNotice defines model for DurationNotice.
+type DurationNotice struct {
+	// Declared The value as the description declares it.
+	//
+	// Example: 0s
+	Declared string `json:"declared"`
+
+	// Field JSON pointer of the member in the description.
+	//
+	// Example: /lifecycle/upgrade/drain/timeout
+	Field string `json:"field"`
+
+	// Message Example: drain.timeout 0s is out of range (from 1s to 168h); 10m is used
+	Message string `json:"message"`
+
+	// Used The value used instead, in Go's canonical form. Absent - the member is treated as absent (a rollback window with no limit).
+	//
+	// Example: 10m0s
+	Used *string `json:"used,omitempty"`
+}
 
 // FieldProblem defines model for FieldProblem.
 type FieldProblem struct {
@@ -940,6 +966,11 @@ type LifecycleRules struct {
 	//
 	// Example: 1.5.0
 	MinUpgradeFrom *string `json:"minUpgradeFrom,omitempty"`
+
+	// Notices Present only on a version stored before duration ranges were rules (publishing refuses such values
+	// now): each duration it declares out of range, and the value used instead. The members above already
+	// show the values used.
+	Notices *[]DurationNotice `json:"notices,omitempty"`
 
 	// Parameters Per parameter, what an upgrade to this version does with the operator's value.
 	Parameters *map[string]ParameterRules `json:"parameters,omitempty"`
@@ -1128,7 +1159,10 @@ type ReconfigureRequest struct {
 
 	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
 	Parameters ParameterValues `json:"parameters"`
-	Timeout    *string         `json:"timeout,omitempty"`
+
+	// Timeout How long the device may take to install the revision: a duration from 1s to 168h
+	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
+	Timeout *string `json:"timeout,omitempty"`
 }
 
 // ReconfigureRequestOnFailure defines model for ReconfigureRequest.OnFailure.
@@ -1180,7 +1214,10 @@ type RollbackRequest struct {
 	Force  *bool `json:"force,omitempty"`
 
 	// Reason Required with force; recorded in the audit log and on the revision.
-	Reason     *string `json:"reason,omitempty"`
+	Reason *string `json:"reason,omitempty"`
+
+	// Timeout How long the device may take to install the revision: a duration from 1s to 168h
+	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
 	Timeout    *string `json:"timeout,omitempty"`
 	ToRevision *int    `json:"toRevision,omitempty"`
 }
@@ -1194,7 +1231,9 @@ type RollbackRules struct {
 	MinVersion *string `json:"minVersion,omitempty"`
 	Reason     *string `json:"reason,omitempty"`
 
-	// Window Go duration after installation during which a rollback is allowed. Absent - no limit.
+	// Window How long after installation a rollback is allowed, in Go's canonical form: a duration from 1s to 8760h.
+	// Absent - no limit.
+	//
 	//
 	// Example: 72h0m0s
 	Window *string `json:"window,omitempty"`
@@ -1303,7 +1342,8 @@ type UpgradeRequest struct {
 	Strategy      *UpgradeRequestStrategy `json:"strategy,omitempty"`
 	TargetVersion string                  `json:"targetVersion"`
 
-	// Timeout Go duration each step may take to install (default 30m), on top of the drain timeout.
+	// Timeout How long each step may take to install, on top of the drain timeout: a duration from 1s to 168h
+	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
 	Timeout *string `json:"timeout,omitempty"`
 }
 

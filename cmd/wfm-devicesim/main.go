@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/devicesim"
+	"github.com/wfm-dev/wfm/internal/ratelimit"
 )
 
 func main() {
@@ -52,11 +53,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	neverDrain := fs.Bool("never-drain", false, "never finish draining (to see a drain timeout)")
 	failRate := fs.Float64("fail-rate", 0, "probability that applying a revision fails")
 	seed := fs.Uint64("seed", 1, "seed of the failure decisions")
+	clientRate := fs.Float64("client-rate", ratelimit.DefaultDeviceRate, "requests a second the server allows this client (its -device-rate); all devices share this budget")
+	clientBurst := fs.Int("client-burst", ratelimit.DefaultDeviceBurst, "requests the server allows this client at once (its -device-burst); a quarter is kept in reserve")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
+	}
+	if *clientRate <= 0 || *clientBurst < 1 {
+		return errors.New("-client-rate must be > 0 and -client-burst >= 1")
 	}
 	client := &http.Client{Timeout: 30 * time.Second}
 	if *headerID == "" {
@@ -79,7 +85,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg := &devicesim.Config{BaseURL: *server, HTTP: client, ClientID: *headerID, Poll: *poll, InstallTime: *install,
-		DrainTime: *drain, NeverDrain: *neverDrain, FailRate: *failRate, Log: log, Rand: rand.New(rand.NewPCG(*seed, *seed))}
+		DrainTime: *drain, NeverDrain: *neverDrain, FailRate: *failRate, Log: log, Rand: rand.New(rand.NewPCG(*seed, *seed)),
+		Budget: devicesim.NewBudget(*clientRate, *clientBurst)}
 	var wg sync.WaitGroup
 	errs := make(chan error, *n)
 	for i := range *n {
@@ -92,8 +99,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 		}()
 	}
-	log.Info("simulating devices", "count", *n, "server", *server)
+	log.Info("simulating devices", "count", *n, "server", *server, "clientRate", *clientRate, "clientBurst", *clientBurst)
 	wg.Wait()
+	log.Info("stopped", "requests", cfg.Stats.Requests.Load(), "refused429", cfg.Stats.Refused.Load(),
+		"unavailable503", cfg.Stats.Unavailable.Load(), "documentsFetched", cfg.Stats.Fetched.Load(), "documentsFromCache", cfg.Stats.Cached.Load())
 	close(errs)
 	var all []error
 	for err := range errs {

@@ -324,7 +324,8 @@ const MaxTokenName = 128
 // secret, which is never stored or shown again.
 //
 // Returns EINVALID for an empty or long name, an unknown role or a bad
-// expiresIn (a Go duration > 0).
+// expiresIn (a duration within lifecycle.DurationRangeOf(DurationTokenExpiry);
+// "" means never).
 func (s *Service) CreateToken(ctx context.Context, actor Principal, name string, role Role, expiresIn string) (Token, string, error) {
 	var fields []lifecycle.FieldError
 	if name = strings.TrimSpace(name); name == "" || len(name) > MaxTokenName {
@@ -336,9 +337,8 @@ func (s *Service) CreateToken(ctx context.Context, actor Principal, name string,
 	now := s.now().UTC()
 	t := Token{Name: name, Role: role, CreatedAt: now, CreatedBy: actor.TokenID}
 	if expiresIn != "" {
-		d, err := time.ParseDuration(expiresIn)
-		if err != nil || d <= 0 {
-			fields = append(fields, lifecycle.FieldError{Pointer: "/expiresIn", Detail: "a Go duration greater than 0, such as 720h"})
+		if d, fe := lifecycle.ParseDuration(lifecycle.DurationTokenExpiry, expiresIn, "/expiresIn"); fe != nil {
+			fields = append(fields, *fe)
 		} else {
 			t.ExpiresAt = now.Add(d)
 		}

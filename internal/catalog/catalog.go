@@ -170,7 +170,9 @@ func (s *Service) Get(ctx context.Context, appID, version string) (Version, erro
 }
 
 // Description returns the parsed description of a stored version. The
-// result is shared: callers must not modify it.
+// result is shared: callers must not modify it. A lifecycle duration that a
+// version stored before the ranges were rules declares out of range is
+// replaced by the value used instead (listed in Lifecycle.Substitutions).
 //
 // Returns EINTERNAL if the stored bytes no longer parse (they were valid
 // when stored, so that is a bug).
@@ -181,7 +183,7 @@ func (s *Service) Description(v Version) (*margo.ApplicationDescription, error) 
 	if ok {
 		return d, nil
 	}
-	parsed, err := margo.ParseDescription(v.Raw, v.MediaType)
+	parsed, err := margo.ParseStoredDescription(v.Raw, v.MediaType)
 	if err != nil {
 		return nil, &lifecycle.Error{Code: lifecycle.EINTERNAL, Message: "stored description " + v.ApplicationID + "@" + v.Version.String() + " no longer parses: " + err.Error()}
 	}

@@ -12,25 +12,18 @@ import (
 	"github.com/wfm-dev/wfm/internal/page"
 )
 
-// DefaultStepTimeout is how long a step may take to install when the
-// request says nothing (on top of any drain timeout).
-const DefaultStepTimeout = 30 * time.Minute
-
-// Bounds of the timeouts a request may set (step and drain): long enough
-// for a real install, short enough that nothing stays in progress for long.
-const (
-	MinTimeout = time.Second
-	MaxTimeout = 7 * 24 * time.Hour
-)
-
-// checkTimeout refuses a requested timeout outside MinTimeout..MaxTimeout
-// (0 means "not set"). Returns EINVALID (invalid-request) naming pointer.
-func checkTimeout(d time.Duration, pointer string) error {
-	if d == 0 || (d >= MinTimeout && d <= MaxTimeout) {
+// checkTimeout refuses a requested duration of field f outside its range
+// (lifecycle.DurationRangeOf); 0 means "not set" (the HTTP layer refuses an
+// explicit 0s before it gets here). Returns EINVALID (invalid-request)
+// naming pointer.
+func checkTimeout(f lifecycle.DurationField, d time.Duration, pointer string) error {
+	if d == 0 {
 		return nil
 	}
-	return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "A duration is not valid.",
-		Fields: []lifecycle.FieldError{{Pointer: pointer, Detail: "a Go duration from 1s to 168h, such as 10m"}}}
+	if fe := lifecycle.CheckDuration(f, d, pointer); fe != nil {
+		return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "A duration is not valid.", Fields: []lifecycle.FieldError{*fe}}
+	}
+	return nil
 }
 
 // Actor is who asks for an operation.
@@ -144,11 +137,11 @@ func publishable(d Deployment, kind lifecycle.OperationKind) error {
 
 // Upgrade plans (and unless dryRun starts) an upgrade.
 func (s *Service) Upgrade(ctx context.Context, id string, req UpgradeRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
-	if err := checkTimeout(req.Timeout, "/timeout"); err != nil {
+	if err := checkTimeout(lifecycle.DurationStepTimeout, req.Timeout, "/timeout"); err != nil {
 		return Plan{}, Operation{}, err
 	}
 	if req.Drain != nil {
-		if err := checkTimeout(req.Drain.Timeout, "/drain/timeout"); err != nil {
+		if err := checkTimeout(lifecycle.DurationDrainTimeout, req.Drain.Timeout, "/drain/timeout"); err != nil {
 			return Plan{}, Operation{}, err
 		}
 	}
@@ -280,7 +273,7 @@ func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequ
 func (s *Service) newOperation(d Deployment, kind lifecycle.OperationKind, to lifecycle.Version, values map[string]any, profile string,
 	strategy lifecycle.Strategy, drain *lifecycle.DrainPolicy, onFailure string, timeout time.Duration, actor Actor, hops []lifecycle.Version) *Operation {
 	if timeout <= 0 {
-		timeout = DefaultStepTimeout
+		timeout = lifecycle.DefaultStepTimeout
 	}
 	if onFailure == "" {
 		onFailure = OnFailureHalt
@@ -308,7 +301,7 @@ func stepBudget(timeout time.Duration, drain *lifecycle.DrainPolicy) time.Durati
 
 // Reconfigure plans (and unless dryRun starts) a change of parameter values.
 func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
-	if err := checkTimeout(req.Timeout, "/timeout"); err != nil {
+	if err := checkTimeout(lifecycle.DurationStepTimeout, req.Timeout, "/timeout"); err != nil {
 		return Plan{}, Operation{}, err
 	}
 	d, err := s.store.Deployment(ctx, id)
@@ -359,7 +352,7 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 // forceRefusal, when not empty, explains why this caller may not override
 // policy (not an admin, or overrides disabled by the server).
 func (s *Service) Rollback(ctx context.Context, id string, req RollbackRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
-	if err := checkTimeout(req.Timeout, "/timeout"); err != nil {
+	if err := checkTimeout(lifecycle.DurationStepTimeout, req.Timeout, "/timeout"); err != nil {
 		return Plan{}, Operation{}, err
 	}
 	d, err := s.store.Deployment(ctx, id)

@@ -219,6 +219,16 @@ func lifecycleRules(d *margo.ApplicationDescription) api.LifecycleRules {
 	if l.Rollback.Reason != "" {
 		out.Rollback.Reason = ptr(l.Rollback.Reason)
 	}
+	for _, sub := range l.Substitutions {
+		n := api.DurationNotice{Field: "/lifecycle" + sub.Pointer, Declared: sub.Declared, Message: sub.Message()}
+		if sub.Used != 0 {
+			n.Used = ptr(sub.Used.String())
+		}
+		if out.Notices == nil {
+			out.Notices = &[]api.DurationNotice{}
+		}
+		*out.Notices = append(*out.Notices, n)
+	}
 	if len(d.Parameters) > 0 {
 		ps := make(map[string]api.ParameterRules, len(d.Parameters))
 		for name := range d.Parameters {

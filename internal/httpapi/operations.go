@@ -17,16 +17,17 @@ func actorFrom(ctx context.Context) fleet.Actor {
 	return fleet.Actor{ID: p.TokenID, Admin: p.Role.Allows(access.Admin)}
 }
 
-// duration parses an optional Go duration request member (its bounds are
-// the fleet service's rule).
-func duration(s *string, pointer string) (time.Duration, error) {
-	if s == nil || *s == "" {
+// duration parses an optional duration request member of field f. Absent
+// is 0 ("not set": the default applies); a given value must be within the
+// field's range (lifecycle.DurationRangeOf), so an explicit "0s" is refused
+// rather than read as "not set".
+func duration(s *string, f lifecycle.DurationField, pointer string) (time.Duration, error) {
+	if s == nil {
 		return 0, nil
 	}
-	d, err := time.ParseDuration(*s)
-	if err != nil {
-		return 0, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "A duration is not valid.",
-			Fields: []lifecycle.FieldError{{Pointer: pointer, Detail: "a Go duration, such as 10m"}}}
+	d, fe := lifecycle.ParseDuration(f, *s, pointer)
+	if fe != nil {
+		return 0, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "A duration is not valid.", Fields: []lifecycle.FieldError{*fe}}
 	}
 	return d, nil
 }
@@ -129,7 +130,7 @@ func accepted(o fleet.Operation) api.OperationAcceptedJSONResponse {
 // UpgradeDeployment plans or starts an upgrade.
 func (s *Server) UpgradeDeployment(ctx context.Context, req api.UpgradeDeploymentRequestObject) (api.UpgradeDeploymentResponseObject, error) {
 	b := req.Body
-	timeout, err := duration(b.Timeout, "/timeout")
+	timeout, err := duration(b.Timeout, lifecycle.DurationStepTimeout, "/timeout")
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +140,7 @@ func (s *Server) UpgradeDeployment(ctx context.Context, req api.UpgradeDeploymen
 		in.Parameters = *b.Parameters
 	}
 	if b.Drain != nil {
-		t, err := duration(b.Drain.Timeout, "/drain/timeout")
+		t, err := duration(b.Drain.Timeout, lifecycle.DurationDrainTimeout, "/drain/timeout")
 		if err != nil {
 			return nil, err
 		}
@@ -158,7 +159,7 @@ func (s *Server) UpgradeDeployment(ctx context.Context, req api.UpgradeDeploymen
 // ReconfigureDeployment plans or starts a reconfiguration.
 func (s *Server) ReconfigureDeployment(ctx context.Context, req api.ReconfigureDeploymentRequestObject) (api.ReconfigureDeploymentResponseObject, error) {
 	b := req.Body
-	timeout, err := duration(b.Timeout, "/timeout")
+	timeout, err := duration(b.Timeout, lifecycle.DurationStepTimeout, "/timeout")
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +180,7 @@ func (s *Server) RollbackDeployment(ctx context.Context, req api.RollbackDeploym
 	if req.Body != nil {
 		b = *req.Body
 	}
-	timeout, err := duration(b.Timeout, "/timeout")
+	timeout, err := duration(b.Timeout, lifecycle.DurationStepTimeout, "/timeout")
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,10 @@ type Lifecycle struct {
 	Upgrade    UpgradePolicy
 	Rollback   RollbackPolicy
 	Parameters map[string]ParameterPolicy // by parameter name; absent = keep
+	// Substitutions lists the durations a version stored before the ranges
+	// were rules declared out of range; the policy above already holds the
+	// values used instead. Empty for every version published since.
+	Substitutions []Substitution
 }
 
 // UpgradePolicy says how a deployment may reach the version that declares it.
@@ -189,10 +193,10 @@ func (l Lifecycle) OnUpgradeOf(name string) OnUpgrade {
 // version own, and returns every problem found (nil if none). Pointers are
 // relative to the lifecycle section ("/upgrade/minUpgradeFrom"); callers
 // prefix them with the section's own pointer. It checks: MinUpgradeFrom and
-// Rollback.MinVersion strictly lower than own; drain timeout and rollback
-// window not negative; OnTimeout, Strategies and OnUpgrade values known;
-// strategies not repeated; reason not longer than MaxReasonLength. It cannot
-// know which parameters exist: the caller checks the Parameters keys.
+// Rollback.MinVersion strictly lower than own; a declared drain timeout and
+// rollback window within their ranges (DurationRangeOf); OnTimeout,
+// Strategies and OnUpgrade values known; strategies not repeated; reason not
+// longer than MaxReasonLength. It cannot know which parameters exist: the caller checks the Parameters keys.
 func (l Lifecycle) Validate(own Version) []FieldError {
 	var fe []FieldError
 	add := func(p, format string, args ...any) {
@@ -207,8 +211,10 @@ func (l Lifecycle) Validate(own Version) []FieldError {
 		}
 	}
 	if d := u.Drain; d != nil {
-		if d.Timeout < 0 {
-			add("/upgrade/drain/timeout", "must be positive, got %s", d.Timeout)
+		if d.Timeout != 0 { // 0: not declared
+			if e := CheckDuration(DurationDrainTimeout, d.Timeout, "/upgrade/drain/timeout"); e != nil {
+				fe = append(fe, *e)
+			}
 		}
 		if d.OnTimeout != "" && !d.OnTimeout.Valid() {
 			add("/upgrade/drain/onTimeout", "must be %q or %q, got %q", OnTimeoutAbort, OnTimeoutProceed, d.OnTimeout)
@@ -231,8 +237,10 @@ func (l Lifecycle) Validate(own Version) []FieldError {
 			add("/rollback/minVersion", "must be lower than this version %s, got %s", own, r.MinVersion)
 		}
 	}
-	if r.Window < 0 {
-		add("/rollback/window", "must be positive, got %s", r.Window)
+	if r.Window != 0 { // 0: no limit
+		if e := CheckDuration(DurationRollbackWindow, r.Window, "/rollback/window"); e != nil {
+			fe = append(fe, *e)
+		}
 	}
 	if n := utf8.RuneCountInString(r.Reason); n > MaxReasonLength {
 		add("/rollback/reason", "must be at most %d characters, got %d", MaxReasonLength, n)

@@ -50,6 +50,21 @@ const (
 // every problem listed in Fields (JSON pointers into the document, at most
 // MaxProblems of them).
 func ParseDescription(raw []byte, mediaType string) (*Parsed, error) {
+	return parseDescription(raw, mediaType, false)
+}
+
+// ParseStoredDescription reads a description that was stored when it was
+// published, as ParseDescription does, with one difference: a lifecycle
+// duration outside its range (lifecycle.DurationRangeOf), which versions
+// stored before the ranges were rules may hold, is not refused; the value
+// used instead is read and the change listed in the description's
+// Lifecycle.Substitutions, so that such a version keeps working and says so.
+// Returns the errors of ParseDescription.
+func ParseStoredDescription(raw []byte, mediaType string) (*Parsed, error) {
+	return parseDescription(raw, mediaType, true)
+}
+
+func parseDescription(raw []byte, mediaType string, stored bool) (*Parsed, error) {
 	asJSON, err := readsJSON(mediaType)
 	if err != nil {
 		return nil, err
@@ -67,7 +82,7 @@ func ParseDescription(raw []byte, mediaType string) (*Parsed, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, problems := validate(doc)
+	d, problems := validate(doc, stored)
 	if len(problems) > 0 {
 		return nil, invalid(problems)
 	}

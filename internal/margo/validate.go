@@ -20,6 +20,11 @@ var (
 // checker collects every problem of a document, each at its JSON pointer.
 type checker struct {
 	fe []lifecycle.FieldError
+	// stored reads a description stored earlier: a duration outside its
+	// range (lifecycle.DurationRangeOf) is replaced by the value used
+	// instead and recorded in subs, rather than refused.
+	stored bool
+	subs   []lifecycle.Substitution
 }
 
 func (c *checker) add(p, format string, args ...any) {
@@ -202,8 +207,8 @@ func (c *checker) known(o *object, base string, names ...string) {
 // validate reads the typed description from the document tree and returns it
 // with every problem found. Members are visited in a fixed order (the order
 // of the Margo data model), so the problem list is deterministic.
-func validate(doc *object) (*ApplicationDescription, []lifecycle.FieldError) {
-	c := &checker{}
+func validate(doc *object, stored bool) (*ApplicationDescription, []lifecycle.FieldError) {
+	c := &checker{stored: stored}
 	d := &ApplicationDescription{}
 
 	if s, ok := c.str(doc, "", "apiVersion", true, MaxNameLength); ok {
@@ -757,7 +762,7 @@ func (c *checker) lifecycle(doc *object, d *ApplicationDescription, params *name
 			if r, ok := c.boolean(do, dp, "required"); ok {
 				drain.Required = r
 			}
-			if t, ok := c.duration(do, dp, "timeout"); ok {
+			if t, ok := c.duration(do, dp, "timeout", lifecycle.DurationDrainTimeout); ok {
 				drain.Timeout = t
 			}
 			if s, ok := c.str(do, dp, "onTimeout", false, MaxNameLength); ok {
@@ -799,7 +804,7 @@ func (c *checker) lifecycle(doc *object, d *ApplicationDescription, params *name
 		if _, v := c.version(ro, p, "minVersion", false); !v.IsZero() {
 			l.Rollback.MinVersion = &v
 		}
-		if w, ok := c.duration(ro, p, "window"); ok {
+		if w, ok := c.duration(ro, p, "window", lifecycle.DurationRollbackWindow); ok {
 			l.Rollback.Window = w
 		}
 		l.Rollback.Reason, _ = c.str(ro, p, "reason", false, lifecycle.MaxReasonLength)
@@ -843,11 +848,17 @@ func (c *checker) lifecycle(doc *object, d *ApplicationDescription, params *name
 	for _, f := range l.Validate(d.Version) {
 		c.add(base+f.Pointer, "%s", f.Detail)
 	}
+	for _, sub := range c.subs {
+		sub.Pointer = strings.TrimPrefix(sub.Pointer, base)
+		l.Substitutions = append(l.Substitutions, sub)
+	}
 	d.Lifecycle = l
 }
 
-// duration reads a Go duration string (90s, 10m, 72h) that must be > 0.
-func (c *checker) duration(o *object, base, k string) (time.Duration, bool) {
+// duration reads a Go duration string (90s, 10m, 72h) that must be within
+// field's range. Reading a stored description, a value outside the range is
+// replaced by the one used instead, and recorded.
+func (c *checker) duration(o *object, base, k string, field lifecycle.DurationField) (time.Duration, bool) {
 	v, ok := member(o, k)
 	if !ok {
 		return 0, false
@@ -863,8 +874,15 @@ func (c *checker) duration(o *object, base, k string) (time.Duration, bool) {
 		c.add(p, "must be a duration such as 90s, 10m or 72h, got %q", truncate(s))
 		return 0, false
 	}
-	if dur <= 0 {
-		c.add(p, "must be greater than zero, got %q", s)
+	if c.stored {
+		if sub, out := lifecycle.Substitute(field, dur, s, p); out {
+			c.subs = append(c.subs, sub)
+			return sub.Used, true
+		}
+		return dur, true
+	}
+	if r := lifecycle.DurationRangeOf(field); !r.Contains(dur) {
+		c.add(p, "must be a duration %s, got %q", r, s)
 		return 0, false
 	}
 	return dur, true

@@ -1,0 +1,61 @@
+package wfm_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+// durationPattern is the one documented duration string format of requests.
+const durationPattern = `^([0-9]+(\.[0-9]+)?(h|m|s|ms|us|ns))+$`
+
+// TestContractStatesEveryDurationRange keeps openapi.yaml and the range
+// table of internal/lifecycle from drifting apart: every schema member that
+// is a duration names its field in x-wfm-duration, states that field's range
+// in its description exactly as lifecycle.DurationRangeOf says it, and, in a
+// request, carries the documented pattern; every field of the table appears.
+func TestContractStatesEveryDurationRange(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
+	require.NoError(t, err)
+	var problems []string
+	seen := map[lifecycle.DurationField]bool{}
+	for name, ref := range doc.Components.Schemas {
+		for prop, p := range ref.Value.Properties {
+			s, where := p.Value, name+"."+prop
+			field, ok := s.Extensions["x-wfm-duration"].(string)
+			if !ok {
+				if strings.Contains(strings.ToLower(s.Description), "duration") && s.Type.Is("string") {
+					problems = append(problems, where+": a duration without x-wfm-duration")
+				}
+				continue
+			}
+			f := lifecycle.DurationField(field)
+			if !slices.Contains(lifecycle.DurationFields(), f) {
+				problems = append(problems, where+": x-wfm-duration names an unknown field "+field)
+				continue
+			}
+			seen[f] = true
+			if r := lifecycle.DurationRangeOf(f).String(); !strings.Contains(s.Description, r) {
+				problems = append(problems, where+": the description does not say "+r)
+			}
+			if strings.HasSuffix(name, "Request") || strings.HasSuffix(name, "Override") {
+				if s.Pattern != durationPattern {
+					problems = append(problems, where+": pattern is "+s.Pattern+", want "+durationPattern)
+				}
+			}
+		}
+	}
+	for _, f := range lifecycle.DurationFields() {
+		if !seen[f] {
+			problems = append(problems, "no schema member states the range of "+string(f))
+		}
+	}
+	slices.Sort(problems)
+	require.Empty(t, problems)
+}
