@@ -416,14 +416,16 @@ VALUES ($1, $2, $3, 'queued', $4, $5, $6::jsonb, $7, $8, NULL, 'halt', make_inte
 		followUp = f.ID
 	}
 	if a.Finish != "" {
-		if _, err := tx.Exec(ctx, `UPDATE operation_steps SET state = CASE WHEN $2 = 'cancelled' THEN 'cancelled' ELSE 'failed' END, finished_at = $3
-WHERE operation_id = $1 AND state IN ('pending', 'published')`, op.ID, a.Finish, now); err != nil {
-			return err
-		}
+		// The steps end with the operation. A succeeded one has every step
+		// installed already (decide); failing its other steps first would
+		// take failed -> installed, which the step life cycle refuses.
 		if a.Finish == lifecycle.OperationSucceeded {
 			if _, err := tx.Exec(ctx, `UPDATE operation_steps SET state = 'installed', finished_at = coalesce(finished_at, $2) WHERE operation_id = $1`, op.ID, now); err != nil {
 				return err
 			}
+		} else if _, err := tx.Exec(ctx, `UPDATE operation_steps SET state = CASE WHEN $2 = 'cancelled' THEN 'cancelled' ELSE 'failed' END, finished_at = $3
+WHERE operation_id = $1 AND state IN ('pending', 'published')`, op.ID, a.Finish, now); err != nil {
+			return err
 		}
 		state = a.Finish
 	}
