@@ -92,7 +92,7 @@ func TestSimulatedDevicesFollowTheirDeployments(t *testing.T) {
 	require.NoError(t, err)
 	done, err := fl.Operation(ctx, op.ID)
 	require.NoError(t, err)
-	require.Equal(t, fleet.OpSucceeded, done.State)
+	require.Equal(t, lifecycle.OperationSucceeded, done.State)
 	hist, _, err := fl.History(ctx, dep.ID, 0, "")
 	require.NoError(t, err)
 	var states []lifecycle.State

@@ -279,14 +279,14 @@ func (s *Service) newOperation(d Deployment, kind lifecycle.OperationKind, to li
 		onFailure = OnFailureHalt
 	}
 	now := s.now().UTC()
-	op := &Operation{ID: newUUID(), DeploymentID: d.ID, Type: kind, State: OpQueued, FromVersion: d.Version, ToVersion: to,
+	op := &Operation{ID: newUUID(), DeploymentID: d.ID, Type: kind, State: lifecycle.OperationQueued, FromVersion: d.Version, ToVersion: to,
 		Parameters: values, ProfileID: profile, Strategy: strategy, Drain: drain, OnFailure: onFailure, StepTimeout: timeout,
 		RequestedBy: actor.ID, BaseRevision: d.Revision, Deadline: now.Add(stepBudget(timeout, drain))}
 	if len(hops) == 0 {
 		hops = []lifecycle.Version{to}
 	}
 	for i, h := range hops {
-		op.Steps = append(op.Steps, Step{N: i + 1, Version: h, State: StepPending})
+		op.Steps = append(op.Steps, Step{N: i + 1, Version: h, State: lifecycle.StepPending})
 	}
 	return op
 }

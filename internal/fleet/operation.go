@@ -6,24 +6,6 @@ import (
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
-// Operation states.
-const (
-	OpQueued    = "queued"
-	OpRunning   = "running"
-	OpSucceeded = "succeeded"
-	OpFailed    = "failed"
-	OpCancelled = "cancelled"
-)
-
-// Step states.
-const (
-	StepPending   = "pending"
-	StepPublished = "published"
-	StepInstalled = "installed"
-	StepFailed    = "failed"
-	StepCancelled = "cancelled"
-)
-
 // Failure policies of an operation.
 const (
 	OnFailureHalt     = "halt"
@@ -37,7 +19,7 @@ type Operation struct {
 	ID              string
 	DeploymentID    string
 	Type            lifecycle.OperationKind
-	State           string
+	State           lifecycle.OperationState
 	Reason          string
 	FromVersion     lifecycle.Version
 	ToVersion       lifecycle.Version
@@ -61,14 +43,14 @@ type Operation struct {
 }
 
 // Active reports whether the operation has not ended.
-func (o Operation) Active() bool { return o.State == OpQueued || o.State == OpRunning }
+func (o Operation) Active() bool { return o.State.Active() }
 
 // Step is one revision an operation publishes.
 type Step struct {
 	N           int
 	Version     lifecycle.Version
 	Revision    int // 0 until published
-	State       string
+	State       lifecycle.StepState
 	PublishedAt time.Time
 	FinishedAt  time.Time
 }
@@ -76,7 +58,7 @@ type Step struct {
 // current returns the first step not installed, or nil when all are.
 func (o *Operation) current() *Step {
 	for i := range o.Steps {
-		if o.Steps[i].State != StepInstalled {
+		if o.Steps[i].State != lifecycle.StepInstalled {
 			return &o.Steps[i]
 		}
 	}
@@ -108,9 +90,9 @@ type Publication struct {
 // Advance is what one scheduler visit decides for an operation; the store
 // applies all of it in the visit's transaction.
 type Advance struct {
-	Publish       *Publication // publish this revision (and mark its step published)
-	StepInstalled int          // mark this step installed (0: none)
-	Finish        string       // end the operation in this state ("" : keep running)
+	Publish       *Publication             // publish this revision (and mark its step published)
+	StepInstalled int                      // mark this step installed (0: none)
+	Finish        lifecycle.OperationState // end the operation in this state ("" : keep running)
 	Reason        string
 	// RevertTo makes that revision desired again (drain abort: the old
 	// revision stays desired), publishing the client's manifest.

@@ -115,33 +115,33 @@ func (s *Service) decide(ctx context.Context) func(Visit) (Advance, error) {
 		op, d := v.Op, v.Deployment
 		cur := op.current()
 		if cur == nil {
-			return Advance{Finish: OpSucceeded}, nil
+			return Advance{Finish: lifecycle.OperationSucceeded}, nil
 		}
 		if d.Removing {
-			return Advance{Finish: OpCancelled, Reason: "deployment-removed"}, nil
+			return Advance{Finish: lifecycle.OperationCancelled, Reason: "deployment-removed"}, nil
 		}
 		switch cur.State {
-		case StepPending:
-			if op.State == OpQueued && now.After(op.Deadline) {
-				return Advance{Finish: OpFailed, Reason: "timeout: the operation could not start before its deadline"}, nil
+		case lifecycle.StepPending:
+			if op.State == lifecycle.OperationQueued && now.After(op.Deadline) {
+				return Advance{Finish: lifecycle.OperationFailed, Reason: "timeout: the operation could not start before its deadline"}, nil
 			}
 			pub, err := s.publication(ctx, op, *cur, d, v)
 			if err != nil {
 				return publishFailure(err)
 			}
 			return Advance{Publish: pub, Deadline: now.Add(stepBudget(op.StepTimeout, pub.Drain))}, nil
-		case StepPublished:
+		case lifecycle.StepPublished:
 		default:
 			return Advance{}, nil
 		}
 		if d.Revision != cur.Revision {
-			return Advance{Finish: OpFailed, Reason: "superseded: the deployment's desired revision changed"}, nil
+			return Advance{Finish: lifecycle.OperationFailed, Reason: "superseded: the deployment's desired revision changed"}, nil
 		}
 		switch d.State {
 		case lifecycle.StateInstalled:
 			next := Advance{StepInstalled: cur.N}
 			if cur.N == len(op.Steps) {
-				next.Finish = OpSucceeded
+				next.Finish = lifecycle.OperationSucceeded
 				return next, nil
 			}
 			pub, err := s.publication(ctx, op, op.Steps[cur.N], d, v) // steps are 1-based: index cur.N is the next one
@@ -153,7 +153,7 @@ func (s *Service) decide(ctx context.Context) func(Visit) (Advance, error) {
 			next.Publish, next.Deadline = pub, now.Add(stepBudget(op.StepTimeout, pub.Drain))
 			return next, nil
 		case lifecycle.StateFailed:
-			adv := Advance{Finish: OpFailed, Reason: "device-failed: " + d.StateReason}
+			adv := Advance{Finish: lifecycle.OperationFailed, Reason: "device-failed: " + d.StateReason}
 			s.followUpRollback(ctx, &adv, op, d, v, now)
 			return adv, nil
 		}
@@ -164,7 +164,7 @@ func (s *Service) decide(ctx context.Context) func(Visit) (Advance, error) {
 		stillDraining := d.State == lifecycle.StateDraining && v.LastPhase != string(margo.PhaseDrained)
 		if drain != nil && drain.EffectiveOnTimeout() == lifecycle.OnTimeoutAbort && stillDraining &&
 			now.After(cur.PublishedAt.Add(drain.EffectiveTimeout())) {
-			adv := Advance{Finish: OpFailed, Reason: "drain-timeout"}
+			adv := Advance{Finish: lifecycle.OperationFailed, Reason: "drain-timeout"}
 			// The device keeps running what it ran: that revision becomes
 			// desired again.
 			if d.InstalledRevision > 0 && d.InstalledRevision != d.Revision {
@@ -175,7 +175,7 @@ func (s *Service) decide(ctx context.Context) func(Visit) (Advance, error) {
 			return adv, nil
 		}
 		if now.After(op.Deadline) {
-			adv := Advance{Finish: OpFailed, Reason: "timeout", FailDeployment: true}
+			adv := Advance{Finish: lifecycle.OperationFailed, Reason: "timeout", FailDeployment: true}
 			if stillDraining {
 				adv.Reason = "drain-timeout"
 			}
@@ -196,7 +196,7 @@ func publishFailure(err error) (Advance, error) {
 	}
 	var de *lifecycle.Error
 	errors.As(err, &de)
-	return Advance{Finish: OpFailed, Reason: "cannot publish: " + de.Type + ": " + de.Message}, nil
+	return Advance{Finish: lifecycle.OperationFailed, Reason: "cannot publish: " + de.Type + ": " + de.Message}, nil
 }
 
 // stepDrain is the drain of a step: the operation's for its final step, the

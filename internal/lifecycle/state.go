@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"fmt"
 	"slices"
-	"strings"
 )
 
 // State is the lifecycle state of a deployment (design section 6). The
@@ -131,7 +130,7 @@ func (k OperationKind) Drains() bool {
 //     failed → removing: only by publishing a removal (Publish), never by a
 //     report: a report cannot tell a retry from a reordered old report.
 //   - removed: final.
-var transitions = map[State][]State{
+var transitions = table[State]{
 	StatePending: {
 		StateInstalling, StateDraining, StateUpgrading, StateReconfiguring, StateRollingBack,
 		StateInstalled, StateFailed, StateRemoving, StateRemoved,
@@ -149,27 +148,11 @@ var transitions = map[State][]State{
 
 // CanTransition reports whether the table allows a move from one state to
 // another. It is false for a no-op (from == to) and for unknown states.
-func CanTransition(from, to State) bool {
-	return slices.Contains(transitions[from], to)
-}
+func CanTransition(from, to State) bool { return transitions.can(from, to) }
 
 // Transitions returns every allowed (from, to) pair, sorted by from and then
 // to (byte order of the names), so that the result is stable.
-func Transitions() [][2]State {
-	var out [][2]State
-	for from, tos := range transitions {
-		for _, to := range tos {
-			out = append(out, [2]State{from, to})
-		}
-	}
-	slices.SortFunc(out, func(a, b [2]State) int {
-		if c := strings.Compare(string(a[0]), string(b[0])); c != 0 {
-			return c
-		}
-		return strings.Compare(string(a[1]), string(b[1]))
-	})
-	return out
-}
+func Transitions() [][2]State { return transitions.pairs() }
 
 // TransitionsSQL returns the transition table as a SQL boolean expression
 // over the columns from_state and to_state, for a CHECK constraint:
@@ -178,33 +161,11 @@ func Transitions() [][2]State {
 //
 // The pairs are in Transitions order, so a migration can embed the text and a
 // test can compare it byte for byte.
-func TransitionsSQL() string {
-	var b strings.Builder
-	b.WriteString("(from_state, to_state) IN (")
-	for i, t := range Transitions() {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "('%s','%s')", t[0], t[1])
-	}
-	b.WriteString(")")
-	return b.String()
-}
+func TransitionsSQL() string { return transitions.sql("from_state", "to_state") }
 
 // StatesSQL returns the states as a SQL list for a CHECK constraint on a
 // state column: ('pending', 'installing', …) in AllStates order.
-func StatesSQL() string {
-	var b strings.Builder
-	b.WriteString("(")
-	for i, s := range allStates {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "'%s'", s)
-	}
-	b.WriteString(")")
-	return b.String()
-}
+func StatesSQL() string { return valuesSQL(allStates) }
 
 // Problem types of the state machine's errors.
 const (

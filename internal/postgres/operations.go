@@ -234,7 +234,8 @@ func (s *FleetStore) CancelOperation(ctx context.Context, id string, reason stri
 		return fleet.Operation{}, notFound("There is no operation %s.", id)
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var state, depID string
+		var state lifecycle.OperationState
+		var depID string
 		err := tx.QueryRow(ctx, `SELECT state, deployment_id::text FROM operations WHERE id = $1 FOR UPDATE`, id).Scan(&state, &depID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("There is no operation %s.", id)
@@ -242,8 +243,8 @@ func (s *FleetStore) CancelOperation(ctx context.Context, id string, reason stri
 		if err != nil {
 			return err
 		}
-		if state != fleet.OpQueued && state != fleet.OpRunning {
-			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "operation-ended", Message: "Operation " + id + " already ended (" + state + ")."}
+		if !state.Active() {
+			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "operation-ended", Message: "Operation " + id + " already ended (" + string(state) + ")."}
 		}
 		// A published step the device has not finished leaves nothing to wait
 		// for once the operation ends: the deployment fails, so that a person
@@ -369,7 +370,7 @@ func (s *FleetStore) apply(ctx context.Context, tx pgx.Tx, v fleet.Visit, a flee
 		if err := s.publishRevision(ctx, tx, op, d, *a.Publish, now); err != nil {
 			return err
 		}
-		state = fleet.OpRunning
+		state = lifecycle.OperationRunning
 	}
 	if a.RevertTo > 0 {
 		if err := revert(ctx, tx, d, a.RevertTo, a.Reason, now); err != nil {
@@ -415,14 +416,16 @@ VALUES ($1, $2, $3, 'queued', $4, $5, $6::jsonb, $7, $8, NULL, 'halt', make_inte
 		followUp = f.ID
 	}
 	if a.Finish != "" {
-		if _, err := tx.Exec(ctx, `UPDATE operation_steps SET state = CASE WHEN $2 = 'cancelled' THEN 'cancelled' ELSE 'failed' END, finished_at = $3
-WHERE operation_id = $1 AND state IN ('pending', 'published')`, op.ID, a.Finish, now); err != nil {
-			return err
-		}
-		if a.Finish == fleet.OpSucceeded {
+		// The steps end with the operation. A succeeded one has every step
+		// installed already (decide); failing its other steps first would
+		// take failed -> installed, which the step life cycle refuses.
+		if a.Finish == lifecycle.OperationSucceeded {
 			if _, err := tx.Exec(ctx, `UPDATE operation_steps SET state = 'installed', finished_at = coalesce(finished_at, $2) WHERE operation_id = $1`, op.ID, now); err != nil {
 				return err
 			}
+		} else if _, err := tx.Exec(ctx, `UPDATE operation_steps SET state = CASE WHEN $2 = 'cancelled' THEN 'cancelled' ELSE 'failed' END, finished_at = $3
+WHERE operation_id = $1 AND state IN ('pending', 'published')`, op.ID, a.Finish, now); err != nil {
+			return err
 		}
 		state = a.Finish
 	}
@@ -431,7 +434,7 @@ WHERE operation_id = $1 AND state IN ('pending', 'published')`, op.ID, a.Finish,
 		deadline = a.Deadline
 	}
 	var finished *time.Time
-	if state == fleet.OpSucceeded || state == fleet.OpFailed || state == fleet.OpCancelled {
+	if state.Terminal() {
 		finished = &now
 	}
 	var fu *string
