@@ -270,19 +270,8 @@ type chainNode struct {
 
 func compareNodes(a, b chainNode) int { return compareRefs(a.v, b.v) }
 
-// compareRefs is Compare for two non-nil versions, without copying them and
-// with the common case (different numbers) inlined.
-func compareRefs(a, b *Version) int {
-	switch {
-	case a.major != b.major:
-		return cmpUint(a.major, b.major)
-	case a.minor != b.minor:
-		return cmpUint(a.minor, b.minor)
-	case a.patch != b.patch:
-		return cmpUint(a.patch, b.patch)
-	}
-	return Compare(*a, *b)
-}
+// compareRefs is Compare for two non-zero versions, without copying them.
+func compareRefs(a, b *Version) int { return a.sv.Compare(&b.sv) }
 
 // shortestChain returns the hops (intermediates, then target) of the
 // preferred shortest chain from installed to target, which declares

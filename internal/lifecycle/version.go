@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/Masterminds/semver/v3"
 )
 
 // MaxVersionLength bounds the spelling of a version. SemVer sets no limit;
@@ -12,16 +14,21 @@ import (
 const MaxVersionLength = 128
 
 // Version is an application version: a SemVer 2.0 version without build
-// metadata. Versions are values: two Versions are == exactly when they have the
-// same precedence, so a Version can be a map key and "1.0" and "1.0.0" (two
-// spellings of one version) yield equal Versions.
+// metadata. Parsing and precedence are github.com/Masterminds/semver/v3's;
+// this type is the thin layer of wfm's stricter rules over it (one spelling
+// per version, no build metadata, "1.0" read as "1.0.0", numbers that fit in
+// 64 bits). Versions are values: two Versions are == exactly when they have
+// the same precedence, so a Version can be a map key and "1.0" and "1.0.0"
+// (two spellings of one version) yield equal Versions.
 //
 // The zero Version is "no version": IsZero reports true, String returns "",
 // and it sorts before every real version (including 0.0.0).
 type Version struct {
-	major, minor, patch uint64
-	pre                 string // canonical prerelease, "" for a release
-	ok                  bool   // false for the zero Version
+	// sv is always parsed from the canonical spelling, so that every field
+	// of it (the library keeps the original text too) is equal for equal
+	// versions and == stays precedence equality.
+	sv semver.Version
+	ok bool // false for the zero Version
 }
 
 // ParseVersion reads a SemVer 2.0 version. A missing minor or patch number is
@@ -32,8 +39,9 @@ type Version struct {
 // a mistake: a leading "v" ("v1.2.3"), build metadata ("1.2.3+build.5": SemVer
 // ignores it for precedence, so 1.2.3+a and 1.2.3+b would be different
 // versions that compare equal), leading zeros ("01.2.3", "1.2.3-rc.01"),
-// surrounding spaces, more than three numbers ("1.0.0.0"), and anything else
-// that is not SemVer ("latest", "").
+// surrounding spaces, more than three numbers ("1.0.0.0"), a number beyond
+// 64 bits (also in the prerelease, which the library would order as text),
+// and anything else that is not SemVer ("latest", "").
 //
 // Returns EINVALID (type "invalid-version") if s is not such a version; the
 // message says what is wrong and how to write it.
@@ -90,57 +98,72 @@ func validCore(s string) bool {
 	return why == ""
 }
 
-// scanVersion parses s and returns the version or a short reason why it is
-// not one.
+// scanVersion completes s to MAJOR.MINOR.PATCH[-PRERELEASE], has the library
+// parse that canonical spelling, and returns the version or a short reason
+// why it is not one.
 func scanVersion(s string) (Version, string) {
 	core, pre, hasPre := strings.Cut(s, "-")
 	parts := strings.Split(core, ".")
 	if len(parts) > 3 {
 		return Version{}, "more than three numbers"
 	}
-	var nums [3]uint64
-	for i, p := range parts {
-		n, msg := parseNumeric(p)
-		if msg != "" {
-			return Version{}, fmt.Sprintf("%s number %s", [3]string{"major", "minor", "patch"}[i], msg)
+	for len(parts) < 3 {
+		parts = append(parts, "0")
+	}
+	canonical := strings.Join(parts, ".")
+	if hasPre {
+		canonical += "-" + pre
+	}
+	sv, err := semver.StrictNewVersion(canonical)
+	if err != nil {
+		return Version{}, explain(parts, pre, hasPre, err)
+	}
+	for _, id := range strings.Split(sv.Prerelease(), ".") {
+		if isNumeric(id) {
+			if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+				return Version{}, fmt.Sprintf("numeric prerelease identifier %q is too large (at most 64 bits)", id)
+			}
 		}
-		nums[i] = n
+	}
+	return Version{sv: *sv, ok: true}, ""
+}
+
+// explain names what the library refused in a completed version, in the
+// words of the SemVer rules; the library's own error is the fallback.
+func explain(parts []string, pre string, hasPre bool, err error) string {
+	for i, p := range parts {
+		name := [3]string{"major", "minor", "patch"}[i]
+		switch {
+		case p == "":
+			return name + " number is empty"
+		case !isNumeric(p):
+			return fmt.Sprintf("%s number %q is not a number", name, p)
+		case len(p) > 1 && p[0] == '0':
+			return fmt.Sprintf("%s number %q has a leading zero", name, p)
+		}
+		if _, perr := strconv.ParseUint(p, 10, 64); perr != nil {
+			return fmt.Sprintf("%s number %q is too large", name, p)
+		}
 	}
 	if hasPre {
 		if pre == "" {
-			return Version{}, "empty prerelease after -"
+			return "empty prerelease after -"
 		}
 		for _, id := range strings.Split(pre, ".") {
 			if id == "" {
-				return Version{}, "empty prerelease identifier"
+				return "empty prerelease identifier"
 			}
 			for _, r := range id {
 				if !isIdentChar(r) {
-					return Version{}, fmt.Sprintf("prerelease identifier %q may only hold letters, digits and -", id)
+					return fmt.Sprintf("prerelease identifier %q may only hold letters, digits and -", id)
 				}
 			}
 			if isNumeric(id) && len(id) > 1 && id[0] == '0' {
-				return Version{}, fmt.Sprintf("numeric prerelease identifier %q has a leading zero", id)
+				return fmt.Sprintf("numeric prerelease identifier %q has a leading zero", id)
 			}
 		}
 	}
-	return Version{major: nums[0], minor: nums[1], patch: nums[2], pre: pre, ok: true}, ""
-}
-
-func parseNumeric(p string) (uint64, string) {
-	switch {
-	case p == "":
-		return 0, "is empty"
-	case !isNumeric(p):
-		return 0, fmt.Sprintf("%q is not a number", p)
-	case len(p) > 1 && p[0] == '0':
-		return 0, fmt.Sprintf("%q has a leading zero", p)
-	}
-	n, err := strconv.ParseUint(p, 10, 64)
-	if err != nil {
-		return 0, fmt.Sprintf("%q is too large", p)
-	}
-	return n, ""
+	return err.Error()
 }
 
 func isIdentChar(r rune) bool {
@@ -165,11 +188,7 @@ func (v Version) String() string {
 	if !v.ok {
 		return ""
 	}
-	s := strconv.FormatUint(v.major, 10) + "." + strconv.FormatUint(v.minor, 10) + "." + strconv.FormatUint(v.patch, 10)
-	if v.pre != "" {
-		s += "-" + v.pre
-	}
-	return s
+	return v.sv.Original() // parsed from the canonical spelling
 }
 
 // MarshalText encodes v as its canonical spelling ("" for the zero Version).
@@ -194,24 +213,25 @@ func (v *Version) UnmarshalText(text []byte) error {
 }
 
 // Major returns the major number.
-func (v Version) Major() uint64 { return v.major }
+func (v Version) Major() uint64 { return v.sv.Major() }
 
 // Minor returns the minor number.
-func (v Version) Minor() uint64 { return v.minor }
+func (v Version) Minor() uint64 { return v.sv.Minor() }
 
 // Patch returns the patch number.
-func (v Version) Patch() uint64 { return v.patch }
+func (v Version) Patch() uint64 { return v.sv.Patch() }
 
 // Prerelease returns the prerelease identifiers without the leading "-", ""
 // for a release.
-func (v Version) Prerelease() string { return v.pre }
+func (v Version) Prerelease() string { return v.sv.Prerelease() }
 
 // IsZero reports whether v is the zero Version ("no version").
 func (v Version) IsZero() bool { return !v.ok }
 
 // Compare returns -1 if a precedes b, 0 if they are the same version and +1
-// if a follows b, by SemVer 2.0 precedence. The zero Version precedes every
-// other version. Compare has the signature slices.SortFunc expects.
+// if a follows b, by SemVer 2.0 precedence (the library's). The zero Version
+// precedes every other version. Compare has the signature slices.SortFunc
+// expects.
 func Compare(a, b Version) int {
 	if a.ok != b.ok {
 		if !a.ok {
@@ -219,16 +239,10 @@ func Compare(a, b Version) int {
 		}
 		return 1
 	}
-	if c := cmpUint(a.major, b.major); c != 0 {
-		return c
+	if !a.ok {
+		return 0
 	}
-	if c := cmpUint(a.minor, b.minor); c != 0 {
-		return c
-	}
-	if c := cmpUint(a.patch, b.patch); c != 0 {
-		return c
-	}
-	return comparePre(a.pre, b.pre)
+	return a.sv.Compare(&b.sv)
 }
 
 // Less reports whether v precedes o.
@@ -240,54 +254,4 @@ func (v Version) Equal(o Version) bool { return v == o }
 // SortVersions sorts vs in ascending precedence, in place.
 func SortVersions(vs []Version) {
 	slices.SortFunc(vs, Compare)
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// comparePre orders prerelease strings by SemVer 2.0 rule 11: a release (no
-// prerelease) follows every prerelease; identifiers compare left to right,
-// numeric ones numerically and below alphanumeric ones, which compare in ASCII
-// order; a longer list follows its own prefix.
-func comparePre(a, b string) int {
-	switch {
-	case a == b:
-		return 0
-	case a == "":
-		return 1
-	case b == "":
-		return -1
-	}
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(as) && i < len(bs); i++ {
-		if c := compareIdent(as[i], bs[i]); c != 0 {
-			return c
-		}
-	}
-	return cmpUint(uint64(len(as)), uint64(len(bs)))
-}
-
-func compareIdent(a, b string) int {
-	an, bn := isNumeric(a), isNumeric(b)
-	switch {
-	case an && bn:
-		// Without leading zeros, a longer number is larger; this also
-		// orders numbers beyond uint64 correctly.
-		if c := cmpUint(uint64(len(a)), uint64(len(b))); c != 0 {
-			return c
-		}
-		return strings.Compare(a, b)
-	case an:
-		return -1
-	case bn:
-		return 1
-	}
-	return strings.Compare(a, b)
 }
