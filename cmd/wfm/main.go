@@ -447,7 +447,7 @@ func bootstrapAdmin(ctx context.Context, c config, external bool, acc *access.Se
 }
 
 // startPrivatePostgres starts the server's own PostgreSQL in c.dataDir and
-// makes sure its "wfm" database exists.
+// makes sure its "wfm" database exists. It logs where the data lives.
 func startPrivatePostgres(ctx context.Context, c config, getenv func(string) string, log *slog.Logger) (*pglaunch.Server, string, error) {
 	bin, err := pglaunch.FindBinaries(getenv)
 	if err != nil {
@@ -457,16 +457,20 @@ func startPrivatePostgres(ctx context.Context, c config, getenv func(string) str
 	if err != nil {
 		return nil, "", err
 	}
-	log.Info("starting private PostgreSQL (DATABASE_URL is not set)", "bin", bin, "data", dir)
+	log.Info("starting private PostgreSQL (DATABASE_URL is not set; for development and tests)", "bin", bin, "data", dir)
 	pg, err := pglaunch.Start(ctx, pglaunch.Options{BinDir: bin, DataDir: dir})
 	if err != nil {
 		return nil, "", fmt.Errorf("start private PostgreSQL: %w", err)
+	}
+	if real := pg.DataDir(); real != dir {
+		log.Warn("the private PostgreSQL's data lives in "+real+", which "+dir+" links to (wfm puts the cluster there when "+
+			"the OS user postgres cannot enter a folder above "+dir+"); to delete the data, remove both", "data", real)
 	}
 	if err := ensureDatabase(ctx, pg.URL("postgres"), "wfm"); err != nil {
 		_ = pg.Stop()
 		return nil, "", err
 	}
-	log.Info("private PostgreSQL ready", "port", pg.Port())
+	log.Info("private PostgreSQL ready", "data", pg.DataDir(), "socket", pg.SocketDir(), "port", pg.Port())
 	return pg, pg.URL("wfm"), nil
 }
 
