@@ -270,7 +270,11 @@ func (sv *Supervisor) loop(ctx context.Context, ticks <-chan time.Time, reset fu
 			sv.mu.Lock()
 			sv.handled = s
 			sv.mu.Unlock()
-			sv.log.Warn("private PostgreSQL stopped; restarting it", "error", s.Err())
+			if err := s.Err(); err != nil {
+				sv.log.Warn("private PostgreSQL stopped; restarting it", "error", err)
+			} else {
+				sv.log.Warn("private PostgreSQL stopped; restarting it")
+			}
 			sv.setStatus(statusRestarting, s.Err())
 			reset()
 			if err := sv.restart(ctx); err != nil {
@@ -331,7 +335,7 @@ func (sv *Supervisor) restart(ctx context.Context) error {
 	attempts := cmp.Or(sv.opts.RestartAttempts, defaultRestartAttempts)
 	var err error
 	for attempt := 1; attempt <= attempts; attempt++ {
-		sv.log.Info("starting private PostgreSQL again", "attempt", attempt, "of", attempts)
+		sv.log.Info("starting private PostgreSQL again", "attempt", attempt, "attempts", attempts)
 		var s *Server
 		s, err = Start(ctx, sv.opts.Options)
 		if err == nil {
@@ -345,7 +349,7 @@ func (sv *Supervisor) restart(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		sv.log.Warn("restart of private PostgreSQL failed", "attempt", attempt, "of", attempts, "error", err)
+		sv.log.Warn("restart of private PostgreSQL failed", "attempt", attempt, "attempts", attempts, "error", err)
 		if attempt < attempts {
 			if serr := sleepCtx(ctx, sv.backoff(attempt)); serr != nil {
 				return serr
