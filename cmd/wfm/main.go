@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -211,9 +212,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log := newLogger(c, stderr)
 
 	dbURL := c.databaseURL
-	var pgDied <-chan struct{}
+	var pg *pglaunch.Supervisor // the private PostgreSQL, nil with DATABASE_URL
+	var pgFailed <-chan struct{}
 	if dbURL == "" {
-		pg, url, err := startPrivatePostgres(ctx, c, getenv, log)
+		pg, err = startPrivatePostgres(ctx, c, getenv, log)
 		if err != nil {
 			return err
 		}
@@ -224,7 +226,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				log.Info("PostgreSQL stopped")
 			}
 		}()
-		dbURL, pgDied = url, pg.Done()
+		dbURL, pgFailed = pg.URL("wfm"), pg.Failed()
 	}
 
 	pool, err := postgres.Open(ctx, dbURL)
@@ -232,6 +234,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer pool.Close()
+	if pg != nil {
+		// Restart the private PostgreSQL when it stops under us; the pool
+		// drops its connections so that a shutdown can finish.
+		pg.Supervise(pool.Reset)
+	}
 	if err := postgres.Migrate(ctx, pool); err != nil {
 		return fmt.Errorf("migrate database: %w", err)
 	}
@@ -288,7 +295,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		telemetry.NewPoolCollector(pool))
 	handler, err := httpapi.NewHandler(httpapi.Config{
 		Logger:         log,
-		Ready:          func(ctx context.Context) error { return postgres.Check(ctx, pool) },
+		Ready:          readiness(pg, pool),
 		Registry:       reg,
 		Catalog:        cat,
 		Fleet:          fl,
@@ -383,10 +390,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		_ = srv.Close()
 		_ = dsrv.Close()
 		return fmt.Errorf("http server: %w", err)
-	case <-pgDied:
+	case <-pgFailed:
 		_ = srv.Close()
 		_ = dsrv.Close()
-		return errors.New("the private PostgreSQL stopped unexpectedly; see its log in the data folder")
+		return fmt.Errorf("the private PostgreSQL stopped and could not be restarted (its log: %s): %w",
+			filepath.Join(pg.Server().DataDir(), "postgres.log"), pg.Err())
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
@@ -534,28 +542,46 @@ func bootstrapAdmin(ctx context.Context, c config, external bool, acc *access.Se
 	return nil
 }
 
-// startPrivatePostgres starts the server's own PostgreSQL in c.dataDir and
-// makes sure its "wfm" database exists.
-func startPrivatePostgres(ctx context.Context, c config, getenv func(string) string, log *slog.Logger) (*pglaunch.Server, string, error) {
+// readiness is the /readyz check: the private PostgreSQL (when there is one)
+// is not shutting down or restarting, and the database answers, migrated.
+func readiness(pg *pglaunch.Supervisor, pool *pgxpool.Pool) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if pg != nil {
+			if err := pg.Ready(); err != nil {
+				return err
+			}
+		}
+		return postgres.Check(ctx, pool)
+	}
+}
+
+// startPrivatePostgres starts the server's own PostgreSQL in c.dataDir,
+// under a Supervisor that restarts it, and makes sure its "wfm" database
+// exists. It logs where the data lives.
+func startPrivatePostgres(ctx context.Context, c config, getenv func(string) string, log *slog.Logger) (*pglaunch.Supervisor, error) {
 	bin, err := pglaunch.FindBinaries(getenv)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	dir, err := filepath.Abs(filepath.Join(c.dataDir, "postgres"))
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	log.Info("starting private PostgreSQL (DATABASE_URL is not set)", "bin", bin, "data", dir)
-	pg, err := pglaunch.Start(ctx, pglaunch.Options{BinDir: bin, DataDir: dir})
+	log.Info("starting private PostgreSQL (DATABASE_URL is not set; for development and tests)", "bin", bin, "data", dir)
+	pg, err := pglaunch.StartSupervisor(ctx, pglaunch.SupervisorOptions{Options: pglaunch.Options{BinDir: bin, DataDir: dir}, Log: log})
 	if err != nil {
-		return nil, "", fmt.Errorf("start private PostgreSQL: %w", err)
+		return nil, fmt.Errorf("start private PostgreSQL: %w", err)
+	}
+	if real := pg.Server().DataDir(); real != dir {
+		log.Warn("the private PostgreSQL's data lives in "+real+", which "+dir+" links to (wfm puts the cluster there when "+
+			"the OS user postgres cannot enter a folder above "+dir+"); to delete the data, remove both", "data", real)
 	}
 	if err := ensureDatabase(ctx, pg.URL("postgres"), "wfm"); err != nil {
 		_ = pg.Stop()
-		return nil, "", err
+		return nil, err
 	}
-	log.Info("private PostgreSQL ready", "port", pg.Port())
-	return pg, pg.URL("wfm"), nil
+	log.Info("private PostgreSQL ready", "data", pg.Server().DataDir(), "socket", pg.Server().SocketDir(), "port", pg.Server().Port())
+	return pg, nil
 }
 
 func ensureDatabase(ctx context.Context, adminURL, name string) error {

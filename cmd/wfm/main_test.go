@@ -259,3 +259,36 @@ func processAlive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
+
+// TestPrivatePostgresRestarted is issue 9's "stop the private PostgreSQL
+// under the server": a smart shutdown (SIGTERM to the postmaster) makes the
+// server not ready until the Supervisor restarted PostgreSQL, and a fast
+// shutdown (SIGINT) no longer ends the server.
+func TestPrivatePostgresRestarted(t *testing.T) {
+	dataDir := reachableTempDir(t)
+	base, stop := startServer(t, []string{"-data-dir", dataDir}, envWithout("DATABASE_URL"))
+	pidFile := filepath.Join(dataDir, "postgres", "postmaster.pid")
+	readyz := func() int {
+		res, err := http.Get(base + "/readyz")
+		require.NoError(t, err, "the server still answers")
+		res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusOK, readyz())
+
+	pid := postmasterPID(t, pidFile)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
+	require.Eventually(t, func() bool { return readyz() == http.StatusServiceUnavailable }, 30*time.Second, 20*time.Millisecond,
+		"not ready during a smart shutdown")
+	require.Eventually(t, func() bool { return readyz() == http.StatusOK }, 60*time.Second, 50*time.Millisecond,
+		"ready again after the restart")
+	next := postmasterPID(t, pidFile)
+	assert.NotEqual(t, pid, next, "a new postmaster")
+
+	require.NoError(t, syscall.Kill(next, syscall.SIGINT))
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(pidFile)
+		return err == nil && !strings.HasPrefix(string(b), strconv.Itoa(next)+"\n") && readyz() == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "ready again after a fast shutdown")
+	require.NoError(t, stop(), "the server ran on and stops cleanly")
+}

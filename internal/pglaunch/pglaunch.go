@@ -1,27 +1,59 @@
 // Package pglaunch runs a private PostgreSQL server as a foreground child
 // process, so that wfm and its tests need nothing but the server binaries when
-// no DATABASE_URL is given.
+// no DATABASE_URL is given. It is meant for development and tests; production
+// runs against its own PostgreSQL through DATABASE_URL.
 //
 // The server is a plain child: never pg_ctl, never a daemon. It runs in its own
 // process group, so that a terminal's Ctrl-C reaches only the parent, which
 // then stops postgres in order; and on Linux the kernel sends it SIGKILL when
 // the parent dies, so a crashed or killed parent never leaves a server behind.
 //
-// Authentication is "trust" on 127.0.0.1 only: any local user can connect as
-// the superuser "postgres". That is fine on a developer machine or in CI and
-// wrong on a shared host.
+// # Who may connect
+//
+// Only the OS user that started it (and the server's own OS user). The server
+// has no TCP listener at all (listen_addresses is empty); it listens on a Unix
+// socket in a folder of mode 0700 owned by the server's OS user: the data dir
+// itself when the socket's path fits in the 107 bytes a socket address holds,
+// otherwise a private folder under the temporary folder that Stop removes.
+// The socket file itself is 0700 too. Behind that, pg_hba.conf, which Start
+// writes on every start, allows nothing but "local" connections as the
+// superuser "postgres" with peer authentication, through a pg_ident.conf map
+// that names only those two OS users: the kernel, not a secret, tells the
+// server who connects. A password (scram-sha-256 with a random password in a
+// 0600 file) was considered and left out: the only users able to read such a
+// file are the ones peer authentication already admits, and a password file
+// is one more secret that a copy of the data dir would carry. Because the
+// files are rewritten on every start, a data dir made by an earlier build
+// (trust authentication on 127.0.0.1) is converted on its next start; its
+// data stays.
+//
+// # Running as root
+//
+// PostgreSQL refuses to run as root, so a root process runs it as the OS user
+// "postgres", which must be able to enter every folder above the data dir. A
+// clone under /root or in a `mktemp -d` folder (mode 0700) is out of its reach.
+// Rather than open the user's folders (chmod, or a POSIX ACL on /root), Start
+// then places a new cluster in a fresh folder under Options.FallbackDir
+// (/var/lib/wfm by default, the system's place for state) and makes DataDir a
+// symbolic link to it, so the next start finds the same cluster and `ls -l`
+// shows where the data lives; Server.DataDir returns that real folder so the
+// caller can say so. Deleting DataDir (the link) leaves the cluster behind; it
+// is removed with the folder the link points to.
+//
+// # Supervision
+//
+// A Supervisor restarts a server that stopped under it (see Supervisor).
 package pglaunch
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"maps"
-	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -55,6 +87,13 @@ const (
 	// serverUser is the OS account PostgreSQL runs as when we are root; it
 	// refuses to run as root itself. Debian's postgresql package creates it.
 	serverUser = "postgres"
+	// defaultPort numbers the socket when Options.Port is 0. There is no TCP
+	// listener, so it cannot clash with another server: the socket folder
+	// belongs to this cluster alone.
+	defaultPort = 5432
+	// defaultFallbackDir is where a root process places clusters that the
+	// server's OS user could not reach where they were asked for.
+	defaultFallbackDir = "/var/lib/wfm"
 )
 
 // Options configures Start.
@@ -65,11 +104,21 @@ type Options struct {
 	// initialized on first use and reused afterwards, so data survives
 	// restarts. When running as root, folders that Start creates are made
 	// world-searchable (0755) because the server runs as the OS user
-	// "postgres" and must reach DataDir; existing parents are never changed,
-	// Start fails instead, naming the folder that blocks the way.
+	// "postgres" and must reach DataDir; existing folders are never changed:
+	// when one of them blocks the way, a new cluster goes to FallbackDir and
+	// DataDir becomes a symbolic link to it (see the package comment).
 	DataDir string
-	// Port is the TCP port on 127.0.0.1; 0 picks a free one.
+	// FallbackDir holds clusters that the server's OS user cannot reach at
+	// DataDir (root only); empty means /var/lib/wfm.
+	FallbackDir string
+	// Port numbers the Unix socket (.s.PGSQL.<Port>); there is no TCP
+	// listener. 0 means 5432.
 	Port int
+	// SocketDir is the folder of the Unix socket. Empty means the data dir
+	// when the socket's path fits, else a private folder under os.TempDir()
+	// that Stop removes. A folder given here must exist and is the caller's
+	// to protect and remove.
+	SocketDir string
 	// Settings are extra server settings, passed as -c name=value: for
 	// example fsync=off for a throwaway test cluster. fsync=off also makes
 	// initdb skip its final sync, since such a cluster is disposable anyway.
@@ -85,10 +134,14 @@ type Options struct {
 // Server is a running postgres child process. Its methods are safe for
 // concurrent use.
 type Server struct {
-	port    int
-	pid     int
-	process *os.Process
-	tail    *tailBuffer
+	port      int
+	socketDir string
+	dataDir   string
+	// ownsSocketDir says Stop removes socketDir (a private temporary one).
+	ownsSocketDir atomic.Bool
+	pid           int
+	process       *os.Process
+	tail          *tailBuffer
 
 	done     chan struct{}
 	stopping atomic.Bool
@@ -117,7 +170,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("start postgres: Options.DataDir is empty")
 	}
-	dataDir, err := filepath.Abs(opts.DataDir)
+	asked, err := filepath.Abs(opts.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("start postgres: data dir: %w", err)
 	}
@@ -125,7 +178,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	if err := prepareDataDir(dataDir, cred); err != nil {
+	dataDir, err := prepareDataDir(asked, cmp.Or(opts.FallbackDir, defaultFallbackDir), cred)
+	if err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
 
@@ -144,6 +198,19 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	_, _ = logw.Write(initOutput)
 	_ = closeLog()
+	if err := writeAccessRules(dataDir, cred); err != nil {
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+	port := cmp.Or(opts.Port, defaultPort)
+	socketDir, ownSocketDir, err := prepareSocketDir(opts.SocketDir, dataDir, port, cred)
+	if err != nil {
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+	removeSocketDir := func() {
+		if ownSocketDir {
+			_ = os.RemoveAll(socketDir)
+		}
+	}
 
 	timeout := opts.ReadyTimeout
 	if timeout <= 0 {
@@ -152,34 +219,42 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		port := opts.Port
-		if port == 0 {
-			if port, err = freePort(); err != nil {
-				return nil, fmt.Errorf("start postgres: %w", err)
-			}
-		}
-		if err := removeZombieLock(dataDir); err != nil {
+		if err := removeZombieLocks(dataDir, socketDir, port); err != nil {
+			removeSocketDir()
 			return nil, fmt.Errorf("start postgres: %w", err)
 		}
-		s, err := launch(opts, dataDir, port, cred)
+		s, err := launch(opts, dataDir, socketDir, port, cred)
 		if err != nil {
+			removeSocketDir()
 			return nil, fmt.Errorf("start postgres: %w", err)
 		}
 		err = s.waitReady(ctx)
 		if err == nil {
+			s.ownsSocketDir.Store(ownSocketDir)
 			return s, nil
 		}
 		s.kill()
-		if attempt < startAttempts && ctx.Err() == nil && retryable(s.tail.String(), opts.Port == 0) {
+		if attempt < startAttempts && ctx.Err() == nil && retryable(s.tail.String()) {
 			if werr := sleepCtx(ctx, time.Duration(attempt)*100*time.Millisecond); werr == nil {
 				continue
 			}
 		}
+		removeSocketDir()
 		return nil, fmt.Errorf("start postgres on %s: %w", dataDir, err)
 	}
 }
 
-// removeZombieLock removes a postmaster.pid whose postmaster is a zombie.
+// removeZombieLocks removes postmaster.pid and the socket's lock file when
+// the postmaster they name is a zombie (see removeZombieLock).
+func removeZombieLocks(dataDir, socketDir string, port int) error {
+	if err := removeZombieLock(filepath.Join(dataDir, "postmaster.pid")); err != nil {
+		return err
+	}
+	return removeZombieLock(filepath.Join(socketDir, socketName(port)+".lock"))
+}
+
+// removeZombieLock removes a lock file (postmaster.pid, or the socket's) whose
+// postmaster is a zombie.
 // After our process is SIGKILLed the kernel kills postgres too (Pdeathsig),
 // but it is reparented to PID 1 first, and the PID 1 of many containers
 // reaps late or never (on the machine this was written on, the zombie was
@@ -189,8 +264,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 // the file is what postgres's own hint asks of an operator; it stays safe
 // because postgres also finds shared memory still used by old backends
 // through a key derived from the data dir, not from this file.
-func removeZombieLock(dataDir string) error {
-	path := filepath.Join(dataDir, "postmaster.pid")
+func removeZombieLock(path string) error {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -210,22 +284,23 @@ func removeZombieLock(dataDir string) error {
 }
 
 // retryable reports whether a start failed for a reason a second attempt
-// fixes: another process took the free port between our pick and the
-// server's bind, or backends of a killed server were still attached to the
-// old shared memory. The log is matched as text because it is the only
-// channel postgres reports these on; LC_ALL=C keeps the messages English.
-func retryable(logTail string, pickedPort bool) bool {
-	return (pickedPort && strings.Contains(logTail, "Address already in use")) ||
-		strings.Contains(logTail, "pre-existing shared memory block")
+// fixes: backends of a killed server were still attached to the old shared
+// memory. The log is matched as text because it is the only channel postgres
+// reports this on; LC_ALL=C keeps the messages English.
+func retryable(logTail string) bool {
+	return strings.Contains(logTail, "pre-existing shared memory block")
 }
 
 // launch starts the postgres process and the goroutine that waits for it.
-func launch(opts Options, dataDir string, port int, cred *syscall.Credential) (*Server, error) {
+func launch(opts Options, dataDir, socketDir string, port int, cred *syscall.Credential) (*Server, error) {
 	args := []string{
 		"-D", dataDir,
 		"-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1",
-		"-c", "unix_socket_directories=",
+		// No TCP at all: the socket folder's permissions decide who reaches
+		// the server (see the package comment).
+		"-c", "listen_addresses=",
+		"-c", "unix_socket_directories=" + quoteListItem(socketDir),
+		"-c", "unix_socket_permissions=0700",
 	}
 	for _, name := range slices.Sorted(maps.Keys(opts.Settings)) {
 		args = append(args, "-c", name+"="+opts.Settings[name])
@@ -234,7 +309,7 @@ func launch(opts Options, dataDir string, port int, cred *syscall.Credential) (*
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{port: port, tail: &tailBuffer{}, done: make(chan struct{})}
+	s := &Server{port: port, socketDir: socketDir, dataDir: dataDir, tail: &tailBuffer{}, done: make(chan struct{})}
 	out := io.MultiWriter(s.tail, logw)
 
 	cmd := exec.Command(filepath.Join(opts.BinDir, "postgres"), args...)
@@ -322,17 +397,27 @@ func ping(ctx context.Context, url string) error {
 	return conn.Close(ctx)
 }
 
-// Port returns the TCP port the server listens on at 127.0.0.1.
+// Port returns the number in the name of the server's Unix socket
+// (.s.PGSQL.<port>); the server has no TCP listener.
 func (s *Server) Port() int { return s.port }
+
+// SocketDir returns the folder that holds the server's Unix socket.
+func (s *Server) SocketDir() string { return s.socketDir }
+
+// DataDir returns the folder the cluster really lives in: Options.DataDir
+// made absolute, or the folder it links to (see the package comment).
+func (s *Server) DataDir() string { return s.dataDir }
 
 // PID returns the process id of the postmaster, for diagnostics and for
 // tests that check the process is gone.
 func (s *Server) PID() int { return s.pid }
 
 // URL returns a connection URL for database as the superuser "postgres",
-// which needs no password (trust authentication on loopback).
+// through the Unix socket. It needs no password: the server admits only the
+// OS user that started it (peer authentication, see the package comment).
+// libpq's tools (psql, pgbench) accept it as it is.
 func (s *Server) URL(database string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, url.PathEscape(database))
+	return socketURL(s.socketDir, s.port, database)
 }
 
 // Done returns a channel that is closed when the postgres process has
@@ -355,12 +440,20 @@ func (s *Server) Err() error {
 // Stop shuts postgres down and waits for the process to end. It asks for a
 // fast shutdown (SIGINT: roll back open transactions, checkpoint, exit),
 // escalates to an immediate one (SIGQUIT) after 10 s and to SIGKILL after
-// 5 s more. Calling Stop again returns the first result.
+// 5 s more, and removes the socket folder if Start made one. Calling Stop
+// again returns the first result.
 //
 // Returns nil after a clean fast shutdown; an error wrapping ErrExited if
 // postgres had already died; an error if it had to be forced.
 func (s *Server) Stop() error {
-	s.stopOnce.Do(func() { s.stopErr = s.stop() })
+	s.stopOnce.Do(func() {
+		s.stopErr = s.stop()
+		if s.ownsSocketDir.Load() {
+			if err := os.RemoveAll(s.socketDir); err != nil {
+				s.stopErr = errors.Join(s.stopErr, fmt.Errorf("remove socket folder: %w", err))
+			}
+		}
+	})
 	return s.stopErr
 }
 
@@ -451,82 +544,10 @@ func serverCredential() (*syscall.Credential, error) {
 	return cred, nil
 }
 
-// prepareDataDir creates dataDir (0700, as postgres demands) and its missing
-// parents, and, when the server runs as another user, hands a fresh dataDir
-// to that user and checks that it can reach it.
-func prepareDataDir(dataDir string, cred *syscall.Credential) error {
-	var created []string
-	for d := filepath.Dir(dataDir); ; d = filepath.Dir(d) {
-		if _, err := os.Stat(d); err == nil || d == filepath.Dir(d) {
-			break
-		}
-		created = append(created, d)
-	}
-	if err := os.MkdirAll(filepath.Dir(dataDir), 0o755); err != nil {
-		return fmt.Errorf("create data dir parent: %w", err)
-	}
-	if cred != nil {
-		// The umask may have removed the search bit the server user needs;
-		// these folders are ours, so we may set it.
-		for _, d := range created {
-			if err := os.Chmod(d, 0o755); err != nil {
-				return fmt.Errorf("make %s searchable: %w", d, err)
-			}
-		}
-	}
-	if err := os.Mkdir(dataDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("create data dir: %w", err)
-	}
-	if cred == nil {
-		return nil
-	}
-	if _, err := os.Stat(filepath.Join(dataDir, "PG_VERSION")); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Chown(dataDir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return fmt.Errorf("hand data dir to OS user %q: %w", serverUser, err)
-		}
-	}
-	return checkReachable(dataDir, cred)
-}
-
-// checkReachable fails, naming the culprit, when a parent of dir is not
-// searchable by cred: t.TempDir and os.MkdirTemp make 0700 folders, and
-// initdb's own message for this ("Permission denied") does not say which
-// folder or what to do.
-func checkReachable(dir string, cred *syscall.Credential) error {
-	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return fmt.Errorf("check data dir parent: %w", err)
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && !canSearch(st, cred) {
-			return fmt.Errorf("the OS user %q (uid %d) cannot reach %s: %s is mode %v owned by uid %d; "+
-				"put the data dir under a folder that user can enter, or chmod o+x %s", serverUser, cred.Uid, dir, d,
-				fi.Mode().Perm(), st.Uid, d)
-		}
-		if d == filepath.Dir(d) {
-			return nil
-		}
-	}
-}
-
-// canSearch applies the Unix permission check for the x bit of a folder:
-// the owner class decides for the owner, the group class for members, the
-// other class for the rest (ACLs are ignored).
-func canSearch(st *syscall.Stat_t, cred *syscall.Credential) bool {
-	perm := uint32(st.Mode) & 0o777
-	switch {
-	case st.Uid == cred.Uid:
-		return perm&0o100 != 0
-	case st.Gid == cred.Gid || slices.Contains(cred.Groups, st.Gid):
-		return perm&0o010 != 0
-	default:
-		return perm&0o001 != 0
-	}
-}
-
 // initdb creates the cluster and returns its output.
 func initdb(ctx context.Context, binDir, dataDir string, cred *syscall.Credential, noSync bool) ([]byte, error) {
-	args := []string{"-A", "trust", "-E", "UTF8", "--locale=C", "-U", "postgres", "-D", dataDir}
+	// Nothing is admitted until writeAccessRules has written its rules.
+	args := []string{"-A", "reject", "-E", "UTF8", "--locale=C", "-U", "postgres", "-D", dataDir}
 	if noSync {
 		args = append(args, "--no-sync")
 	}
@@ -571,17 +592,6 @@ type ignoreErrors struct{ w io.Writer }
 func (w ignoreErrors) Write(p []byte) (int, error) {
 	_, _ = w.w.Write(p)
 	return len(p), nil
-}
-
-// freePort asks the kernel for a free loopback port. Another process may
-// take it before postgres binds it; Start retries then.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -116,6 +116,10 @@ func TestStartStopRestart(t *testing.T) {
 	require.ErrorIs(t, s.Stop(), ErrExited)
 }
 
+// TestStartUnreachableDataDir is `make run` as root in a clone inside a
+// 0700 folder: the server's OS user cannot reach the data dir, so the
+// cluster goes to the fallback folder, the data dir becomes a link to it,
+// and the next start finds the same cluster.
 func TestStartUnreachableDataDir(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("only root hands the data dir to another OS user")
@@ -123,7 +127,31 @@ func TestStartUnreachableDataDir(t *testing.T) {
 	t.Parallel()
 	parent := filepath.Join(t.TempDir(), "private") // 0700 folders owned by root
 	require.NoError(t, os.Mkdir(parent, 0o700))
-	_, err := Start(context.Background(), Options{BinDir: binDir(t), DataDir: filepath.Join(parent, "data")})
+	fallback := filepath.Join(filepath.Dir(dataDir(t)), "fallback")
+	asked := filepath.Join(parent, "data")
+	opts := Options{BinDir: binDir(t), DataDir: asked, FallbackDir: fallback, Settings: fastSettings}
+
+	s := start(t, opts)
+	assert.Equal(t, fallback, filepath.Dir(s.DataDir()), "the cluster lives in the fallback folder")
+	target, err := os.Readlink(asked)
+	require.NoError(t, err, "the data dir is a link")
+	assert.Equal(t, s.DataDir(), target)
+	fi, err := os.Stat(parent)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "the private folder is left as it was")
+	exec1(t, s, "CREATE TABLE kept (n int); INSERT INTO kept VALUES (9)")
+	require.NoError(t, s.Stop())
+
+	s = start(t, opts)
+	assert.Equal(t, target, s.DataDir(), "the next start finds the same cluster")
+	assert.Equal(t, 9, queryInt(t, s.URL("postgres"), "SELECT n FROM kept"), "data survives a restart")
+	require.NoError(t, s.Stop())
+
+	// A folder that already holds something is not moved behind the user's back.
+	full := filepath.Join(parent, "full")
+	require.NoError(t, os.Mkdir(full, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(full, "x"), nil, 0o600))
+	_, err = Start(context.Background(), Options{BinDir: binDir(t), DataDir: full, FallbackDir: fallback})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "chmod o+x", "the error says how to fix it")
 }
@@ -161,16 +189,16 @@ func TestServerDiesWithKilledParent(t *testing.T) {
 			}
 		}
 	}()
-	var pid, port int
+	var pid int
+	var url string
 	select {
 	case line, ok := <-lines:
 		require.True(t, ok, "helper ended without starting postgres; stderr:\n%s", &stderr)
-		_, err := fmt.Sscanf(line, "ready pid=%d port=%d", &pid, &port)
+		_, err := fmt.Sscanf(line, "ready pid=%d url=%s", &pid, &url)
 		require.NoError(t, err)
 	case <-time.After(30 * time.Second):
 		t.Fatalf("helper did not start postgres within 30 s; stderr:\n%s", &stderr)
 	}
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
@@ -194,7 +222,7 @@ func TestServerDiesWithKilledParent(t *testing.T) {
 
 // TestHelperProcess is not a test: TestServerDiesWithKilledParent runs this
 // test binary again with GO_WANT_HELPER_PROCESS=1 to get a parent it can
-// SIGKILL. It starts postgres, reports its pid and port and waits.
+// SIGKILL. It starts postgres, reports its pid and URL and waits.
 func TestHelperProcess(t *testing.T) {
 	if os.Getenv("GO_WANT_HELPER_PROCESS") != "1" {
 		return
@@ -208,7 +236,7 @@ func TestHelperProcess(t *testing.T) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	fmt.Printf("ready pid=%d port=%d\n", s.PID(), s.Port())
+	fmt.Printf("ready pid=%d url=%s\n", s.PID(), s.URL("postgres"))
 	<-s.Done()
 	os.Exit(3)
 }

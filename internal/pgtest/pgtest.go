@@ -11,7 +11,8 @@
 // needs CREATEDB; the template (wfm_tmpl_<hash of the migrations>) is kept
 // there for the next run, and each migration set adds one. Without it, the
 // first test that asks for a database starts a private server (see
-// pglaunch) with durability off, in a temporary folder (in memory under
+// pglaunch) with durability off, reachable only through its Unix socket and
+// only by the OS user running the tests, in a temporary folder (in memory under
 // /dev/shm when that is roomy), and Main stops it and removes the folder
 // after the tests; a folder left by a killed run is removed by a later one.
 // Packages whose tests never ask for a database pay nothing.

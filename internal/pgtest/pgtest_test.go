@@ -3,6 +3,7 @@ package pgtest_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -71,4 +72,22 @@ func TestEmptyURLIsNotMigrated(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	require.ErrorIs(t, postgres.Check(ctx, pool), postgres.ErrPendingMigrations)
+}
+
+// TestPrivateServerHasNoTCPListener: the private test server is reached
+// through its Unix socket only, with pglaunch's protection (issue 9).
+func TestPrivateServerHasNoTCPListener(t *testing.T) {
+	if os.Getenv("DATABASE_URL") != "" {
+		t.Skip("DATABASE_URL names the server; no private one is started")
+	}
+	t.Parallel()
+	cfg, err := pgx.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(cfg.Host, "/"), "host %q is not a socket folder", cfg.Host)
+	var listen string
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	require.NoError(t, conn.QueryRow(context.Background(), "SHOW listen_addresses").Scan(&listen))
+	assert.Empty(t, listen, "listen_addresses")
 }

@@ -1,0 +1,136 @@
+package pglaunch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// nobody returns the credential of the OS user "nobody", skipping the test
+// when this process cannot switch to it (only root can).
+func nobody(t *testing.T) *syscall.Credential {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("only root can run a client as the OS user nobody to check that another user is refused")
+	}
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no OS user nobody: %v", err)
+	}
+	uid, err := strconv.Atoi(u.Uid)
+	require.NoError(t, err)
+	gid, err := strconv.Atoi(u.Gid)
+	require.NoError(t, err)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+}
+
+// psqlAs runs `psql -c 'SELECT 1'` on conninfo as cred (nil: as this
+// process) and returns its error and output.
+func psqlAs(t *testing.T, cred *syscall.Credential, conninfo string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir(t), "psql"), "-X", "-w", "-At", "-d", conninfo, "-c", "SELECT 1")
+	cmd.Env = []string{"LC_ALL=C", "PATH=/usr/bin:/bin", "HOME=/"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestOtherOSUserIsRefused is the probe of issue 9: an OS user other than
+// the one running wfm (here nobody) must not get into the private cluster,
+// neither through the address the server gives out nor through TCP on
+// loopback.
+func TestOtherOSUserIsRefused(t *testing.T) {
+	cred := nobody(t)
+	t.Parallel()
+	s := start(t, Options{BinDir: binDir(t), DataDir: dataDir(t), Settings: fastSettings})
+
+	// The owner gets in: the checks below can fail for the right reason only.
+	out, err := psqlAs(t, nil, s.URL("postgres"))
+	require.NoError(t, err, "psql as the owner: %s", out)
+
+	out, err = psqlAs(t, cred, s.URL("postgres"))
+	assert.Error(t, err, "nobody connected through %s: %s", s.URL("postgres"), out)
+	tcp := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", s.Port())
+	out, err = psqlAs(t, cred, tcp)
+	assert.Error(t, err, "nobody connected through %s: %s", tcp, out)
+
+	// Behind the folder, authentication refuses too: open the folder and
+	// the socket to everyone, and nobody is still not let in.
+	assertPeerOnly(t, s, cred)
+}
+
+// assertPeerOnly checks that, with the socket folder and the socket opened
+// to everyone, the server itself refuses nobody and admits this process.
+func assertPeerOnly(t *testing.T, s *Server, cred *syscall.Credential) {
+	t.Helper()
+	sock := filepath.Join(s.SocketDir(), socketName(s.Port()))
+	fi, err := os.Stat(s.SocketDir())
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(s.SocketDir(), 0o711))
+	require.NoError(t, os.Chmod(sock, 0o777))
+	t.Cleanup(func() {
+		_ = os.Chmod(s.SocketDir(), fi.Mode().Perm())
+		_ = os.Chmod(sock, 0o700)
+	})
+	out, err := psqlAs(t, cred, s.URL("postgres"))
+	assert.Error(t, err, "nobody connected through an open socket: %s", out)
+	assert.Contains(t, out, "Peer authentication failed", "refused by pg_hba.conf, not by the folder")
+	out, err = psqlAs(t, nil, s.URL("postgres"))
+	assert.NoError(t, err, "psql as the owner: %s", out)
+}
+
+// TestConvertsTrustDataDir starts a cluster whose pg_hba.conf is the one an
+// earlier build left (initdb -A trust: every local user is superuser) and
+// checks that the start converts it and keeps the data.
+func TestConvertsTrustDataDir(t *testing.T) {
+	cred := nobody(t)
+	t.Parallel()
+	opts := Options{BinDir: binDir(t), DataDir: dataDir(t), Settings: fastSettings}
+	s := start(t, opts)
+	exec1(t, s, "CREATE TABLE kept (n int); INSERT INTO kept VALUES (5)")
+	require.NoError(t, s.Stop())
+	// What initdb -A trust writes (comments left out).
+	old := "local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n" +
+		"local replication all trust\nhost replication all 127.0.0.1/32 trust\nhost replication all ::1/128 trust\n"
+	require.NoError(t, os.WriteFile(filepath.Join(s.DataDir(), "pg_hba.conf"), []byte(old), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(s.DataDir(), "pg_ident.conf"), nil, 0o600))
+
+	s = start(t, opts)
+	assert.Equal(t, 5, queryInt(t, s.URL("postgres"), "SELECT n FROM kept"), "data survives the conversion")
+	hba, err := os.ReadFile(filepath.Join(s.DataDir(), "pg_hba.conf"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(hba), "trust")
+	fi, err := os.Stat(filepath.Join(s.DataDir(), "pg_hba.conf"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	assertPeerOnly(t, s, cred)
+}
+
+// TestLongDataDirGetsPrivateSocketFolder: a data dir too deep for a socket
+// path gets a private socket folder that Stop removes.
+func TestLongDataDirGetsPrivateSocketFolder(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(dataDir(t), strings.Repeat("d", 100))
+	s := start(t, Options{BinDir: binDir(t), DataDir: dir, Settings: fastSettings})
+	assert.NotEqual(t, s.DataDir(), s.SocketDir())
+	fi, err := os.Stat(s.SocketDir())
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "socket folder mode")
+	assert.Equal(t, 1, queryInt(t, s.URL("postgres"), "SELECT 1"))
+	require.NoError(t, s.Stop())
+	assert.NoDirExists(t, s.SocketDir(), "Stop removes the socket folder it made")
+}
