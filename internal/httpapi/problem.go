@@ -180,6 +180,7 @@ var titles = map[string]string{
 	"not-found":                   "Not found",
 	"method-not-allowed":          "Method not allowed",
 	"invalid-request":             "Invalid request",
+	"invalid-text":                "Text that cannot be stored",
 	"invalid-description":         "Invalid application description",
 	"invalid-version":             "Invalid version",
 	"malformed":                   "Malformed request",

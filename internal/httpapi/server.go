@@ -151,8 +151,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	})
 	api.HandlerWithOptions(strict, api.ChiServerOptions{
 		BaseRouter: r,
-		// The last middleware runs first: authorization before validation.
-		Middlewares: []api.MiddlewareFunc{s.requestValidator(spec), s.idempotency, s.authorize},
+		// The last middleware runs first: authorization (which audits the
+		// outcome), then unstorable input, then validation.
+		Middlewares: []api.MiddlewareFunc{s.requestValidator(spec), s.idempotency, s.checkInput(headerParams(spec)), s.authorize},
 		ErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
 			writeProblem(w, req, paramProblem(req, err))
 		},
