@@ -181,6 +181,7 @@ var titles = map[string]string{
 	"method-not-allowed":          "Method not allowed",
 	"invalid-request":             "Invalid request",
 	"invalid-text":                "Text that cannot be stored",
+	"headers-too-large":           "Request headers too large",
 	"invalid-description":         "Invalid application description",
 	"invalid-version":             "Invalid version",
 	"malformed":                   "Malformed request",

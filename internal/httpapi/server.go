@@ -116,7 +116,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		anonAudit: ratelimit.New(1, 60, 1, time.Now), idem: cfg.Idempotency}
 
 	r := chi.NewRouter()
-	r.Use(s.requestContext(metrics), s.recoverer, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
+	r.Use(s.requestContext(metrics), s.recoverer, limitHeaders, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		for _, m := range allowedMethods(r, req.URL.Path) {
