@@ -1392,6 +1392,11 @@ type Version = string
 // OperationAccepted defines model for OperationAccepted.
 type OperationAccepted = Operation
 
+// ServiceUnavailable RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type ServiceUnavailable = Problem
+
 // TooManyRequests RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
 // problem types; clients must ignore members they do not know.
@@ -4478,6 +4483,15 @@ type OperationAcceptedJSONResponse struct {
 
 type ProblemApplicationProblemPlusJSONResponse Problem
 
+type ServiceUnavailableResponseHeaders struct {
+	RetryAfter int
+}
+type ServiceUnavailableApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers ServiceUnavailableResponseHeaders
+}
+
 type TooManyRequestsResponseHeaders struct {
 	RetryAfter int
 }
@@ -4579,6 +4593,23 @@ func (response GetBundle429ApplicationProblemPlusJSONResponse) VisitGetBundleRes
 	return err
 }
 
+type GetBundle503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetBundle503ApplicationProblemPlusJSONResponse) VisitGetBundleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetBundledefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -4655,6 +4686,23 @@ func (response DeleteDeviceCapabilities429ApplicationProblemPlusJSONResponse) Vi
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeviceCapabilities503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteDeviceCapabilities503ApplicationProblemPlusJSONResponse) VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4776,6 +4824,23 @@ func (response PutDeviceCapabilities429ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
+type PutDeviceCapabilities503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response PutDeviceCapabilities503ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PutDeviceCapabilitiesdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -4876,6 +4941,23 @@ func (response GetStateManifest429ApplicationProblemPlusJSONResponse) VisitGetSt
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStateManifest503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetStateManifest503ApplicationProblemPlusJSONResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4983,6 +5065,23 @@ func (response PostDeploymentStatus429ApplicationProblemPlusJSONResponse) VisitP
 	return err
 }
 
+type PostDeploymentStatus503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response PostDeploymentStatus503ApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PostDeploymentStatusdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -5080,6 +5179,23 @@ func (response GetDeploymentYAML429ApplicationProblemPlusJSONResponse) VisitGetD
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentYAML503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeploymentYAML503ApplicationProblemPlusJSONResponse) VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5201,6 +5317,40 @@ func (response ListApplications403ApplicationProblemPlusJSONResponse) VisitListA
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplications429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListApplications429ApplicationProblemPlusJSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplications503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListApplications503ApplicationProblemPlusJSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5380,6 +5530,40 @@ func (response CreateApplicationVersion422ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
+type CreateApplicationVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateApplicationVersion429ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersion503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CreateApplicationVersion503ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -5467,6 +5651,40 @@ func (response GetApplication404ApplicationProblemPlusJSONResponse) VisitGetAppl
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplication429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetApplication429ApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplication503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetApplication503ApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5583,6 +5801,40 @@ func (response GetUpgradePath422ApplicationProblemPlusJSONResponse) VisitGetUpgr
 	return err
 }
 
+type GetUpgradePath429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetUpgradePath429ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetUpgradePath503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetUpgradePath503ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetUpgradePathdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -5677,6 +5929,40 @@ func (response ListApplicationVersions404ApplicationProblemPlusJSONResponse) Vis
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplicationVersions429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListApplicationVersions429ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplicationVersions503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListApplicationVersions503ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5783,6 +6069,40 @@ func (response DeleteApplicationVersion422ApplicationProblemPlusJSONResponse) Vi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteApplicationVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteApplicationVersion429ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteApplicationVersion503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteApplicationVersion503ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5944,6 +6264,40 @@ func (response GetApplicationVersion422ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
+type GetApplicationVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetApplicationVersion429ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplicationVersion503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetApplicationVersion503ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -6039,6 +6393,40 @@ func (response UnyankApplicationVersion422ApplicationProblemPlusJSONResponse) Vi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnyankApplicationVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response UnyankApplicationVersion429ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnyankApplicationVersion503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response UnyankApplicationVersion503ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6143,6 +6531,40 @@ func (response YankApplicationVersion422ApplicationProblemPlusJSONResponse) Visi
 	return err
 }
 
+type YankApplicationVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response YankApplicationVersion429ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type YankApplicationVersion503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response YankApplicationVersion503ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type YankApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -6226,6 +6648,40 @@ func (response ListAudit403ApplicationProblemPlusJSONResponse) VisitListAuditRes
 	return err
 }
 
+type ListAudit429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListAudit429ApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAudit503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListAudit503ApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListAuditdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -6305,6 +6761,40 @@ func (response ListClients403ApplicationProblemPlusJSONResponse) VisitListClient
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListClients429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListClients429ApplicationProblemPlusJSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListClients503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListClients503ApplicationProblemPlusJSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6429,6 +6919,40 @@ func (response AcceptClient422ApplicationProblemPlusJSONResponse) VisitAcceptCli
 	return err
 }
 
+type AcceptClient429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AcceptClient429ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcceptClient503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response AcceptClient503ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AcceptClientdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -6508,6 +7032,40 @@ func (response GetClient404ApplicationProblemPlusJSONResponse) VisitGetClientRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetClient429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetClient429ApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetClient503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetClient503ApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6592,6 +7150,40 @@ func (response GetDevice404ApplicationProblemPlusJSONResponse) VisitGetDeviceRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDevice429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetDevice429ApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDevice503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetDevice503ApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6709,6 +7301,40 @@ func (response PutDeviceLabels422ApplicationProblemPlusJSONResponse) VisitPutDev
 	return err
 }
 
+type PutDeviceLabels429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PutDeviceLabels429ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceLabels503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response PutDeviceLabels503ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PutDeviceLabelsdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -6789,6 +7415,40 @@ func (response RetireClient404ApplicationProblemPlusJSONResponse) VisitRetireCli
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetireClient429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RetireClient429ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetireClient503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RetireClient503ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6886,6 +7546,40 @@ func (response ListDeployments422ApplicationProblemPlusJSONResponse) VisitListDe
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeployments429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListDeployments429ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeployments503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListDeployments503ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7026,6 +7720,40 @@ func (response CreateDeployment422ApplicationProblemPlusJSONResponse) VisitCreat
 	return err
 }
 
+type CreateDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateDeployment429ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CreateDeployment503ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateDeploymentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7132,6 +7860,40 @@ func (response DeleteDeployment412ApplicationProblemPlusJSONResponse) VisitDelet
 	return err
 }
 
+type DeleteDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteDeployment429ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteDeployment503ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteDeploymentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7219,6 +7981,40 @@ func (response GetDeployment404ApplicationProblemPlusJSONResponse) VisitGetDeplo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeployment429ApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeployment503ApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7317,6 +8113,40 @@ func (response ListHistory404ApplicationProblemPlusJSONResponse) VisitListHistor
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistory429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListHistory429ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistory503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListHistory503ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7477,6 +8307,40 @@ func (response ReconfigureDeployment422ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
+type ReconfigureDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ReconfigureDeployment429ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconfigureDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ReconfigureDeployment503ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ReconfigureDeploymentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7575,6 +8439,40 @@ func (response ListRevisions404ApplicationProblemPlusJSONResponse) VisitListRevi
 	return err
 }
 
+type ListRevisions429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListRevisions429ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRevisions503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListRevisions503ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListRevisionsdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7655,6 +8553,40 @@ func (response GetRevision404ApplicationProblemPlusJSONResponse) VisitGetRevisio
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRevision429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetRevision429ApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRevision503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetRevision503ApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7815,6 +8747,40 @@ func (response RollbackDeployment422ApplicationProblemPlusJSONResponse) VisitRol
 	return err
 }
 
+type RollbackDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RollbackDeployment429ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RollbackDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RollbackDeployment503ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RollbackDeploymentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7894,6 +8860,40 @@ func (response GetDeploymentStatus404ApplicationProblemPlusJSONResponse) VisitGe
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentStatus429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeploymentStatus429ApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentStatus503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeploymentStatus503ApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8054,6 +9054,40 @@ func (response UpgradeDeployment422ApplicationProblemPlusJSONResponse) VisitUpgr
 	return err
 }
 
+type UpgradeDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response UpgradeDeployment429ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response UpgradeDeployment503ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UpgradeDeploymentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8151,6 +9185,40 @@ func (response ListDevices422ApplicationProblemPlusJSONResponse) VisitListDevice
 	return err
 }
 
+type ListDevices429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListDevices429ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDevices503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListDevices503ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListDevicesdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8234,6 +9302,40 @@ func (response ListOperations403ApplicationProblemPlusJSONResponse) VisitListOpe
 	return err
 }
 
+type ListOperations429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListOperations429ApplicationProblemPlusJSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListOperations503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListOperations503ApplicationProblemPlusJSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListOperationsdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8313,6 +9415,40 @@ func (response GetOperation404ApplicationProblemPlusJSONResponse) VisitGetOperat
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperation429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetOperation429ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperation503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetOperation503ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8415,6 +9551,40 @@ func (response CancelOperation409ApplicationProblemPlusJSONResponse) VisitCancel
 	return err
 }
 
+type CancelOperation429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CancelOperation429ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperation503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CancelOperation503ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CancelOperationdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8494,6 +9664,40 @@ func (response ListTokens403ApplicationProblemPlusJSONResponse) VisitListTokensR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListTokens429ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListTokens503ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8603,6 +9807,40 @@ func (response CreateToken422ApplicationProblemPlusJSONResponse) VisitCreateToke
 	return err
 }
 
+type CreateToken429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken429ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken503ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateTokendefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8682,6 +9920,40 @@ func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeToke
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken429ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken503ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8769,6 +10041,40 @@ func (response GetToken404ApplicationProblemPlusJSONResponse) VisitGetTokenRespo
 	return err
 }
 
+type GetToken429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetToken429ApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetToken503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetToken503ApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetTokendefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8808,16 +10114,17 @@ func (response GetReady200JSONResponse) VisitGetReadyResponse(w http.ResponseWri
 }
 
 type GetReady503ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	ServiceUnavailableApplicationProblemPlusJSONResponse
 }
 
 func (response GetReady503ApplicationProblemPlusJSONResponse) VisitGetReadyResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10240,228 +11547,231 @@ func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rdhs3sij8Ktjcey2TmeZVshNTa//QOHbG38iOP8mZnDmhdxrsBkmMmgADoEUzXjprHmKe4TzYPMlZ",
-	"KADd6CZ4teQosf/YIoluAIWqQt3rQyPh8wVnhCnZGH5ozAhOiYA/n7/FU/1/SmQi6EJRzhrDxpUSnE0R",
-	"YYqqFVJ4ivgEqRlBgiwEkYQprEd2GlFDkF9yKkjaGCqRk6ghkxmZY/1KtVqQxrAhlaBs2ri9jRoXPMFm",
-	"hvqEP1xelFNInouEHPby26ixwALPibIbO18sMmqme5muT+j9jGiKmq+wmPJHEsX/8xNu/9prP22/+9CP",
-	"Br3e7X/FLb0U8h7PF5meM+HzNuNCzaTCQtEUt1M6pRpibS6SGZFKYMVFI2pQPdMCq1kjajA81w/jyrK2",
-	"7XCO318QNlWzxnDQ6+ntKUWEfuP6EhtRANrPMkqYepm+0QsYfgitJrFDti7kvwSZNIaN/+yWSNQ1v8qu",
-	"m8NMmAvJxTqsv1/gX3KCEvgZTQSfI4wWgtxQnku0wFOiAc/Ie2XeEHcc7H7JiVh5yzUTbIDS4/6gCqXz",
-	"9v82gPq5/e6rMIy+JYuMr+a74JR6w/Y9tCen4QlvaEJ2TGaGHH0obg4zIZ0SqbZNBwP23dU3vdCuXqZk",
-	"vuCKsGT1V7Jax4BLsiBYUTZFGOlpiFRoSdUMCF7iOUHXZIUwS9GYpyskiMoFk/ArF3RKGc40X1hwJslZ",
-	"9SF4DR6xlE4mRBCmzCuoRKeDAYppubL2NVm1BcklSeMO+itZSYSFfslCoQkXaHCKZjwXMkILIpDi14R1",
-	"RsyhouGZJdi8Lbf1njeR7uPHUWNOmfvcD4Jv8gqrpDygtbkmbTNgwyT93uA0/N7XnJGd79aDjpvgAo9J",
-	"dkUykqgQ4T/j8zluS6I5syIpshim6UhGCGeZ5vnLGU1maJ5LhWY8S4coviar/77BWU7iCD78R+VTjJr2",
-	"DmpFIxb/h/kKj+GbDoJ9EIkwMnT0SCIymZBE0RuCMr1eaU61ZOiSKvLfiwwz1cbZBEf/kZKEz+dUSsoZ",
-	"STcwo6yy90MBR+dUrQPsAgtNjIjl8zERGjpUkblElAHSa1a5iTdm8EZ/GSmZ4DxTehG9SC+KzvN5Y/gY",
-	"PlFmPpX4SJkiUyJged8viLB31BbOwctRH8cU/0aEDIoF5+iKzP9GBLoxI85Q3O/0YuAU+i/9t15MyRLs",
-	"wOqN3e8MOv3wfWzH77v+/uCbXeR8q19lWBUIIgUsz5OELBQBYSThTBEGGOBJBN1/SAOF/fh88WYzaxV0",
-	"bzXvdAPQEkuUCKKp8AxRhUTOCqwa4+R6KnjO0g6KnYgWaw5KlUQ/XF5oYHoioy/FhZZnh3aLcbC6N4KP",
-	"MzLfsvmFGfGnw4Dg3hsAwTlDly+eoaenj79G9uWdxm3UeMv5K8xWl+Yikp9ySfpUjNCFyPuEkJSkAGV3",
-	"KWo+2UHxJVFi1T6fKCJiJPFKouWMMKQ4UmKF8BRTZq5Bu0CUYCEokSPm5Fih34DmRPMRiZoxfMbjDLgo",
-	"fIC3X5GEs1TqLzUa8MnkSkuvZLqKW4ZNegfvrUp/3EIw27gLQMWCCgR1IAsjSNojgWNIU6qBhrM3QuOx",
-	"opqcJjiTJGosvK8+NGh6kJharvsn/ei7Yo18/A+SKI0hnnagX12dztLROSxzwsUcKy1GYUXais7JupwZ",
-	"2RUeo0KsvSrDiki1kWNqBJvRqX6F44VIzbDS5My4QivMrkmKmiowDnBM38paLDIDW2FGurYqw03ri4nn",
-	"ROEUK9zRv8dOwzNbCLPqby0c0C442Kef8dyQbfGKk+CNVjt0u+I6OGuvjbyz3oEmF9SgbQ0z9e1d+WMb",
-	"lvpYd1tMh4XAK4BxoSCtQ/qNkYgsm5gRQeAQ51wQI0KcoQWWmqMjLFGclHrW+m1cARWse8fePWSsbh/X",
-	"dfA7oYAj6K8CrE28xXCxdXLydoG8XzUg/7+r71+jJmfZykCes0IC0QQnCDYUVIVe1HjfnvK2/VLfLZ1L",
-	"vHxFpMRTAss1Ktk6PckZHjx+Mhzlvd5JMiPv4Y+SsPzVjVeKSETe40RlK73WBZeKpHo1no5sX/hTr/0U",
-	"tyfvPjw5DRkTokZGJyRZJRnZhcMXbuBlnhGpH52TlOK38ML6fv7Cl2vrXlaWSpi+Rn6qXMorPM8a0brc",
-	"9G4LXzqewQS0Gsw4ownOnHAqFyTLKJvuySsNZ/WMWGPOM4JZ+dshqG2euCTYiijb6blufirF38IMUJ5X",
-	"wSRLiitW76PEfuzhjjmkYzo7GeXRDC5PqXrOlFgFGFviWMl23SbSI0P8+i2/JsbwOGpodFrNeS5HDcNF",
-	"GEc3OKOpsUEARUzpDWHASnZOeBBbVJhmuzjigczLyDrFAihTT04b63eyRjQ142ndvhRYJs9Vwi0dW34g",
-	"8yQhUjaixgTTLBckSP1Wqn6ZhrS49dHcsDd/4JPAOKmwyqWHWt6elFbg1Zr59vSbnRetJimswYutPcHi",
-	"WAGn4uXFCkrIbMTfOyG6khBuAf9emqfAkLCd9urW2WNpsZDfK6y8NNm08ZSAvFY/5KA5uPMzWM77g2/C",
-	"l90zB4Or4qSr8CNCmP1tA5t5+DkM9W6iIDqR/Uy6VzC0DjbLpM17gtAD9l2auvfVsgpIr0lyB4hvhYsh",
-	"eF6FrXvYIOmUtHv9Rt2Rs+BZ9gIomSWrxvBJz7+b7S17G+2SPD/Om+JvY19N09/cvvb6+t63WhncyL/h",
-	"LDei1kLwCc1I0N+FSh8GsuMCYuMZ4nOqFElRG36aUCEViLVmoF4oSjBDIme122jQ622XonYw4L0lFc9p",
-	"VUB4M9rDTXucXYG8X1BB5MuADPgdR2lubWs5UzQD+Jj72j6GmqQz7aCvB71ZywcrIzdEVEVFPaYKzJPB",
-	"XsJsQtsLuiAZZSTA/LbaKcv7bhuSXeoxGxgOPB8CfMlpApJTyheKpK8wo5NddgxGlkQqFH7ER0hBFlxo",
-	"6E64QGpGpYfsnXXZoyrC5EZCuY3WmcadcIGj1NXDGUdN7MpzkCjWLVFMKpxlWmO4oTtBL+ygCvVzNqFi",
-	"TlJUvCtCdIIwW3XCct4+Z22NovO1Q8bKMqFFPs6onJHU8SyNjuUKm3D0Ghfm/AZnrQPOvcpz9zcOPC/8",
-	"SsUbEHiqpMdZK6tctwXUufbagS0Enwot6u42OptxQKxbz7ZwLu1YoneGewopjuisoGKfezbDbHoYBcBz",
-	"G5XaqJEv0kOJ6mYb+jmjzW6gbJXfD7qz/JN3EK7ufA1+3tFW0LaqopfA2c6d/5yzNCOX+kBDMJGUTTOC",
-	"sEhmGsdnPEspmyJ9fa2Qp4mXL0QpT3L4w8LRkfMZilmeZTFqwu03YvY6bNUNlox7rFt2UFMknROUUakk",
-	"isew3k5hoACvhfnOWC/AMThi7stcZDHC0rmd08IdsrY6SYheu+zOsZjyNhECK9yZp50W+ED02vFY35aG",
-	"DVSvtNJad4RhrWIdC1m7bljagVV17K5u+n9SWPxp+itdBJVeSX8lf14ps7bCE9MLUXUust0WEt8eVBiJ",
-	"9JPbkesuNE9PkLg3M085hxMwLEHUDtmPAApxpI/Cgrs+s1q80gHHduUYfZUfLAjTxD9cv3eLazky/iVS",
-	"CGxnTkCAB80lbr9BYwLBQBrPSXo2YoUoMazIdbkNAqrPeoZSgSnT7+iifDEVODV/CwLiyTQX8HnEBIf5",
-	"22OcXA8RZp5PnDLkLtczNMF0bfZCqjQmJhAxMEoJTrXADQ4VkrbORgxkDreAOb/RL0pJRpSGSuWN+kfw",
-	"wnQ9OWrKGbExKZYBWHA3Cnmt8gHMrw4AwO8tAOB+8ABghPRi/9ZaRky0hlmy+5OkQWZSRYxcOhrZJSjt",
-	"K/Rvo/76cC1LV8JY9+IhdWNOgJHspu0j5HF5h7ajjzYRbbYNvW8vJ/M2ea8I00CWe67Mjd/FeTacvGfC",
-	"9I703cG2ZrPngIseL/CYZrREwEMcfhmWCvmvKOWaAHs4wr/3idRIehDCmti4YzUg8zRqOqhEiN8QIWia",
-	"EobGKxPKCayXi0eyFVSE3O8XxUq2ehrNKMC/KZWKCBKwe4FhB+GJ1s28w8tZ+RBqfvv84vnb56iLF7R7",
-	"0+/6R9+y5h2q7IFLE37jbcBz37ndX+wFyzUAHKzV1IjP0zKoYfIFYIrzXVvkGtyjKvkcplto6D7zHt/3",
-	"wqieGkQxIZD9N7+yg/5MJE2JRHFJ/TY20Gw2jhD45m8IS7lABZcbMbNkCcGDKYrft41LXX80PnWPJcag",
-	"meAs40uNLLAq8n6h5QYijYUCgpBjK/iVm4sjE906Yt8vCDt/8xKddHoow8m1PEPLyRwRNuEiMRKBXjdm",
-	"cqkVlNPBQC9NixSgqIDe0qrFrX7wSFZSVfWIrJvEk4W+jn760ACFTpFE5QKuwXkKDrqECz3w9Pad4Rye",
-	"QX5O5lysGsNG/8l3VH/mKclegxmhMWy8vmr3ez3N04mguPz+6nW714PnpeJCs75hoz/4Bt4g84VBwlLA",
-	"0CqGBCzWtC4JxJ5lc41nxehLTYxzM4wnVP9mzlYvw7kjgCyqez+Gt13lIJ2KdkomlJHUsrgzZ+IBpECG",
-	"EiNrVImQZQZIi4oMgYih1U0zTOqvzUi5yRTkrTp0fp7UU5OxKqfq6ZL2eLGYu/+Dkp49/kL6MctcZzEw",
-	"LET7danqsNtHazhighOybY+qpicTNSOCgUt0SScarxKSZXmGRSNqjLOcKM4h2DeXY2BrbAwyh5CDk0EA",
-	"CrW9wq/7bNXRR0B0rJBK4HeuSPaMZ2UE/fqlsiCCLmZE4GwbbOaY5RMMxy82ryT4Sx2s00UOSqNcZHgF",
-	"cJsTgTXd00TwxYyDt0EuCL4m4g7BWOUfQVep5SOh3zZyFA9kbofAWCKP0yS5VDxMGHPKrMO7H1jyOmcK",
-	"TKdZ1fFzOA73YR8TpB1cRbwaaNfPovYmD7OOlcnXvK6bs7M6P/+f9rs/NUejbv271ldBa4mZYZeMFXTp",
-	"ZQeJljWw2Ic3Cz53Y/MCleYe7V2lmuih6B4Wh4NtBwJT9r3RAsiB58TZWzonPFeVq2zMhTJm84RsmLQE",
-	"QoiVqvKlG/25nZ2e2Bqsi7+D4NZAMLGQa4jxG2/SC1XszXuysfc+yykibw+h3b+gJEu9zI/q/if61/Vl",
-	"QlDtgoNEgChT3Pr1TIZEoYo3uUAxJEF168J7HIEwPgv+YBIa1n8C53HpU6lFvnddKHu3dOrsyvPSgoFh",
-	"ixWn/cgGnY8aLigf19Kc9nh37WwMKMsJQ4fxF4Izk8tVPYbSUlWukV8fSgX2LcGJqb64V3fBHd8KzCRV",
-	"9xr4uetiqeV3PtkVb25eiK7JSqJmvz14fIKSGRayhRR3ykTTKQj5Qn87ePzEjrHcyJ/fC/v0Fl2Nu97m",
-	"5HwkURG7i4QebvRX49izWYPONo+ahW+seKjUjTvz1GqlNW+J5no7b7qSNRoR6AewY5MXgs+DAUxUkERZ",
-	"cz+BZKgZlYXrlhGSGm9BcWmVGTAcjQnCCmUESwXPddA5pIyiNsJshXiWlvRXD+R+3OmF5JB94gb2jOEq",
-	"wFBL6yAeS4rQcoaVVis3gSDl7iyr5jaDZUGNU/AsA9/A7kAgGFcsVJo8MRpCtqvit+r6rLQsz7zYMptm",
-	"aNEOslvr4rMgxgJllbrvBCHhaP8qP1hjUMWCvW2HGMDO4KRXnHFlcgCyFaJML09SNkU5k3TKSIqenLbH",
-	"VCHrt0OUoZ/6ERr8z5PTdv9dBAF10oQ0Esg2//HFKxsCA7AZMQMc56HWUOo7bzjkA8Z61UNrTIiNNQln",
-	"S/2TICwlQiJs0lPsGqwre0tq3qbwmNdkCUF0gZtDH4wKM5sxwaJIo0dXM75kiLOEnCF9GRBEFWJ82QmE",
-	"ra0fq5t9680Ag9Z0T/g2cisNnXaZRXsXmX7OO7gOlB9tpANKcgF1CqQiC/AtSkQnvnF6ho1YUPIxCoSx",
-	"7wqq3qydIWFHMOsJZeDzPQQyE55lfPnDIowuOFd8jhVNkCNNz1MLQcYkReMV4uyF9ca6cRXIbNojmFm3",
-	"xBPB7xvk6Yngc48VbHCz7FxCsfKKIQJnKsyOfGnfLbuOUCtNRUYtQ1yYJG/MEgI4Y8JP4XDbVl6PUPGH",
-	"QbW2ebjVaWzOniDpn1fHB64X1OWFhJHF/gKf9zxZBI1GNl85bNni2w6ubvey9FZ41EnFn078c3Kab/DA",
-	"PtaNQ02YWMWRqkwAjosSC7tkPPbj4OzjXfVIt/LCu5DVvfIE9yWq17DLO8tfcpIbY0XObJgE5AyRtGrL",
-	"KOgleJJV7AsosIezQRZOHCrCaA551/Y4Ty94l0pz25QxtLZgivVuFt+3doR/rpuLikc3WYu2Q/hmI33W",
-	"g84r8ZSbAxoKkdpETQYcJbZ+wW3UGJMJB358GzWuKQvYIq7JQkVIEEk0zxR8sSBphHCa6v8SE5epWW/O",
-	"7IfOtuz4HTs0YfWwkK0722hOsgpUaBtkgdpQJWIV1A3AW++pFmdmz6iNFL42yR+MLD0N0pPXHU7oSYDH",
-	"yIqktWG35Wq37tUmtxzkuSsetrVhrJbtlOyws8556tSMzFv6bElyTVLj7JeqnifzSCJ3L1gRBZheQFv3",
-	"DQTe/jIcypc3PuawGAIr2p/76hme6UeCEU9HiHwfISHNeO3G36G51VXr/TZcI/zQW0tL5F71W3ZKF34S",
-	"RSAZ9CDpY6fMsZOkHPoU0oJFmXcbENCgRyDU1WUF78vI9HlJGcaOMJOz44sU5OASy9Pan/brBX+QmUBG",
-	"xi7iyuMUFqwDSuSM2FqNnAjFEM8n4xbEbywn80fmVTbxOG510Cut7rpp5niF8GJBsAB7s1yQhE5oMmJu",
-	"vRoM8swaA6Spi0anzH+HmpEVSjnoiNdaiQ5Y4Gor9RGNGf/thL6HEyDvDf5TnAVv6BIdSpPYa44EzxVB",
-	"c1tt7bvnb1GX8bbMk1l7gdWsptif9p6G7KQGeOv31XMwRTqQFBYtC9YIEZzMUMYTbLVCa+pwToOmxoIn",
-	"T3v9VsWetI3mK56KSppzvxfKcwZRhyU1034FBBW9VNC2IFCgMCH1vMnTb3blroeEO+MOoVocySR3xbzi",
-	"/9W2yY7tl2mMjLMDcNMOkEToqz7j071sL2t0sDtCvaCj8GURcDec9k79AnVPn/p2ql5wEkVVRupIqdCE",
-	"5yytwTdooS+4b/H4TKmFHHa7U6pm+biT8Hl3OZm3U3Kj/++OMz7uzjFlXTCGW9yUnXn6n4yrtpt4nxPf",
-	"IxXeMnCzy2ibc+WNlx9Wtw9ghbC1AOAlxCtNwfCEKaADVdIl+pkJbIgjasb1sOC4dYasxgBusgxTZouN",
-	"mZdKZ+Mr6uB4+ca2FE6IT83AKbUKowplLzI6nanw9eo519bvoxmWldvVC5eHP4nNuRKKsmmbkaVRL+hk",
-	"ZZXFJVXJTP8dNsmYqI+jVXzvBaFDvSwlgONSl1OxusxZpQqkHbcO5YphqhjuTFOHWKo+Knndc1sf5Hj0",
-	"Jg2DshTRdtQIuJNKUxtKN5lMoLLGNUsh9DicRvf381cXnY8zY9Y0okLvh8tyLAi+bk8zLKUL04ZiALg0",
-	"vi54RpNVOMr5HhJ6gUNsTEDd5Jngvun+rq14gaozpdUDQ9S7CWQlQlatSu+O9BVuiArfnh8stqogN1sU",
-	"EKijtUG42Ime9apnhbEpUPZsIw8sUlk3J876KbKVhNfy7Muj8jLdthfuc0zhLsycBYO5NyvnpS3U4NDw",
-	"hpIlUIWz4kCizZyGnaKF5/beLxLgPvsN3eTTuHSpuiDzwwvPIKlPQKVUI8LiPKVKS7Ag19rqBD772B2Y",
-	"s/dlU9fyCyl10D/9+vSbkyenX++sphw6UM+Zvs0MVE+LWEECYkGJ1rhd9bJPOZT0RYpDviMENnBGioAH",
-	"ytaK7rURnNQGdk/9Co9+XMQ34bgIsfmCWlKW8uX2eiomWceycVt20eRzmlLh3i1FpcvL8MI5GEdQDLte",
-	"Y2W2V5SbA36IEP20vHVnMU/Dsug2OdW0uggzh03TF7l3uyi5CmJjm+ALM9xJ/M6moKX6NU1BomZKJJ0y",
-	"JAlUI0NPgK8fKcJvVxs9MO2m33uV7zfD/hLE9kOq2uwpyQiSEHpzqPfHLeaw9Ear5GHpxxwYzqBQs7zh",
-	"EGVJlqfkqBKmmngDjgi9pqLmg1vJEkvLptQMG3ECZ1qIWCFJCAMu73wtjKuZLbUZNi18VJ6sdww7clet",
-	"Vp6RIqEuyDE2BM4coVjYR4wvflcRSFuC6vBk0V2XYYal+kEe6PG0RuM9bE03/MDqp0fXsPJrQMNLdomM",
-	"cJJ3EsJqApV+o0qKXgDtOhc7BB1xXmXAlgiqgrkXjuDJqjb2xM/BDUquExsIemDNoS3ih9jhrzl4trrw",
-	"oAGgeMPBp1hM6Ch+sMGC54sFvM1PlfWSPE3ZF7/QjDUmDMePkyfp1+SbydMe7o8HyUl6Sh5PnvS+7n8z",
-	"eHqCT3f9Xin2O9y/6kylXkl/cHJqq5I0XAK1eUZ272qdlag2k8RajXJr4BMymDxOk/bT/oC0T5+eTtrf",
-	"nDx93H48SCYnXz95Ok56T0r1sIAgPiW9Y1bkfq+Cwljyq6Dw1t3dZ5Hdu1rZ7buAoeZkLce0xK798L6s",
-	"GVU/lINr+vj1dkJJlR9ZLaRexmjtGrdbr24jSKjGjuQ64dSrPwk9LJy56Xrn7On3XrNsghPJzrBlZUcU",
-	"dDVLa+AcuJWpLFxAujHo9Dq99YTk/cMGirQvCDb43dmi3cGVK7CHUK6h+AJAGCzEFfC97h/KXj2RPaSn",
-	"fdK+jOMUQsHmeGVje3hRlanpkj9OevNWBJYVvihq4ulzdQGkByfJVfcTwuUfX7wy9U7uKA4byka47iDr",
-	"lz09qPrKASbvR9KL8MaqLDPnZ5fsrRYqDcBDKyfmlfQJ7PpOFe+7v6jVoqzPOrvdv4pIgQl3IW6XaHVv",
-	"9tm/Y3akdbUUVUtD1bO/PW8PeoMnbS1ZFT264K5K0fcLwq6uLvZLEFxP8pYkyQVVqysNHCsAQJ7Gee4Y",
-	"XtXeyPAU2vWh8zcvbXnjZqwHc0F/BZYyRH82mR7Lyfznf//z/8atDtIalxyi2BiqY3AIyDMUOx0ghpCF",
-	"kY2ZNHaIBCvsTLrehXyGYjBtm0c0LWF4Qi9FRkWYjH6qYhrujNhzzevKJAKt7JmptL4H+SeQMUYZsu5u",
-	"/X3cQW+L3CSY2W474fpxaF4KCTomjmItDrAZ//ji1c/n3756+frnt9//9fnrGHGB6l/+/OLlxfP4DMVz",
-	"zYFFzmK0FFQRaUpt8xGLO5BsCitowwpcQy5AbLg2Ae4lXc6UWpieY5RN+PppLidzMJiaICj0IxfXGccp",
-	"epERopA5a9FBLxUkoKglR1CPI0JjrmbWXDwmKZoRQYYjNmJfATS/+sqakM7fvPzqK5SzlAgUW/k3jtCS",
-	"CtLWhIkVHWekjOapLaOKbCOGEDT4a4ukcxKhxCTCjFfOYOUMlGXmlGyZKNZ5rnKcobcXV2flGueVt3vr",
-	"nE/nyix0wkURF2swyiWlcNbR+zVRSRCzBIBcby+HmvGm9nGaLt74MV7I1ZUZrzTtjFhGb4hb1vHBKCav",
-	"Wc9g85rPfDOfJuNcVhvFFXWwzLKaxeT63VYL5GLadbFqlb3BnSXXZ7XImtGEMGMosA0Xzxc4mZH2AFwH",
-	"Rldy8y2Xyw6Gn2E++6zsXrx89vz11XN4pgz9AXz+9z//tQGRG36XgF6nb57lC8LwgjaGjZNOr3NimiHN",
-	"gBHWldcPRlm81b/Znh5+w8th4ztitaFay4KfwhdSOaTr9eS9jepk+v/nXJEUPX+Lp6gJPS2xRGYtraJr",
-	"cuaa5PpFz62qvrFj7fGdXt/VeloOer0tXRO3Gg8qXRQLMWNMGYZupoFumlXwGJAXVYmbdD7PFR5npFVt",
-	"VvgM0OwZZ0rwgJt7IegNViRCc/y+jafkv0/6j0+e9Hq9CBVvPLC7ebiVuj1Oc4Bl/Ic9u3FlN4d1PL+N",
-	"Gie902CzZa9HO0SJznlKJ5SAKHvaO9kkMxVn7IdAn5o59h8/eLp7fL0FJxyz1bX2nssTaBrDn6BO2HyO",
-	"oVDZJVGCkhtSdZdaaI9XEPpmsRcVMQMKT6WpYQklWN7pCUI1AbsfXEHQWwP9jIRq5pZF7Droh8LW6Xtd",
-	"hjb1uZB2UEbwjUm3KJSJmhLRxIiR5YjFNQk7btmwWCrRHItrkqLYVmeJyzsXzJIoDlhgYxcRODPVGqIR",
-	"c0KVvTsYRxlnUyJQotUq6SIBE7hWO+gcGjuKauVM6+Ipd0+VLaAI90OVo34LkFyv+NdYYz8BtP/WNSep",
-	"zA4AQLZd1CTPstVnRAN68+70miUKtkK4fvAd5jey1xfEImR78GmglKvXkKJSmTO1pToTU4XIRZI1B71+",
-	"68zimK3FOWKCAAYagvaPvjno9VodvzRkh6axiacnv2gB0XTUVrNH0hHEyzRGzdPBoBVCzje52oCZcH5/",
-	"5unqzjo7b6mjeVvVS/UtcRu+nXeTh1XD18hj0Ovv9wKr0wfoq3cgfd03PQ5+j/QLVMKFPaey/VIF/7bd",
-	"WjUD/ZTsQaJVslu7gDroHIqUasFTK8Om9uEQYZMLop+MK5JmPGJToiQ66Z3CPcRzhRTPzVAgfKzwGEsS",
-	"IrrviKr6xtbYVC1xREvNRZthqSqYieSKJSQtt/KAJOViTTf9A7uNb3QjBoRn91spgFr7EiNTrii2PZTm",
-	"4Mc8WJg+Ul6+A5H3NVfolZVxURsV23SVNGz0yHGs5snvWPyFe5TPF1quKrooGILW0hvOMrS06rNEWNrq",
-	"NYqD3Az8ZG8Go6Xi0id72/UK4HN5qGgwsa0WCtHdVUYe9PqRlQE4I/pzT0ueLpJoxiUZsTgcuhNr2Xhb",
-	"oBGkyXMBeplDGlmEHI3Yt+sBcpDPlxo52Rha0XryDGp+gIC1CLlwuAjZqLkI2bi327DQwaWq92A43Nzg",
-	"nUshrt2P2LKhW8SxQsvbWSWPyMYsLnFYdOlslF02vyckwXQ+iQjzOxZJ1kB5PJcIWNk2s4lnBknbOE2h",
-	"+npqEhudvWYIldyKTAQ+AQq30gAYkMWjirodjZhz1XGBylSOyJkIzOI2CCYltv/9/NXFHVBldJDh8DBJ",
-	"wyV7bLlcg7GieLkjR+lBmNwOEyE+MwsYQ5Sl9IamWundktEzodnG697cVr9upNLz4nruISzBTuQCjKGQ",
-	"rZQm8Viiv7x9+wacTFCsUAtnoAxUNYEQudnypQdh/T/q3tWy2mmDQ2WM/S42O/cGInE7pPpa6tz5SV7Q",
-	"G8L0+//9z39VIArzeSfGF9Iel3VqdT1YyI1+jAsq1bk/8FBOdkHnVO3Dvqyr/UDWdZgM4u0EwgcCZ/Y9",
-	"NO+ampRHb+MR4sLkvWn2nx4pBvTvVWz4WMyqOvx/endbQzWpaiBxpmMqkClb7BUpdohnffeNd66flAnL",
-	"dolqt9EGFeANFpIYV+sNzqiW6Er/tLcMP1cpMsyKCyj5EMHDILQb0zK4ZYvrZMRqjT39l5reL/amj2ka",
-	"R0YadHYJfyw3tnGjo7g4nhHzW4dSiWJXJLpjv4wjiH3Qy7IVnptxv9MDRSQG9zY4SkfsK1QteUFl2X4O",
-	"KyicCZbJCJy0KKYMANb2AFM4AODEqhUxOnoGrUu4vYFf0TlAwB4PhVhTMl9w/d0QOHnhNrBaUbnxr9C3",
-	"dALFDVTxmonpeULeUzOPBxhBJrkk6RCd9p6i2P7QhpFaO7JfmJ4qpUMvJHeZpt4ekZcBRocxrZdur8nq",
-	"r2T1USrR/tm8O9Jmqj2oC5mtjA3CC2r3O0Q3/RGj6RDNSJbx9pKLLB0xh4DDEUOA4EP0F/07+tH8jtyp",
-	"DNGo0e/0Ro0RKwXiNybZVsLTbWRKzNomGforhGoTtis/loAemi/0S8wi4Bn3JUKlUX5YfokA5SVVYE/k",
-	"CR12u3brEABRewcqJH1vL5uNdaffPP76SdC/vJdeetd3UxmmHBApqETkPU4KTgOaamGpMLRoSnb/ktMb",
-	"nHlUeObMFcgrSOfJ6E5iDi3TDuvCmNuoccGTIrt+2/hiHGzGKuCfFGCkCqk0/Q32/dAkhdPe08PG9w98",
-	"f//xvRo87lfSOU9TaNDl3fEOhcCtYRzzZYZ005jpNUtu7SH5FNlOG8Xx7odK0YOtYUYeGTQ+DXvaRGbe",
-	"y48msNtPgvynDwjZviPKGJsr53iA9HyQZHNeKaZx+25fDOzaeiltl/2wCR39fJi1xYFDDdqylP40SOTb",
-	"ZtnZkdygVcvQeyF35fi33qca6sNok9kAqxlqArcBvSJCioPT0tYSnEF7O63VUGmbXzxIlfS+nfH3S5v6",
-	"JFw/DTgROBBNrV7zEKyFKiIiqLI+gxK6WlORyNZSLC0wllTkb0/NTqnaaLO74EtPnbe6bdPqqQtBEpIS",
-	"lpCh1VTbIun0Y2QifZ326n3sgzbr66ClBT0aMaNac5NBFKEVZtckRZMMm5B/jOyRaE1dP1hrURPSBWuG",
-	"q7+5Df9R7Fd2Q/uYsdxh/yEYxKewcVVEv0dF8RxIB7EkAMbAh3hPu7V2P9i/toahXhrbiyHJiv2FsnYu",
-	"SYyWM5oR8J15jr0mWHM8dxplFY/8oyJStDViUOhSQiqhOgPahmuLSUVw2kEQ1+lMTxCW45nlalK42Yas",
-	"W+A2h4sGbUH7hIvqh52R94HdkIeqbg/qRjWQRbi8QGdYIcZ97MplJXZttxoVhe8w6xEu4pfMdILn0xmK",
-	"zyHxMR6iuM6OY9Q0IacAh1YRXaI8S4IgpjjTiBVmUF8hxNK1V0Kxb4U9q86mFca48n7/JWDlyVYIyxGj",
-	"phDOgksF/RkqA+23xaTSGMyNLVxx3uogSHcT1dj/GTbdtfiSjZhUgrMpirUWppdZjdIr1njSO93g8L4L",
-	"q+tET2ni6j7xNbrRvHqgS9zL4j1a/Q0GsdnaTP75ufLatbP6Q6nehwfYDR6gam+xIipIVF+fhuC5oFPK",
-	"cFYh6DGUDPlkwsVu2bagko+RQ7o505e/KTDxiZZbOherDOsHWMp9eYp+Yw+Bh3BlWo7RqTpfdP5dRPsD",
-	"SznCAK97seWGKOM3pIt6I1WrexddORVegd5jMmkmXJQ+XD83zaaDUVGkiEGYbOnehUchOc2PsXPWFZtS",
-	"bRz0TBEBtacUQTNTYwTr+RkjacUc00F/x+xaLwXX1j1ixm8NdYhNOKhN74eiCiEZ5u/3yBDuPprWLytx",
-	"az2VD4ntLL8wnH0Zjj7KUiE6nufkKVUb7XkmgmSeKxPC4lU8SKC4TxnirIUTS7OtyPZ9NlUuckmMuqZV",
-	"EZ+sKSTb8YyYiBvzTKiOfAedLxaEpW1Nl0MgyPM3L1GCWZmIoec3ej4iTAm6xbwHO96R9AMVFSFgKwq6",
-	"CXBi6g4GPQNPToPuhpqpragiQtMIQWNNEzhexlBumdxWDT1g9tCLyiLn5ZtciR97tLYEfS5IsKpt+L2S",
-	"mgYlgaz8rcV/wm+DfoJHve13ZaTVaLmPXdah9+cXSnhJcK0kT+SazYCnwWOC2CBvnQeakvYVBmgLvWwN",
-	"ZX1mx/yuvQDVElg7kMxC5Uv4Kpj2vYJAqFktFkRTwpRJEhyv0PztxZUfyzHJiGlcGcLCjSGsuZaMXY46",
-	"LdoRuKJrKKNSddBraDxbVr62XbjMKGlkWD2SpG7tZ0X05YiZZixoZEu52dvXzmkjW5XIpUIpn2PKRo2y",
-	"MJbw1lJ4+TSO4kR1Ruwc+nraV0G9dGkmrjdu6cO9X7HiBm9tY3S1JdceqGTtr9GTsD9lKKBXli4saNsj",
-	"8SP/3DlGrtm3LednsqBkec6mwEbjjoPx9l0yha5iRtuzK6oZLP8gAXYPK6DNsIaCFYH/zn3nEAWCkDRy",
-	"7M33Ardv90NiK2NuDVorWMBvTUOdxmcbcJa4M9j3jjuIW7sCqTYfcTuqdM1VXC+etAl7vnXZ5/eGPXaG",
-	"DahjFvkZo85a+n8YdY71T1RxJzq03NDBuNbN8Jhk8nAL7EcudENdpEtTtkjWm7GbVXbQuYX/I4nIZEKg",
-	"25z9EUQ6eIwR4901XT1tSSRbxmvE/DIxkTPPpIRp0bc2qxUhISnomqzOzExIkowkUAwT/JBrK9laJenC",
-	"wPs+6yPZKT6x5LYP3yjj37QkZKH1JXbzrnnVFVEVVHYUAt6EPRlY2NIa4ClGhvpYBrLFLeOENCvAQdGk",
-	"097JcQVZGVdtbOs0kzRuIc5GzOiNXinYBGcZ1Hk3v1itVBCgjaiodowYea+KltOcddBLSI8AJqsF/YrH",
-	"BxjUNVmoMyuAUjYtyv4hQWy2prH6hHjIJQDiLlXI31YANc4Se7yfoUhhzrNQTY5RPcKFzNaNf9964/ZK",
-	"Tah3Hg1a6Qe9HhQKVkToV/zPT7j9a6/9tP3uQz8a9Hq3/7W/fbx0AX109oNjTY19qxiUDQ02vdKJS3u/",
-	"0kk7W9wLrlnaERWEyH6eAc30r6ys0vi9uRLKHe9j6q041n1zOmpKSJo2NmAt41UC7o2JKG09TCHkQQkV",
-	"YEROK3ykLIlSaRR0WK0DI+/X0sDKQGjmaV1wWq49NtQ1aBZh2P3I62kQ284tcWs4YpWqwXXz7ZRDvU9X",
-	"7w9EfSUwk8Y/aUqweQG6tu8yotLpGiMGBRPA+EgyaXQQg3uuQ4wX3wZOZL+/ZL4w6olJbeJlFeJnnEkl",
-	"MGVKxhAFK7GicgI1XE8HAxRrUQa0JY3fsa1IAVkmdpFQxR5LziJjYGcASU5kq4OK5j7oBrr7jJiWTly1",
-	"CWsqlaq+/rW+DoZczxCfU2VM6Vp5g/45EBJjcVKCSb0WYONFyJgduQB8My7eUuig5A4P1ZZeX+dB9vT+",
-	"PbDRzZqZGxGVree/ZIl/ZqkJGgc2JX5vKnu5memHlcfN5e625el8K/jCZQgUbLjIRd9eDr7O7iNEzX3i",
-	"sfiWKeg+5zfmSlHcFoinbBqf6W/GxDS58erGO3+l5eLOxiR5B/2FM54LE5tuw9JH7NK+sFq8Ey4DWjqy",
-	"3LQmDsmUaF+vtrmxPPzxLHGyMfNg8Ik4EQAIZyUHqrRnWdIssxCBr11t1jvynz0wVtIfPCglFaCOg9R3",
-	"JFOItrg3PCT+BLrF7kvxSzmHI1wk3iEeqCN8bAHf/e6bro3U3moz+Ysd87sOmLKb2EeHVkUL7C/p0ruR",
-	"3UQVG6mjhJwzsZciNc/SUGzfwyIHQZxWd4QhP1hGO6zsm06y6ONUzZxdM75kqFwCKM9WUBoxLcAVxfJi",
-	"o5HqGX1ds9VB5zZV1IZel2YFIzn65ZILy0BZ6C9gnC9AeBeSWPRQ9FhvX79RSNibDG9Mu1hk2NGcWCGR",
-	"u+iuPSSoInb93PWB/RzV0P7gd6y2PjOkWyu/sKiZtmy3QEu7rf3K0hyqwXYdv9juh7ksRv2upQq3jX3E",
-	"igIwX4SKPWuwVNG5gN/GPIGHJkvY9XY/uD+3RrQ5XGp8AnzdWM7f/v4Zx7UV8k4RoiMIM2kTm2vjf3Ik",
-	"dM7UhamxZ32pwkehLVXv6DyfN4aD/unXp9+cPDn9OmrMKTNf9td6z9/uj/E8y8Y4ub5X0fnNJvnUOI1c",
-	"sWlo4VcyDRQr7pA/Rk2LSsOy4FAxUM2wGrEllsj6zkiKxmTCbVBd0Q+EkVbki96UJVmekrSDvuNQyogj",
-	"jDK+1Ndv6eeZ8htiGruujEOunMSOeiRRXNQ26ziQxtYz5D63J1yMIVzPa94pc42g0MTE+LtanRGLJ1wk",
-	"ZIg0GsSu9ndsfo+LrExpbLAmkWRoG5tDH3TOslWEtGIk0rIfWJG0BSoHZ2YzDogmB3TBpYSO3pC9spba",
-	"kmV8WaaFhgN97G7/WIqE3dQnSt3+ojV80Ro23HgcaTw09SsRwULzDuTdIfehHpRd33abvot2ZvdGHGYG",
-	"07VqE5FYYbPoSZsQekNSiKfJXJC15f2R7azc+gzlp7dwk0IDENs+zUKsCP4AD1bRjP53YBy3dUbuVZx5",
-	"NiPJtXHrKiymRPlywJwyWyf4heDzuGIhXBMcOuhHfbnHWiQc2nrA8YjVC9kV1VNM1T1CUlktt1JWuqyH",
-	"pfj1n9tOwIwjrwCeBkeuSGpWEbdskqpdE84Vj72AbChcV4hzELEz4yYEKRfMVorVwsOI4YmyXZ8XmkHx",
-	"3ERKUU9K66DvLTNqS6J80SzBQqxA0kA5y4isgFvilRyxmDtID5Egkqj4TK/avSJGkijp7CiK8w6KU7G6",
-	"zJkTrPwKfnCtQn/pqkHWua7R92pGxJJKgga9QSm/FVA5M3U4i89tytoLwaeCSFmW44SSw/rWDspOdjt/",
-	"KNHJ7umL/fWLJPWw6oVZlloNauFGQy0VwI8TqSCZYkdwuxmzV2D7R0aH/8FjriF9bK94awB5pbRGWetB",
-	"c38r9zzQehsPMrTaYfF+maU+lXhktY1Qvi+H7UUrvlh4B5WaDkt5KBZ7QMbDQyKmYv370FN5gJ9reZoS",
-	"Ahv9HHt0kQgTRfeDRwtbnRHFoTU+BWZskqqKZX3G/ohSVSocElKRhbzfriLflwgR0Jk3YVQ3wSwh2eEK",
-	"8/p0m/TlClogwlKJYjNrRtL4rB4ffU3IQqLlDCty4xm3oGMOkZBOy/gSNTFonjb+eMSK6Ftb/LT43Oqg",
-	"Z2Y2CGKGFZDUWxGVWncLJmzAcz5hPdzE1f0pM0IF9P8QrRLuOVADYIUw+iUnucYb0N8ZhLp7iHG0lgBF",
-	"OrfLPm/NkN912AXsYa9QTtjsl8J3IFmcv3lpAYKakOpvU9MkSQRRsrV3xcVNFdVNqhccTuM+k8lght8o",
-	"j+w1WZoNbmCMAODIu6sBuCZ90vytrwjboxUco1gijGZYzkwBPTgYOeNL5sq0fSmNdt9cGbBK3+YFiaBm",
-	"eXhwYHAgnCWkdVRhUkN33Q/w/45Er0tyw69J6mhVSyCu9mPTmNOFGXGu4pZ1qDiPvBKYZh0Er4AohCVN",
-	"yFruVCBoV7+wpNz75Ns7KMfu7bMsg6F3XkHDA1jyJk3uARzqZ6y9HXOSIYNUNc7LcpF9m5ueDELVSd59",
-	"6Ecng2BtElD2QBX6dWM1+XPr8Br0el4aKFZ4jCUp3GFlLfg5nTqlbT4maRFLRCUaU4bFClE5YoCGJD1D",
-	"j3snqGlLFv3pH5C7r1dpsv1haXELcedH29CQ6lKPOw73i576HxouZKEB0+oT2jPliOAs3N0V1oUUN7FQ",
-	"QB6PP7G8uFaLmzIiJfr3P/9VPUhwAuNkBrVDID8YzpGkFTVFNt7BNu03IaX9FRZTjn60CavoVdl9QNNI",
-	"0UH0RMtOgrT1XrCi44xEcMVVCzU3vSLOrc6IPcNZBuiWqxlhSh+mrbE2z1WOM/T24go19T/9zknLhP2V",
-	"ZnpbwwLiACWZzr2qyVdvXr548Ry9/HbEYrmgkwkZdrumpykUVG7bgsr6G9KF0lvd5WRuh2jqpqn90cxn",
-	"fzEfih9jF1eXEKFMyS7ySKIfLl+iq/PXnRFrfr8gTAPqpNODrm2Mo9js7e3FVYzcyZrkIHKGNChRSpIM",
-	"C1NVpNNCJlXL9a0DsSbhC5A0bHUQbOwati4qejajWdouPBgSNeMpVmSJV91E/xS3IKGIceXqd5AUrYiJ",
-	"q1xZJoBOXcO4ShGhxnoXBa84E/hS11PwoYVk4XMx6osXF26zGQFPDdV2QkZ8GZh7c1XwltfYxk7tvdX4",
-	"JtbfZ12C0oROeulbhie6OE7YqDMBVIr3iBx6CPoG8bLVQ2kXWJ/ZU/Pswr1ozaaJ7NSKR6vjN6GAKynw",
-	"skrnzeIXiZqGnuOy7b2rvLKczB/pdetxOPOCWQFLodKA03+graHLUItsX9W2U9aLnrU+8riGKOtLfSO4",
-	"3gSaAdsFpgGcZowzzBJ3GXGRzIhUYDupglQ2bt/d/r8AAAD//w==",
+	"7L3vdts2tjj6Kjg6Z61IHUqWZSdt7HU+eNKkkztJmmun7Z1b5ZQQuSVhTAEqAFpRs3zXPMR5hvtg8yS/",
+	"hQ2ABCnqn2M7aesvbSyCBLCx98b+vz+2EjGbCw5cq9bJx9YUaAoS//n8HZ2Y/6egEsnmmgneOmldaCn4",
+	"hADXTC+JphMixkRPgUiYS1DANTUje62oJeHXnElIWyda5hC1VDKFGTWf1Ms5tE5aSkvGJ63r66j1SiTU",
+	"zlCf8IfzV+UUSuQygf0+fh215lTSGWi3sbP5PGN2upfp6oTBY8JS0n5N5UQ8UiT+n59p97d+92n3/cfD",
+	"aNDvX/9X3DFLgQ90Ns/MnImYdbmQeqo0lZqltJuyCTMQ6wqZTEFpSbWQrajFzExzqqetqMXpzLxMK8va",
+	"tMMZ/fAK+ERPWyeDft9sT2uQ5ourS2xFDdB+ljHg+mX61izg5GPTahI3ZONC/kvCuHXS+s+DEokO7FN1",
+	"4OewE+ZSCbkK6+/n9NccSIKPyViKGaFkLuGKiVyROZ2AATyHD9p+Ie552P2ag1wGy7UTrIHS48NBFUpn",
+	"3f/XAuqX7vuvmmH0LcwzsZxtg1MaDNv10J4cN094xRLYMpkdcuND8XPYCdkElN40HQ7YdVff9Jt29TKF",
+	"2Vxo4Mny77BcxYBzmAPVjE8IJWYaUJosmJ4iwSs6A3IJS0J5SkYiXRIJOpdc4VMh2YRxmhm+MBdcwWn1",
+	"JfwMHfKUjccggWv7CabI8WBAYlaurHsJy66EXEEa98jfYakIleYjc03GQpLBMZmKXKqIzEESLS6B94bc",
+	"o6LlmSXYgi13zZ7Xke7jx1Frxrj/+7ARfOPXVCflAa3MNe7aAWsmOewPjpu/+0Zw2PptM+hmE7yiI8gu",
+	"IINENxH+MzGb0a4Cw5k1pMRhmKEjFRGaZYbnL6YsmZJZrjSZiiw9IfElLP/7imY5xBH+8R+Vv2LSdndQ",
+	"Jxry+D/sT3SEv/QI7gMUocTS0SNFYDyGRLMrIJlZr7KnWjJ0xTT89zyjXHdpNqbRf6SQiNmMKcUEh3QN",
+	"M8oqe98XcGzG9CrAXlFpiJHwfDYCaaDDNMwUYRyR3rDKdbwxwy+Gy0hhTPNMm0X0I7MoNstnrZPH+Bfj",
+	"9q8SHxnXMAGJy/t+DtLdURs4hyhHfRpT/BGkahQLzsgFzH4ESa7siFMSH/b6MXIK8y/zb7OYkiW4gdUb",
+	"+7A36B0238du/K7rPxx8s42cr82nLKtCQaSA5VmSwFwDCiOJ4Bo4YkAgERz8U1ko7Mbniy/bWauge2d4",
+	"px9AFlSRRIKhwlPCNJE5L7BqRJPLiRQ5T3sk9iJabDgo04r8cP7KADMQGUMprml5buhBMQ5X91aKUQaz",
+	"DZuf2xF/2Q8I/rsNIDjj5PzFM/L0+PHXxH2817qOWhcgDWf4gdMryjI6Mjhyf6syB6NAXoEkCeVcaPuX",
+	"k33t3cjFgrQN9FOq6YgqMKeRcwk0mZr1RkRIQkkypXwCJBFZxlJIi7swETzJJV6GgkPnlHChp+b2RTTA",
+	"l8xZn4OWy+7ZWIOMiaJLRRZT4EQLouWS0All3F62DgYkoVIyUEMeS/OqWckJMdRiKdLL0PiQzMDwMEXa",
+	"djBOcwGJ4KkynNxgnRiPL4ywDJNl3LFcOcCzYHnmzw30uYmZmQN4J8RrypfnFrrqvk/bStkEPiQA5pjM",
+	"wfqTNrv/pKPYCHRzQgbYn/kErv1Yq5khH7SagzsSPIY0ZQZoNHsrDePSzPDPMc0URK158NPHFkv30kvK",
+	"df9sXn1frFGM/gmJNiwhUAfNp6vTOcZ5hsscCzmj2sjNVENXsxmsKhaRW+FNdMaVT2VUg9Jrr0iDYFM2",
+	"MZ/wlx/RU6oNxzDMZUn5JaSkrRvGIY4ZMczIwXZgp/nmXFmVvT7ri4lnoKnhWT3zPPYqvd1C8938rYMD",
+	"2QYH9/YzkVuyLT5x1CjC1A7drbgOztpno+Cst6DJK2bRtoaZRlyr/GMTloZYd11MR6WkS4RxoRGvQvqt",
+	"FYEdm5iCBDzEmZBgZcZTMqfKXOGEKhInpWK9Kn5VQIXr3rL3ABmr26d1o8utUMAN6K8CrHW8xXKxVXIK",
+	"dkGCpwaQ/9fF929IW/BsaSEveCFyGoKTQC0FVaEXtT50J6LrfjR3S++cLl6DUnQCuFyrg6/Sk5rSweMn",
+	"J8O83z9KpvAB/1ESVri60VKDIvCBJjpbmrXOhdKQmtUERhH3wZ/73ae0O37/8clxk/UoamVsDMkysaLR",
+	"Jhx+5Qee5xko8+oMUkbf4Qfr+/mbWKyse1FZKnBzjfxcuZSXdJa1olVB+f0GvnRzBtOgxlIuOEto5rUR",
+	"NYcsY3yyI6+0nDWwWo6EyIDy8tk+qG3fOAfqRJTN9Fy3N5b6TmH3Kc+rYJIlxRWrD1FiN/ZwyxzSM52t",
+	"jPLGDC5PmX7OtVw2MLbEs5LNymxkRjbx63fiEqyledgy6LSciVwNW5aLcEGuaMZSa3RCipiwK+DISrZO",
+	"uBdb1JRl2zjinszLyjrFAhjXT45bq3eyQTQ9FWndoNiwTJHrRDg6dvxA5UkCSrWi1piyLJfQSP1Oqn6Z",
+	"Nqntq6OFZW/hwCcN45SmOlcBagV70lROQK/Y64+/2XrRGpKiBrzUGZAcjhVwKj5erKCEzFr8vRWiKwnh",
+	"GvHvpX0LLUebaa9ujr8pLRbye4WVlza6Lp0Aymv1Q260//d+QVfJ4eCb5svumYfBRXHSVfiBlHZ/m8Bm",
+	"X36OQ4ObqBGdYDcb/gUOrYPNMWn7nUboIfsufRu7alkFpFckuT3Et8Kn1HhehXPjpAXpBLr9w1bdczcX",
+	"WfYCKZkny9bJk354N7tb9jraJnl+mvss3Maumma4uV0dNPW9b7Qy+JE/0iy3otZcijHLoNHBSUqnFXHj",
+	"GsTGUyJmTGtISRcfjZlUaDVyA81CSUI5kTmv3UaDfn+zFLWFAe8sqQReygLC69Eeb9qb2RXgw5xJUC8b",
+	"ZMDvBElzZ0zNuWYZwsfe1+410obepEe+HvSnnRCsHK5AVkVFM6YKzKPBTsJswrpzNoeMcWhgfhsN0+V9",
+	"twnJzs2YNQwH328CfMlpGiSnVMw1pK8pZ+NtdgwOC1CaNL8SIqSEuZAGumMhiZ4yFSB7b1X2qIowuZVQ",
+	"rqNVpnErXOBG6ur+jKMmduU5ShSrliiuNM0yozFcsa2gl25QhfoFHzM5g5QU34oIGxPKl71mOW+Xs3ZG",
+	"0dnKIVPtmNA8H2VMTSH1PMugY7nCNh69wYWZuKJZZ49zr/Lc3Y0DzwtHYvEFgq5JFXDWyipXbQF1rr1y",
+	"YHMpJtKIutuNznYcEuvGsy28iVuWGJzhjkKKJzonqLj3nlkXwz4UgO+tVWqjVj5P9yWqq03o540224Gy",
+	"UX7f684KT95DuLrzFfgFR1tB26qKXgJnM3f+a87TDM7NgTbBRDE+yYBQmUwNjk9FljI+Ieb6WpJAEy8/",
+	"SFKR5PgPB0dPzqck5nmWxaSNt9+Qu+uwUzdYchGwbtUjbZn0jkjGlFYkHuF6e4WBAr0W9jdrvUC/05D7",
+	"H3OZxYQqH2eQFu6QldUpALN2dTCjciK6ICXVtDdLex30gZi1W7+gZQPVK6201t3AsFaxjjVZu6542sNV",
+	"9dyurg7/oqn8y+Q3Nm9UehX7Df661HZthSem30TVucy2W0hCe1BhJDJvbkau29A8A0Hizsw85RxewHAE",
+	"UTvkMOSriSN9Ehbc9pnVAtT2OLYLz+ir/GAO3BD/yeq9W1zLkfUvQSGwnXoBAV+0l7j7hYwAo78MnkN6",
+	"OuSFKHFSketyF/VVn/WUpJIybr5xQPL5RNLU/lsCiieTXOLfQy4Fzt8d0eTyhFAeBEEwTvzlekrGlK3M",
+	"XkiV1sSEIgYlKdDUCNzoUIG0czrkKHP4BczElflQChloA5XKF81D9MIcBHLURHBwQUiOAThwtwp5rfIH",
+	"ml89AJDfOwDg/RAAwArpxf6dtQxseI5dsv8npI3MpIoYufI0sk1Q2lXo30T99eFGlq7ELe/EQ+rGnAZG",
+	"sp22byCPq1u0HX2yiWi9behDdzGedeGDBm6ArHZcmR+/jfOsOfnAhBkc6fu9bc12zw0uejqnI5axEgH3",
+	"cfhlVGkSfqKUaxrYww38e/ekRrK9ENYGQ95UA7Jvk7aHSkTEFUjJ0hQ4GS1t7C6yXiEfqU6jIuSfvypW",
+	"stHTaEch/k2Y0iChwe6Fhh1Cx0Y3Cw4v5+VLpP3t81fP3z0nB3TODq4OD8Kj7zjzDtPuwJUNvwk2ELjv",
+	"/O5f7QTLFQDsrdXUiC/QMphl8gVgivNdWeQK3KMq+eynWxjoPgte3/XCqJ4aRjERlP3Xf7JH/gqKpaBI",
+	"XFK/Cwa1m40jgr75K+CpkKTgckNul6wwWjQl8YeudambP61PPWCJMWomNMvEwiALrgo+zI3cAMpaKDDS",
+	"LnaCX7m5OLLhzEP+/Rz42duX5KjXJxlNLtUpWYxnBPhYyMRKBGbdlKuFUVCOBwOzNCNSoKKCekunFqj8",
+	"MSBZxXTVI7JqEk/m5jr6+WMLFToNic4lXoOzFB10iZBm4PH1e8s5AoP8DGZCLlsnrcMn3zHzt0ghe4Nm",
+	"hNZJ681F97DfNzwdJKPl7xdvuv0+vq+0kIb1nbQOB9/gF1Q+t0hYChhGxVCIxYbWFWDsWTYzeFaMPjfE",
+	"OLPDRMLMM3u2ZhneHYFkUd37TXjbRY7SqeymMGYcUsfiTr2JB5GCWEqMnFElIo4ZYEAmJyhiGHXTDlPm",
+	"ZztSrTMFBatuOr9A6qnJWJVTDXRJd7xUzvz/GyU9d/yF9GOXucpicFgT7delqv1uH6PhyDFNYNMedU1P",
+	"Bj0FydElumBjg1cJZFmeUdmKWqMsBy0ERnfnaoRsjY9Q5pBqcDRogEJtr/h0l616+mgQHSuk0vBcaMie",
+	"iaxMmVi9VOYg2XwKkmabYDOjPB9TPH65fiWNT+pgncxzVBrVPKNLhNsMJDV0zxIp5lOB3gY1B3oJ8hbB",
+	"WOUfja5Sx0eanq3lKAHI/A6RsUQBp0lypUUzYcwYdw7vw4Ylr3KmhukMq7r5HJ7DfdzFBOkGVxGvBtrV",
+	"s6h9KcCsm8rkK17X9el4vV/+v+77v7SHw4P6b52vGq0ldoZtMlajSy/bS7SsgcW9vF7wuR2bF6o0d2jv",
+	"KtXEAEV3sDjsbTuQlPHvrRYAe56T4O/YDESuK1fZSEhtzeYJrJm0BEITK9XlR9f6c3tbPbE1WBf/bgS3",
+	"AYKNhVxBjM+8ySBUsT/rq9bO+yyniII9NO3+BYMsDVJ9qvsfm6ery8Sg2rlAiYAwrkUlF6ZQxdtCkhiz",
+	"3g7qwnscoTA+bXxgExpWH6HzuPSp1CLfD3wo+0Hp1NmW2GcEA8sWK077oQs6H7Z8UD6t5bXt8O3a2VhQ",
+	"lhM2HcbfgGY2ea96DKWlqlyjuNyXCtxXGidm5uJe3gZ3fCcpV0zfaeDntoulltD7ZFu8uf0guYSlIu3D",
+	"7uDxEUmmVKoO0cIrE22vIORz8+vg8RM3xnGjcP4g7DNYdDXuepOT85EiRewukWa41V+tY8+liXrbPGkX",
+	"vrHipVI37s1Sp5XWvCWG62296UrWaEWgH9CODS+kmDUGMDEJiXbmfsBkqClTheuWA6TWW1BcWmUGjCAj",
+	"IFSTDKjS+F6PnGGOMOkSypdEZGlJf/VA7se9fpMcskvcwI4xXAUYamkdELCkiCymVBu1ch0IUuHPsmpu",
+	"s1jWqHFKkWXoG9geCITjioUqmyfGmpDtonhWXZ+TltVpEFvm8kod2mE6c118lmAtUE6p+04CNEf7V/nB",
+	"CoMqFhxsu4kBbA1Oei240DYHIFsSxs3yFOMTknPFJhxS8uS4O2KaOL8dYZz8fBiRwf88Oe4evo8woE7Z",
+	"kEbA8gI/vXjtQmAQNkNugeM91AZKh94bjvmAsVn1iTMmxNaaRLOFeSSBpyAVoTY9xa3BubI3pOatC495",
+	"AwsMomu4OczB6GZmMwIqi7oJ5GIqFpwInsApMZcBEIZprb2GsLXVY/Wzb7wZcNCK7om/Rn6lTaddpk3f",
+	"Rqaf9w6uAuUnF+lAfC6u0jBH36IibBwap6fUigUlH2NIGLuuoOrN2hoSdgNmPWYcfb77QGYsskwsfpg3",
+	"owvNtZhRzRLiSTPw1GKQMaRktCSCv3DeWD+uApl1e0Qz64Z4Iny+Rp4eSzELWMEaN8vWJRQrrxgiaKab",
+	"2VEo7ftl1xFqaajIqmVESJvOTXkCiDM2/BQPt+vk9YgU/7Co1rUvd3qt9dkTkP51efPA9YK6gpAwmO8u",
+	"8AXvw7zRaOTylZstW2LTwdXtXo7eCo86VPzpEJ6T13wbD+xT3TjMholVHKnaBuD4KLFml0zAfjycQ7yr",
+	"HulGXngbsnpQj+KuRPUadgVn+WsOuTVW5NyFSWDOEKRVW0ZBL40nWcW+BgV2fzbImxOHijCafb61Oc4z",
+	"CN5lyt42ZQytq5DjvJvF750t4Z+r5qLi1XXWos0QvlpLn/Wg80o85fqAhkKktlGTDY4SV7/gOmqNYCyQ",
+	"H19HrUvGG2wRlzDXEZGgwPBMKeZzSCNC09T8z5XOMKw3576Oxqbs+C07tGH1uJCNO1trTnIKVNM2YE66",
+	"WCVi2agboLc+UC1O7Z5Jl2h6aZM/OCwCDTKQ1z1OmEmQx6iKpLVmt+VqN+7VJbfs5bkrXnbFgJyW7ZXs",
+	"Zmed99TpKcw65mwhuYTUOvuVrufJPFLE3wtOREGm16CthwaCYH8ZbcqXtz7mZjEEV7Q79zUzPDOvNEY8",
+	"3UDk+wQJaSpqN/4Wza2uWu+24RrhN321tETuVL9lq3QRJlE0JIPuJX1slTm2kpRHn0JacCjzfg0CWvRo",
+	"CHX1WcG7MjJzXko1Y0czk3PjixTkxiWWp7U77dcrPBE7gYqsXcSXxyksWHuUyBnylRo5EYkxnk/FHYzf",
+	"WIxnj+ynXOJx3OmR10bd9dPM6JLQ+RyoRHuzmkPCxiwZcr9eAwZ16owByhbCYxMefkNPYUlSgTripVGi",
+	"GyxwtZWGiMat/3bMPuAJwAeL/4xmjTd0iQ6lSeyNIFLkGsjMldf77vk7csBFV+XJtDunelpT7I/7T5vs",
+	"pBZ4q/fVczRFepAUFi0H1ogATaYkEwl1WqEzdXinQdtgwZOn/cNOxZ60ieYrnopKmvNhvynPGUUdntRM",
+	"+xUQVPRSyboSsCJlAvW8yeNvtuWuNwl31h3CjDiSKeGrt8X/T9clO3ZfpjGxzg7ETTfA1RrLxGQn28sK",
+	"HWyPUC/oqPmyaHA3HPePw4qET5+Gdqp+4ySa6QzqSKnJWOQ8rcG30UJfcN/i9anWc3VycDBhepqPeomY",
+	"HSzGs24KV+b/B6NMjA5mlPEDNIY73FS9WfqfXOiun3iXE98hFd4xcLvLaJNz5W2QH1a3D1BNqLMA0AXG",
+	"K03Q8EQZogPTyif62QlciCNpx/Ww4LhzSpzGgG6yjDLuio3Zjypv4yvq4AT5xq4UThOfmqJTatmMKoy/",
+	"yNhkqpuv18C5tnofTamq3K5BuDz+E1zOldSMT7ocFla9YOOlUxYXTCdT8+9mk4yN+rixih98oOlQz0sJ",
+	"4Gapy6lcnue8UvbTjVuFcsUwVQz3pql9LFWflLweuK33cjwGkzaDshTRttQIuJVKU2tKN9lMoLKoOU8x",
+	"9Lg5je4fZ69f9T7NjFnTiAq9Hy/LkQR62Z1kVCkfpo3FAGhpfJ2LjCXL5ijnO0joRQ6xNgF1nWdChKb7",
+	"27biNVSdKa0eFKPebSArSFW1Kr2/oa9wTVT45vxguVEFudqggGAdrTXCxVb0rFc9K4xNDWXP1vLAIpV1",
+	"feJsmCJbSXgtz748qiDTbXPhPs8UbsPMWTCYO7NynrtCDR4NrxgskCq8FQcTbWas2SlaeG7v/CJB7rPb",
+	"0HU+jXOfqosyP37wFJP6JFZKtSIszVOmjQSLcq2rThCyj+2BOTtfNnUtv5BSB4fHXx9/c/Tk+Out5bOb",
+	"DjRwpm8yA9XTIpaYgFhQojNuV73sE4E1nIkWmO+IgQ2CQxHwwPhK0b0uwZNaw+5ZWOExjIv4pjkuQq6/",
+	"oBaMp2KxuZ6KTdZxbNyVXbT5nLY2fHBLMeXzMoJwDi4IVj+v11iZ7hTl5oHfRIhhWt6qs1ikzbLoJjnV",
+	"9jZpZg7rpi9y77ZRchXE1jYh5na4l/i9TcFI9SuagiLtFBSbcKIAq5GRJ8jXbyjCb1YbAzBtp987le/X",
+	"w/4cxfZ9qtrsKMlISIBd7ev98YvZL73RKXlUhTEHljNo0i5vOMJ4kuUp3KiEqSHeBkeEWVNR88GvZEGV",
+	"Y1N6Sq04QTMjRCyJAuDI5b2vxZUub+ZUn5wnGxzDltxVp5VnUCTUNXKMNYEzN1As3CvWF7+tCKQrQbV/",
+	"sui2yzCjSv+g9vR4OqPxDramK7Fn9dMb17AKa0DjR7aJjHiStxLCagOVPlMlxSCAdpWL7YOONK8yYEcE",
+	"VcE8CEcIZFUXexLm4DZKrmMXCLpnzaEN4ofc4q/Ze7a68GAAoEXLw6dYTNNR/OCCBc/mc/xamCobJHna",
+	"si9hoRlnTDgZPU6epF/DN+OnfXo4GiRH6TE8Hj/pf334zeDpET3e9rxS7Pdk96ozlXolh4OjY1eVpOUT",
+	"qO076uC21lmJarNJrNUotxY9gsH4cZp0nx4OoHv89Hjc/ebo6ePu40EyPvr6ydNR0n9SqocFBOkx9G+y",
+	"Iv+8Cgprya+CIlj3wS6LPLitlV2/bzDUHK3kmJbYtRvelzWj6oeyd02fsN5OU1LlJ1YLqZcxWrnG3dar",
+	"22gkVGtH8q2P6tWfpBnWnLnpmyXt6PdesWyiE8nNsGFlNyjoapfWojlyK1tZuIB0a9Dr9/qrCcm7hw0U",
+	"aV8YbPC7s0X7gytX4A6hXEPxA4KwsRBXg+9191D26onsID3tkvZlHacYCjajSxfbI4qqTG2f/HHUn3Ui",
+	"tKyIeVETz5yrDyDdO0muup8mXP7pxWtb7+SW4rCxbITvDrJ62bO9qq/sYfJ+pIIIb6rLMnNhdsnOaqE2",
+	"ANy3cmJeSZ+gvtFY8b27i1otyvqsstvdq4gUmHAb4naJVndmn/0H5Te0rpaiammoevbj8+6gP3jSNZJV",
+	"0ZQN76qUfD8HfnHxarcEwdUkbwVJLpleXhjgOAEA8zTOcs/wqvZGTifYn5GcvX3pyhu3YzNYSPYbspQT",
+	"8leb6bEYz37597/+/7jTI0bjUicktobqGB0C6pTEXgeIMWRh6GImrR0ioZp6k25wIZ+SGE3b9hVDSxTf",
+	"MEtRUREmY96qmIZ7Q/7c8LoyicAoe3Yqo+9h/glmjDFOnLvb/B73yLsiNwlndttOhHkdu9Vigo6No1iJ",
+	"A2zHP714/cvZt69fvvnl3fd/f/4mJkKS+o+/vHj56nl8SuKZ4cAy5zFZSKZB2VLbYsjjHiab4gq6uALf",
+	"kAsRG69NhHtJl1Ot57bnGONjsXqai/EMDaY2CIr8JORlJmhKXmQAmtizlj3yUmMCil4IgvU4IjISeurM",
+	"xSNIyRQknAz5kH+F0PzqK2dCOnv78quvSM5TkCR28m8ckQWT0DWESTUbZVBG89SWUUW2IScEOzp2ZdI7",
+	"ikhiE2FGS2+w8gbKMnNKdWwU6yzXOc3Iu1cXp+UaZ5WvB+ucTWbaLnQsZBEXazHKJ6UI3jP7tVFJGLOE",
+	"gFztJ0ja8br2cYYu3oYxXsTXlRktDe0MecauwC/r5sEoNq/ZzODymk9DM58h41xVG8UVdbDsstrF5Obb",
+	"TgsUcnLgY9Uqe8M7S63O6pA1YwlwayhwHTbP5jSZQneArgOrK/n5FotFj+JjnM+9qw5evXz2/M3Fc3yn",
+	"DP1BfP73v/53DSK3wi4B/d6hfVfMgdM5a520jnr93pFthjRFRlhXXj9aZfHaPHM9PcIOpyet78BpQ7WW",
+	"BT83X0jlkIOgCfN1VCfT/zsXGlLy/B2dkDY2MaWK2LV0ijbZme+KHBY9d6r62hbFN2/t+77WxHTQ72/o",
+	"mrjReFDpoliIGSPGKbavbWifWgWPBXlRlbjNZrNc01EGnWqzwmeIZs8E11I0uLnnkl1RDRGZ0Q9dOoH/",
+	"Pjp8fPSk3+9HpPjinu3sm3vnu+O0B1jGf7izG1V2s1+L++uoddQ/buyuHTTlxyjRmUjZmAGKssf9o3Uy",
+	"U3HGYQj0sZ1j9/GDp9vH11twXketx7usq6FXK2KIU9N2XmYgC7VOfsYSY7MZxRpn56AlgyuoelrdQY2W",
+	"GDXnEJ8U4QaaTpQtf4nVW96bCZrKCR589LVEr+3BZdBUbresf9cjPxRm0tBhc+KypgtBiWRAXdvYQg+p",
+	"6R9tSjgshjyuCedxx0XUMkVmVF5CSmJX2CUur2u0aJK4wXgb+2DCqS30EA25l8fctcMFyQSfgCSJ0ciU",
+	"DyJM8EbukTPsCSmrRTedd6jcPdOu9iJeLVVm/C1CcrVYYGuFczVQzLe+r0lldgQAcZ2mxnmWLR/IZxfy",
+	"MXDzB98usbfTRCZ735yOeuzd+T5qzZssHiH5lNL8Cj5V6oGmrkBoYmsf+fi19qB/2Dl16OkqgA65BERe",
+	"ywtCrGkP+v1OLyxI2WNpbKP44VcjltrG7Xr6SHlaepnGpH08GHSa8PptrtcgNR79X0W6vLUG4huqd15X",
+	"tWFzN103ywTbKcsp/yuUNegf7vYBZ0loIM3+nqR516Q8+JORPhKYkO6Iy35RFdTddFfWPAoT2IG6qxS7",
+	"cu31yBlWVTWSstHebbHGE0Jt8op5M66IxvGQT0ArctQ/xttP5JpokduhyDNcF/Ymev0OdNWZt8Lhapku",
+	"Rswv+iIrXUFqopY8gbTcyhck2hdrujrcsz36Wr9ng7Tvn5USszOIcZgIzahr+jRDx+ve0v8NBfxbkNHf",
+	"CE1eO6GcdEmxTV/6w4W73IxLPflzyut4e4vZ3AiCRccIywuMuEmzjCycqUARqlylHi1Q0EdWtDNvMmJ8",
+	"6X++PgiK/Qu1r0Aydm0lCl3DV4Ee9A8jJ3kIDubvvhGVfdTUVCgY8rg5TCk2wvymoCosCSAk6qAe31QR",
+	"XjXk364GA2LuYmoFe2tUJquJQqT9EYPzIuJD/yLiIgQj4mL8rptFHaF0vd/E/qaV4FwKIfFuhKU1nTFu",
+	"Kiq9m1Zyplx85oI2C0y9tRLT+u80yU29exGc/pyC0Mop3JzBNBgj13OYZxa/uzRNsUh9avM/vVnrBAve",
+	"FQkbYozMwckgaGeXjyqmhWjIvUdTSFJmvETeHGIXt0YcKgnlH2evX90CQUd72Vf3k298TsyGK70xpJYu",
+	"tqRyfRGWyf0ElwdLx66GQk4YT9kVS42CvyFnasyytUKGvSN/W0vgZ4VQ0CdUoTnNh3BjqWClbGq3In97",
+	"9+4tuvGwHKSRJlF7qaouTZTqCsTuRTD/rPuvy3qyLYG1R3a7Tt3ca+jL75CZy7B36yf5il0BN9//97/+",
+	"twJRnC84MTFX7ric2/AggIVa6yl6xZQ+CwfuywRfsRnTu3A+F8ywJ9fbT/IJdoIBGg1n9j22R5vYpNJg",
+	"4xER0mYWmpsjvaHwcXjHwsrvji1Vozh+fn9dw26la6fgjfpMEluLOqg87XHdBWS03vsmYTbW3mcfXkdr",
+	"dJ23VCqw/vMrmjEjupZBB8EywgS0yPJHIbGOR4Qvo3Zijf7oay8uvyGvdWsNP2ob+ji5JGZpHFmx19tu",
+	"wrHCei2sMuaDs4Y87AfLFIl95e+e+zGOMKDFLMuV7W7Hh70+alwxxiyg93vIvyLVOiZMlT0FqcZqqGj4",
+	"jdDzTmLGEWDdADCFawZPrFrmpGdmMEqT3xs6i71rCj0lWF03hdlcmN9O8PIoHDpO/Ss3/hX5lo2xYoUu",
+	"PjO2jWzgA7PzBICRMM4VpCfkuP+UxO5BF0caNdD9YBvllF7aJinRdmoP+EoZNbYfn3zp95os/w7LT9L9",
+	"dk/R3pILVW0sXkiYZcAXnTO33xNydTjkLD0hU8gy0V0ImaVD7hHwZMgJIvgJ+Zt5Tn6yz4k/lRMybB32",
+	"+sPWkJfi+1ubQa3w7S6xdYNd5xPzEyG1CbuVhyWgT+wP5iN2EfiO/5GQ0udxUv5IEOUV02hzFQk7OThw",
+	"W8eolto3SKGXBHtZb9A8/ubx108agwZ2UsBv+zosY88bpBimCHygScFpUCUvTDKWFm0d9l9zdkWzgApP",
+	"vV2GBFUGA43Cy/dNy3TDDnDMddR6JZKiZMKm8cU43IyzNNwrwKAKqTT9DPv+4oST/tP9xh/u+f3Dxw+W",
+	"nX2Eq7M0xUZvgVjhsRa9TTZKo8y0b1vvibkFOjsIW0XW3Fql4+BjpXjGxnC1gPJa98MR11F28PEb0/T1",
+	"vdDb8Z8bv78DbX0HFdTZQ0fYS347q9SBuX6/K9IfuFI/XZ+4s44CwlSulcWhaxU7CpWeVcxB3WRt25KX",
+	"Y3T2pu9i2tXNv3qX+n0Io3X2GKqnpI0MDrWniGiB7mtXBnOKnRmN7saU69vyZer6DxEd+7EDc/i++wwi",
+	"AeKAYRBBqx1qpFWQEfYkmGLBaaMCKuIqj5bWNEed6vMzEK+trrW/vhKLwE7ijAZtZwCYS0ggBZ7AiTMB",
+	"dGXSO4yJjYv3ZoHgz0M0E4TKfelIiYbc2iyEzbeLyJLyS0jJOKM2QYYSdyREjPHFWkOnJiW7ZoT80W/4",
+	"j2KLdBvaxSTpD/sPwpP+kPbKikz9qKhuhflajurQlvwlSiN+rQcf3b82BnufWzua5QIVWxrj3VxBTBZT",
+	"lgF6bQOXchstc4Ejl/FKGMmjIh67M+RYiVZhrq8+RXaClzNXGmjaIxg97c2IGIYWmFhr6o3dhqpbU9cH",
+	"ZTfa9XYJyjYvex/BF0Zz+6rhf3a5wR4moaWYMKWacBEidK4q4aHbVeKo+aZ24Q9FiKCdTop8MiXxGSZD",
+	"xyckrl86MWnbgHCEQ6eIwtKBIUqCLdg25IUVPVTuqfIt10gcGvFPq7MZ5T+ufD/8CBoJsyWhasiZLY41",
+	"F0pjz5bKQPdrMamy/hbrStFCdHoEU2BlNR9oSm3HPbHgQ660FHxCYqNRm2VWA2GLNR71j9dEd9yG0X5s",
+	"prShq/csLKy1zu8Z/xFk9t/YlNEYJ+rqtYXn50vu187qj2VG2TuGdfBgpgm0sKjgCkZIsDxGSDZhnGYV",
+	"HjLCykX3JkJtVxoKwvwUaesg50bEsXVu7mm5pTu8yiN/wKXclW/zM/u0AoQrU/ysstp7sN98gXziB54K",
+	"QvGI7sT70ESMn5EU6y2knR2l6Ees6RIVSpvNNxayDHQIU2tdNiuTRYYrBs2XMRD4KubWhmGz3lLmiknY",
+	"KBauQWLVPQ1kaqsrUTM/55BWTGs98g/KL81SaG3dQ26DO7ACuw0Od4VNsJxMk6T2jzvkQbcfWx8W1Ll2",
+	"7vwvidMtHnjcF8zjDPaUmubN2VyeMr3WHGwju2a5tqFlQXmZBCuplTkWRgRzbKITuSb7tqRQrsDqwUbH",
+	"CzkJwxxjkYGNhLPvNDXt6JGz+Rx42jWs4AR5wNnblyShvEwiM/Nbmw0BriXbYB3GHW9JWMTytRi7GTU6",
+	"tmhii7w2+rKeHDc6yGqW2qJkE0sjgl2MbeZKGU69YXJXonmP2Zs+VHaUKL/k66m5o3X9PnIJjSXEm7+r",
+	"mO0G1VACZWOlteavYfPWG33td2XjN2i5i1nfo/dDVPE9cNlzoLWSa5FvJoa+sYDvUksvdbZrW5ZUeK4r",
+	"5LUxkP6ZG/O79ltVSxxuwWsHlYfg+c/ljApqzJF2tf4cS4Frm8Y9WpLZu1cXYVjXOAPbC7kJ8dcG0OdG",
+	"5fAFSFjR4cbX8SQZU7pH3mAv87KZgmvsaEcpqxyYkZD6tZ8Wsd9Dbvt7kaGrDupkDDeni6vXMleapGJG",
+	"GR+2ylqLMlhL4Qo3ZEET3RvyM2wV7T6FLTiUnbjeC+wQpZuKE6BRNrE2e1fF8wtVWcI1BqrLfQYiB5VO",
+	"mzUYdyRh3LE/RxurgWIoVoi1GaOqPGdbeKl1y6HAuy6ZYaNKq0a7FdXs3X+Q8N4/fTit5UYF90Mnt//N",
+	"4ybGIxp83JnVNsgYBx8TV995Y8hswXU+N9n2HmJP7tGPkvhj3/Um3+tO8pXFXYb6Zuw8sAJHvXTgOoT9",
+	"1pcyuTOEdTOswVa7yAdsvU9sXSlf04ytN3XiVdE12rdI397ofZDREWRqf5/BJy50TTXBc1vsz3lRna3w",
+	"kSJ2lT1y5uD/SBEYjwE7w7qHKCvjaxxs1IXtwO0KCbq6mUMeVkiLvHUvBW50itqsTjbHXM9LWJ7amYiC",
+	"DBIsXI3xASsr2Vhb8JWF911WFXRT3LNIvAurKqNvjYjpoPUQrP4HYI8XoCvU44kSXW478sxm30ADG7PC",
+	"6afyrA2+Sy/9OskYSxQe949uVq+dC92lro0DpHGHCD7k1gYQVIpPaJZhGxj7xFkYJCA5RkUzBMLhg+Fp",
+	"iBJE8B55iVlvyNeN0lZxiyJPvIS5PnWSPeOTorQvkeDy/q3RsIltnSMgbtMc8Hkle+tRdMf7IDjdj/Ha",
+	"ALtQM2+iRjZXKl01V38bjNsp46zeC73RlTXo97F1gQZpPvE/P9Pub/3u0+77j4fRoN+//q/dnUiln/ST",
+	"k9o8N2ztWvWnbLG07pNeKNz5k16m2+CD8+1bb1DnD3Zzn5l75sJJZK3fm7+t3PEuzolKwEvoACJthRU/",
+	"rNfCSLKVpCZrYUw7X6gbY/Dg9giPtlK1rNItcb/aQFaRqiUUl8kmPFBnEUHm+ShjamrrALWLVJfDKGjs",
+	"FLv2dXHnZMgr/Q/qDoeJwPLjvoYw6lBaUq5s3ICtzRpkJMxt6RTClFfihhwLDKG5HDJllTuL7r5NXhBd",
+	"i8EdYZPtfG71PpskK8p+Cs8EV1pSxrWKMexfUc3UGEvKHw8GJDYCG6qh5vxjV8EJkwfdIrGVD1WCR9Yl",
+	"xBGSAlSnR4oOh+QKWxwOuZHBfHUmZ9xXur7+leZWlkOcEjFj2jp/jFaMTQQxOs7hpEInUC3WLgiWszvy",
+	"SU52XLyhMFDJkL5U7099nXt5gA7vgHOvV3n9iKigrYeqKg/pX3ee/mXQbl2hlHUluNffM81a+fr6uZvS",
+	"L7+VYu6zsArOX9Ru2dxLp37DRITZKyy4VTq2G85MXNlbTAvXXYfxSXxqfhmBbS4YNN3xTn13cXh7oRI9",
+	"8jfBRS5t/o9L/Rnyc/fBaiFxvH9Y6e3109qQRNvfZrXy99reOjfnwuO12V2De2J+CCCalUyv0hZvwbLM",
+	"QQR/9nXib8nJ/IVxr8PBn137x4OmjQR/Qz4UbXDIBXRzD0rb9qv/oeLS78OpF+DNnsrXp7ZM2O1WPXDZ",
+	"MBvtX39zY37X4ZpuE7vYQ/Dmx8qhD+VFvkj6spkbVpwrD8s7hUr1SGRpUzDzl0WBEryGfgPXU2OvlGbD",
+	"zY9oNyCfZjbI+SUXC07KJaAhxEmgQ24k46JQcGytC2bG0G7Q6ZEzV+fApbeUJiIrkoeNLQorT1nkuMGd",
+	"VIDwNkTc6EuxSQT7+kwBqW8zujabbp5RT3NySWTuY0t3EE2L/KAzFwra+jOaFPYW4v/kQv8zyy1qFZLm",
+	"Ncuo67jt2EVnt2J1+1ojDjyL2uw5PC9G/a5lJ7+NXYSnAjAPotOXW5mtSkHFka1N//rSJCa33oOP/p8b",
+	"42k9+rbugUTWtpdyzx+CQ+5TAS8EySJAUAK3CXjrezzdO977IIe5LWnsYhxkiLUbigyzWT5rnQwOj78+",
+	"/uboyfHXUWvGuP3xsAj7YFzDxKx2dyITWTaiyeWd6iRv1wn+1rPqO5hg2+2ST5FYC09vMWk7VDopKx8W",
+	"A/WU6iFfUEWcgxlSMoKxcCG9RUs8Dp0o1GkYT7I8hbRHvhNYU1EQSjKxMEJG6QydiCvAhrajpfVal5O4",
+	"UY8UiYu6rj0P0ti5T/3f3bGQIwwWDnr1q9wgKPbxs07hTm/I47GQCZwQgwaxbygT2+dxUVJAWa+BzQ88",
+	"IRj5RAzWYkZhRIzGKdOyEW+R/ou6nOB2Mx6ItoDBXCjFRu4TqxmLWSYWZU2D5pg/t9s/lobmNnVPpU4e",
+	"1LEHdezLuWQFMahvy4UToNKwKxJcW3ehd5Vtmrc7a4r+w3dGj3YG2yt2HV06kdq1fJaQALuCFEPrMp9V",
+	"4q6biMyovIQiou5BSrzzSviud55rsewOqYgDQ8/yWEiip0z9Htw5rvrYnQptz6aQXNpwC03lBHQo7cwY",
+	"d80nXkgxiysG5hXxqEd+MiJMbATfE9dkIh7yehHfoqaarTgMkKpqEbaysHg9Qi1sKtL1YnQcBcV/DThy",
+	"DaldRdxxFRbcmmiuRRxkoGDR3kJoxeC9qbDRiLnkrheAEZGGnI41dm4HMjc8UeQ2aJIFsmiPfO/4X1eB",
+	"DgXQhEq5RHmK5DwDVQG3oks15LHwkD4hEhTo+NSs2n8iJgq08jYxLUSPxKlcnufci49h9WIUHtqDfr9T",
+	"tef7kBLyvZ6CXDAFZNAflFJqAZVTW/a8+LvLeHcuxUSCUmX1c2wqYWSTRgnRbecPJSC6PT2Y7x/kxT99",
+	"4VLHxavxbcKq/qVm/WmCIyasbcnmsWN2yuT5xHSYP3iSCWYF75RggiCvVL8qayOZC8eJWl9sSayHXBLt",
+	"T3HnGgUhYQaUvIk2vy+H7USeofB7CyUj90srKxa7R1bZl0S/xfp3IeHyAB+K1t0bxZVAX+uZ26EBWzMd",
+	"HnwMyG+j+6zAk9Z9IOM6cbVY1oNt5D49aKXaW7jQlIa5utsegN+XONhg/1iHxAcJ5Qlk+xs/VqdbZ/uo",
+	"YCIBnioS21kzSOPTeg7KJcBckcWUargKbKPYUhMU1oLgYkHaFK0ILsdjyIsMB1fevvi70yPP7GyYKIIr",
+	"gDRYEVNGD2/Mw8P3Qlr+cqsu7M4MIlJA/w/SZeyPFrOFx0Mo+TWH3KAqmn84ZjAFuHhjjQ/LsG8WKt/Z",
+	"Ib/rCCzcw06x67jZhzrDn0tkO3v70p0BaWM1HpdXrSCRoFVn55ra65oR2TxlxIfWXWZC4wyfKQn6DSzs",
+	"BtewfwRwFEgkCFyb+2//bS5CrEKU2oAFqgglU6qmtl4xHoyaigX3VXEfKtH+Ae8eRGQjJhVUSdolviCO",
+	"IA4InkDnRtXuLakffMT/b8lSPocrcQmpZw9GtPPVvdvW5yTtiDMdd5zX0QfnaElZ1iP4CQxIWrAEVhJ/",
+	"GxIjzAdLZnGXt9MWYnV7e9De7ic91gC7gvl7XDzrDAFfAB49oM99Kv83QZ4mq201sNXxym1xrd5+ezRo",
+	"KpP2/uNhdDRoLJKGtgLUpH9b2/vpzPm+B/1+UKmBajqiCgrPeNm5acYmXuefjSAtgieZIiPGqVwSpoYc",
+	"MR/SU/K4f0TarlzjX/6JFX3MKm0NIFxa3CHCu9TX9OU9N+NuRm7wgc7mGd5BPmCqhdOaE9oxXxZopqfN",
+	"dRhouiRa2ODP3mfG5JWONoyDUuTf//rf6pliaAhNpljPDKt54JFCWtE+Ves97tj90mT+eU3lRJCfXHkJ",
+	"8rpsG2bI5bDX7/W7MukdGflUQtfshWo2yiDCO73ae6Qd9CXp9Ib8Gc0yxLxcT4Frc66uuu0s1znNyLtX",
+	"F6Rt/nPYO+rYkOfSk+aKXGEMtILJLGgEcvH25YsXz8nLb4c8VnM2HsPJwcEw7/ePEuwR0nU9QswvcIAV",
+	"SA8W45kbYgidpe6hnc89sX8UD2MfU5yA1LZyKTxS5Ifzl+Ti7E1vyNvfz4EbQB31+tjHmgsS2729e3UR",
+	"E3+yNuMUTokBJUkhyai0Zcd6HWLzf30nb5TjEjFH0cqVD6PWQubq7pNnU5al3cLJqEg7nlANC7o8SMyj",
+	"uINZqlxoX+ALUrIEG1O+dPyAHPsW2pXChq3V9mdBwUiMsFgtmIN9/Au3qFURgzQcl5WPeGoJuNfk9FIN",
+	"c69vdNMJmmC6qYOvWl/e6vec117ZsPEgJ9iyRx/Djhv1lp1KQUGZY1f10IFU9mgrzT2rMweqtFt4EKne",
+	"tlHtRrnr9MLucXg7NXwsOIPgiSJtS8+xLbqLfd2dZrkYzx6ZdZtxNAsC+RFLsS6Q1zGx0btPe47IBcx+",
+	"BNn1Nhh/5hXk8Z0MV5f6VgqzCTJFDoxMAznNiGaUJ/5eEjKZgtJoEquCVLWu31//nwAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,10 +53,14 @@ func (s *Server) requestContext(m *telemetry.HTTPMetrics) func(http.Handler) htt
 				id = telemetry.NewRequestID()
 			}
 			w.Header().Set("X-Request-Id", id)
-			ctx := telemetry.WithRequestID(r.Context(), id)
+			note := &unavailableNote{}
+			ctx := context.WithValue(telemetry.WithRequestID(r.Context(), id), unavailableKey{}, note)
 			rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 			r = r.WithContext(ctx)
 			next.ServeHTTP(rec, r)
+			if note.err != nil {
+				s.warnUnavailable(ctx, "database unavailable: answered 503", note.err, "method", r.Method, "path", r.URL.Path)
+			}
 
 			route := "unmatched"
 			if rc := chi.RouteContext(ctx); rc != nil && rc.RoutePattern() != "" {

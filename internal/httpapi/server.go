@@ -77,6 +77,7 @@ type Server struct {
 	}
 	anonAudit *ratelimit.Limiter // bounds audit entries of unauthenticated calls
 	idem      IdempotencyStore
+	outageLog *sampledLog // bounds the WARN lines of an unavailable database
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -113,7 +114,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
-		anonAudit: ratelimit.New(1, 60, 1, time.Now), idem: cfg.Idempotency}
+		anonAudit: ratelimit.New(1, 60, 1, time.Now), idem: cfg.Idempotency, outageLog: newSampledLog(outageLogEvery, time.Now)}
 
 	r := chi.NewRouter()
 	r.Use(s.requestContext(metrics), s.recoverer, limitHeaders, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
@@ -181,9 +182,10 @@ func (s *Server) GetHealth(ctx context.Context, _ api.GetHealthRequestObject) (a
 // GetReady answers readiness: the database is reachable and migrated.
 func (s *Server) GetReady(ctx context.Context, _ api.GetReadyRequestObject) (api.GetReadyResponseObject, error) {
 	if err := s.ready(ctx); err != nil {
-		s.log.WarnContext(ctx, "not ready", "error", err)
-		return nil, &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "not-ready",
-			Message: "The server cannot serve yet: its database is unreachable or not fully migrated."}
+		// The cause stays in the chain for the (sampled) log line.
+		return nil, fmt.Errorf("%w (%w)", &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "not-ready",
+			Message: "The server cannot serve yet: its database is unreachable or not fully migrated.",
+			Extra:   map[string]any{"retryable": true, "retryAfterSeconds": defaultRetryAfter}}, err)
 	}
 	return api.GetReady200JSONResponse{Status: "ready"}, nil
 }
