@@ -107,7 +107,9 @@ func parseBearer(header string) (id, secret string, ok bool) {
 		return "", "", false
 	}
 	if rest, ok := strings.CutPrefix(secret, prefix); ok {
-		if id, _, ok := strings.Cut(rest, "_"); ok && id != "" {
+		// An id that is not storable text names no token (and must not
+		// reach the database as a lookup key).
+		if id, _, ok := strings.Cut(rest, "_"); ok && id != "" && storable(id) == id {
 			return id, secret, true
 		}
 	}

@@ -190,6 +190,16 @@ func TestProbeReproductions(t *testing.T) {
 	if assert.True(t, audited, "the refusal has its audit row") {
 		assert.Equal(t, "/mgmt/v1/tokens/\uFFFD", row.Target, "the NUL is replaced in the audit log")
 	}
+	// A token id that is not text is an unknown token, not a database error.
+	for _, auth := range []string{"Bearer wfm_\xff_secret", "Bearer wfm_a\xffb_secret"} {
+		req, err = http.NewRequestWithContext(t.Context(), "POST", e.url+"/mgmt/v1/tokens", strings.NewReader(`{"name":"x","role":"viewer"}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", auth)
+		res, err = http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		readProblem(t, res, http.StatusUnauthorized)
+	}
 	assert.Equal(t, before, snapshot(t, e.pool))
 }
 
