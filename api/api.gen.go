@@ -1432,6 +1432,11 @@ type Version = string
 // OperationAccepted defines model for OperationAccepted.
 type OperationAccepted = Operation
 
+// ServiceUnavailable RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type ServiceUnavailable = Problem
+
 // TooManyRequests RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
 // problem types; clients must ignore members they do not know.
@@ -4518,6 +4523,15 @@ type OperationAcceptedJSONResponse struct {
 
 type ProblemApplicationProblemPlusJSONResponse Problem
 
+type ServiceUnavailableResponseHeaders struct {
+	RetryAfter int
+}
+type ServiceUnavailableApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers ServiceUnavailableResponseHeaders
+}
+
 type TooManyRequestsResponseHeaders struct {
 	RetryAfter int
 }
@@ -4619,6 +4633,23 @@ func (response GetBundle429ApplicationProblemPlusJSONResponse) VisitGetBundleRes
 	return err
 }
 
+type GetBundle503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetBundle503ApplicationProblemPlusJSONResponse) VisitGetBundleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetBundledefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -4695,6 +4726,23 @@ func (response DeleteDeviceCapabilities429ApplicationProblemPlusJSONResponse) Vi
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeviceCapabilities503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteDeviceCapabilities503ApplicationProblemPlusJSONResponse) VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4816,6 +4864,23 @@ func (response PutDeviceCapabilities429ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
+type PutDeviceCapabilities503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response PutDeviceCapabilities503ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PutDeviceCapabilitiesdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -4916,6 +4981,23 @@ func (response GetStateManifest429ApplicationProblemPlusJSONResponse) VisitGetSt
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStateManifest503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetStateManifest503ApplicationProblemPlusJSONResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5023,6 +5105,23 @@ func (response PostDeploymentStatus429ApplicationProblemPlusJSONResponse) VisitP
 	return err
 }
 
+type PostDeploymentStatus503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response PostDeploymentStatus503ApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PostDeploymentStatusdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -5120,6 +5219,23 @@ func (response GetDeploymentYAML429ApplicationProblemPlusJSONResponse) VisitGetD
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentYAML503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeploymentYAML503ApplicationProblemPlusJSONResponse) VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5241,6 +5357,40 @@ func (response ListApplications403ApplicationProblemPlusJSONResponse) VisitListA
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplications429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListApplications429ApplicationProblemPlusJSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplications503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListApplications503ApplicationProblemPlusJSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5420,6 +5570,40 @@ func (response CreateApplicationVersion422ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
+type CreateApplicationVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateApplicationVersion429ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApplicationVersion503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CreateApplicationVersion503ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -5507,6 +5691,40 @@ func (response GetApplication404ApplicationProblemPlusJSONResponse) VisitGetAppl
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplication429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetApplication429ApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplication503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetApplication503ApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5623,6 +5841,40 @@ func (response GetUpgradePath422ApplicationProblemPlusJSONResponse) VisitGetUpgr
 	return err
 }
 
+type GetUpgradePath429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetUpgradePath429ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetUpgradePath503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetUpgradePath503ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetUpgradePathdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -5717,6 +5969,40 @@ func (response ListApplicationVersions404ApplicationProblemPlusJSONResponse) Vis
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplicationVersions429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListApplicationVersions429ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApplicationVersions503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListApplicationVersions503ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5823,6 +6109,40 @@ func (response DeleteApplicationVersion422ApplicationProblemPlusJSONResponse) Vi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteApplicationVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteApplicationVersion429ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteApplicationVersion503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteApplicationVersion503ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5984,6 +6304,40 @@ func (response GetApplicationVersion422ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
+type GetApplicationVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetApplicationVersion429ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApplicationVersion503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetApplicationVersion503ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -6079,6 +6433,40 @@ func (response UnyankApplicationVersion422ApplicationProblemPlusJSONResponse) Vi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnyankApplicationVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response UnyankApplicationVersion429ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UnyankApplicationVersion503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response UnyankApplicationVersion503ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6183,6 +6571,40 @@ func (response YankApplicationVersion422ApplicationProblemPlusJSONResponse) Visi
 	return err
 }
 
+type YankApplicationVersion429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response YankApplicationVersion429ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type YankApplicationVersion503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response YankApplicationVersion503ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type YankApplicationVersiondefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -6266,6 +6688,40 @@ func (response ListAudit403ApplicationProblemPlusJSONResponse) VisitListAuditRes
 	return err
 }
 
+type ListAudit429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListAudit429ApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAudit503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListAudit503ApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListAuditdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -6345,6 +6801,40 @@ func (response ListClients403ApplicationProblemPlusJSONResponse) VisitListClient
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListClients429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListClients429ApplicationProblemPlusJSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListClients503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListClients503ApplicationProblemPlusJSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6469,6 +6959,40 @@ func (response AcceptClient422ApplicationProblemPlusJSONResponse) VisitAcceptCli
 	return err
 }
 
+type AcceptClient429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AcceptClient429ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcceptClient503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response AcceptClient503ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AcceptClientdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -6548,6 +7072,40 @@ func (response GetClient404ApplicationProblemPlusJSONResponse) VisitGetClientRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetClient429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetClient429ApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetClient503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetClient503ApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6632,6 +7190,40 @@ func (response GetDevice404ApplicationProblemPlusJSONResponse) VisitGetDeviceRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDevice429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetDevice429ApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDevice503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetDevice503ApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6749,6 +7341,40 @@ func (response PutDeviceLabels422ApplicationProblemPlusJSONResponse) VisitPutDev
 	return err
 }
 
+type PutDeviceLabels429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PutDeviceLabels429ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutDeviceLabels503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response PutDeviceLabels503ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PutDeviceLabelsdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -6829,6 +7455,40 @@ func (response RetireClient404ApplicationProblemPlusJSONResponse) VisitRetireCli
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetireClient429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RetireClient429ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetireClient503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RetireClient503ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6926,6 +7586,40 @@ func (response ListDeployments422ApplicationProblemPlusJSONResponse) VisitListDe
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeployments429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListDeployments429ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeployments503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListDeployments503ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7066,6 +7760,40 @@ func (response CreateDeployment422ApplicationProblemPlusJSONResponse) VisitCreat
 	return err
 }
 
+type CreateDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateDeployment429ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CreateDeployment503ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateDeploymentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7172,6 +7900,40 @@ func (response DeleteDeployment412ApplicationProblemPlusJSONResponse) VisitDelet
 	return err
 }
 
+type DeleteDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteDeployment429ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteDeployment503ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteDeploymentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7259,6 +8021,40 @@ func (response GetDeployment404ApplicationProblemPlusJSONResponse) VisitGetDeplo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeployment429ApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeployment503ApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7357,6 +8153,40 @@ func (response ListHistory404ApplicationProblemPlusJSONResponse) VisitListHistor
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistory429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListHistory429ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistory503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListHistory503ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7517,6 +8347,40 @@ func (response ReconfigureDeployment422ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
+type ReconfigureDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ReconfigureDeployment429ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconfigureDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ReconfigureDeployment503ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ReconfigureDeploymentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7615,6 +8479,40 @@ func (response ListRevisions404ApplicationProblemPlusJSONResponse) VisitListRevi
 	return err
 }
 
+type ListRevisions429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListRevisions429ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRevisions503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListRevisions503ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListRevisionsdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7695,6 +8593,40 @@ func (response GetRevision404ApplicationProblemPlusJSONResponse) VisitGetRevisio
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRevision429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetRevision429ApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRevision503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetRevision503ApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7855,6 +8787,40 @@ func (response RollbackDeployment422ApplicationProblemPlusJSONResponse) VisitRol
 	return err
 }
 
+type RollbackDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RollbackDeployment429ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RollbackDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RollbackDeployment503ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RollbackDeploymentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7934,6 +8900,40 @@ func (response GetDeploymentStatus404ApplicationProblemPlusJSONResponse) VisitGe
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentStatus429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeploymentStatus429ApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetDeploymentStatus503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetDeploymentStatus503ApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8094,6 +9094,40 @@ func (response UpgradeDeployment422ApplicationProblemPlusJSONResponse) VisitUpgr
 	return err
 }
 
+type UpgradeDeployment429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response UpgradeDeployment429ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpgradeDeployment503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response UpgradeDeployment503ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UpgradeDeploymentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8191,6 +9225,40 @@ func (response ListDevices422ApplicationProblemPlusJSONResponse) VisitListDevice
 	return err
 }
 
+type ListDevices429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListDevices429ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDevices503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListDevices503ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListDevicesdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8274,6 +9342,40 @@ func (response ListOperations403ApplicationProblemPlusJSONResponse) VisitListOpe
 	return err
 }
 
+type ListOperations429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListOperations429ApplicationProblemPlusJSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListOperations503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListOperations503ApplicationProblemPlusJSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListOperationsdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8353,6 +9455,40 @@ func (response GetOperation404ApplicationProblemPlusJSONResponse) VisitGetOperat
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperation429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetOperation429ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOperation503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetOperation503ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8455,6 +9591,40 @@ func (response CancelOperation409ApplicationProblemPlusJSONResponse) VisitCancel
 	return err
 }
 
+type CancelOperation429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CancelOperation429ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelOperation503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CancelOperation503ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CancelOperationdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8534,6 +9704,40 @@ func (response ListTokens403ApplicationProblemPlusJSONResponse) VisitListTokensR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListTokens429ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListTokens503ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8643,6 +9847,40 @@ func (response CreateToken422ApplicationProblemPlusJSONResponse) VisitCreateToke
 	return err
 }
 
+type CreateToken429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken429ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CreateToken503ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateTokendefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8722,6 +9960,40 @@ func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeToke
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken429ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeToken503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeToken503ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8809,6 +10081,40 @@ func (response GetToken404ApplicationProblemPlusJSONResponse) VisitGetTokenRespo
 	return err
 }
 
+type GetToken429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetToken429ApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetToken503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetToken503ApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetTokendefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -8848,16 +10154,17 @@ func (response GetReady200JSONResponse) VisitGetReadyResponse(w http.ResponseWri
 }
 
 type GetReady503ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	ServiceUnavailableApplicationProblemPlusJSONResponse
 }
 
 func (response GetReady503ApplicationProblemPlusJSONResponse) VisitGetReadyResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10280,236 +11587,239 @@ func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3tlts2suCr4Orecywl1Ge3HVt97tnT49gZ79iOt+1MdjbyDSESkjBNAQoAtqx4es88xH2GfbB5kj0o",
-	"ACRIgfpodztO7D92SwIJoFBVqO9630r4csUZYUq2xu9bC4JTIuDPJ2/wXP+fEpkIulKUs9a49VoJzuaI",
-	"MEXVBik8R3yG1IIgQVaCSMIU1iN7raglyC85FSRtjZXISdSSyYIssX6l2qxIa9ySSlA2b11fR63nPMFm",
-	"hvqEP1w8L6eQPBcJOe7l11FrhQVeEmU3dr5aZdRM9yzdntD7GdEUtV9gMef3JIr/6yfc/XXQfdR9+34Y",
-	"jQaD6/+IO3op5B1erjI9Z8KXXcaFWkiFhaIp7qZ0TjXEulwkCyKVwIqLVtSieqYVVotW1GJ4qR/GlWXt",
-	"2uESv3tO2FwtWuPRYKC3pxQR+o3bS2xFAWg/zihh6ln6Si9g/D60msQO2bmQ/xBk1hq3/r1fIlHf/Cr7",
-	"bg4zYS4kF9uw/n6Ff8kJSuBnNBN8iTBaCXJFeS7RCs+JBjwj75R5Q9xzsPslJ2LjLddM0ACl+8NRFUrn",
-	"3f9jAPVz9+1XYRh9S1YZ3yz3wSn1hh16aA9OwxNe0YTsmcwMufGhuDnMhHROpNo1HQw4dFcPB6FdPUvJ",
-	"csUVYcnmL2SzjQEXZEWwomyOMNLTEKnQmqoFELzES4IuyQZhlqIpTzdIEJULJuFXLuicMpxpvrDiTJKz",
-	"6kPwGjxhKZ3NiCBMmVdQiU5HIxTTcmXdS7LpCpJLksY99BeykQgL/ZKVQjMu0OgULXguZIRWRCDFLwnr",
-	"TZhDRcMzS7B5W+7qPTeR7v37UWtJmfs8DIJv9gKrpDygrblmXTOgYZLhYHQafu9Lzsjed+tBN5vgOZ6S",
-	"7DXJSKJChP+YL5e4K4nmzIqkyGKYpiMZIZxlmuevFzRZoGUuFVrwLB2j+JJs/vMKZzmJI/jwb5VPMWrb",
-	"O6gTTVj8b+YrPIVvegj2QSTCyNDRPYnIbEYSRa8IyvR6pTnVkqFLqsh/rjLMVBdnMxz9W0oSvlxSKSln",
-	"JG1gRlll78cCji6p2gbYcyw0MSKWL6dEaOhQRZYSUQZIr1llE2/M4I3+MlIyw3mm9CIGkV4UXebL1vg+",
-	"fKLMfCrxkTJF5kTA8r5fEWHvqB2cg5ejPowp/pUIGRQLztFrsvwrEejKjDhD8bA3iIFT6L/033oxJUuw",
-	"A6s39rA36g3D97Edf+j6h6OH+8j5Wr/KsCoQRApYnicJWSkCwkjCmSIMMMCTCPp/lwYKh/H54s1m1iro",
-	"3mje6QagNZYoEURT4RmiComcFVg1xcnlXPCcpT0UOxEt1hyUKol+uHiugemJjL4UF1qeHdovxsHqXgk+",
-	"zchyx+ZXZsTXxwHBvTcAgnOGLp4+Ro9O73+D7Mt7reuo9YbzF5htLsxFJD/mkvSpGKELkXcJISlJAcru",
-	"UtR8sofiC6LEpns+U0TESOKNROsFYUhxpMQG4TmmzFyDdoEowUJQIifMybFCvwEtieYjErVj+IynGXBR",
-	"+ABvf00SzlKpv9RowGez11p6JfNN3DFs0jt4b1X64w6C2cVdACoWVCCoA1kYQdIeCRxDmlINNJy9EhqP",
-	"FdXkNMOZJFFr5X31vkXTo8TUct0/6UffFmvk07+TRGkM8bQD/erqdJaOzmGZMy6WWGkxCivSVXRJtuXM",
-	"yK7wJirE1qsyrIhUjRxTI9iCzvUrHC9EaoGVJmfGFdpgdklS1FaBcYBj+lbWYpEZ2Akz0q1VGW5aX0y8",
-	"JAqnWOGe/j12Gp7ZQphVf2vhgPbBwT79mOeGbItXnARvtNqh2xXXwVl7beSd9R40eU4N2tYwU9/elT92",
-	"YamPddfFdFgIvAEYFwrSNqRfGYnIsokFEQQOcckFMSLEGVphqTk6whLFSalnbd/GFVDBuvfs3UPG6vZx",
-	"XQe/FQq4Af1VgNXEWwwX2yYnbxfI+1UD8n++/v4lanOWbQzkOSskEE1wgmBDQVXoRa133Tnv2i/13dK7",
-	"wOsXREo8J7Bco5Jt05Nc4NH9B+NJPhicJAvyDv4oCctf3XSjiETkHU5UttFrXXGpSKpX4+nI9oU/DbqP",
-	"cHf29v2D05AxIWpldEaSTZKRfTj83A28yDMi9aNLklL8Bl5Y38+f+Xpr3evKUgnT18hPlUt5g5dZK9qW",
-	"m97u4Es3ZzABrQYzzmiCMyecyhXJMsrmB/JKw1k9I9aU84xgVv52DGqbJy4ItiLKbnqum59K8bcwA5Tn",
-	"VTDJkuKK1fsocRh7uGUO6ZjOXkZ5YwaXp1Q9YUpsAowtcaxkt24T6ZEhfv2GXxJjeJy0NDptljyXk5bh",
-	"IoyjK5zR1NgggCLm9IowYCV7JzyKLSpMs30c8UjmZWSdYgGUqQenre07WSOaWvC0bl8KLJPnKuGWji0/",
-	"kHmSEClbUWuGaZYLEqR+K1U/S0Na3PZobtibP/BBYJxUWOXSQy1vT0or8GrLfHv6cO9Fq0kKa/Bia0+w",
-	"OFbAqXh5sYISMo34eytEVxLCNeDfM/MUGBJ2017dOntTWizk9worL002XTwnIK/VDzloDu79DJbz4ehh",
-	"+LJ77GDwujjpKvyIEGZ/u8BmHn4CQ72bKIhO5DCT7msYWgebZdLmPUHoAfsuTd2HalkFpLckuSPEt8LF",
-	"EDyvwtY9bpF0TrqDYavuyFnxLHsKlMySTWv8YODfzfaWvY72SZ4f5k3xt3Gopulv7lB7fX3vO60MbuRf",
-	"cZYbUWsl+IxmJOjvQqUPA9lxAbHxDPElVYqkqAs/zaiQCsRaM1AvFCWYIZGz2m00Ggx2S1F7GPDBkorn",
-	"tCog3Iz2cNPezK5A3q2oIPIZC0uuGWdzlDNFMwCOuaztM2OEUZpb4xt4vIYSKY4efvNgMFig9nccyQ1T",
-	"+F2EZJ4stHz+zWiw6PQm7Bws2aiLGLkioofigYyNMjHLpVbdT0ejTt2ErR+uHsdJ1RnW1iL+26/bk0nP",
-	"/NX5H+3FP5b/kP9Yyn/k8h9Mdjpfb2O+vu3Xs2XX7UXTaQGVoHyd0O6KrkhGGQnw452m0/IK3oX3F3pM",
-	"Aw+E50O4UDK/gDCX8pUi6QvM6GyfaYWRNZEKhR/xaUSQFReajmZcILWg0qO/3rY4VJWqciM0XUfbfOxW",
-	"GNONNOjjeVlNEsxzEHK2jWNMKpxlWom5ontBL+ygCkPibEbFkqSoeFeE6AxhtumFRc9DztraaZdbh4yV",
-	"5YurfJpRuSCpY6MaHcsVtuHoNS4s+RXOOkece/UaONxe8aRwdRVvQOA8kx6zr6xy2zxRv0i2Dmwl+Fxo",
-	"6Xu/HdyMA2LdebaFv2vPEr0zPFBuckRnZSf73OMFZvPjKACea9Szo1a+So8lqqtd6OfsSPuBslOlOOoa",
-	"9U/eQbi68y34eUdbQduq1aAEzm7u/KecpRm50AcagomkbJ4RhEWy0Di+4FlK2Rzpi3KDPONA+UKU8iSH",
-	"PywcHTmfoZjlWRajNtyzE2YFn07dhsq4x7plD7VF0jtBGZVKongK6+0VNhNwpJjvjEEFfJUT5r7MRRbr",
-	"y96dU+Gh2VqdJESvXfaXWMx5lwiBFe4t014Hrn69djzVt6VhA9UrrTQg3sDWVzHYhQxwVyztwap6dldX",
-	"w68VFl/Pf6WroB4u6a/kTxtl1lY4hwYhqs5Ftt9o45uoCruVfnI3ct2GMuwJEndmeSrncAKGJYjaIftB",
-	"SSGO9EFYcNtnVguhOuLYXjtGX+UHK8I08Y+3793iWo6My4sUAtuZExDgQXOJ22/QlEB8ksZzkp5NWCFK",
-	"jCtyXW7jkuqznqFUYMr0O/ooX80FTs3fgoB4Ms8FfJ4wwWH+7hQnl2OEmeempwy5y/UMzTDdmr2QKo3V",
-	"C0QMjFKCUy1wg4+HpJ2zCQOZwy1gya/0i1KSEaWhUnmj/hEcQ31PjppzRqyOYRmABXerkNcqH8Ai7AAA",
-	"/N4CAO4HDwBGSC/2bw14xASQmCW7P0kaZCZVxMilo5F9gtKhQv8u6q8P17J0JbL2IB5Sty8FGMl+2r6B",
-	"PC5v0Zz1wVarZnOV0TjJO0WYBrI8cGVu/D7O03DynlXVO9K3R5u/zZ4DUQN4hac0oyUCHuODzLBUyH9F",
-	"KdcE2MMNXI4fSY2kRyGsCde7qQZknkZtB5UI8SsiBE1TwtB0Y6JLgfVycU92goqQ+/15sZKdzk8zCvBv",
-	"TqUiggRMcWBrQnimdTPv8HJWPoTa3z55/uTNE9THK9q/Gvb9o+9YoxNV9sCliQjyNuB5FN3unx8Eyy0A",
-	"HK3V1IjP0zKoYfIFYIrz3VrkFtyjKvkcp1to6D72Hj/0wqieGgRWIZD9m1/ZQ38ikqZEorikfhuuaDYb",
-	"RwjCBa4IS7lABZebMLNkCfGMKYrfdY2XX380bn6PJcagmeAs42uNLLAq8m6l5QYijYUC4qJjK/iVm4sj",
-	"E3A7Yd+vCDt/9Qyd9AYow8mlPEPr2RIRNuMiMRKBXjdmcq0VlNPRSC9NixSgqIDeUrdDvvdIVlJVddJs",
-	"W+mTlb6OfnrfAoVOkUTlAq7BZQo+w4QLPfD0+q3hHJ6PYEmWXGxa49bwwXdUf+YpyV6CGaE1br183R0O",
-	"BpqnE0Fx+f3rl93BAJ6XigvN+sat4eghvEHmK4OEpYChVQwJWKxpXRIIh8uWGs+K0ReaGJdmGE+o/s2c",
-	"rV6G85AAWVT3fhPe9joH6VR0UzKjjKSWxZ05Ew8gBTKUGFmjSoQsM0BaVGQIRAytbpphUn9tRsomU5C3",
-	"6tD5eVJPTcaqnKqnS9rjxWLp/g9Kevb4C+nHLHObxcCwEO3Xparjbh+t4YgZTsiuPaqankzUgggGXto1",
-	"nWm8SkiW5RkWrag1zXKiOIf441xOga2xKcgcQo5ORgEo1PYKvx6yVUcfAdGxQiqB37ki2WOelUH925fK",
-	"igi6WhCBs12wWWKWzzAcv2heSfCXOljnqxyURrnK8AbgtiQCa7qnieCrBQdvg1wRfEnELYKxyj+C3lvL",
-	"R0K/NXIUD2Ruh8BYIo/TJLlUPEwYS8qsD34YWPI2ZwpMp1nVzedwHO79ISZIO7iKeDXQbp9F7U0eZt1U",
-	"Jt9yBDcnjPV+/r9dcJb16991vgpaS8wM+2SsoJcxO0q0rIHFPtws+NyOzQtUmju0d5VqooeiB1gcjrYd",
-	"CEzZ90YLIEeeE2dv6JLwXFWusikXypjNE9IwaQmEECtV5UsbXMyUdWcZnS8UWnNxiZZ4gxS+JEhxNKOM",
-	"ykWTs3n44GHY1fxoICM0HCz13T9cnAyWFb8zNgYuE21UuCFSkmRYEBkhotWX4WC50zX9MTzRYG/qOQDW",
-	"8a34O4hy+lETorpFHB/7oLV+D1tBdgiiDOWSRPr/7/g9iZIi4lRrYLuPezhYDmThw5iw+vnph2EyrSDo",
-	"ybCbdiuoAF51iwdRwiDygBw8Hvvul1wFjSl2M2mD50xLww6N/djiAgZUVWN1A9u8jlozSrLAFBD0veIg",
-	"HhZ+G1CHXEaVN746T78Imu0bCynpA+z6JWAC7hhzj1WiLCoQRwOpqVD/xWdIYDYnqF1DjM4ZEDyVGrOC",
-	"bnj4fgc8gcI18yU4bULNHiq4iA8ViZTR1/WhmExN1MZI8Cyb4uQSrSlL+dqorIwjSGWsZ54EcbGOaubE",
-	"ohI/SvCF0OypHu4lplWR7JDjp0xx6+M3CVyFWa7NBYohR7NfV+TjCBTzRfAHk2+1/RMEkpT+1Rp4+i7T",
-	"pl86ePeloTag1sTmxExaLmcI17IwD3h3w7nsOow/E5yZVNPqMZRW63KN/HL7itm9AvuW4MRUC/Gb25CU",
-	"3gjMJFV3Gpe+T8ispZ8/2JcOY16ILslGovawO7p/gpIFFrKjWYc1LLSdsSBf6W9H9x/YMTYG0J/fi0r3",
-	"Fl1NC9kV8HBPooJLIqGHG8ZgnPw2qdn56VC78JMXD5V2st4ytZda7frQ3HOv1FuKCEYd+sFw7KeCL4Px",
-	"lVSQRFnXH0hnEPbl7l9GSGpupEKALRP0OJoShBXKCJYKnvM4KWYbxLO0pL96nsn93iCYkweXp2xOFgND",
-	"JGcIFwvRhEBSNCUzLkgpZMCVItGaCHcibetjpWxupT9ppEuDMBPG+LozRgQni/I1VJU3sH9ZRWBoVMGb",
-	"pofeFBeJvjv4FUE4EwSnmwmTC5tAZNFUP2hLNhyk11SljADFHhKGdWCUboFJtbMgHleP0HqBFcKsEYtS",
-	"7sih6r0wEAga8Nwte0BcJYwrFipNJjANodDr4rfq+qzxQZ550cM2kdxSbs8/HSddC2IM+tZG9p0gJJzP",
-	"VT2gLR5fLNjbdoiH7o31fMEZV0awyTaIMr08SSHeV9I5Iyl6cNqdUi2qQxiElod+GkZo9F8PTrvDtxGE",
-	"TEsTtE6gnsiPT1/YiMIzI5gb4LiAHw2loQsugozvWK96bG2zsTHO42ytfxKEpUAOJgHRrsFGBu1Ivm6K",
-	"NnxJ1hAmHbh89cE06CxTgkVRKAW9XvA1Q5wl5MywEU3ujK97gSjg7WN1s++8XGHQlikPvo3cSkOnXdZJ",
-	"uI1cbhdssQ2UH63ShZJcQCUaqcgKQjUkojPf17fARrIqrwKjkRy6gmpwwN4I2xvcd8aycBxkZjzL+PqH",
-	"VRhdcK74EiualHJ/GfgCaST65tEX0lMb3OLGVSDTtEfwWu0Iz4TfG1RzrSt5rKDBa713CcXKK3ZdnKkw",
-	"O/INB27ZdYTaaCoyVi7EhSnjgVlCAGfapDfvGW2+a1XBCBV/GFTrmoc7vVZzfhxJ/7S5eWpSQV1ehC1Z",
-	"HS4ze8+TVdAGbytShB0FfNfB1d0Ilt6KACVSCU8i/jk5Q2LwwD7UK06NklqJS1EmntEF3YY93B77cXD2",
-	"8a56pDt54W2oO14BmrvSdmrY5Z3lLznJje03ZzbqDLJCSVo1DRf0EjzJKvYFbADHs0EWTg0tohKPedfu",
-	"sHkvF4JKc9uUKQm2JJYNFim+7+yJpt+2vhePNhnfd0P4qpE+6zk8lfD05viwQqQ2QegBv7OtUHMdtYwm",
-	"Y/6+pCxgzrkkKxUhrRFpnin4akXSCOE01f8lJsxds96c2Q+9XfVP9uzQZCnBQnburNEybXXQ0DbICnWh",
-	"DtAmqBtA8JOnWpyZPaOudSaYDBtPCffkdYcTehLgMbIiaTXstlztzr3a9MWjAiGKh231L2uocHaKcOyD",
-	"C3xQC7Ls6LMlySVJTeyUVHXD7T2J3L1gRRRgegGDh29j8faX4VBFFBOyExZDYEWHc189w2P9SDCA9AYi",
-	"3wdISAteu/H3aG511fqwDdcIP/TW0ph7UIWuvdKFn5MWSPc/SvrYK3PsJSmHPoW0YFHmbQMCGvQIuE9c",
-	"3YdDGZk+LynD2BFmcnZ8UWQiuMTytA6n/XpJN2QmkJGxi7gCaIUR8IgiaBO2VQUtQjGER8u4A1aq9Wx5",
-	"z7zKlpaIOz30Qqu7bpol3iC8WhEswGQvVyShM5pMmFuvBoM8s8YAaSpf0jnz36EWZINSDjripVaiA0bM",
-	"2kp9RGMmHGZG38EJkHcG/ynOgjd0iQ6lVfElR4LniqClraf53ZM3qM94V+bJorvCalFT7E8Hj0KmZgO8",
-	"7fvqCVhzHUgKi5YFa2QshxlPsNUKranD+V3aGgsePBoMO71DrX0VZ0+lkMVwEKpkAaIOS2rekQoIKnqp",
-	"oF1BoARtQuqZ8acP91UnCQl3xqNEtTiSSe6ci/H/7tp09u6zNEbGXwS4aQdIIvRVn/H5QbaXLTrYn/BT",
-	"0FH4sgh4bE4Hp34J0kePfDvVIDiJoiojdaRUaMZzltbgG3RyFNy3eHyh1EqO+/05VYt82kv4sg+ObHKl",
-	"/+9PMz7tLzFlffAnWNyUvWX674yrrpv4kBM/oNiJZeBml9Eu/9QrL922bh/Ayvnzu3gN4Z9zMDxhCuhA",
-	"lXR502YCGzGO2nE9yyLunDnXLHgaM0yZLSdpXiqdja+odOZVlLDFzkJ8agF+vU0YVSh7CqEt4evV809u",
-	"30cLLCu3q5d9BH8Sm8IqFGXzLiNro17Q2cYqi2uqkoX+O2ySMUF0N1bxvReEDvWilABuVpwiFZuLnFXq",
-	"/Npx21CuGKaK4c40dYyl6oPKk+wPdfJMpH6Yk0vRU57OuysKZsIOjHoqnWwnn0A8U1MAjQf0MCqVIuqe",
-	"Kji3UkuxoTihSSwtuziwFDJZwlnZfzt/8bz3YWbcmkZY2D1AWJgKgi+78wxL6bJ+oNyNF3Sy4hlNNuGk",
-	"mTuoDwFo1VjPoMkzw33XxW1bMQN11UqrD4YkKpMXQYSsWtX2s4ajkox2l5sQO1Wwqx0KGFSKbBCu9qJn",
-	"va5nYWwLFPZsvAOKygjNdRj8iguV+gnl2ZdH5SVO7y5N65jCbZh5CwZzZ1beC1v3x6HhFSVroApnxYK8",
-	"zSUNO4ULz/WdX6TAfQ4b2uTTuXCVH0DngReeQY64gFrgRoTHeUqVluBBrrfFbnz2sT+268tle+BlW7fy",
-	"FFrKaHj6zenDkwen3+ztlxBCaC+YYpcZsJ5luIF8/oITWedGNcpizqFovz4BzGxsEGekgPB2GCrqIsDU",
-	"huuO+jWc/dCih+HQItF8QZtYzh1oZxJfLZYZjPJuZSpdWuOx4c8Pv3kwWFTqp9lI0u1aaYtDA5sLD7Td",
-	"VZM9LsTT/IT57bgDnobVml0qj+mLFeazTdMXWfH7mGL1tIyZi6/McKc8OvOUVhC3lE6J2imRdM6QJFC6",
-	"FD2AK/KG2uBuC4QHpv2s8E5VxWbYX4AGeEy9uQOFQkESQq+OdSS6xRxXeMDaC4pgerguDJNRqF0KC4iy",
-	"JMtTcqN655oVBHxaek1FJoNbyRpLy/HUAhvJzMYDIkkIgwvTue0YVwtblztspfqgChbeMeypKmENPBkp",
-	"Ut2DHKMhBusGOpp9xIR17KsYbQs6Hl/GYXcAdtTKsFQ/yCOd59b/cIDZ8oofWSr9xtUl/YYR8JJ90jec",
-	"5K0ElJuYt9+o7LIXzr7NxY5BR5xXGbAlgqqO40W2eGK/DWPyq2MElYCZDcs+shrgDklG7HH9HT1bXXiA",
-	"dB/ecvApFhM6ih9s3On5agVv84tYeOUXTEE2vwSctcuMp/eTB+k35OHs0QAPp6PkJD0l92cPBt8MH44e",
-	"neDTfb9XOgOMD68HV6kkNhydnNp6YS1X2sQ8I/u3tc5KgKQpL1ENmGzhEzKa3U+T7qPhiHRPH53Oug9P",
-	"Ht3v3h8ls5NvHjyaJoMHpaZdQBCfksFNVuR+r4LCOIWqoPDW3T9kkf3bWtn124DN62Sr+kOJXYfhfVnN",
-	"sX4oR1fb8yvhhcodfGAdr3qBwa1r3G69uo0goRqTnGubV6/LKPSwcE0F12jvwBCKLSMx+CPtDDtWdoPq",
-	"72ZpLZwDtzKJwQWkW6PeoDfYLhVyeARKkZANcSu/O7eGO7hyBfYQyjUUXwAIgyUyA278w7MiqidygPS0",
-	"3zoEDngIKQwYhyKwSfFVUZzWT1/+jDwzVcCHiO7Hpy9MybRbyj2AylOu59m2VEKPKuB2hJvjnvSyGrAq",
-	"K9X6SWkH669KA/DY4st5JWUIu26axfvuLlK7qAy4fS8cXoiswITb0AtKtLozm/zfMLuhRb2UqUuj2+O/",
-	"PumOBqMHXS0CFp1H4VJN0fcrwl6/fn5YXvF2nRhJklxQtXmtgWMlFchNOs8dZ67aWBmeQxNidP7qme3b",
-	"0I71YC7or0DzY/Qnk920ni1//tc//1/c6SGtGsoxio1zIgYnkDxDsVNWYgjTmdg4YWMwSbDCzozvSQ5n",
-	"KAZ3hnlE0xKGJ/RSZFSEhrm0yMId0JuwJ5ovl4kzWis1U2nFFHKuINGUMmRDPPT3sUmjNF5JmNluO+H6",
-	"cWDSkJRmYoe2Yl/b8Y9PX/x8/u2LZy9/fvP9X568jDWrrn/589Nnz5/EZyhe6ttC5CxGa0EVkaaBCJ+w",
-	"uAc56rCCLqzAtRkFxIb7HeBe0uVCqZXppErZjG+f5noGVQ2wCfxDP3JxmXGcoqcZIQqZsxY99ExB0pVa",
-	"cwQlvSI05WphTeRTkqIFEWQ8YRP2FUDzq6+srev81bOvvkI5S4lAsRXU4witqSBdTZhY0WlGygi22jKq",
-	"yDZhCEHb4q5IeicRSkzy13TjLGvOklpmC8qOidxe5irHGXrz/PVZucZl5e3eOpfzpTILnXFRxIIbjHKJ",
-	"WJz19H5NJB7E6QEgt5vmonbc1BRX08UrP64RudJ0042mnQnL6BVxy7p5AJYph6BnsOUQznx7pCbjXFbb",
-	"3xalNM2y2sXk+t1WXeVi3nfxmZW9wZ0lt2e1yJrRhDBj0bBtpM9XOFmQ7gjcJUapc/Ot1+sehp9hPvus",
-	"7D9/9vjJy9dP4Jky3A3w+V///O8GRG75vY8GvaF5lq8IwyvaGrdOeoPeiWnxuABGWNey3xut9lr/ZjuV",
-	"+W28x63viFXbao2YfgpfSOWQ/rfwZlB8rqM6mf6vnCuSoidv8By1oVM3lsispYNWglxRnsvMtf73+6ZY",
-	"m0JjH/6b969/W+vUPRoMdvSC3mnlqPSGLsSMKWUYerQHeoRXwWNAXjQ2aNPlMld4mpFOtQXzY0Czx5wp",
-	"wQOhDStBr7AiEVrid108J/95Mrx/8mAwGESoeOPOVufb160+se2J7HGaAyxjfuzZTSu7OWpCPeXJ4DTk",
-	"N7dd/+29xxVa8pTOKAFR9nRw0iQzFWfsh/2fmjkOHz96tH98vbE4HLNVCg+eyxNoWuOfoNTocomh1ukF",
-	"UYKSK1J1EVtoTzcQ7mmxFxVxIgrPpSmDDVXc3uoJQmWF++9dTfFrA/2MhMrul3Vwe+iHwijru4fGNt2/",
-	"kHZQRvCVSTEqlImaEtHGiJH1hMU1CTvu2FBwKtESi0uSotgWeIvLOxfspygOmIpjFwW7MEVeoglzQpW9",
-	"OxgHfZcIlGi1Srro1wSu1R46h3bVolp82/qiyt1TZWsww/1Q5ajfAiS3iwa3tthPAO2/dS3XKrMDAJBt",
-	"gjnLs2zzGdGA3rw7vXaJgp0Qrh99h1kSMLfY26i1ChlJfBoo5eotpKgU905tte/EFDJ00YPt0WDYObM4",
-	"Zst5T5gggIGGoP2jb48Gg07Pry7do2lsckjIL1pA1HPo2/+edATxLI19e0kVOV/lqgEz4fz+xNPNjjvx",
-	"71bPK/n5fmdqsBT3dVUv1bfEdfh23k8eVg3fIo/RYHjYC6xOH6CvwZH0ddf0OPo90i9QCRf2nMqmkhX8",
-	"23Vr1TwJc3IAiVbJbusC6qFzqHOuBU+tDJvyyWOETf6TfjKuSJrxhM2JkuhkcFpUUlQ8N0OB8LHCUyxJ",
-	"iOi+I6rqxNtiU7VkKS01WyELOkH4mInkhiUkLbfyCUnKxZquhl8fxysa/Z0B4dn9Vgqg1r7EyJwrim0b",
-	"xiU4XI8Wpm8oL9+CyPuSK/TCyrioi4ptuuoxNszlZqzmwe9Y/IV7lC9XWq4qGjEZgtbSG84yKJWr1WeJ",
-	"sLQVmxQHuRn4ycEMRkvFpfP4uu/10OHyWNFgZrs1FaK7a64wGgwjKwNwRvTngZY8XcjTgksyYXE4xgj8",
-	"IrsioqA0hKnrljukkUVs1IR9ux3JBzmsqZGTjaEVbSeMofZ7iKyLkIvbi5AN74uQDdC7DgsdXKp6G6fj",
-	"zQ3euRTi2t2ILQ0Np24qtEDB3xIJbHDlGodFl16j7NL8npAE0/soIszvWCTZAuXNuUTAytbMJh4bJO3i",
-	"NIUGLqlJ5nX2mjEUgCyyT/gMKNxKA2BAFvcq6nY0Yc5VxwUq03ciZyIwi2sQTEps/9v5i+e3QJXRUYbD",
-	"4yQNl+Cz43INBrXi9Z68tE/C5HacCPGZWcAYoiylVzTVSu+OLK4ZzRqve3Nb/dpIpefF9TxAWNr0BaPX",
-	"Qx14KU2yvUR/fvPmFTiZoECnFs5AGahqAiFys1WPj8L6v9e9q2WR5BaHajCHXWx27gYicTuk+lrq3fpJ",
-	"PqdXhOn3/+uf/12BKMznnRhfSXtc1qnV92AhG/0Yz6lU5/7AYznZc7qk6hD2ZV3tR7Ku42QQbycQPhA4",
-	"s++h/+fcpLl6G48QFybXUbP/9IZiwPBOxYYPxayqw/+nt9c1VJOqBhJnOqYCmWrnXm1zh3jWd9966wKC",
-	"TPy4S068jhpUgFdYSGJcrVc4o1qiK/3T3jL8/KzIMCsuoMyJKYgMQrsxLYNbtrhOyqYOVgrwX2rax9mb",
-	"PqZpHBlp0Nkl/LHc2MaNjuLieCbM7z5OJYpdbfme/TKOIPZBL8sWhm/Hw94AFJEY3NvgKJ2wr1C1zAuV",
-	"ZQdbrKBYLFgmI3DSopgyAFjXA0zhAIATq1aB6ekZtC7h9gZ+RecAAXs8FB9OyXLF9Xdj4OSF28BqReXG",
-	"v0Lf0hkU9FDFa2ambRp5R808HmBsMNoYnQ4eodj+0IWRWjuyX5i2bKVDLyR3PQZ53SPyMsDoOKb1zO01",
-	"2fyFbD5IJTo8g3tPfs91FJTZytggvKJ2v2N0NZwwmo7RgmQZ7665yNIJcwg4njAECD5Gf9a/ox/N78id",
-	"yhhNWsPeYNKasFIgfmUSrCU83UWmrLLts6W/Qqg2YbfyYwnosflCv8QsAp5xXyJUGuXH5ZcIUF5SBfZE",
-	"ntBxv2+3DgEQtXcgL+e22Euzse704f1vHgT9ywfppbd9N5Xx1AGRgkpE3uGkbCmkNdXCUmFo0VT6/yWn",
-	"VzjzqPDMmSuQV4TRk9GdxBxaph3WhzHXUes5T4qKCrvGF+NgM1YB/6gAI1VIpelvsO9PTVI4HTw6bvzw",
-	"yPcP79+pweNuJZ3zNIUen94d71AI3BrGMV9mhbeNmV6z5M4Bkk+RltUojvffVwpd7Awz8sig9XHYUxOZ",
-	"eS+/MYFdfxTkP/2EkO07ooyxuXKOR0jPR0k255UCKtdvD8VA12ir69I0mtDRT9zZWhw41KCbU+lPg4zD",
-	"XZadPVkYWrUMvReSbG7+1rtUQ30YNZkNsFrY7mOgV0RIcXBa2vqZC+iQq7UaKm3PnE9SJb1rZ/zd0qY+",
-	"CddDBk4EDkRTq9dzCGuhiogIOgssoGy01lQksvVDSwuMJRX521OzU6oabXbP+dpT561u27Z66kqQhKSE",
-	"JWRsNdWuSHrDGJlIX6e9eh+HoM36OmhpQY8mzKjW3OQ+RWiD2SVJ0SzDJuQfI3skWlPXD9Y6W4V0wZrh",
-	"6q9uw38U+5Xd0CFmLHfYfwgG8TFsXBXR715RMAjSQSwJgDHwU7yn3Vr77+1fO8NQL2wiIJBkxf5CWTeX",
-	"JEbrBc0I+M48x14brDmeO42yikf+XhEp2pkwKO4KqYtUnQFtw7XlGpNBXKczPUFYjmeWq0nhZhuyboFr",
-	"DhcN2oIOCRfVDzsj7yd2Qx6run1SN6qBrNcrD+o8Mu5jVy4rsWv71agofIdZj3ARv2SmEzyfL1B8DomP",
-	"8RjFdXYco7YJOQU4dIroEuVZEgQxVaQmrDCD+gohlq6lGIp9K+xZdTatMMaV9/svAStPtkFYThg1FXtW",
-	"XCroSVIZaL8tJpXGYG5s4YrzTg9Bupuoxv4vsOkox9dswqQSnM1RrLUwvcxqlF6xxpPBaYPD+zasrjM9",
-	"pYmr+8jXaKN59UiXuJfFe2P1NxjEZotI+efnSsrXzuoPpXofH2A3+gRVe4sVUUGi+vo0BM8FnVOGswpB",
-	"T6G2yUcTLvbLtgWVfIgc0s+ZvvxNJYyPtNzSuVhlWD/AUu7KU/Qbewg8hCvTcoxO1fui8+8j2h9YyhEG",
-	"eN2JLTdEGb8hXdT7L1vdu2xljDeg95hMmhkXpQ/Xz02z6WBUFCliECbr1RrRj0Jymh9j56wrNqXaOOiZ",
-	"IgKKZCmCFqY6CtbzM0bSijmmh/6G2aVeCq6te8KM3xpqT5twUJveD0UVQjLM3+6QIdx+NK1fVuLaeio/",
-	"Jbaz/sJwDmU4+ihLhejmPCdPqWq055kIkmWuTAiLV/EgwVmG2mWIsxZOLM12Itsu3lS5yCUx6ppWRXyy",
-	"ppBsxzPbgtw8E+od0EPnqxVhaVfT5RgI8vzVM5RgViZi6PmNno8IU4LuMO/Bjvck/UDpRwjYioJuApyY",
-	"AolBz8CD06C7oWZqK6qI0DRC0EzWBI6XMZQ7JrflTY+YPfSisrB9+SZX4scerW07kAsSLL8bfq+kpilP",
-	"ICt/Z/Gf8Nugh+aN3va7MtJqtDzELuvQ+/MLJbwguFaSJ3INlsDT4DFBbJC3zgNNG4MKA7SFXnaGsj62",
-	"Y37XXoBqCaw9SGah8iV8FUz7XkEg1K4WC6IpYcokCU43aPnm+Ws/lmOWEdOsNYSFjSGsuZaMXY46LVpQ",
-	"uKJrKKNS9dBLaLZclui2nefMKGlkWD2SpG7tZ0X05YSZBjxoYku52dvXzmkjW5XIpUIpX2LKJq2yMJbw",
-	"1lJ4+TSO4kT1JuwcetnaV0Fhd2kmrjfrGcK9X7HiBm9tY3S1Jdc+UcnaX6MnYX/MUECvLF1Y0LZH4kf+",
-	"uXOMXIN7W87PZEHJ8pxNgY3WLQfjHbpkCp30jLZnV1QzWP5BAuw+rYA2wxoKVgT+O/edQxQIQtLIcTDf",
-	"C9y+/feJrYy5M2itYAG/NQ31Wp9twFnizuDQO+4obu0KpNp8xN2o0jdXcb14UhP2fOuyz+8Me+wMDahj",
-	"FvkZo85W+n8YdW7qn6jiTnRsuaGjca2f4SnJ5PEW2A9caENdpAtTtsg6iKyx555EZpU9dG7hf08iMpsR",
-	"6DBofwSRDh5jxHh3TSdbWxLJlvGaML9MTOTMMylhWvStzWpFSEgKuiSbMzMTkiQjCRTDBD/k1kp2Vkl6",
-	"buB9l/WR7BQfWXI7hG+U8W9aErLQ+hK7edu86jVRFVR2FALehAMZWNjSGuApRob6UAaywy3jhDQrwEHR",
-	"pNPByc0KsjKuutjWaSZp3EGcTZjRG71SsImrUG9+sVqpIEAbUVHtGDHyThVt1jnroWeQHgFMVgv6FY8P",
-	"MKhLslJnVgClbF6U/UOC2GxNY/UJ8ZALAMRtqpC/rQBqnCX2eD9DkcKcZ6Ga3ET1CBcy2zb+feuNOyg1",
-	"od5tNmilHw0GlXYJP+Hur4Puo+7b98NoNBhc/8fh9vHSBfTB2Q+ONbUOrWJQNjRoeqUTlw5+pZN2drgX",
-	"XFe3G1QQIod5BjTTf21lldbvzZVQ7vgQU2/Fse6b01FbQtK0sQFrGa8ScG9MRGnn0xRCPimhAozIaYWP",
-	"lCVRKh2Njqt1YOT9WhpYGQjNPK0LTsu1RIe6Bu0iDHsYeT0NYttlJu6MJ6xSNbhuvp1zqPfp6v2BqK8E",
-	"ZtL4J00JNi9A1/baRlQ6XWPCoGACGB9JJo0OYnDP9bbx4tvAiew3wsxXRj0xqU28rEL8mDOpBKZMyRii",
-	"YCVWVM6ghuvpaIRiLcqAtqTxO7YVKSDLxC4SqthjyVlkDOwMIMmJ7PRQ0YUIXUEbognT0omrNmFNpVLV",
-	"17/V18GQ6xniS6qMKV0rb9DrB0JiLE5KMKnXAmxq3XjKAHwzLt5R6KDkDp+qLb2+zqPs6cM7YKPNmpkb",
-	"ERW09SVL/HNLTdA40JT43VT2spnph5XH5nJ3u/J0vhV85TIECjZc5KLvLgdfZ/fQERxayZQsvmMKui/5",
-	"lblSFLcF4imbx2f6mykxTW68uvHOX2m5uLMxSd5Df+aM58LEptuw9Am7sC+sFu+Ey4CWjiw3rYlDMiXa",
-	"t6ttNpaHvzlLnDVmHow+EicCAOGs5ECV9ixrmmUWIvC1q816S/6zT4yVDEeflJIKUMdB6rshU4h2uDc8",
-	"JP4IusX+S/FLOYcbuEi8QzxSR/jQAr6H3Td9G6m902byZzvmdx0wZTdxiA6til7dX9Kl9yO7iSo2UkcJ",
-	"OWdiL0VqnqWh2L5PixwEcVrdDQz5wTLaYWXftLxFH6Zq5uyS8TVD5RJAebaC0oRpAa4olhcbjVTPWO38",
-	"is5tqqgNvS7NCkZy9MslF5aBstBfwDhfgPA2JLHoU9FjvX39RiFhrzLcmHaxyrCjObFBInfRXQdIUEXs",
-	"+rnrA/s5qqHD0e9YbX1sSLdWfmFVM23ZboGWdjuHlaU5VoPtO36x2w9zUYz6XUsVbhuHiBUFYL4IFQfW",
-	"YKmicwG/xjyBT02WsOvtv3d/7oxoc7jU+gj42ljO3/7+Gce1FfJOEaIjCDNpE8218T86Ejpn6srU2LO+",
-	"VOGj0I6qd3SZL1vj0fD0m9OHJw9Ov4laS8rMl8Ot3vPXh2M8z7IpTi7vVHR+1SSfGqeRKzYNLfxKpoFi",
-	"xR3yx6htUWlcFhwqBqoFVhO2xhJZ3xlJ0ZTMuA2qK/qBMNKJfNGbsiTLU5L20HccShlxhFHG1/r6Lf08",
-	"c35FTGPXjXHIlZPYUfckiovaZj0H0th6htzn7oyLKYTrec07Za4RFJqYGH9Xpzdh8YyLhIyRRoPY1f6O",
-	"ze9xkZUpjQ3WJJKMbWNz6IPOWbaJkFaMRFr2AyuStkDl4MxsxgHR5ICuuJTQ0RuyV7ZSW7KMr8u00HCg",
-	"j93tH0uRsJv6SKnbX7SGL1pDw43HkcZDU78SESw070DeHXIX6kHZ9W2/6btoZ3ZnxGFmMF2rmojECptF",
-	"T9qE0CuSQjxN5oKsLe+PbGflzmcoP72BmxQagNj2aRZiRfAHeLCKZvS/A+O4rTNyp+LM4wVJLo1bV2Ex",
-	"J8qXA5aU2TrBTwVfxhUL4Zbg0EM/6ss91iLh2NYDjiesXsiuqJ5iqu4RkspquZWy0mU9LMWv/9x1AmYc",
-	"eQXwNDhyRVKzirhjk1TtmnCueOwFZEPhukKcg4idBTchSLlgtlKsFh4mDM+U7fq80gyK5yZSinpSWg99",
-	"b5lRVxLli2YJFmIDkgbKWUZkBdwSb+SExdxBeowEkUTFZ3rV7hUxkkRJZ0dRnPdQnIrNRc6cYOVX8INr",
-	"FfpLVw2yznWNvlcLItZUEjQajEr5rYDKmanDWXzuUtZdCT4XRMqyHCeUHNa3dlB2stv5Q4lOdk9f7K9f",
-	"JKlPq16YZanVoBZuNNRSAfwwkQqSKfYEt5sxBwW2f2B0+B885hrSxw6KtwaQV0prlLUeNPe3cs8nWm/j",
-	"kwytdlh8WGapTyUeWe0ilO/LYQfRii8W3kKlpuNSHorFHpHx8CkRU7H+Q+ipPMDPtTxNCYFGP8cBXSTC",
-	"RNF/79HCTmdEcWitj4EZTVJVsazP2B9RqkqFQ0IqspJ321Xk+xIhAjpzE0b1E8wSkh2vMG9P16QvV9AC",
-	"EZZKFJtZM5LGZ/X46EtCVhKtF1iRK8+4BR1ziIR0WsbXqI1B87TxxxNWRN/a4qfF504PPTazQRAzrICk",
-	"3oqo1LpbMGEDnvMJ69NNXD2cMiNUQP8P0SrhjgM1AFYIo19ykmu8Af2dQai7hxg31hKgSOdu2eeNGfK7",
-	"DruAPRwUygmb/VL4DiSL81fPLEBQG1L9bWqaJIkgSnYOrrjYVFHdpHrB4bTuMpkMZviN8shekrXZYANj",
-	"BABH3l0NwDXpk+ZvfUXYHq3gGMUSYbTAcmEK6MHByAVfM1em7UtptLvmyoBV+jYvSAS1y8ODA4MD4Swh",
-	"nRsVJjV0138P/+9J9LogV/ySpI5WtQTiaj+2jTldmBHnKu5Yh4rzyCuBadZD8AqIQljThGzlTgWCdvUL",
-	"S8q9S769h3Ls3j7LMhh65xU0PIIlN2lyn8Chfsba201OMmSQqsZ5WS5yaHPTk1GoOsnb98PoZBSsTQLK",
-	"HqhCvzZWkz+3Dq/RYOClgWKFp1iSwh1W1oJf0rlT2pZTkhaxRFSiKWVYbBCVEwZoSNIzdH9wgtq2ZNHX",
-	"f4fcfb1Kk+0PS4s7iDs/WkNDqgs97ma4X/TUf99yIQstmFaf0IEpRwRn4e6usC6kuImFAvK4/5Hlxa1a",
-	"3JQRKdG//vnf1YMEJzBOFlA7BPKD4RxJWlFTZOstbNN+E1LaX2Ax5+hHm7CKXpTdBzSNFB1ET7TsJEhX",
-	"7wUrOs1IBFdctVBz2yvi3OlN2GOcZYBuuVoQpvRh2hpry1zlOENvnr9Gbf3PsHfSMWF/pZne1rCAOEBJ",
-	"5kuvavLrV8+ePn2Cnn07YbFc0dmMjPt909MUCip3bUFl/Q3pQ+mt/nq2tEM0ddPU/mjms7+YD8WPsYur",
-	"S4hQpmQXuSfRDxfP0Ovzl70Ja3+/IkwD6qQ3gK5tjKPY7O3N89cxcidrkoPIGdKgRClJMixMVZFeB5lU",
-	"Lde3DsSahK9A0rDVQbCxa9i6qOjxgmZpt/BgSNSO51iRNd70E/1T3IGEIsaVq99BUrQhJq5yY5kAOnUN",
-	"4ypFhFrbXRS84kzgS91OwYcWkoXPxagvXly4zWYEPDVU2wsZ8WVg7uaq4B2vsY2d2nur8U1sv8+6BKUJ",
-	"nfTStwxPdHGcsFFnAqgU7xE59BD0DeJlq4fSLrA9s6fm2YV70ZptE9mpFY9Oz29CAVdS4GWVzpvFLxK1",
-	"DT3HZdt7V3llPVve0+vW43DmBbMClkKlAaf/QFtDl6EW2b6qXaesFz1rfeRxDVG2l/pKcL0JtAC2C0wD",
-	"OM0UZ5gl7jLiIlkQqcB2UgWpbF2/vf7/AQAA//8=",
+	"7H39chs3tuer4PLeKpOZ5qdkxabq1pbGsTPesR2v5CQ7G/qmwW6QxKgJMABaNOPR1jzEfYZ9sHmSLRwA",
+	"3egm+CVLspPoH5si0Y2vg4Pz+TsfGwmfLzgjTMnG8GNjRnBKBHx8/g5P9f8pkYmgC0U5awwbF0pwNkWE",
+	"KapWSOEp4hOkZgQJshBEEqawbtlpRA1BfsmpIGljqEROooZMZmSO9SvVakEaw4ZUgrJp4/o6arziCTY9",
+	"1Dv8/vxV2YXkuUjIYS+/jhoLLPCcKDuxs8Uio6a7l+l6h97PiKao+RqLKX8kUfxfP+H2r7320/b7j/1o",
+	"0Otd/0fc0kMhH/B8kek+Ez5vMy7UTCosFE1xO6VTqleszUUyI1IJrLhoRA2qe1pgNWtEDYbn+mFcGda2",
+	"Gc7xh1eETdWsMRz0enp6ShGh37g+xEYUWO1nGSVMvUzf6gEMP4ZGk9gmWwfyH4JMGsPGv3dLIuqaX2XX",
+	"9WE6zIXkYn2tv1vgX3KCEvgZTQSfI4wWglxRnku0wFOiF56RD8q8Ie64tfslJ2LlDdd0sGGVHvcH1VU6",
+	"a/8fs1A/t99/FV6jb8gi46v5rnVKvWb7btrJcbjDK5qQHZ2ZJjfeFNeH6ZBOiVTbuoMG+87qSS80q5cp",
+	"mS+4IixZ/ZWs1ingnCwIVpRNEUa6GyIVWlI1gwMv8ZygS7JCmKVozNMVEkTlgkn4lQs6pQxnmi8sOJPk",
+	"tPoQvAaPWEonEyIIU+YVVKLjwQDFtBxZ+5Ks2oLkkqRxB/2VrCTCQr9kodCECzQ4RjOeCxmhBRFI8UvC",
+	"OiPmSNHwzHLZvCm39Zw3Hd3Hj6PGnDL3dz+4fJPXWCXlBq31NWmbBhs66fcGx+H3vuGM7Hy3bnSzDl7h",
+	"MckuSEYSFTr4z/h8jtuSaM6sSIoshelzJCOEs0zz/OWMJjM0z6VCM56lQxRfktV/XuEsJ3EEf/xb5a8Y",
+	"Ne0d1IpGLP438xUewzcdBPMgEmFkztEjichkQhJFrwjK9Hil2dWSoUuqyH8uMsxUG2cTHP1bShI+n1Mp",
+	"KWck3cCMssrcD104OqdqfcFeYaEPI2L5fEyEXh2qyFwiyoDoNavcxBszeKM/jJRMcJ4pPYhepAdF5/m8",
+	"MXwMf1Fm/irpkTJFpkTA8L5bEGHvqC2cg5etPo0p/kCEDIoFZ+iCzH8gAl2ZFqco7nd6MXAK/Ul/1oMp",
+	"WYJtWL2x+51Bpx++j237fcffHzzZdZyv9asMqwJBpFjLsyQhC0VAGEk4U4QBBXgSQffv0qzCfny+eLPp",
+	"tbp07zTvdA3QEkuUCKJP4SmiComcFVQ1xsnlVPCcpR0UOxEt1hyUKom+P3+lF9MTGX0pLjQ827RbtIPR",
+	"vRV8nJH5lskvTIs/HbYI7r2BJThj6PzFM/T0+PHXyL6807iOGhdEaM7wPcNXmGZ4rGnk/kalN0YScUUE",
+	"SjBjXJm/rOxr7kbGl6ipVz/FCo+xJHo3ciYITmZ6vBHiAmGUzDCbEpTwLKMpSYu7MOEsyQVchpyR1ili",
+	"XM307QtkAA/pvT4nSqzaZxNFRIwkXkm0nBGGFEdKrBCeYsrMZWvXACVYCErkiMVCP6pHMkT6tJgT6WRo",
+	"+BHNieZhEjVNY+jmgiScpVJzck11fDK50MIyma7iluHKHp15w9N/bjmf25iZ3oB3nL/GbHVuVlfe924b",
+	"KRuRDwkhepv0xrqd1rP/pK3Yuuh6h/Rif+YduHZtjWYGfNBoDnZLYBvSlOpFw9lboRmXopp/TnAmSdRY",
+	"eF99bND0IL2kHPdP+tH3xRj5+O8kUZoleOqgfnW1O8s4z2CYEy7mWGm5GSvSVnRO1hWLyI7wJjrj2qsy",
+	"rIhUG69ITWAzOtWvcJcfUjOsNMfQzGWF2SVJUVMF2gGNaTFMy8GmYSt8c66Nylyf9cHEc6Kw5lkd/Xvs",
+	"VHozhfDd/I1dB7RrHezTz3hujm3xiqOgCFPbdDvi+nLWXht5e72DTF5RQ7Y1ytTiWuXDNir1qe666A4L",
+	"gVewxoVGvL7Sb40IbNnEjAgCmzjnghiZ8RQtsNRXOMISxUmpWK+LX5WlgnHvmLtHjNXp47rR5VZOwA3O",
+	"X2WxNvEWw8XWj5M3C+T9qhfyf1589wY1OctWZuU5K0ROfeAEweYEVVcvanxoT3nbfqnvls45Xr4mUuIp",
+	"geEaHXz9PMkZHjw+GY7yXu8omZEP8KE8WP7oxitFJCIfcKKylR7rgktFUj0azyhiX/hTr/0UtyfvP54c",
+	"h6xHUSOjE5KsEiMabaPhV67heZ4RqR+dk5Tid/DC+nz+wpdr415WhkqYvkZ+qlzKKzzPGtG6oPx+C1+6",
+	"OYMJqLGYcUYTnDltRC5IllE23ZNXGs7qWS3HnGcEs/K3Q0jbPHFOsBVRtp/nur2x1HcKu0+5XwWTLE9c",
+	"MXqfJPZjD7fMIR3T2ckob8zg8pSq50yJVYCxJY6VbFdmI90yxK/f8UtiLM2jhian1ZznctQwXIRxdIUz",
+	"mhqjE5yIKb0iDFjJzg4PYosK02wXRzyQeRlZpxgAZerkuLF+J2tCUzOe1g2KgWHyXCXcnmPLD2SeJETK",
+	"RtSYYJrlggRPv5WqX6YhtX29NTfszW94EmgnFVa59EjLm5PCYkrUmr3++MnOi1YfKayXF1sDkqWxYp2K",
+	"lxcjKFdmI/3eyqErD8I10N9L8xRYjrafvbo5/qZnsZDfK6y8tNG18ZSAvFbf5KD9v/MzuEr6gyfhy+6Z",
+	"W4OLYqer60eEMPPbtmzm4efQ1LuJguRE9rPhX0DT+rJZJm3eE1w9YN+lb2NfLatY6TVJ7gDxrfApBfer",
+	"cG4MGySdknav36h77hY8y17ASWbJqjE86fl3s71lr6Ndkuenuc/8aeyrafqT29dBU5/7ViuDa/kDznIj",
+	"ai0En9CMBB2cqHRaIdsuIDaeIj6nSpEUteGnCRUSrEa2oR4oSjBDIme122jQ622XonYw4L0lFc9LWazw",
+	"ZrKHm/ZmdgXyYUEFkS9ZWHLNOJuinCmaweKYy9o+M0QYpbm1toKLsy+R4ujJ1ye93gw1v+VIrpjCHyIk",
+	"82Sm5fOvB71ZqzNiZ+C6QG3EyBURHRT3ZGyUiUkutep+PBi06j4L/XB1O46q3s+mFvHf/6k5GnXMp9b/",
+	"aM7+Mf+H/Mdc/iOX/2Cy1frTOuXr2345mbfdXPQ5LVYlKF8ntL2gC5JRRgL8eKutvLyCt9H9uW6zgQfC",
+	"8yFaKJlfQJhL+UKR9DVmdLLLtMLIkkiFwo/4Z0SQBRf6HE24QGpGpXf+OuviUFWqyo3QdB2t87FbYUw3",
+	"0qAP52U1STDPQchZN44xqXCWaSXmiu5cemEbVRgSZxMq5iRFxbsiRCcIs1UnLHrus9fWTjtf22SsLF9c",
+	"5OOMyhlJHRvV5FiOsAlbr2lhzq9w1jpg36vXwP72iueFb7N4AwJvqfSYfWWU6+aJ+kWytmELwadCS9+7",
+	"7eCmHRzWrXtbODh3DNHbwz3lJnforOxkn3tmvB6HnAB4bqOeHTXyRXroobraRn7OjrR7UbaqFAddo/7O",
+	"uxWuznxt/bytrZBt1WpQLs527vznnKUZOdcbGloTSdk0IwiLZKZpfMazlLIp0hflCnnGgfKFKOVJDh/s",
+	"OrrjfIpilmdZjJpwz46YFXxadRsq4x7rlh3UFEnnCGVUKoniMYy3U9hMwJFivjMGFXCFjZj7MhdZrC97",
+	"t0+Fh2ZtdJIQPXbZnWMx5W0iBFa4M087Lbj69diNq9KwgeqVVhoQb2DrqxjsQga4K5Z2YFQdO6ur/p8U",
+	"Fn+a/koXQT1c0l/Jn1fKjK1wDvVCpzoX2W6jjW+iKuxW+sntxHUbyrAnSNyZ5answwkY9kDUNtmPQgtx",
+	"pE+igtves1rM3AHbduEYfZUfLAjTh3+4fu8W13JkXF6kENhOnYAAD5pL3H6DxgQC0jSdk/R0xApRYliR",
+	"63IbiFbv9RSlAlOm39FF+WIqcGo+CwLiyTQX8PeICQ79t8c4uRwizLy4DMqQu1xP0QTTtd4LqdJYvUDE",
+	"wCglONUCN/h4SNo6HTGQOdwA5vxKvyglGVF6VSpv1D+CY6jryVFTzojVMSwDsMvdKOS1yh9gEXYLAPze",
+	"LgDcD94CGCG9mL814BETMWSG7D6SNMhMqoSRS3dGdglK+wr9205/vbmWpSuh1HvxkLp9KcBIdp/tG8jj",
+	"8hbNWZ9stdpsrjIaJ/mgCNOLLPccmWu/i/Ns2HnPqupt6fuDzd9mzoGoAbzAY5rRkgAP8UFmWCrkv6KU",
+	"awLs4QYux3tSI+lBBGviM2+qAZmnUdOtSoT4FRGCpilhaLwy4cTAerl4JFtBRcj9/qoYyVbnp2kF9Del",
+	"UhFBAqY4sDUhPNG6mbd5OSsfQs1vnr96/u456uIF7V71u/7Wt6zRiSq74dJEBHkT8DyKbvav9lrLtQU4",
+	"WKupHT5Py6CGyRcLU+zv2iDX1j2qHp/DdAu9us+8x/e9MKq7BoFVCGT/za/soD8TSVMiUVyefhufaiYb",
+	"RwjCBa4IS7lABZcbMTNkCQGsKYo/tI2XX/9p3PweS4xBM8FZxpeaWGBU5MNCyw1EGgsFBP/FVvArJxdH",
+	"JsJ6xL5bEHb29iU66vRQhpNLeYqWkzkibMJFYiQCPW7M5FIrKMeDgR6aFilAUQG9pW6H/OgdWUlV1Umz",
+	"bqVPFvo6+uljAxQ6RRKVC7gG5yn4DBMudMPj6/eGc3g+gjmZc7FqDBv9k2+p/punJHsDZoTGsPHmot3v",
+	"9TRPJ4Li8vuLN+1eD56XigvN+oaN/uAJvEHmC0OEpYChVQwJVKzPuiQQDpfNNZ0Vrc/1YZybZjyh+jez",
+	"t3oYzkMCx6I695vwtoscpFPRTsmEMpJaFnfqTDxAFMicxMgaVSJkmQHEiDIEIoZWN00zqb82LeUmU5A3",
+	"6tD+eVJPTcaq7KqnS9rtxWLu/g9Kenb7C+nHDHOdxUCz0NmvS1WH3T5awxETnJBtc1Q1PZmoGREMvLRL",
+	"OtF0lZAsyzMsGlFjnOVEcQ4B57kcA1tjY5A5hBwcDQKrUJsr/LrPVN35CIiOlaMS+J0rkj3jWZnFsX6p",
+	"LIigixkRONu2NnPM8gmG7RebRxL8pb6s00UOSqNcZHgF6zYnAutzTxPBFzMO3ga5IPiSiFtcxir/CHpv",
+	"LR8J/baRo3hL5mYIjCXyOE2SS8XDB2NOmfXB9wNDXudMge40q7p5H47DfdzHBGkbVwmvtrTre1F7k0dZ",
+	"N5XJ1xzBmzMEOz//3zY4y7r171pfBa0lpoddMlbQy5gdJFrWlsU+vFnwuR2bF6g0d2jvKtVEj0T3sDgc",
+	"bDsQmLLvjBZADtwnzt7ROeG5qlxlYy6UMZsnZEOn5SKEWKkqX7rBxUxZe5LR6UyhJReXaI5XSOFLghRH",
+	"E8qonG1yNvdPnoRdzU97MkL93lzf/f3ZUW9e8TtjY+Ay0UaFGyIlSYYFkREiWn3p9+ZbXdP34YkGe1PH",
+	"LWCd3orPQZLTj5oQ1bXDcd8brfV7mAqyTRBlKJck0v9/yx9JlBQRp1oD277d/d68JwsfxojV908/DJ1p",
+	"BUF3hl23a0EF8Kpb3IhyDSJvkYPbY9/9hqugMcVOJt3gOdPSsCNjP7a4WAOqqrG6gWleR40JJVmgCwj6",
+	"XnAQDwu/DahDLoXOa1/tp1sEzXaNhZR0Ye265cIE3DHmHqtEWVRWHPWkPoX6E58gAUlgzRphtE7hwFOp",
+	"KSvohofvt6wnnHDNfAlON5FmBxVcxF8ViZTR1/WmmNRc1MRI8Cwb4+QSLSlL+dKorIwjyF2tZ54EabFO",
+	"ambHopI+yuULkdkL3dzLRKwS2T7bT5nilVS9wizX5ALFkJTbrSvycQSK+Sz4g8m3Wv8JAklK/2ptebou",
+	"06ZbOnh35R1vIK2RzYkZNVzOEK6l3e7x7g37sm0z/kJwZnKLq9tQWq3LMfLL9Stm+wjsW4IdUy3Er25D",
+	"UnonMJNU3Wlc+i4hs4Y3cLIrHca8EF2SlUTNfnvw+AglMyxkS7MOa1hoOmNBvtDfDh6f2DY2BtDv34tK",
+	"9wZdTQvZFvDwSKKCSyKhmxvGYJz8Novd+elQs/CTFw+VdrLOPLWXWu360Nxzp9RbighGHfrecOwXgs+D",
+	"8ZVUkERZ1x9IZxD25e5fRkhqbqRCgC0T9DgaE4QVygiWCp7zOClmK8SztDx/9TyTx51eMCcPLk+5OVkM",
+	"DJGcIVwMRB8EkqIxmXBBSiEDrhSJlkS4HWlaHytlUyv9SSNdGoIZMcaXrSEiOJmVr6GqvIH9yyoCQ6MK",
+	"3jQd9K64SPTdwa8IwpkgOF2NmJzZBCJLpvpBi9Gxl15TlTICJ3afMKw9o3QLSqrtBfG4eoSWM6wQZhup",
+	"KOXuOFS9F2YFggY8d8vuEVcJ7YqBSpMJTEMkdFH8Vh2fNT7IUy962CIH2JPb8XfHSdeCGIO+tZF9KwgJ",
+	"53NVN2iNxxcD9qYd4qE7Yz1fc8aVEWyyFaJMD09SiPeVdMpIik6O22OqRXUIg9Dy0E/9CA3+6+S43X8f",
+	"Qci0NEHrBABkfnzx2kYUnhrB3CyOC/jRq9R3wUWQ8R3rUQ+tbTY2xnmcLfVPgrAUjoNJQLRjsJFBW5Kv",
+	"N0UbviFLCJMOXL56YzboLGOCRYGMgy5mfMkQZwk5NWxEH3fGl51AFPD6trret16u0GjNlAffRm6kod0u",
+	"gTFuI5fbBVusL8qPVulCDm1BKrKAUA2J6MT39c2wkazKq8BoJPuOoBocsDPC9gb3nbEsHLYyE55lfPn9",
+	"IkwuOFd8jhVNSrm/DHyBNBJ98+gL6YUNbnHtKiuzaY7gtdoSngm/b1DNta7ksYINXuudQyhGXrHr4kyF",
+	"2ZFvOHDDrhPUSp8iY+VCXBjADswSAjTTJJ1px2jzbasKRqj4YEitbR5udRqb8+NI+ufVzVOTitPlRdiS",
+	"xf4ys/c8WQRt8BaRIuwo4Ns2ru5GsOetCFAilfAk4u+TMyQGN+xTveLUKKmVuBRl4hld0G3Yw+2xH7fO",
+	"Pt1Vt3QrL7wNdcdDHLorbadGXd5e/pKT3Nh+c2ajziArlKRV03BxXoI7WaW+gA3gcDbIwqmhRVTiIe/a",
+	"Hjbv5UJQaW6bMiXBYqDZYJHi+9aOaPp163vx6Cbj+/YVvtp4Pus5PJXw9M3xYYVIbYLQA35ni1BzHTWM",
+	"JmM+X1IWMOdckoWKkNaINM8UfLEgaYRwmur/LDiSZr05c0hJ2/BPdszQZCnBQLbObKNl2uqgoWmQBWoD",
+	"DtAqqBtA8JOnWpyaOaO2dSaYDBtPCffkdUcTuhPgMbIiaW2YbTnarXO16YsHBUIUD1u4N2uocHaKcOyD",
+	"C3xQMzJv6b0lySVJTeyUVHXD7SOJ3L1gRRRgegGDh29j8eaX4RAiignZCYshMKL9ua/u4Zl+JBhAegOR",
+	"7xMkpBmv3fg7NLe6ar3fhGsHP/TW0pi7F0LXTunCz0kLpPsfJH3slDl2HilHPoW0YEnm/QYCNOQRcJ84",
+	"3Id9GZneLynD1BFmcrZ9ATIRHGK5W/uf/TqGHzIdyMjYRRwAWmEEPAAEbcTWUNAiFEN4tIxbYKVaTuaP",
+	"zKsstETc6qDXWt113czxCuHFgmABJnu5IAmd0GTE3Hj1MshTawyQBuqUTpn/DjUjK5Ry0BEvtRIdMGLW",
+	"RuoTGjPhMBP6AXaAfDD0T3EWvKFLciitim84EjxXBM0tgOq3z9+hLuNtmSez9gKrWU2xP+49DZmazeKt",
+	"31fPwZrrlqSwaNlljYzlMOMJtlqhNXU4v0tTU8HJ016/1dnX2ldx9lSALPq9EJIFiDosqXlHKktQ0UsF",
+	"bQsCmMMJqWfGHz/ZhU4SEu6MR4lqcSST3DkX4//dtuns7ZdpjIy/CGjTNrBokhmf7mV7WTsHuxN+inMU",
+	"viwCHpvj3rGPOfv0qW+n6gU7UVRlpE6UCk14ztLa+gadHAX3LR6fKbWQw253StUsH3cSPu+CI5tc6f+7",
+	"44yPu3NMWRf8CZY2ZWee/jvjqu063mfH9wA7sQzczDLa5p9666Xb1u0DWDl/fhsvIfxzCoYnTIEcqJIu",
+	"b9p0YCPGUTOuZ1nErVPnmgVPY4Yps3CS5qXS2fgKpDMPUcKCnYX41Az8eqswqVD2AkJbwter559cv49m",
+	"WFZuVy/7CD4Sm8IqFGXTNiNLo17Qycoqi0uqkpn+HDbJmCC6G6v43gtCm3peSgA3A6dIxeo8ZxVgZ9tu",
+	"fZUrhqmiuTNNHWKp+iR4kt2hTp6J1A9zcil6ytN5t0XBjNieUU+lk+3oC4hn2hRA4y16mJRKEXUHCs6t",
+	"YCluACc0iaVl2Q6WQiZLOCv7b2evX3U+zYxb0wgLuwcIC2NB8GV7mmEpXdYPwN14QScLntFkFU6auQN8",
+	"CCCrjXgGmzwz3Hdd3LYVM4CrVlp9MCRRmbwIImTVqrabNRyUZLQdbkJsVcGutihggBS5QbjaSZ51XM/C",
+	"2BYA9tx4BxTICJtxGHzEhQp+Qrn35VZ5idPboWkdU7gNM2/BYO7MyntucX8cGV5RsoRT4axYkLc5p2Gn",
+	"cOG5vvOLFLjPfk03+XTOHfID6DzwwlPIEReABW5EeJynVGkJHuR6C3bjs4/dsV0Pl+2el23dylNoKYP+",
+	"8dfHT45Ojr/eWSAjRNBeMMU2M2A9y3AF+fwFJ7LOjWqUxZRDlQa9A5jZ2CDOSLHC62GoqI2AUjdcd9TH",
+	"cPZDi56EQ4vE5gvaxHJuITuT+GqpzFCUdytT6dIaDw1/fvL1SW9WwU+zkaTrWGmzfQObCw+0ndUme1yI",
+	"p/kJ8+txBzwNqzXbVB5TCC3MZzd1X2TF72KK1d0yZi6+MM2d8ujMU1pBXFM6JWqmRNIpQ5IAdCk6gSvy",
+	"htrgdguEt0y7WeGdqoqb1/4cNMBD8Ob2FAoFSQi9OtSR6AZzGPCAtRcUwfRwXRgmo1CzFBYQZUmWp+RG",
+	"eOeaFQR8WnpMRSaDG8kSS8vx1AwbyczGAyJJCIML07ntbJ2TMNP7ZAQLbxt2oEpYA09GilT3IMfYEIN1",
+	"Ax3NPmLCOnYhRltAx8NhHLYHYEeNDEv1vTzQeW79D3uYLa/4gVDpN0aX9AtGwEt2Sd+wk7cSUG5i3j4T",
+	"7LIXzr7OxQ4hR5xXGbA9BFUdx4ts8cR+G8bko2MElYCJDcs+EA1wiyQjdrj+Du6tLjxAug9vuPUpBhPa",
+	"iu9t3OnZYgFv80EsPPgFA8jmQ8BZu8xw/Dg5Sb8mTyZPe7g/HiRH6TF5PDnpfd1/Mnh6hI93/V6pDDDc",
+	"Hw+ugiTWHxwdW7ywhoM2Mc/I7m2NsxIgaeAlqgGTDXxEBpPHadJ+2h+Q9vHT40n7ydHTx+3Hg2Ry9PXJ",
+	"03HSOyk17WIF8THp3WRE7vfqUhinUHUpvHF39xlk97ZGdv0+YPM6WkN/KKlrP7ov0Rzrm3Iw2p6PhBeC",
+	"O/hEHK86wODaNW6nXp1G8KAak5yrk1jHZRS6WRhTwVVW3DOEYs1IDP5I28OWkd0A/d0MrYFz4FYmMbhY",
+	"6cag0+v01qFC9o9AKRKyIW7lN+fWcBtXjsBuQjmG4gtYwiBEZsCNv39WRHVH9pCedluHwAEPIYUB41AE",
+	"Nim+KMBp/fTlP5BnprrwoUP344vXBjLtlnIPAHnK1Txbl0roQQBuB7g5HkkvqwGrEqnWT0rbW39VegEP",
+	"BV/OKylD2JVPLd53d5HaBTLg+r2wPxBZQQm3oReUZHVnNvm/YXZDi3opU5dGt2c/PG8PeoOTthYBi1Kz",
+	"cKmm6LsFYRcXr/bLK17HiZEkyQVVqwu9OFZSgdyks9xx5qqNleEpVJ1GZ29f2roNzVg35oL+Cmd+iP5s",
+	"spuWk/nP//rn/4tbHaRVQzlEsXFOxOAEkqcodspKDGE6IxsnbAwmCVbYmfE9yeEUxeDOMI/os4ThCT0U",
+	"GRWhYS4tsnAHdEbsuebLZeKM1kpNV1oxhZwrSDSlDNkQD/19bNIojVcSerbTTrh+HJg0JKWZ2KG12Ndm",
+	"/OOL1z+fffP65Zuf33331+dvYs2q61/+/OLlq+fxKYrn+rYQOYvRUlBFpCkgwkcs7kCOOoygDSNwZUaB",
+	"sOF+h3Uvz+VMqYWppErZhK/v5nICqAbYBP6hH7m4zDhO0YuMEIXMXosOeqkg6UotOQJIrwiNuZpZE/mY",
+	"pGhGBBmO2Ih9Bav51VfW1nX29uVXX6GcpUSg2ArqcYSWVJC2PphY0XFGygi22jCqxDZiCEGd6rZIOkcR",
+	"Skzy13jlLGvOklpmC8qWidye5yrHGXr36uK0HOO88nZvnPPpXJmBTrgoYsENRblELM46er4mEg/i9GAh",
+	"16sko2a8qSiuPhdv/bhG5KDpxit9dkYso1fEDevmAVgGDkH3YOEQTn17pD7GuayWvy2gNM2wmkXn+t1W",
+	"XeVi2nXxmZW5wZ0l13u1xJrRhDBj0bB1w88WOJmR9gDcJUapc/0tl8sOhp+hP/us7L56+ez5m4vn8EwZ",
+	"7gb0/K9//vcGQm74tY96nb55li8IwwvaGDaOOr3OkSnxOANGWNeyPxqt9lr/ZiuV+XXbh41viVXbaoWY",
+	"fgpfSGWT7jfwZlB8rqP6Mf1fOVckRc/f4SlqQml2LJEZSwstBLmiPJfZCgmicsH8uinWpuDqtZt4x7Ji",
+	"+8tJ+w1npA2F/g+ru/++Vpp90OttqQW91cpRqQ1diBljyjAU5Q8Uha8uj1nyorBBk87nucLjjLSqJZif",
+	"AZk940wJHghtWAh6hRWJ0Bx/aOMp+c+j/uOjk16vF6HijVtr269ft3rH1juy22k2sIz5sXs3rszmoA51",
+	"l0e945DffGFgC+y9xxWa85ROKAFR9rh3tElmKvbYD/s/Nn3s337wdHf7emHx66jxeJ9xBSrQA4VYfXLv",
+	"YXqyUGP4E6CUzucYYFLPiRKUXJGqd9lu1HgFkaKW8FERYqLwVBoEbQCAe687CCESdz86OPJrs3EZCSH2",
+	"lxC6HfR9Yc/1PUtDixRQCEooI9gWwy/0kJr+0cSIkeWIxTXhPG7ZKHIq0RyLS5Ki2GLDxeV1DaZXFAes",
+	"zLELoJ0ZfJhoxJw8Zq8dxkFVJgIlWiOTLnA2gRu5g86g0rWo4nZbN1Y5e6osfDNcLVVm/A2s5DrecGON",
+	"cwVOzDeuWluld1gAZOtnTvIsWz0cn32Oj143t/HNknpboWNy8M1pT4+5O99HjUXINOMfn1KaX6OnCqR4",
+	"ajHGEwOf6GIWm4Nev3VqydOCiI+YIEC8hhf4VNMc9Hqtjo9p3aFpbDJXyC9aLNV9aJnjkXRn6WUa+1aa",
+	"Kl2/zdUGooat/zNPV1tu4r9b7bK8RXa7cIMA4NdVbVjfTddhmWD3ybLK/9rJGvT6+73AWhICR7N34NG8",
+	"66M8+IMdfThgXNgtLqtgVkh3211Zc31MyR6nu3pi1669DjoDYHYtKWvt3eA9DxE2CVv6ybgiGscjNiVK",
+	"oqPecQH9qHhumgLPwAqPsSSh8/otUVWv4xqHq2V3aTHfSoVQusInaiRXLCFpOZUvSLQvxnTV/9NhbGaj",
+	"gzYg7bvfSonZGsQYmXJFsa0bOQcP8cHS/w0F/FuQ0d9whV5boRy1UTFNB3dj43JuxqVO/pjyOtzefL7Q",
+	"gmBRdMrwAi1u4iwDWOCM41QiLC06leIg6AMr2ps3aTG+dJRfd716QVweKpBMbGWqQtdwhSQGvX5kJQ/O",
+	"iP67p0VlF94145KMWByOpwIf0LboL4DBMBh2uaM3WcSBjdg361GLkK+bGsHeGJXRenIcan6EKMIIuRjF",
+	"CNlQxgjZYMTrsKjDpaqXrDrctOLtSyEk3o2wtKG41k1FJQA3LonABpIucVhg6myUmDa/JyQ3de5FcPpj",
+	"CkJru3BzBhMwRm7mMM8MfbdxmkKdm9TkPDuz1hBwMoskHT4B5mBlELCzi0cV00I0Ys6jyQUqs5wiZw4x",
+	"g9sgDpUH5W9nr1/dwoGODrKvHibfuDyoLVd6MPYXL3ek730RlsnDBJcHS8e+hkKGKEvpFU21gr8lT25C",
+	"s41Chrkjf914wM8KoaCHsLQJIsaGAUj7Uho4A4n+8u7dW3DjAQSqliZBe6mqLqGTanGlDzowf6/7r0sY",
+	"6gYHvJ39rlPb94bz5WZI9WXYufWdfEWvCNPv/9c//7uyotCft2N8Ie12Wbdh11sLudFT9IpKdeY3PJQJ",
+	"vqJzqvbhfDaY4UCud5jk480EAjQCe/YdVFidmkRib+IR4sJkk+qbI72h8NG/Y2HlN8eWqlEcP72/rlG3",
+	"VLVdcEZ9KpCBsPcA6x2t24CMxnsX5WWSAlzG6XW0Qdd5i4Ukxn9+hTOqRdcy6MAbhp90Fxn+yAVg1xiU",
+	"a9BOjNEffO3F5VdW6rAyi/9SUxPQyiUxTePIiL3OduO35cZrYZQxF5w1Yn5JeSpR7AoGdOyXcQQBLXpY",
+	"Fu2/Gfc7PdC4YohZAO/3iH2Fqtg9VJZlibECBGAw/EbgeUcxZbBgbW9hCtcM7FgV2qeje9BKk5sbOIud",
+	"awo8JYAonZL5guvvhnB5FA4dq/6VE/8KfUMngNKiitdMTC088oGafryFsRGGQ3Tce4pi+0MbWmo10H5h",
+	"au2VXtqQlPgMFBOPr5RRY4fxyZdursnqr2T1Sbrf/mn5O5K2rqOghFkGfOEFtfMdoqv+iNF0iGYky3h7",
+	"yUWWjpgjwOGIISDwIfqL/h39aH5HbleGaNTod3qjxoiV4vtbkzUv4ek2MljZtnia/gqhWoftyo/lQg/N",
+	"F/olZhDwjPsSodLnMSy/REDykiqwufKEDrtdO3WIaqm9A3mJ1MVcNhs0j588/vokGDSwlwJ+29dhGSQf",
+	"kGKoROQDTso6UVolL0wy5iya8g2/5PQKZ94pPHV2GeQha3oahZPvQ8O0zbrQ5jpqvOJJAZOxrX3RDiZj",
+	"LQ33umCkulJp+hnm/cUJJ72nh7XvH/j+/uMHy84hwtVZmkKtWE+scFQL3iYTpVGiCzSN90TfAq09hK0i",
+	"vW+j0tH9WAFM2Rqu5p28xv1wxE0n23v5jc/09b2ct+M/Nn1/S5TxHVRI5wAd4SD57ayC/XP9fl+idzXi",
+	"2i7DaNMJ8HPO1gYHrlUoRFZ6ViFZdpu1bUcCkdbZQ++F/LCbv/Uu9Xt/jTbZY7Ca2cJ5oD1FSHFwX1vo",
+	"1xkUd9a6G5W23NOXqes/RHQcxg705ruKS0AEQAOaQXgVurCWVomIoA7HDEDWtQookUXbLa1p9nTKz89A",
+	"nLa60f76ii89O4k1GjStAWAhSEJSwhIytCaAtkg6/RiZuHhnFvD+7IOZwFfuS0dKNGLGZsFNpmCEVphd",
+	"khRNMmwSZDCyW4L4BB6s1YELKdk1I+QPbsK/F1ukndA+Jkm32b8TnvS7tFdWZOpHBaIX5GvZUwe25C9R",
+	"GnFj7X60n7YGe5/bTF3gAhVbGmXtXJIYLWc0I+C19VzKTbDMeY5cyiphJI+KeOzWiAH6MuQWU3UK7AQu",
+	"Z1c5EKKnnRkRwtA8E2tNvTHTkHVr6uag7KBdb5+gbP2w8xF8YWfuUDX8jy43mM306mcC9ivjPkHnshIe",
+	"ulsljsI3tQ1/KEIETXeC59MZis8gGToeorh+6cSoaQLCYR1aRRSW8gxRghhkuRErrOi+co+lKzOIYt+I",
+	"f1rtTSv/ceX9/kvASJitEJYjRg2K14JLBXWKKg3tt0Wn0vhbjCtFcd7qIEiBFdV8oBk2VSb5ko2YVIKz",
+	"KYq1Rq2HWQ2ELcZ41DveEN1xG0b7ie7ShK7es7Cw0Tp/YPyHl9l/Y1NGME7UAsv5++fKTNT26vdlRjk4",
+	"hnXwYKbxtLCo4ApaSDA8hgs6pQxnFR4yBoilexOhdisNxcH8FGmrmzMt4hhAnnsabukOr/LI72Eod+Xb",
+	"/Mw+LY/gyhQ/o6x2Huw3XyCf+J6lHGHYojvxPoQO42c8ivXK89aOUhZxxytQKE0234SLMtDBT6212axU",
+	"FBmuEDTvoSzpRyG31g+bdZYyCyZholiYIgLgARVBM4MLhXX/jJG0YlrroL9hdqmHgmvjHjET3AGo+yY4",
+	"3AKbAJxMSFL72x3yoNuPrfcBda6tO/9L4nTLBx73BfM4TT2lpnlzNpenVG00B5vIrnmuTGiZBy+T4CxD",
+	"zTLHQotglk20IkTgOQMplEti9GCt4/mchEKOMc+IiYQzz4QKtXTQ2WJBWNrWrGAIPODs7UuUYFYmken+",
+	"jc0GEaYE3WIdhhnvSFgEnF2I3YyCji2cGDTaoC/r5DjoIKtZagvIJppGCCp3m8yVMpx6S+cWS/qA3kMv",
+	"KquIlG9yeGp2a22Nl1yQINZ5+L2SmgpoAQiUrUhr4bdBweIbve03ZePXZLmPWd+R90NU8T1w2XOCa5Br",
+	"kSugB74xj+9ic17qbNeUqanwXAvktTWQ/plt85v2W1UhDnfQtV2Vh+D5z+WM8jDmULOKP0dTwpRJ4x6v",
+	"0Pzdqws/rGuSEVP/O0T4GwPoc61yOAASWlQ1cjieKKNSddAbqN9fVn2wxUxNK2mUA92SpG7sp0Xs94iZ",
+	"mm5oZNFBrYxh+7Rx9UrkUqGUzzFlo0aJtSi8sRSucH0scKI6I3YG5dHtq6BWiDQd1+u/9UG6qTgBgrKJ",
+	"sdlbFM8vVGXxx+ipLvcZiOwhnYY1GLslftyx20cTqwFiKCDEmoxRWe6zAV5q3HIo8L5DplCc1ajRdkQ1",
+	"e/fvJLz3Dx9Oa7hRwf3Aye2+c7QJ8YiaHvdmtQEZo/sxsfjOW0NmC67zuY9t5yH25B79KInb9n1v8oPu",
+	"JIcsbjPUt1Nn1wgcdejATQT7jYMyuTOCtT1soFYzyAdqvU9qXYOvCVPrTZ14VXKNDgXpO5i8uxkek0we",
+	"7jP4xIFuQBM8N2B/1otqbYWPJDKj7KAzu/6PJCKTCYFqwPZHkJXhMUZM1IWpOm+BBC1u5oj5CGmRs+6l",
+	"hGmdotarlc0h1/OSrE5NT0iSjCQAXA3xAWsj2Yot+Mqs912iCtou7lkk3odVldG3WsS0q/UQrP47YI8X",
+	"RFVOjzuU4HLbk2eGfQMBNmaE00/lWVt8l076tZIxQBQe945uhtfOuGpjW8aBpHELcTZixgbgIcUnroCN",
+	"+cVaGASB4xgVxRAQIx80TwOSQJx10EvIegO+rpW2ilsUeOIlWahTK9lTNi2gfZEgNu/fGA1DbOscFuI2",
+	"zQGfV7I3HkW7vQ+C0/0Yr/ViF2rmTdTIMFLpurn6G6/dXhln9fr3QVfWoNerFHD6Cbd/7bWftt9/7EeD",
+	"Xu/6P/Z3IpV+0k9OanPcsLEv6k9ZYmnTK51QuPcrnUy3xQfn6szeAOeP7Oc+0/fMhZXIGr81f1s5432c",
+	"E5WAF98BhJoSED+M10JLspWkJmNhTFtfqBtj8OD28Le2glpWKet4GDaQUaRqCcVlsgnz1FkgkEU+zqic",
+	"GRygZpHq0o+8wk6xLbUXt4YjVql/UHc4TDnAjzsMYdChlMBMmrgBg83qZSQsDHQKotIpcSMGAENgLieZ",
+	"NMqdIXdX4M+LroXgDr8aeL4wep9JkuVlPYVnnEklMGVKxhD2L7GicgKQ8seDAYq1wAZqqN7/2CI4QfKg",
+	"HSSU8sGSs8i4hBisJCey1UFFKUZ0BbUYR0zLYA6dyRr3paqPf624leEQp4jPqTLOH60VQ8FDiI6zNCnB",
+	"CVSLtauVJCyTnEy7eAswUMmQvlTvT32cB3mA+nfAuTervK5FVJytB1SVh/SvO0//0mS3CShlEwT35nsm",
+	"rJVvxs/dln75jeALl4VVcP4Cu2V7LZ36DRMhaq4w71ZpmWo4c35lbjHFbXUdyqbxqf5mTExxQa/ojnPq",
+	"24vD2Qsl76C/cMZzYfJ/bOrPiJ3bF1aBxOH+oaW313VrQhJNfZt15O+NtXVuzoUnG7O7BvfE/GCBcFYy",
+	"vUpZvCXNMrsi8LXDib8lJ/MXxr36gz+69g8bjYMH/oZ8KNrikPPOzT0obbuv/gfEpd+GU8+jmwOVr08t",
+	"mbDfrdq12TBb7V9/sW1+0+GadhL72EPg5gfk0Ad4kS/yfJnMDSPOlZvlnEKlesSzNBTM/GWdQEGchn4D",
+	"11OwVkrYcPMD2A3Qp5kNcnbJ+JKhcghgCLES6IhpybgACo6NdUH36NsNWh10ZnEObHpLaSIyIrlf2KKw",
+	"8pQgxwF3UrGEtyHiRl+KTcKb12cKSH2b4Y3ZdIsMuzMnVkjkLrZ0D9G0yA86s6GgjT+iSeFgIf4PLvQ/",
+	"M9yihpC0qFlGbcVtyy5a+4HVHWqN6DoWtd1zeF60+k3LTm4a+whPxcI8iE5fLjJb9QQVW7Yx/etLk5js",
+	"eLsf3cet8bSOfBv3cEQ2lpeyvz8Eh9ynAl4IkkWAoCDMJOBtrvF073TvghwWBtLYxjgIn2q3gAzTeT5v",
+	"DAf946+PnxydHH8dNeaUmS/7RdgHZYpM9Wj3P2Q8y8Y4ubxTneTtJsHfeFZdBRMou13yKRQr7s5bjJqW",
+	"lIYl8mHRUM2wGrEllsg6mEmKxmTCbUhvURKPkVbk6zSUJVmekrSDvuWAqcgRRhlfaiGjdIZO+RWBgrbj",
+	"lfFal53YVo8kigtc145b0ti6T93f7QkXYwgW9mr1y1wTKNTxM07hVmfE4gkXCRkiTQaxKygTm9/jAlJA",
+	"Gq+ByQ8cIoh8QppqIaMwQlrjFGlZiLdI/wVdjjMzGbeIBsBgwaWkY/uK9YzFLOPLEtMgHPNnZ/v70tDs",
+	"pO4J6uRBHXtQx76cS5YjTfoGLhwRLDS7Qt61dRd6V1mmebezpqg/fGfn0fRgasVuOpdWpLYlnwVJCL0i",
+	"KYTWZS6rxF43EZpjcUmKiLoHKfHOkfBt7TxbYtluUhEHBp7lCRdIzaj8LbhzLPrYnQptz2YkuTThFgqL",
+	"KVG+tDOnzBafeCH4PK4YmNfEow76UYswsRZ8h7bIRDxidRDfAlPNIA4TksoqCFsJLF6PUPOLirSdGB1H",
+	"HvivXo5ckdSMIm5ZhAU7JpwrHnsZKADaWwitELw34yYaMRfM1gLQItKI4YmCyu0ELTRP5LkJmqSeLNpB",
+	"31n+15ZE+QJogoVYgTyFcpYRWVluiVdyxGLuVnqIBJFExad61O4VMZJESWcTU5x3UJyK1XnOnPjooxeD",
+	"8NAc9Hqtqj3fhZSg79SMiCWVBA16g1JKLVbl1MCeF3+3KWsvBJ8KImWJfg5FJbRsEpQQ7XR+VwKindOD",
+	"+f5BXvzDA5daLl6Nb+NG9S81608THCFhbUc2j2mzVybPJ6bD/M6TTCAreK8EE1jyCvpViY2kLxwran2x",
+	"kFgPuSTK7eLeGAX+wfRO8raz+V3ZbK/j6Qu/twAZeVhaWTHYA7LKvqTzW4x/nyNcbuADaN29nbhy0Td6",
+	"5vYowBY+h92P3vHb6j4r6KRxH8S4SVwthvVgG7lPD1qp9hYuNKnIQt5tDcDvShoM2D82EXE3wSwh2eHG",
+	"j/XuNtk+KpSICEslik2vGUnj03oOyiUhC4mWM6zIlWcbhZKaRAIWBONL1MRgRbA5HiNWZDhYePvi71YH",
+	"PTO9QaIIjICk3oio1Hp4MA8PnvPP8peLurA/M4hQsfq/kypjv7eYLdgehNEvOck1qYL5h0EGk0eLN9b4",
+	"AIZ9u1D5zjT5TUdgwRz2il2HyT7gDH8uke3s7Uu7B6gJaDw2r1qSRBAlW3tjam8qRmTylIEeGneZCQ09",
+	"fKYk6DdkaSa4gf3DAkeeRAKLa3L/zWd9EQIKUWoCFrBEGM2wnBm8YtgYOeNL5lBxH5Bof4d3DxCyFpOK",
+	"U4maJb0AjQANcJaQ1o3Q7s1R736E/3dkKZ+TK35JUscetGjn0L2bxuckTIszFbes19EF5yiBadZB8AoI",
+	"SFrShKwl/gYSI/QLS2Zxl7fTjsNq5/agvd1Peqxe7ArlH3DxbDIEfAF09EA+96n834R4QlbbamCr5ZW7",
+	"4lqd/fZoEIJJe/+xHx0NgiBpYCsATfrXjbWfzqzve9DreUgNWOExlqTwjJeVm+Z06nT++ZikRfAklWhM",
+	"GRYrROWIAeWT9BQ97h2hpoVr/NPfAdFHj9JgAMHQ4hbizqW+oS7vuW53s+NGPuD5IoM7yAVMNaBbvUN7",
+	"5ssSnKlZGIcBpyukuAn+7HxmSl6raEMZkRL965//Xd1TCA3ByQzwzADNA7aUpBXtUzbew4ztNyHzz2ss",
+	"phz9aOEl0OuybJg+Lv1Or9Nri6RzpOVTQdp6LljRcUYiuNOrtUeaXl2SVmfEnuEsA8rL1YwwpffVotvO",
+	"c5XjDL17dYGa+p9+56hlQp5LT5oFuYIYaEmmc68QyMXbly9ePEcvvxmxWC7oZEKG3e4o7/WOEqgR0rY1",
+	"QvQ3pAsIpN3lZG6b6INOU/uj6c/+Yv4ofoxdTHFChDLIpeSRRN+fv0QXZ286I9b8bkGYXqijTg/qWDOO",
+	"YjO3d68uYuR21mScklOklxKlJMmwMLBjnRYy+b+ukjfIcQlfgGhl4cOwsZBZ3H30bEaztF04GSVqxlOs",
+	"yBKvuon+KW5BlirjygF8kRStiIkpX1l+gI5dCe0KsGFjvfyZBxgJERbrgDlQx79wixoV0UvDsVn5QKfm",
+	"AHdCTi8Z6HtzoZuWVwTTdu291fjy1t9nvfbShI17OcGGPboYdpios+xUAAVFDlXVfQdSWaOtNPes9+yp",
+	"0nbgXqR600S1a+Wu1fGrx8HtFHiZtwfeLxI1zXmODegu1HW3muVyMn+kx63b4cwL5AcqBVwgp2NCoXeX",
+	"9hyhCzL/gYi2s8G4Pa8Qj6tkuD7Ut4LrSaAZcGBgGsBpxjjDLHH3EhfJjEgFJrHqksrG9fvr/x8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -420,7 +420,7 @@ func newHTTPServer(ctx context.Context, h http.Handler, errorLog *stdlog.Logger)
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    1 << 20, // above httpapi.MaxHeaderBytes, so that oversized headers get its 431 problem
 		ErrorLog:          errorLog,
 		// Requests outlive the shutdown signal: Shutdown lets them finish.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm/internal/httpapi"
 	"github.com/wfm-dev/wfm/internal/pglaunch"
 	"github.com/wfm-dev/wfm/internal/pgtest"
 )
@@ -129,9 +130,18 @@ func TestServesWithDatabaseURL(t *testing.T) {
 	assert.Equal(t, float64(404), body["status"])
 	status, _, _ = getStatus(t, base+"/docs/")
 	assert.Equal(t, http.StatusOK, status)
+	// Headers over the handler's bound get a problem, not Go's plain text:
+	// the server's own limit is set above the handler's.
+	req, _ := http.NewRequest("GET", base+"/healthz", nil)
+	req.Header.Set("X-Padding", strings.Repeat("a", httpapi.MaxHeaderBytes+16<<10))
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, res.StatusCode)
+	assert.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
 
 	require.NoError(t, stop(), "a cancelled run shuts down cleanly")
-	_, err := http.Get(base + "/healthz")
+	_, err = http.Get(base + "/healthz")
 	assert.Error(t, err, "nothing listens after shutdown")
 }
 

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/page"
@@ -106,7 +107,9 @@ func parseBearer(header string) (id, secret string, ok bool) {
 		return "", "", false
 	}
 	if rest, ok := strings.CutPrefix(secret, prefix); ok {
-		if id, _, ok := strings.Cut(rest, "_"); ok && id != "" {
+		// An id that is not storable text names no token (and must not
+		// reach the database as a lookup key).
+		if id, _, ok := strings.Cut(rest, "_"); ok && id != "" && storable(id) == id {
 			return id, secret, true
 		}
 	}
@@ -379,10 +382,64 @@ func (s *Service) Revoke(ctx context.Context, id string) (Token, error) {
 	return s.store.RevokeToken(ctx, id, s.now().UTC())
 }
 
-// Record appends an audit entry, stamped now.
+// Record appends an audit entry, stamped now. What a caller sent never makes
+// the append fail: text PostgreSQL cannot store (a NUL, bytes that are not
+// UTF-8) is replaced by U+FFFD in every string of the entry.
 func (s *Service) Record(ctx context.Context, e AuditEntry) error {
 	e.At = s.now().UTC()
-	return s.store.AppendAudit(ctx, e)
+	return s.store.AppendAudit(ctx, storableEntry(e))
+}
+
+// storableEntry returns e with every string made storable.
+func storableEntry(e AuditEntry) AuditEntry {
+	e.Actor, e.Action, e.Method, e.Target = storable(e.Actor), storable(e.Action), storable(e.Method), storable(e.Target)
+	e.Outcome, e.RequestID, e.Role = storable(e.Outcome), storable(e.RequestID), Role(storable(string(e.Role)))
+	if e.Detail != nil {
+		e.Detail = storableValue(e.Detail).(map[string]any)
+	}
+	return e
+}
+
+// storable replaces invalid UTF-8 and NUL characters with U+FFFD.
+func storable(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// storableValue applies storable to the strings (and member names) of a
+// JSON-like value.
+func storableValue(v any) any {
+	switch x := v.(type) {
+	case string:
+		return storable(x)
+	case []string:
+		out := make([]string, len(x))
+		for i, s := range x {
+			out[i] = storable(s)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = storableValue(e)
+		}
+		return out
+	case map[string]string:
+		out := make(map[string]string, len(x))
+		for k, e := range x {
+			out[storable(k)] = storable(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[storable(k)] = storableValue(e)
+		}
+		return out
+	}
+	return v
 }
 
 // Audit returns a page of audit entries, newest first, and the next cursor.

@@ -220,7 +220,10 @@ func (s *Server) audit(r *http.Request, p access.Principal, action string, statu
 	ctx := context.WithoutCancel(r.Context())
 	err := s.access.Record(ctx, access.AuditEntry{Actor: p.TokenID, Role: p.Role, Action: action, Method: r.Method,
 		Target: r.URL.Path, Status: status, Outcome: outcome, RequestID: telemetry.RequestID(ctx), Detail: detail})
-	if err != nil {
+	switch {
+	case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE:
+		s.warnUnavailable(ctx, "database unavailable: audit entry not appended", err, "action", action, "actor", p.TokenID)
+	case err != nil:
 		s.log.ErrorContext(ctx, "audit log append failed", "error", err, "action", action, "actor", p.TokenID)
 	}
 }

@@ -54,6 +54,9 @@ type envOptions struct {
 	policy  fleet.Policy
 	limiter *ratelimit.Limiter
 	now     func() time.Time // the services' clock; nil: time.Now
+	pool    *pgxpool.Pool    // the database; nil: a fresh pgtest one
+	ready   func(context.Context) error
+	log     *slog.Logger
 }
 
 func newFleetEnv(t *testing.T, policy fleet.Policy) *fleetEnv {
@@ -74,15 +77,24 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 	if o.now == nil {
 		o.now = time.Now
 	}
-	pool := pgtest.New(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	pool := o.pool
+	if pool == nil {
+		pool = pgtest.New(t)
+	}
+	if o.ready == nil {
+		o.ready = func(context.Context) error { return nil }
+	}
+	log := o.log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), o.now)
 	fl := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, o.policy, o.now, log)
 	acc := access.NewService(postgres.NewAccessStore(pool), o.now)
 	_, err := acc.Bootstrap(t.Context(), adminToken)
 	require.NoError(t, err)
 	ids := identity.Config{TrustDomain: "example.org", WFMID: "wfm-test"}
-	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: func(context.Context) error { return nil },
+	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: o.ready,
 		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest,
 		DeviceLimiter: limiterOrNil(o.limiter), Idempotency: postgres.NewAccessStore(pool)})
 	require.NoError(t, err)

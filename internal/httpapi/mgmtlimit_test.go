@@ -146,15 +146,15 @@ func (e *limitedEnv) call(t *testing.T, headers map[string]string) (int, string)
 	return res.StatusCode, res.Header.Get("Retry-After")
 }
 
-type auditRow struct {
+type refusalRow struct {
 	status int
 	detail map[string]any
 }
 
 // auditOf reads every audit entry of actor (newest first).
-func (e *limitedEnv) auditOf(t *testing.T, actor string) []auditRow {
+func (e *limitedEnv) auditOf(t *testing.T, actor string) []refusalRow {
 	t.Helper()
-	var rows []auditRow
+	var rows []refusalRow
 	var cursor *string
 	for {
 		res, err := e.admin.ListAuditWithResponse(t.Context(), &sdk.ListAuditParams{Actor: &actor, Limit: ptrTo(100), Cursor: cursor})
@@ -165,7 +165,7 @@ func (e *limitedEnv) auditOf(t *testing.T, actor string) []auditRow {
 			if it.Detail != nil {
 				require.NoError(t, json.Unmarshal(*it.Detail, &d))
 			}
-			rows = append(rows, auditRow{status: it.Status, detail: d})
+			rows = append(rows, refusalRow{status: it.Status, detail: d})
 		}
 		if res.JSON200.NextCursor == nil {
 			return rows
@@ -176,7 +176,7 @@ func (e *limitedEnv) auditOf(t *testing.T, actor string) []auditRow {
 
 // counted sums the refusals the audit rows of status account for: one per
 // individual entry, count per aggregate entry.
-func counted(rows []auditRow, status int) (individual, aggregates, total int) {
+func counted(rows []refusalRow, status int) (individual, aggregates, total int) {
 	for _, r := range rows {
 		if r.status != status {
 			continue

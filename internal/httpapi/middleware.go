@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,10 +53,14 @@ func (s *Server) requestContext(m *telemetry.HTTPMetrics) func(http.Handler) htt
 				id = telemetry.NewRequestID()
 			}
 			w.Header().Set("X-Request-Id", id)
-			ctx := telemetry.WithRequestID(r.Context(), id)
+			note := &unavailableNote{}
+			ctx := context.WithValue(telemetry.WithRequestID(r.Context(), id), unavailableKey{}, note)
 			rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 			r = r.WithContext(ctx)
 			next.ServeHTTP(rec, r)
+			if note.err != nil {
+				s.warnUnavailable(ctx, "database unavailable: answered 503", note.err, "method", r.Method, "path", r.URL.Path)
+			}
 
 			route := "unmatched"
 			if rc := chi.RouteContext(ctx); rc != nil && rc.RoutePattern() != "" {
@@ -82,6 +87,35 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 				writeProblem(w, r, problemFromError(s.log, r, err))
 			}
 		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// MaxHeaderBytes bounds the request line and headers of every request: over
+// it, the answer is a 431 problem (headers-too-large). The http.Server that
+// serves the handler must allow more than this (cmd/wfm sets 1 MiB), or Go
+// answers oversized headers itself, in plain text.
+const MaxHeaderBytes = 64 << 10
+
+// limitHeaders enforces MaxHeaderBytes. The size is counted as Go's server
+// counts it: the request line and every header line with its CRLF.
+func limitHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+		if r.Host != "" {
+			n += len("Host: ") + len(r.Host) + 2
+		}
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				n += len(k) + len(v) + 4
+			}
+		}
+		if n > MaxHeaderBytes {
+			writeProblem(w, r, problem{Type: ProblemBase + "headers-too-large", Title: titles["headers-too-large"],
+				Status: http.StatusRequestHeaderFieldsTooLarge,
+				Detail: fmt.Sprintf("The request line and headers take %d bytes; at most %d are accepted.", n, MaxHeaderBytes)})
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }

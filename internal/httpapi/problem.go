@@ -100,6 +100,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
 		p.Status = http.StatusInternalServerError
 	}
 	h := w.Header()
+	setRetryAfter(h, p)
 	h.Set("Content-Type", problemContentType)
 	h.Set("Cache-Control", "no-store")
 	h.Del("ETag")
@@ -128,6 +129,10 @@ func problemFromError(logger *slog.Logger, r *http.Request, err error) problem {
 		typ = string(de.Code)
 	}
 	p := problem{Type: ProblemBase + typ, Title: titleOf(typ, status), Status: status, Detail: de.Message, Extra: de.Extra}
+	if de.Code == lifecycle.EUNAVAILABLE {
+		p.Extra = retryMembers(de.Extra)
+		noteUnavailable(r, err)
+	}
 	for _, f := range de.Fields {
 		p.Errors = append(p.Errors, fieldProblem{Field: f.Pointer, Message: f.Detail})
 	}
@@ -180,6 +185,8 @@ var titles = map[string]string{
 	"not-found":                   "Not found",
 	"method-not-allowed":          "Method not allowed",
 	"invalid-request":             "Invalid request",
+	"invalid-text":                "Text that cannot be stored",
+	"headers-too-large":           "Request headers too large",
 	"invalid-description":         "Invalid application description",
 	"invalid-version":             "Invalid version",
 	"malformed":                   "Malformed request",

@@ -100,6 +100,7 @@ type Server struct {
 	logSampler     interface{ Allow(key string) bool }
 	router         *chi.Mux
 	idem           IdempotencyStore
+	outageLog      *sampledLog // bounds the WARN lines of an unavailable database
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -136,11 +137,11 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
-		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency}
+		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: newSampledLog(outageLogEvery, time.Now)}
 
 	r := chi.NewRouter()
 	s.router = r
-	r.Use(s.requestContext(metrics), s.recoverer, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
+	r.Use(s.requestContext(metrics), s.recoverer, limitHeaders, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		for _, m := range allowedMethods(r, req.URL.Path) {
@@ -175,8 +176,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	})
 	api.HandlerWithOptions(strict, api.ChiServerOptions{
 		BaseRouter: r,
-		// The last middleware runs first: authorization before validation.
-		Middlewares: []api.MiddlewareFunc{s.requestValidator(spec), s.idempotency, s.authorize},
+		// The last middleware runs first: authorization (which audits the
+		// outcome), then unstorable input, then validation.
+		Middlewares: []api.MiddlewareFunc{s.requestValidator(spec), s.idempotency, s.checkInput(headerParams(spec)), s.authorize},
 		ErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
 			writeProblem(w, req, paramProblem(req, err))
 		},
@@ -204,9 +206,10 @@ func (s *Server) GetHealth(ctx context.Context, _ api.GetHealthRequestObject) (a
 // GetReady answers readiness: the database is reachable and migrated.
 func (s *Server) GetReady(ctx context.Context, _ api.GetReadyRequestObject) (api.GetReadyResponseObject, error) {
 	if err := s.ready(ctx); err != nil {
-		s.log.WarnContext(ctx, "not ready", "error", err)
-		return nil, &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "not-ready",
-			Message: "The server cannot serve yet: its database is unreachable or not fully migrated."}
+		// The cause stays in the chain for the (sampled) log line.
+		return nil, fmt.Errorf("%w (%w)", &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "not-ready",
+			Message: "The server cannot serve yet: its database is unreachable or not fully migrated.",
+			Extra:   map[string]any{"retryable": true, "retryAfterSeconds": defaultRetryAfter}}, err)
 	}
 	return api.GetReady200JSONResponse{Status: "ready"}, nil
 }

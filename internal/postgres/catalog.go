@@ -229,8 +229,10 @@ func versionNotFound(appID string, v lifecycle.Version) error {
 
 func applicationNotFound(appID string) error { return notFound("There is no application %s.", appID) }
 
-// translate keeps domain errors as they are and wraps everything else as an
-// internal error (the HTTP adapter logs it and shows no internals).
+// translate keeps domain errors as they are, turns an unreachable database
+// into EUNAVAILABLE (see unreachable) and a collision into EUNAVAILABLE
+// "retry", and wraps everything else as an internal error (the HTTP adapter
+// logs it and shows no internals). Every store method's error passes here.
 func translate(err error) error {
 	if err == nil {
 		return nil
@@ -239,10 +241,14 @@ func translate(err error) error {
 	if errors.As(err, &de) {
 		return de
 	}
+	if unreachable(err) {
+		// The cause stays in the chain (and in the log); the answer shows none.
+		return fmt.Errorf("%w (%w)", errUnavailable(), err)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") { // deadlock, serialization failure
 		return &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "retry",
-			Message: "The change collided with a concurrent one and was not made; retry it.", Extra: map[string]any{"retryable": true}}
+			Message: "The change collided with a concurrent one and was not made; retry it.", Extra: map[string]any{"retryable": true, "retryAfterSeconds": 1}}
 	}
 	return fmt.Errorf("postgres: %w", err)
 }

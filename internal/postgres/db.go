@@ -5,10 +5,16 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
 const (
@@ -55,4 +61,37 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	return pool, nil
+}
+
+// UnavailableRetryAfter is the wait, in seconds, that an answer given while
+// the database is unreachable advises (Retry-After, retryAfterSeconds).
+const UnavailableRetryAfter = 5
+
+// errUnavailable is the domain error for an unreachable database.
+func errUnavailable() *lifecycle.Error {
+	return &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "unavailable",
+		Message: "The server cannot reach its database; nothing was changed. Retry later.",
+		Extra:   map[string]any{"retryable": true, "retryAfterSeconds": UnavailableRetryAfter}}
+}
+
+// unreachable reports whether err means the database cannot be reached (as
+// opposed to refusing a statement): a failed connect (refused, timed out,
+// authentication the server stopped answering), a connection lost or closed
+// under a statement, SQLSTATE class 08 (connection exception), 57P01-57P03
+// (administrator, crash or cannot-connect-now shutdown) and 53300 (too
+// many connections). A pool that cannot acquire a connection reports one of
+// these too.
+func unreachable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" || pe.Code == "53300"
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	switch {
+	case errors.As(err, &ce), errors.Is(err, pgconn.ErrConnClosed), errors.As(err, &ne),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return true
+	}
+	return pgconn.Timeout(err) && !errors.Is(err, context.Canceled)
 }

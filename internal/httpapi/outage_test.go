@@ -1,0 +1,212 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm"
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/httpapi"
+	"github.com/wfm-dev/wfm/internal/pglaunch"
+	"github.com/wfm-dev/wfm/internal/postgres"
+)
+
+// lockedBuffer is a log destination that concurrent handlers may share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// ownPostgres starts a PostgreSQL server of the test's own (one it may
+// stop), with wfm's schema.
+func ownPostgres(t *testing.T) (*pglaunch.Server, pglaunch.Options) {
+	t.Helper()
+	bin, err := pglaunch.FindBinaries(os.Getenv)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	opts := pglaunch.Options{BinDir: bin, DataDir: filepath.Join(dir, "pg"),
+		Settings: map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}}
+	pg, err := pglaunch.Start(t.Context(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg.Stop() })
+	opts.Port = pg.Port() // a restart comes back where the pool looks
+	return pg, opts
+}
+
+// contractValidator checks responses against openapi.yaml.
+func contractValidator(t *testing.T) func(req *http.Request, res *http.Response, body []byte) {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
+	require.NoError(t, err)
+	doc.Servers = nil
+	router, err := gorillamux.NewRouter(doc)
+	require.NoError(t, err)
+	return func(req *http.Request, res *http.Response, body []byte) {
+		t.Helper()
+		route, params, err := router.FindRoute(req)
+		require.NoError(t, err)
+		in := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+			Status:                 res.StatusCode, Header: res.Header,
+			Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+		}
+		in.SetBodyBytes(body)
+		assert.NoError(t, openapi3filter.ValidateResponse(context.Background(), in), "%s %s → %d: %s", req.Method, req.URL.Path, res.StatusCode, body)
+	}
+}
+
+// TestDatabaseOutageAnswers503: with the database stopped, management and
+// device calls get a 503 problem with Retry-After and retryable (the device
+// API with Margo's retry members, as the contract declares), /readyz too;
+// the device poll still answers from memory; the failures are logged at
+// WARN, a bounded number of times; once the database is back, calls succeed.
+func TestDatabaseOutageAnswers503(t *testing.T) {
+	pg, opts := ownPostgres(t)
+	ctx := t.Context()
+	pool, err := postgres.Open(ctx, pg.URL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, postgres.Migrate(ctx, pool))
+	logs := &lockedBuffer{}
+	e := newEnv(t, envOptions{policy: fleet.Policy{AcceptAll: true}, pool: pool,
+		ready: func(ctx context.Context) error { return postgres.Check(ctx, pool) },
+		log:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	ops := &opsEnv{fleetEnv: e, url: e.mgmtURL, pool: pool}
+	ops.publish(t, "1.0.0", "")
+	dev := e.client(t, "plant")
+	res, body := dev.do("PUT", "/api/v1/capabilities/edge", capabilities("edge", "compose"))
+	require.Equal(t, http.StatusCreated, res.StatusCode, string(body))
+	d := e.deploy(t, "plant", "edge", "svc", "1.0.0")
+	m, etag := dev.manifest()
+	require.Len(t, m.Deployments, 1)
+	yamlURL := m.Deployments[0].URL
+	check := contractValidator(t)
+
+	require.NoError(t, pg.Stop())
+
+	for range 20 { // many calls, a bounded number of log lines
+		res := rawCall(t, "GET", e.mgmtURL+"/mgmt/v1/applications", "", "")
+		res.Body.Close()
+		require.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/mgmt/v1/deployments/" + d.Id.String(), ""},
+		{"POST", "/mgmt/v1/tokens", `{"name":"ci","role":"viewer"}`},
+	} {
+		res := rawCall(t, c.method, e.mgmtURL+c.path, "application/json", c.body)
+		raw, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, string(raw))
+		assert.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+		secs, err := strconv.Atoi(res.Header.Get("Retry-After"))
+		assert.NoError(t, err, "Retry-After %q", res.Header.Get("Retry-After"))
+		assert.Positive(t, secs)
+		var p map[string]any
+		require.NoError(t, json.Unmarshal(raw, &p))
+		assert.Equal(t, httpapi.ProblemBase+"unavailable", p["type"])
+		assert.Equal(t, true, p["retryable"])
+		assert.EqualValues(t, secs, p["retryAfterSeconds"])
+		assert.NotContains(t, string(raw), "connect", "no internals")
+	}
+
+	// The device API: a call that needs the database gets Margo's members.
+	req, err := http.NewRequestWithContext(ctx, "GET", e.deviceURL+yamlURL, nil)
+	require.NoError(t, err)
+	res, err = dev.http.Do(req)
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, string(raw))
+	check(req, res, raw)
+	var p map[string]any
+	require.NoError(t, json.Unmarshal(raw, &p))
+	assert.Equal(t, true, p["retryable"])
+	assert.EqualValues(t, 5, p["retryAfterSeconds"])
+	assert.Equal(t, "exponential", p["backoffStrategy"])
+	assert.Equal(t, "5", res.Header.Get("Retry-After"))
+	// The poll answers from memory.
+	res, _ = dev.do("GET", "/api/v1/deployments", nil, "If-None-Match", etag)
+	assert.Equal(t, http.StatusNotModified, res.StatusCode)
+
+	res = rawCall(t, "GET", e.mgmtURL+"/readyz", "", "")
+	res.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	assert.NotEmpty(t, res.Header.Get("Retry-After"))
+
+	out := logs.String()
+	assert.NotContains(t, out, "level=ERROR", "an outage is not an internal error")
+	warns := strings.Count(out, "database unavailable")
+	assert.Positive(t, warns, out)
+	assert.LessOrEqual(t, warns, 3, "logged a bounded number of times: %s", out)
+
+	// The database comes back: calls succeed again.
+	pg2, err := pglaunch.Start(ctx, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg2.Stop() })
+	res = rawCall(t, "GET", e.mgmtURL+"/mgmt/v1/applications", "", "")
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	res, body = dev.do("GET", yamlURL, nil)
+	assert.Equal(t, http.StatusOK, res.StatusCode, string(body))
+	res = rawCall(t, "GET", e.mgmtURL+"/readyz", "", "")
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+}
+
+// TestEveryOperationDeclaresRetryAnswers: every management operation may
+// answer 429 (rate limit) and 503 (database unavailable), every device
+// operation 503, each with the shared response that requires Retry-After.
+func TestEveryOperationDeclaresRetryAnswers(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
+	require.NoError(t, err)
+	n := 0
+	for path, item := range doc.Paths.Map() {
+		mgmt, device := strings.HasPrefix(path, "/mgmt/"), strings.HasPrefix(path, "/api/v1/")
+		for method, op := range item.Operations() {
+			want := map[string]string{}
+			if mgmt || device {
+				want["503"] = "#/components/responses/ServiceUnavailable"
+				want["429"] = "#/components/responses/TooManyRequests"
+				n++
+			}
+			for status, ref := range want {
+				r := op.Responses.Value(status)
+				if assert.NotNil(t, r, "%s %s declares no %s", method, path, status) {
+					assert.Equal(t, ref, r.Ref, "%s %s %s", method, path, status)
+					assert.True(t, r.Value.Headers["Retry-After"].Value.Required, "%s %s %s: Retry-After", method, path, status)
+				}
+			}
+		}
+	}
+	assert.GreaterOrEqual(t, n, 41)
+}
