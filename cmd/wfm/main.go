@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -348,15 +349,11 @@ func deviceTLSConfig(c config, log *slog.Logger) (*tls.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load -tls-cert/-tls-key: %w", err)
 		}
-		pem, err := os.ReadFile(c.clientCA)
+		bundle, err := readCertificates(c.clientCA)
 		if err != nil {
 			return nil, fmt.Errorf("read -client-ca: %w", err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("-client-ca %s holds no PEM certificate", c.clientCA)
-		}
-		return identity.ServerTLSConfig(cert, pool, tlsOptions(c)...), nil
+		return identity.ServerTLSConfig(cert, bundle, tlsOptions(c)...), nil
 	}
 	dir := filepath.Join(c.dataDir, "pki")
 	ca, cert, created, err := devPKI(dir)
@@ -366,7 +363,35 @@ func deviceTLSConfig(c config, log *slog.Logger) (*tls.Config, error) {
 	if created {
 		log.Info("created a development CA for the device API; issue client certificates with: wfm issue-client-cert -client-id <id>", "dir", dir)
 	}
-	return identity.ServerTLSConfig(cert, ca.Pool(), tlsOptions(c)...), nil
+	return identity.ServerTLSConfig(cert, []*x509.Certificate{ca.Certificate()}, tlsOptions(c)...), nil
+}
+
+// readCertificates reads every certificate of a PEM file (a trust bundle).
+func readCertificates(file string) ([]*x509.Certificate, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var certs []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		certs = append(certs, cert)
+	}
+	if len(certs) == 0 {
+		return nil, fmt.Errorf("%s holds no PEM certificate", file)
+	}
+	return certs, nil
 }
 
 // tlsOptions are the device listener's TLS options: a client certificate
