@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/pgtest"
 	"github.com/wfm-dev/wfm/internal/testpki"
 )
@@ -247,4 +248,20 @@ func TestManagementTLSConfigErrors(t *testing.T) {
 		_, err := parseConfig(args, envWithout(), io.Discard)
 		assert.Error(t, err, "%v", args)
 	}
+}
+
+// TestIssueClientCertRefusesDotSegments: issue-client-cert uses the one
+// client-id check (identity.CheckClientID) that certificates and the
+// management API use, so it never writes a certificate no server accepts.
+func TestIssueClientCertRefusesDotSegments(t *testing.T) {
+	for _, id := range []string{".", ".."} {
+		dataDir := t.TempDir()
+		err := run(t.Context(), []string{"issue-client-cert", "-client-id", id, "-data-dir", dataDir}, envWithout(), io.Discard, io.Discard)
+		require.Error(t, err, id)
+		assert.Equal(t, "invalid-client-id", lifecycle.ErrorType(err), id)
+		assert.NoDirExists(t, filepath.Join(dataDir, "pki", "clients"), "nothing issued for %q", id)
+	}
+	dataDir := t.TempDir()
+	require.NoError(t, run(t.Context(), []string{"issue-client-cert", "-client-id", "...", "-data-dir", dataDir}, envWithout(), io.Discard, io.Discard))
+	assert.FileExists(t, filepath.Join(dataDir, "pki", "clients", "....pem"))
 }

@@ -100,7 +100,7 @@ func verifySVID(bundle x509bundle.Source) func([][]byte, [][]*x509.Certificate) 
 		}
 		_, chains, err := x509svid.ParseAndVerify(rawCerts, bundle)
 		if err != nil {
-			return fmt.Errorf("the client certificate is not an X.509-SVID of the trust bundle: %w", err)
+			return fmt.Errorf("the client certificate is not an X.509-SVID: %w", err)
 		}
 		if reason := leafProblem(chains[0][0]); reason != "" {
 			return errors.New("the client certificate is not an X.509-SVID: " + reason)
