@@ -619,7 +619,9 @@ func (e ListAuditParamsOutcome) Valid() bool {
 
 // AcceptClientRequest defines model for AcceptClientRequest.
 type AcceptClientRequest struct {
-	// Id Example: plant-alfa-agent
+	// Id A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
 	Id ClientId `json:"id"`
 }
 
@@ -717,7 +719,9 @@ type AuditList struct {
 	NextCursor *string      `json:"nextCursor,omitempty"`
 }
 
-// ClientId Example: plant-alfa-agent
+// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+//
+// Example: plant-alfa-agent
 type ClientId = string
 
 // ComponentStatus defines model for ComponentStatus.
@@ -731,7 +735,9 @@ type ComponentStatus struct {
 type CreateDeploymentRequest struct {
 	ApplicationId string `json:"applicationId"`
 
-	// ClientId Example: plant-alfa-agent
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
 	ClientId ClientId `json:"clientId"`
 	DeviceId DeviceId `json:"deviceId"`
 
@@ -763,7 +769,9 @@ type Deployment struct {
 	AdoptedManifestVersion *uint64 `json:"adoptedManifestVersion,omitempty"`
 	ApplicationId          string  `json:"applicationId"`
 
-	// ClientId Example: plant-alfa-agent
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
 	ClientId  ClientId           `json:"clientId"`
 	CreatedAt time.Time          `json:"createdAt"`
 	DeviceId  DeviceId           `json:"deviceId"`
@@ -840,7 +848,9 @@ type Device struct {
 	// Capabilities The last capabilities document the device reported.
 	Capabilities json.RawMessage `json:"capabilities"`
 
-	// ClientId Example: plant-alfa-agent
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
 	ClientId  ClientId  `json:"clientId"`
 	CreatedAt time.Time `json:"createdAt"`
 	Id        DeviceId  `json:"id"`
@@ -1361,7 +1371,9 @@ type WFMClient struct {
 	CreatedAt   time.Time `json:"createdAt"`
 	DeviceCount *int      `json:"deviceCount,omitempty"`
 
-	// Id Example: plant-alfa-agent
+	// Id A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
 	Id ClientId `json:"id"`
 
 	// ManifestVersion The client's current state manifest version.
@@ -1389,7 +1401,9 @@ type YankRequest struct {
 // ApplicationId defines model for ApplicationId.
 type ApplicationId = string
 
-// ClientIdPath Example: plant-alfa-agent
+// ClientIdPath A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+//
+// Example: plant-alfa-agent
 type ClientIdPath = ClientId
 
 // Cursor defines model for Cursor.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -64,6 +65,9 @@ type config struct {
 	tlsCert         string
 	tlsKey          string
 	clientCA        string
+	mgmtTLSCert     string
+	mgmtTLSKey      string
+	mgmtTLSDev      bool
 	acceptClients   string
 	devHeaderID     bool
 	deviceTLS12     bool
@@ -102,6 +106,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.tlsCert, "tls-cert", getenv("WFM_TLS_CERT"), "device listener certificate (PEM); empty: a development PKI in <data-dir>/pki (env WFM_TLS_CERT)")
 	fs.StringVar(&c.tlsKey, "tls-key", getenv("WFM_TLS_KEY"), "device listener private key (PEM) (env WFM_TLS_KEY)")
 	fs.StringVar(&c.clientCA, "client-ca", getenv("WFM_CLIENT_CA"), "trust bundle for client certificates (PEM) (env WFM_CLIENT_CA)")
+	fs.StringVar(&c.mgmtTLSCert, "mgmt-tls-cert", getenv("WFM_MGMT_TLS_CERT"), "management listener certificate (PEM, with -mgmt-tls-key): serve the management API over HTTPS, TLS 1.2 or later; use it whenever the listener is not on loopback (env WFM_MGMT_TLS_CERT)")
+	fs.StringVar(&c.mgmtTLSKey, "mgmt-tls-key", getenv("WFM_MGMT_TLS_KEY"), "management listener private key (PEM) (env WFM_MGMT_TLS_KEY)")
+	fs.BoolVar(&c.mgmtTLSDev, "mgmt-tls-dev", getenv("WFM_MGMT_TLS_DEV") == "true", "development: serve the management API over HTTPS with the development CA's server certificate in <data-dir>/pki (for localhost; curl --cacert <data-dir>/pki/ca.pem) (env WFM_MGMT_TLS_DEV=true)")
 	fs.StringVar(&c.acceptClients, "accept-clients", env("WFM_ACCEPT_CLIENTS", "all"), "all: accept every client of the trust domain on first contact; listed: only clients accepted through the management API (env WFM_ACCEPT_CLIENTS)")
 	fs.BoolVar(&c.devHeaderID, "dev-header-identity", getenv("WFM_DEV_HEADER_IDENTITY") == "true", "INSECURE, development only: serve the device API over plain HTTP and take the client id from the X-WFM-Client-ID header (env WFM_DEV_HEADER_IDENTITY=true)")
 	fs.StringVar(&c.debugListen, "debug-listen", getenv("WFM_DEBUG_LISTEN"), "address of a profiling listener (/debug/pprof/); empty: none. Keep it on loopback (env WFM_DEBUG_LISTEN)")
@@ -137,6 +144,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") || (c.tlsCert != "" && c.clientCA == "") {
 		return c, errors.New("-tls-cert, -tls-key and -client-ca go together (or none, for the development PKI)")
+	}
+	if (c.mgmtTLSCert == "") != (c.mgmtTLSKey == "") {
+		return c, errors.New("-mgmt-tls-cert and -mgmt-tls-key go together")
+	}
+	if c.mgmtTLSDev && c.mgmtTLSCert != "" {
+		return c, errors.New("-mgmt-tls-dev and -mgmt-tls-cert exclude each other: the development certificate or yours")
 	}
 	if c.deviceRate <= 0 || c.deviceBurst < 1 {
 		return c, errors.New("-device-rate must be > 0 and -device-burst >= 1")
@@ -264,6 +277,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 
+	mgmtTLS, err := mgmtTLSConfig(c)
+	if err != nil {
+		return err
+	}
+
 	// Repeated refusal and TLS handshake log lines are sampled: the first
 	// few per caller a minute, then one line with the count of the rest.
 	logSampler := sampling.New(sampling.Config[string]{First: 5, Interval: time.Minute, MaxKeys: 10_000, Now: time.Now,
@@ -351,7 +369,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	dsrv := newHTTPServer(ctx, deviceHandler, errorLog)
 	dsrv.TLSConfig = deviceTLS
 	srv := newHTTPServer(ctx, mgmtHandler, errorLog)
-	base := "http://" + displayAddr(ln.Addr())
+	srv.TLSConfig = mgmtTLS
+	mscheme := "http://"
+	if mgmtTLS != nil {
+		mscheme = "https://"
+	}
+	if mgmtTLS == nil && !isLoopback(ln.Addr()) {
+		log.Warn("the management listener is plain HTTP on a non-loopback address: bearer tokens cross the network in clear; serve it over TLS (-mgmt-tls-cert and -mgmt-tls-key) or keep it on loopback",
+			"addr", ln.Addr().String())
+	}
+	logPosture(log, c, mscheme+ln.Addr().String(), isLoopback(ln.Addr()), mgmtTLS != nil)
+	base := mscheme + displayAddr(ln.Addr())
 	dscheme := "https://"
 	if deviceTLS == nil {
 		dscheme = "http://"
@@ -376,7 +404,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() {
+		if mgmtTLS != nil {
+			serveErr <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		serveErr <- srv.Serve(ln)
+	}()
 	go func() {
 		if deviceTLS != nil {
 			serveErr <- dsrv.ServeTLS(dln, "", "")
@@ -437,15 +471,11 @@ func deviceTLSConfig(c config, log *slog.Logger) (*tls.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load -tls-cert/-tls-key: %w", err)
 		}
-		pem, err := os.ReadFile(c.clientCA)
+		bundle, err := readCertificates(c.clientCA)
 		if err != nil {
 			return nil, fmt.Errorf("read -client-ca: %w", err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("-client-ca %s holds no PEM certificate", c.clientCA)
-		}
-		return identity.ServerTLSConfig(cert, pool, tlsOptions(c)...), nil
+		return identity.ServerTLSConfig(cert, bundle, tlsOptions(c)...), nil
 	}
 	dir := filepath.Join(c.dataDir, "pki")
 	ca, cert, created, err := devPKI(dir)
@@ -455,7 +485,110 @@ func deviceTLSConfig(c config, log *slog.Logger) (*tls.Config, error) {
 	if created {
 		log.Info("created a development CA for the device API; issue client certificates with: wfm issue-client-cert -client-id <id>", "dir", dir)
 	}
-	return identity.ServerTLSConfig(cert, ca.Pool(), tlsOptions(c)...), nil
+	return identity.ServerTLSConfig(cert, []*x509.Certificate{ca.Certificate()}, tlsOptions(c)...), nil
+}
+
+// readCertificates reads every certificate of a PEM file (a trust bundle).
+func readCertificates(file string) ([]*x509.Certificate, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var certs []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		certs = append(certs, cert)
+	}
+	if len(certs) == 0 {
+		return nil, fmt.Errorf("%s holds no PEM certificate", file)
+	}
+	return certs, nil
+}
+
+// mgmtTLSConfig is the management listener's TLS configuration, nil for
+// plain HTTP: the configured certificate, or with -mgmt-tls-dev the
+// development CA's server certificate (the device listener's, for
+// localhost). No client certificate is asked for (callers authenticate with
+// bearer tokens); TLS 1.2 is allowed for operators' tools, and Go prefers
+// TLS 1.3 whenever the client speaks it.
+func mgmtTLSConfig(c config) (*tls.Config, error) {
+	var cert tls.Certificate
+	switch {
+	case c.mgmtTLSCert != "":
+		var err error
+		if cert, err = tls.LoadX509KeyPair(c.mgmtTLSCert, c.mgmtTLSKey); err != nil {
+			return nil, fmt.Errorf("load -mgmt-tls-cert/-mgmt-tls-key: %w", err)
+		}
+	case c.mgmtTLSDev:
+		var err error
+		if _, cert, _, err = devPKI(filepath.Join(c.dataDir, "pki")); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, nil
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// isLoopback reports whether a listener's address is a loopback address
+// (0.0.0.0 and :: are not: they listen on every interface).
+func isLoopback(a net.Addr) bool {
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// logPosture logs, in one line, what an attacker on the network would want
+// to know: who may call the device API, how the management listener is
+// reached, what answers without authentication, and every development or
+// relaxed setting that is on.
+func logPosture(log *slog.Logger, c config, mgmtURL string, mgmtLoopback, mgmtTLS bool) {
+	var dev []string
+	deviceAuth := "mtls"
+	switch {
+	case c.devHeaderID:
+		deviceAuth = "dev-header (INSECURE: plain HTTP, " + identity.DevHeader + ")"
+		dev = append(dev, "dev-header-identity")
+	case c.tlsCert == "":
+		dev = append(dev, "dev-pki")
+	}
+	if c.mgmtTLSDev {
+		dev = append(dev, "mgmt-tls-dev")
+	}
+	if c.deviceTLS12 && !c.devHeaderID {
+		dev = append(dev, "device-tls12")
+	}
+	if c.allowOverrides {
+		dev = append(dev, "rollback-override")
+	}
+	if c.debugListen != "" {
+		dev = append(dev, "pprof")
+	}
+	if len(dev) == 0 {
+		dev = append(dev, "none")
+	}
+	log.Info("security posture",
+		"accept_clients", c.acceptClients,
+		"device_auth", deviceAuth,
+		"management", mgmtURL,
+		"management_plain_http", !mgmtTLS,
+		"management_loopback", mgmtLoopback,
+		"metrics", "unauthenticated on the management listener",
+		"relaxed", strings.Join(dev, ","))
 }
 
 // tlsOptions are the device listener's TLS options: a client certificate

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/identity"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
 	"github.com/wfm-dev/wfm/internal/page"
@@ -508,7 +510,21 @@ func (s *Service) Device(ctx context.Context, clientID, deviceID string) (Device
 }
 
 // AcceptClient accepts a client (again). created is true for a new client.
+//
+// Returns EINVALID (type "invalid-request", error at /id) if id is not a
+// client id a certificate could name (identity.CheckClientID, the check the
+// certificate path uses: for example "." or "..", which the contract's
+// character class lets through); nothing is created then.
 func (s *Service) AcceptClient(ctx context.Context, id string) (Client, bool, error) {
+	if err := identity.CheckClientID(id); err != nil {
+		detail := err.Error()
+		var e *lifecycle.Error
+		if errors.As(err, &e) {
+			detail = e.Message
+		}
+		return Client{}, false, &lifecycle.Error{Code: lifecycle.EINVALID, Type: lifecycle.ProblemInvalidRequest,
+			Message: "The client id cannot be named by a client certificate.", Fields: []lifecycle.FieldError{{Pointer: "/id", Detail: detail}}}
+	}
 	c, created, err := s.store.AcceptClient(ctx, id, s.now().UTC())
 	s.cache.invalidate(id)
 	return c, created, err

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -105,7 +106,7 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 	serverCert, err := ca.IssueServer([]string{"localhost"}, nil)
 	require.NoError(t, err)
 	dev := httptest.NewUnstartedServer(deviceH)
-	dev.TLS = identity.ServerTLSConfig(serverCert, ca.Pool(), identity.RequireClientCert())
+	dev.TLS = identity.ServerTLSConfig(serverCert, []*x509.Certificate{ca.Certificate()}, identity.RequireClientCert())
 	dev.StartTLS()
 	t.Cleanup(dev.Close)
 	mgmt := httptest.NewServer(mgmtH)
@@ -371,7 +372,6 @@ func TestDeviceIdentityRefusals(t *testing.T) {
 		"other trust domain": e.agent(t, "spiffe://other.org/margo/wfm/wfm-test/client/x"),
 		"other wfm":          e.agent(t, "spiffe://example.org/margo/wfm/someone-else/client/x"),
 		"malformed path":     e.agent(t, "spiffe://example.org/margo/wfm/wfm-test/device/x"),
-		"no SPIFFE ID":       e.agent(t, "", testpki.WithoutURISAN()),
 	} {
 		t.Run(name, func(t *testing.T) {
 			res, body := a.do("GET", "/api/v1/deployments", nil)
@@ -389,10 +389,33 @@ func TestDeviceIdentityRefusals(t *testing.T) {
 		_, err := hc.Get(e.deviceURL + "/api/v1/deployments")
 		assert.Error(t, err, name)
 	}
+	// So does a certificate of the trusted CA that is not an X.509-SVID
+	// (go-spiffe's x509svid rules): the device sees a "bad certificate"
+	// alert, never an HTTP answer.
+	good := "spiffe://example.org/margo/wfm/wfm-test/client/x"
+	for name, opts := range map[string][]testpki.ClientOption{
+		"CA:TRUE leaf":                  {testpki.WithCA()},
+		"keyCertSign leaf":              {testpki.WithKeyUsage(x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign)},
+		"cRLSign leaf":                  {testpki.WithKeyUsage(x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign)},
+		"leaf without digitalSignature": {testpki.WithKeyUsage(x509.KeyUsageKeyAgreement)},
+		"two URI SANs":                  {testpki.WithExtraURISANs("spiffe://example.org/margo/wfm/wfm-test/client/y")},
+		"no URI SAN":                    {testpki.WithoutURISAN()},
+	} {
+		cert, err := e.ca.IssueClient(good, opts...)
+		require.NoError(t, err)
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool(), Certificates: []tls.Certificate{cert}, ServerName: "localhost"}}}
+		_, err = hc.Get(e.deviceURL + "/api/v1/deployments")
+		if assert.Error(t, err, name) {
+			assert.Contains(t, err.Error(), "bad certificate", name)
+		}
+	}
 	// Nothing was created for refused callers.
 	list, err := e.mgmt.ListClientsWithResponse(t.Context(), nil)
 	require.NoError(t, err)
 	assert.Empty(t, list.JSON200.Items)
+	// The same SPIFFE ID in a proper X.509-SVID is served.
+	res, body := e.agent(t, good).do("GET", "/api/v1/deployments", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(body))
 }
 
 func TestListedClientsPolicy(t *testing.T) {
@@ -471,4 +494,29 @@ func TestCatalogVersionsInUseAndYanked(t *testing.T) {
 	assert.Equal(t, httpapi.ProblemBase+"not-placeable", p.Type)
 	require.NotEmpty(t, p.Errors)
 	assert.Equal(t, "/deploymentProfiles/0", p.Errors[0].Field)
+}
+
+// TestAcceptClientRefusesDotSegments: "." and ".." match the contract's
+// character class but can never be a SPIFFE path segment, so no certificate
+// could ever name such a client. The management API refuses them with the
+// same rule the certificate path uses, and creates nothing.
+func TestAcceptClientRefusesDotSegments(t *testing.T) {
+	e := newFleetEnv(t, fleet.Policy{AcceptAll: false})
+	for _, id := range []string{".", ".."} {
+		res, err := e.mgmt.AcceptClientWithResponse(t.Context(), nil, sdk.AcceptClientRequest{Id: id})
+		require.NoError(t, err)
+		p := problemOf(t, res.HTTPResponse, res.Body, http.StatusUnprocessableEntity)
+		assert.Equal(t, httpapi.ProblemBase+"invalid-request", p.Type, id)
+		require.Len(t, p.Errors, 1, id)
+		assert.Equal(t, "/id", p.Errors[0].Field, id)
+		assert.Contains(t, p.Errors[0].Message, "dot segments", id)
+	}
+	// "..." is a valid segment (only "." and ".." are dot segments).
+	res, err := e.mgmt.AcceptClientWithResponse(t.Context(), nil, sdk.AcceptClientRequest{Id: "..."})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
+	list, err := e.mgmt.ListClientsWithResponse(t.Context(), nil)
+	require.NoError(t, err)
+	require.Len(t, list.JSON200.Items, 1, "nothing but the valid client was created")
+	assert.Equal(t, "...", list.JSON200.Items[0].Id)
 }

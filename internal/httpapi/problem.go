@@ -171,7 +171,6 @@ var titles = map[string]string{
 	"invalid-client-id":           "Invalid client id",
 	"invalid-deployment-input":    "Invalid deployment",
 	"invalid-operation":           "Invalid operation",
-	"invalid-spiffe-id":           "Invalid SPIFFE ID",
 	"malformed-capabilities":      "Malformed device capabilities",
 	"malformed-status":            "Malformed status report",
 	"retry":                       "Retry",

@@ -35,7 +35,7 @@ func TestHeaderIdentity(t *testing.T) {
 		{name: "empty", values: []string{""}, hints: []string{"empty"}},
 		{name: "repeated", values: []string{"device-1", "device-2"}, hints: []string{"2 " + identity.DevHeader}},
 		{name: "too long", values: []string{strings.Repeat("d", identity.MaxClientIDLength+1)}, hints: []string{"129 characters"}},
-		{name: "slash", values: []string{"device/1"}, hints: []string{"'/'"}},
+		{name: "slash", values: []string{"device/1"}, hints: []string{"path segment characters"}},
 		{name: "space", values: []string{"device 1"}},
 		{name: "dot-dot", values: []string{".."}, hints: []string{"dot segments"}},
 		{name: "SPIFFE ID instead of a client id", values: []string{"spiffe://example.org/margo/wfm/wfm-1/client/device-1"}},

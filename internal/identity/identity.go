@@ -5,15 +5,20 @@
 //
 //	spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>
 //
-// The TLS stack verifies the certificate chain against the trust bundle
-// (ServerTLSConfig); Config.ClientIDFromRequest then reads the client id from
-// the verified leaf and refuses any certificate that is not a client identity
-// of this WFM. HeaderIdentity is an insecure stand-in for local development.
+// The TLS stack verifies the certificate chain against the trust bundle and
+// then, with the SPIFFE project's own library (go-spiffe's x509svid), that
+// the certificate is an X.509-SVID at all (ServerTLSConfig);
+// Config.ClientIDFromRequest then reads the client id from the verified leaf
+// and refuses any certificate that is not a client identity of this WFM
+// (trust domain, wfm id, path layout). SPIFFE ID syntax and path segment
+// rules are go-spiffe's (spiffeid); wfm adds only its own rules and the
+// specification's length bounds. HeaderIdentity is an insecure stand-in for
+// local development.
 //
 // Refusals of a caller are *lifecycle.Error values with code EUNAUTHORIZED
 // and one of two problem types, TypeClientCertificateRequired and
 // TypeInvalidClientIdentity; checks of configuration and input (Validate,
-// CheckClientID, ParseSPIFFEID) return EINVALID. Messages explain what is
+// CheckClientID) return EINVALID. Messages explain what is
 // wrong and never contain secrets (no keys; the SPIFFE IDs they quote are
 // public names, quoted and cut short when malformed).
 package identity
@@ -85,8 +90,10 @@ func (c Config) ClientSPIFFEID(clientID string) (string, error) {
 }
 
 // CheckClientID checks the syntax of a client id: 1 to 128 characters of
-// [A-Za-z0-9._-], and neither "." nor ".." (which cannot be SPIFFE path
-// segments).
+// [A-Za-z0-9._-], and neither "." nor ".." (a SPIFFE path segment, by
+// go-spiffe's rules). It is the one check of a client id: the certificate
+// path (ClientID), the development header, the management API (accepting a
+// client) and "wfm issue-client-cert" all use it.
 //
 // Returns EINVALID (type "invalid-client-id") with the reason.
 func CheckClientID(id string) error {
@@ -104,7 +111,10 @@ func CheckClientID(id string) error {
 // It checks the identity only; the caller must have verified the certificate
 // chain (ClientIDFromRequest uses a chain the TLS stack verified).
 //
-// cert must carry exactly one URI SAN (an X.509-SVID has exactly one), a
+// cert must be an X.509-SVID leaf (not a CA, no keyCertSign or cRLSign,
+// digitalSignature key usage; ServerTLSConfig already refuses others at the
+// handshake, this repeats the check for any other caller) and carry exactly
+// one URI SAN (an X.509-SVID has exactly one), a
 // valid SPIFFE ID in c.TrustDomain whose path is exactly
 // /margo/wfm/<c.WFMID>/client/<client-id>, with a client id CheckClientID
 // accepts. The URI SAN is read as the bytes the issuer signed, not as Go's
@@ -116,6 +126,9 @@ func CheckClientID(id string) error {
 func (c Config) ClientID(cert *x509.Certificate) (string, error) {
 	if cert == nil {
 		return "", certificateRequired("no client certificate was given")
+	}
+	if reason := leafProblem(cert); reason != "" {
+		return "", invalidIdentity("the certificate is not an X.509-SVID: %s", reason)
 	}
 	uris, err := uriSANs(cert)
 	if err != nil {
@@ -139,11 +152,11 @@ func (c Config) ClientID(cert *x509.Certificate) (string, error) {
 		}
 		return "", invalidIdentity("the certificate's URI SAN %s is not a valid SPIFFE ID: %s", quoteUntrusted(raw), reason)
 	}
-	if id.TrustDomain() != c.TrustDomain {
+	if td := id.TrustDomain().Name(); td != c.TrustDomain {
 		return "", invalidIdentity("certificate SPIFFE ID %s is from trust domain %s; this WFM trusts %s",
-			shorten(id.String()), id.TrustDomain(), c.TrustDomain)
+			shorten(id.String()), shorten(td), c.TrustDomain)
 	}
-	segs := id.Segments()
+	segs := segments(id)
 	if len(segs) < 4 || segs[0] != "margo" || segs[1] != "wfm" || segs[3] != "client" {
 		return "", invalidIdentity("certificate SPIFFE ID %s is not a WFM client identity; want %s",
 			shorten(id.String()), c.clientTemplate("<client-id>"))
@@ -202,22 +215,6 @@ func clientIDProblem(id string) string {
 		return fmt.Sprintf("it is %d characters long; at most %d are allowed", len(id), MaxClientIDLength)
 	}
 	return segmentProblem(id)
-}
-
-// segmentProblem returns why s is not a SPIFFE path segment, or "".
-func segmentProblem(s string) string {
-	switch s {
-	case "":
-		return "it is empty"
-	case ".", "..":
-		return "dot segments are not allowed"
-	}
-	for i := 0; i < len(s); i++ {
-		if !isSegmentChar(s[i]) {
-			return fmt.Sprintf("it contains %s; only [A-Za-z0-9._-] are allowed", describeByte(s[i]))
-		}
-	}
-	return ""
 }
 
 // oidSubjectAltName is the subject alternative name extension (RFC 5280

@@ -96,19 +96,23 @@ func TestClientID(t *testing.T) {
 		{name: "no URI SAN", san: prefix + clientID, opts: []testpki.ClientOption{testpki.WithoutURISAN()}, hints: []string{"no URI SAN"}},
 		{name: "uppercase trust domain", san: "spiffe://EXAMPLE.org/margo/wfm/wfm-1/client/device-1", hints: []string{"lowercase"}},
 		{name: "uppercase scheme", san: "SPIFFE://example.org/margo/wfm/wfm-1/client/device-1", hints: []string{"lowercase"}},
-		{name: "port", san: "spiffe://example.org:8443/margo/wfm/wfm-1/client/device-1", hints: []string{"port"}},
-		{name: "userinfo", san: "spiffe://device-1@example.org/margo/wfm/wfm-1/client/device-1", hints: []string{"user information"}},
-		{name: "query", san: prefix + "device-1?admin=true", hints: []string{"query"}},
-		{name: "fragment", san: prefix + "device-1#x", hints: []string{"fragment"}},
-		{name: "percent-encoding", san: prefix + "device%2D1", hints: []string{"percent-encoded"}},
-		{name: "percent-encoded slash", san: prefix + "device-1%2Fx", hints: []string{"percent-encoded"}},
+		{name: "port", san: "spiffe://example.org:8443/margo/wfm/wfm-1/client/device-1", hints: []string{"trust domain characters"}},
+		{name: "userinfo", san: "spiffe://device-1@example.org/margo/wfm/wfm-1/client/device-1", hints: []string{"trust domain characters"}},
+		{name: "query", san: prefix + "device-1?admin=true", hints: []string{"path segment characters"}},
+		{name: "fragment", san: prefix + "device-1#x", hints: []string{"path segment characters"}},
+		{name: "percent-encoding", san: prefix + "device%2D1", hints: []string{"path segment characters"}},
+		{name: "percent-encoded slash", san: prefix + "device-1%2Fx", hints: []string{"path segment characters"}},
 		{name: "dot segments", san: "spiffe://example.org/margo/wfm/wfm-2/../wfm-1/client/device-1", hints: []string{"dot segments"}},
 		{name: "dot client id", san: prefix + ".", hints: []string{"dot segments"}},
-		{name: "trailing slash", san: prefix + "device-1/", hints: []string{"ends with '/'"}},
+		{name: "trailing slash", san: prefix + "device-1/", hints: []string{"trailing slash"}},
 		{name: "client id too long", san: prefix + long + "x", hints: []string{"129 characters"}},
-		{name: "client id with a space", san: prefix + "device 1", hints: []string{"' '"}},
-		{name: "client id with a bad char", san: prefix + "device~1", hints: []string{"'~'"}},
-		{name: "client id with a colon", san: prefix + "device:1", hints: []string{"':'"}},
+		{name: "client id with a space", san: prefix + "device 1", hints: []string{"path segment characters"}},
+		{name: "client id with a bad char", san: prefix + "device~1", hints: []string{"path segment characters"}},
+		{name: "CA:TRUE leaf", san: prefix + clientID, opts: []testpki.ClientOption{testpki.WithCA()}, hints: []string{"CA:TRUE"}},
+		{name: "keyCertSign leaf", san: prefix + clientID, opts: []testpki.ClientOption{testpki.WithKeyUsage(x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign)}, hints: []string{"keyCertSign"}},
+		{name: "cRLSign leaf", san: prefix + clientID, opts: []testpki.ClientOption{testpki.WithKeyUsage(x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign)}, hints: []string{"cRLSign"}},
+		{name: "leaf without digitalSignature", san: prefix + clientID, opts: []testpki.ClientOption{testpki.WithKeyUsage(x509.KeyUsageKeyAgreement)}, hints: []string{"digitalSignature"}},
+		{name: "client id with a colon", san: prefix + "device:1", hints: []string{"path segment characters"}},
 	}
 	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,7 +126,7 @@ func TestClientID(t *testing.T) {
 func TestClientIDWithoutParsedExtensions(t *testing.T) {
 	t.Parallel()
 	// A certificate assembled in memory has URIs but no raw extensions.
-	cert := &x509.Certificate{URIs: []*url.URL{{Scheme: "spiffe", Host: "example.org", Path: "/margo/wfm/wfm-1/client/device-1"}}}
+	cert := &x509.Certificate{KeyUsage: x509.KeyUsageDigitalSignature, URIs: []*url.URL{{Scheme: "spiffe", Host: "example.org", Path: "/margo/wfm/wfm-1/client/device-1"}}}
 	got, err := cfg.ClientID(cert)
 	if err != nil || got != clientID {
 		t.Errorf("ClientID(in-memory certificate) = %q, %v; want %q", got, err, clientID)

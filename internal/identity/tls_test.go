@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,7 +32,19 @@ type pki struct {
 	otherCA    tls.Certificate // the right SPIFFE ID, from a CA the server does not trust
 	expired    tls.Certificate
 	serverOnly tls.Certificate // extended key usage server authentication only
+
+	// Trusted CA, right SPIFFE ID, but not an X.509-SVID leaf.
+	caLeaf   tls.Certificate // CA:TRUE
+	certSign tls.Certificate // key usage keyCertSign
+	crlSign  tls.Certificate // key usage cRLSign
+	noDigSig tls.Certificate // key usage without digitalSignature
+	twoURIs  tls.Certificate // two URI SANs
+	noURI    tls.Certificate // no URI SAN
+	dotDot   tls.Certificate // client id ".."
 }
+
+// bundle is the server's trust bundle: the CA alone.
+func (p pki) bundle() []*x509.Certificate { return []*x509.Certificate{p.ca.Certificate()} }
 
 func newPKI(t *testing.T) pki {
 	t.Helper()
@@ -51,6 +64,13 @@ func newPKI(t *testing.T) pki {
 		{&p.otherCA, other, prefix + clientID, nil},
 		{&p.expired, ca, prefix + clientID, []testpki.ClientOption{testpki.WithValidity(past, past.Add(time.Hour))}},
 		{&p.serverOnly, ca, prefix + clientID, []testpki.ClientOption{testpki.WithExtKeyUsage(x509.ExtKeyUsageServerAuth)}},
+		{&p.caLeaf, ca, prefix + clientID, []testpki.ClientOption{testpki.WithCA()}},
+		{&p.certSign, ca, prefix + clientID, []testpki.ClientOption{testpki.WithKeyUsage(x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign)}},
+		{&p.crlSign, ca, prefix + clientID, []testpki.ClientOption{testpki.WithKeyUsage(x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign)}},
+		{&p.noDigSig, ca, prefix + clientID, []testpki.ClientOption{testpki.WithKeyUsage(x509.KeyUsageKeyAgreement)}},
+		{&p.twoURIs, ca, prefix + clientID, []testpki.ClientOption{testpki.WithExtraURISANs(prefix + "device-2")}},
+		{&p.noURI, ca, "", []testpki.ClientOption{testpki.WithoutURISAN()}},
+		{&p.dotDot, ca, prefix + "..", nil},
 	} {
 		*step.dst, err = step.ca.IssueClient(step.id, step.opts...)
 		require.NoError(t, err)
@@ -89,7 +109,7 @@ func startServer(t *testing.T, p pki, opts ...identity.TLSOption) (*httptest.Ser
 		}
 		_ = json.NewEncoder(w).Encode(answer{ClientID: id, Version: r.TLS.Version, Resumed: r.TLS.DidResume})
 	}))
-	srv.TLS = identity.ServerTLSConfig(p.server, p.ca.Pool(), opts...)
+	srv.TLS = identity.ServerTLSConfig(p.server, p.bundle(), opts...)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected here
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
@@ -140,6 +160,19 @@ func TestMutualTLS(t *testing.T) {
 		{name: "expired certificate", cert: &p.expired, wantStatus: refused},
 		{name: "server-only certificate", cert: &p.serverOnly, wantStatus: refused},
 		{name: "TLS 1.2 client", cert: &p.good, maxVersion: tls.VersionTLS12, wantStatus: refused},
+
+		// Chained to the trust bundle, but not X.509-SVIDs: refused by
+		// go-spiffe's x509svid checks at the handshake.
+		{name: "CA:TRUE leaf", cert: &p.caLeaf, wantStatus: refused},
+		{name: "keyCertSign leaf", cert: &p.certSign, wantStatus: refused},
+		{name: "cRLSign leaf", cert: &p.crlSign, wantStatus: refused},
+		{name: "leaf without digitalSignature", cert: &p.noDigSig, wantStatus: refused},
+		{name: "two URI SANs", cert: &p.twoURIs, wantStatus: refused},
+		{name: "no URI SAN", cert: &p.noURI, wantStatus: refused},
+		{name: "dot-dot client id", cert: &p.dotDot, wantStatus: refused},
+		{name: "required: CA:TRUE leaf", opts: []identity.TLSOption{identity.RequireClientCert()}, cert: &p.caLeaf, wantStatus: refused},
+		{name: "TLS 1.2 allowed: CA:TRUE leaf", opts: []identity.TLSOption{identity.AllowTLS12()},
+			cert: &p.caLeaf, maxVersion: tls.VersionTLS12, wantStatus: refused},
 
 		{name: "required: client of this WFM", opts: []identity.TLSOption{identity.RequireClientCert()},
 			cert: &p.good, wantStatus: 200, want: answer{ClientID: clientID, Version: tls.VersionTLS13}},
@@ -208,7 +241,7 @@ func TestMutualTLSResumption(t *testing.T) {
 func TestHandshakeRefusalReasons(t *testing.T) {
 	t.Parallel()
 	p := newPKI(t)
-	server := identity.ServerTLSConfig(p.server, p.ca.Pool())
+	server := identity.ServerTLSConfig(p.server, p.bundle())
 
 	var unknown x509.UnknownAuthorityError
 	var invalid x509.CertificateInvalidError
@@ -229,11 +262,29 @@ func TestHandshakeRefusalReasons(t *testing.T) {
 	if err := serverHandshake(t, server, p, &p.good, tls.VersionTLS12); err == nil {
 		t.Errorf("handshake with a TLS 1.2 client succeeded, want refused")
 	}
-	if err := serverHandshake(t, identity.ServerTLSConfig(p.server, p.ca.Pool(), identity.RequireClientCert()), p, nil, 0); err == nil {
+	if err := serverHandshake(t, identity.ServerTLSConfig(p.server, p.bundle(), identity.RequireClientCert()), p, nil, 0); err == nil {
 		t.Errorf("handshake without a certificate succeeded with RequireClientCert, want refused")
 	}
 	if err := serverHandshake(t, server, p, &p.good, 0); err != nil {
 		t.Errorf("handshake with a good certificate: %v", err)
+	}
+	// X.509-SVID leaf rules: the server's error says which one broke.
+	for name, tt := range map[string]struct {
+		cert *tls.Certificate
+		hint string
+	}{
+		"CA:TRUE":             {&p.caLeaf, "CA flag"},
+		"keyCertSign":         {&p.certSign, "KeyCertSign"},
+		"cRLSign":             {&p.crlSign, "KeyCrlSign"},
+		"no digitalSignature": {&p.noDigSig, "digitalSignature"},
+		"two URI SANs":        {&p.twoURIs, "more than one URI SAN"},
+		"no URI SAN":          {&p.noURI, "no URI SAN"},
+		"dot-dot client id":   {&p.dotDot, "dot segments"},
+	} {
+		err := serverHandshake(t, server, p, tt.cert, 0)
+		if err == nil || !strings.Contains(err.Error(), tt.hint) {
+			t.Errorf("handshake with a %s certificate: server error %v, want one mentioning %q", name, err, tt.hint)
+		}
 	}
 	// A nil trust bundle trusts nobody (not the host's roots).
 	if err := serverHandshake(t, identity.ServerTLSConfig(p.server, nil), p, &p.good, 0); !errors.As(err, &unknown) {
@@ -295,12 +346,12 @@ func clientTLS(p pki, cert *tls.Certificate, maxVersion uint16, goSelection bool
 func TestServerTLSConfigDefaults(t *testing.T) {
 	t.Parallel()
 	p := newPKI(t)
-	pool := p.ca.Pool()
+	pool := p.bundle()
 
 	c := identity.ServerTLSConfig(p.server, pool)
-	if c.MinVersion != tls.VersionTLS13 || c.ClientAuth != tls.VerifyClientCertIfGiven || c.ClientCAs != pool || len(c.Certificates) != 1 {
-		t.Errorf("ServerTLSConfig() = MinVersion %x, ClientAuth %v, ClientCAs set %v, %d certificates; want TLS 1.3, VerifyClientCertIfGiven, true, 1",
-			c.MinVersion, c.ClientAuth, c.ClientCAs == pool, len(c.Certificates))
+	if c.MinVersion != tls.VersionTLS13 || c.ClientAuth != tls.VerifyClientCertIfGiven || c.ClientCAs == nil || c.VerifyPeerCertificate == nil || len(c.Certificates) != 1 {
+		t.Errorf("ServerTLSConfig() = MinVersion %x, ClientAuth %v, ClientCAs set %v, SVID check set %v, %d certificates; want TLS 1.3, VerifyClientCertIfGiven, true, true, 1",
+			c.MinVersion, c.ClientAuth, c.ClientCAs != nil, c.VerifyPeerCertificate != nil, len(c.Certificates))
 	}
 	c = identity.ServerTLSConfig(p.server, pool, identity.RequireClientCert(), identity.AllowTLS12())
 	if c.MinVersion != tls.VersionTLS12 || c.ClientAuth != tls.RequireAndVerifyClientCert {

@@ -180,6 +180,9 @@ type clientOptions struct {
 	validitySet         bool
 	extKeyUsage         []x509.ExtKeyUsage
 	commonName          string
+	keyUsage            x509.KeyUsage
+	keyUsageSet         bool
+	isCA                bool
 }
 
 // WithExtraURISANs adds URI SANs after the SPIFFE ID, written exactly as
@@ -204,6 +207,19 @@ func WithValidity(notBefore, notAfter time.Time) ClientOption {
 // authentication only); none at all if called without arguments.
 func WithExtKeyUsage(usages ...x509.ExtKeyUsage) ClientOption {
 	return func(o *clientOptions) { o.extKeyUsage = usages }
+}
+
+// WithKeyUsage replaces the key usage (default: digital signature only);
+// none at all if usage is 0. The X.509-SVID leaf rules refuse a client
+// certificate without digital signature or with certificate or CRL signing.
+func WithKeyUsage(usage x509.KeyUsage) ClientOption {
+	return func(o *clientOptions) { o.keyUsage, o.keyUsageSet = usage, true }
+}
+
+// WithCA marks the certificate as a CA (basic constraints CA:TRUE), which an
+// X.509-SVID leaf must not be. The key usage stays as set (WithKeyUsage).
+func WithCA() ClientOption {
+	return func(o *clientOptions) { o.isCA = true }
 }
 
 // WithCommonName sets the subject common name (default: an empty subject, as
@@ -240,6 +256,10 @@ func (ca *CA) IssueClient(spiffeID string, opts ...ClientOption) (tls.Certificat
 		NotAfter:    ca.clamp(now.Add(DefaultValidity)),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: o.extKeyUsage,
+		IsCA:        o.isCA,
+	}
+	if o.keyUsageSet {
+		tmpl.KeyUsage = o.keyUsage
 	}
 	if o.validitySet {
 		if o.notAfter.Before(o.notBefore) {
