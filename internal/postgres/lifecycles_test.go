@@ -18,11 +18,11 @@ import (
 	"github.com/wfm-dev/wfm/migrations"
 )
 
-// TestMigrationMirrorsLifeCycleTables keeps the triggers of migration 00006
+// TestMigrationMirrorsLifeCycleTables keeps the triggers of migration 00005
 // equal to the revision, operation and step transition tables in the code:
 // each trigger tests exactly the table's SQL rendering.
 func TestMigrationMirrorsLifeCycleTables(t *testing.T) {
-	b, err := migrations.FS.ReadFile("00006_lifecycle_tables.sql")
+	b, err := migrations.FS.ReadFile("00005_lifecycle_tables.sql")
 	require.NoError(t, err)
 	sql := string(b)
 	for _, tc := range []struct {
@@ -33,7 +33,7 @@ func TestMigrationMirrorsLifeCycleTables(t *testing.T) {
 		{"operation_steps_state_transition", lifecycle.StepTransitionsSQL()},
 	} {
 		assert.Equal(t, 1, strings.Count(sql, "IF NOT ("+tc.want+") THEN"),
-			"migrations/00006_lifecycle_tables.sql: trigger %s must test exactly\n%s", tc.trigger, tc.want)
+			"migrations/00005_lifecycle_tables.sql: trigger %s must test exactly\n%s", tc.trigger, tc.want)
 		assert.Contains(t, sql, "CONSTRAINT = '"+tc.trigger+"'")
 	}
 	assert.Equal(t, 3, strings.Count(sql, "IF NOT ("), "one transition test per trigger, no other")
