@@ -52,9 +52,23 @@ func (sc *Scheduler) Start(ctx context.Context) {
 		defer close(sc.done)
 		t := time.NewTicker(sc.interval)
 		defer t.Stop()
+		down := false // the database was unavailable at the last pass
 		for {
-			if _, err := sc.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			_, err := sc.RunOnce(ctx)
+			switch {
+			case ctx.Err() != nil:
+			case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE:
+				// One line per outage, not one per pass: the server
+				// answers 503 and reports not-ready meanwhile.
+				if !down {
+					sc.svc.log.WarnContext(ctx, "scheduler paused: the database is unavailable; retrying every pass", "error", err)
+				}
+				down = true
+			case err != nil:
 				sc.svc.log.ErrorContext(ctx, "scheduler pass failed", "error", err)
+			case down:
+				sc.svc.log.InfoContext(ctx, "scheduler resumed: the database is reachable again")
+				down = false
 			}
 			select {
 			case <-ctx.Done():
@@ -96,6 +110,9 @@ func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
 			// A visit may have published: this process's cached manifest goes
 			// now; other processes hear the store's notification.
 			sc.svc.cache.invalidate(clientID)
+		}
+		if lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE {
+			return n, err // no other operation can advance either
 		}
 		if err != nil {
 			sc.svc.log.ErrorContext(ctx, "operation step failed", "operation", id, "error", err)

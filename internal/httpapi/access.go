@@ -155,6 +155,12 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, p access.Princip
 			w.Header().Set("Retry-After", strconv.Itoa(secs))
 		}
 	}
+	if prob.Status == http.StatusServiceUnavailable {
+		// Not a refusal: the database is away (logged, sampled, as an
+		// outage once the request is answered), and nothing can be audited.
+		writeProblem(w, r, prob)
+		return
+	}
 	slug := strings.TrimPrefix(prob.Type, ProblemBase)
 	logKey := "management call refused: " + p.TokenID
 	if p.TokenID == access.Anonymous.TokenID {
@@ -175,9 +181,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, p access.Princip
 			err = s.access.Record(ctx, access.AuditEntry{Actor: p.TokenID, Role: p.Role, Action: action, Method: r.Method, Target: r.URL.Path,
 				Status: prob.Status, Outcome: "failure", RequestID: f.RequestID, Detail: map[string]any{"reason": prob.Detail, "address": addr}})
 		}
-		if err != nil {
-			s.log.ErrorContext(ctx, "audit log append failed", "error", err, "action", action, "actor", p.TokenID)
-		}
+		s.auditFailed(ctx, err, action, p)
 	}
 	writeProblem(w, r, prob)
 }
@@ -220,6 +224,12 @@ func (s *Server) audit(r *http.Request, p access.Principal, action string, statu
 	ctx := context.WithoutCancel(r.Context())
 	err := s.access.Record(ctx, access.AuditEntry{Actor: p.TokenID, Role: p.Role, Action: action, Method: r.Method,
 		Target: r.URL.Path, Status: status, Outcome: outcome, RequestID: telemetry.RequestID(ctx), Detail: detail})
+	s.auditFailed(ctx, err, action, p)
+}
+
+// auditFailed logs a failed audit append, if err is one: sampled at WARN
+// while the database is unavailable, at ERROR otherwise.
+func (s *Server) auditFailed(ctx context.Context, err error, action string, p access.Principal) {
 	switch {
 	case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE:
 		s.warnUnavailable(ctx, "database unavailable: audit entry not appended", err, "action", action, "actor", p.TokenID)
