@@ -268,6 +268,9 @@ func DecideCreate(in CreateInput, at time.Time, actor string) (*Change, error) {
 	c.Create = true
 	r := in.Revision
 	r.N, r.Kind = 1, OperationInstall
+	if r.Strategy == "" {
+		r.Strategy = StrategyRecreate // a first install replaces nothing
+	}
 	c.Revision = &r
 	c.After.Revision, c.After.LastRevision, c.After.Version = 1, 1, r.Version
 	c.Manifest = true

@@ -88,24 +88,69 @@ const (
 // cluster, and new events would get ids below old ones (see events.go).
 var ErrEventClockBehind = errors.New("event log is ahead of the database's transaction ids")
 
-// sqlAppendEvents inserts a transaction's events. It continues the numbering
-// of events this transaction appended before (the max id in its own id
-// range, which only it can write), and inserts nothing when a bound would
-// break, which AppendEvents reports.
-const sqlAppendEvents = `
-WITH tx AS (SELECT pg_current_xact_id()::text::bigint AS xid),
-last AS (
-    SELECT tx.xid, coalesce(max(e.id) - (tx.xid << 20) + 1, 0) AS next
-    FROM tx LEFT JOIN events e ON e.id >= (tx.xid << 20) AND e.id < ((tx.xid + 1) << 20)
-    GROUP BY tx.xid
-)
-INSERT INTO events (id, type, at, subject_kind, subject_id, refs, actor, body)
-SELECT (last.xid << 20) + last.next + v.ord - 1, v.type, v.at, v.kind, v.sid,
+// sqlInsertEvents renders, as CTEs of one statement, the insert of a
+// transaction's events (named ev, returning their ids) whose columns are
+// the array parameters $p … $p+6 and whose bounds are $p+7 (transaction id)
+// and $p+8 (events per transaction): see eventArgs. It continues the
+// numbering of events this transaction appended before (the max id in its
+// own id range, which only it can write), and inserts nothing when a bound
+// would break. guard, when not empty, is a further condition (the hot path
+// inserts only if its update took place).
+func sqlInsertEvents(p int, guard string) string {
+	if guard != "" {
+		guard = " AND " + guard
+	}
+	return fmt.Sprintf(`ev_tx AS (SELECT pg_current_xact_id()::text::bigint AS xid),
+ev_last AS (
+    SELECT ev_tx.xid, coalesce(max(e.id) - (ev_tx.xid << 20) + 1, 0) AS next
+    FROM ev_tx LEFT JOIN events e ON e.id >= (ev_tx.xid << 20) AND e.id < ((ev_tx.xid + 1) << 20)
+    GROUP BY ev_tx.xid
+),
+ev AS (
+    INSERT INTO events (id, type, at, subject_kind, subject_id, refs, actor, body)
+    SELECT (ev_last.xid << 20) + ev_last.next + v.ord - 1, v.type, v.at, v.kind, v.sid,
        ARRAY(SELECT jsonb_array_elements_text(v.refs)), v.actor, v.body
-FROM last, unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::jsonb[], $6::text[], $7::jsonb[])
-    WITH ORDINALITY AS v(type, at, kind, sid, refs, actor, body, ord)
-WHERE last.xid < $8 AND last.next + v.ord - 1 < $9
-RETURNING id`
+    FROM ev_last, unnest($%[1]d::text[], $%[2]d::timestamptz[], $%[3]d::text[], $%[4]d::text[], $%[5]d::jsonb[], $%[6]d::text[], $%[7]d::jsonb[])
+        WITH ORDINALITY AS v(type, at, kind, sid, refs, actor, body, ord)
+    WHERE ev_last.xid < $%[8]d AND ev_last.next + v.ord - 1 < $%[9]d%[10]s
+    RETURNING id
+)`, p, p+1, p+2, p+3, p+4, p+5, p+6, p+7, p+8, guard)
+}
+
+// sqlAppendEvents inserts a transaction's events.
+var sqlAppendEvents = "WITH " + sqlInsertEvents(1, "") + "\nSELECT id FROM ev"
+
+// eventArgs returns the parameters of sqlInsertEvents for events.
+//
+// Returns EINVALID for an event of an unknown type, whose subject kind is
+// not its type's or whose body is not a JSON object.
+func eventArgs(events []lifecycle.Event) ([]any, error) {
+	n := len(events)
+	types, ats, kinds, sids, refs, actors, bodies :=
+		make([]string, n), make([]time.Time, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n)
+	for i, e := range events {
+		if kind, ok := e.Type.SubjectKind(); !ok || kind != e.Subject.Kind || e.Subject.ID == "" {
+			return nil, lifecycle.Errorf(lifecycle.EINVALID, "event %d: type %q with subject %v", i, e.Type, e.Subject)
+		}
+		if !json.Valid(e.Body) || !strings.HasPrefix(strings.TrimSpace(string(e.Body)), "{") {
+			return nil, lifecycle.Errorf(lifecycle.EINVALID, "event %d (%s): body is not a JSON object", i, e.Type)
+		}
+		r, err := json.Marshal(refStrings(e.Refs()))
+		if err != nil {
+			return nil, fmt.Errorf("encode event refs: %w", err)
+		}
+		types[i], ats[i], kinds[i], sids[i] = string(e.Type), e.At, string(e.Subject.Kind), e.Subject.ID
+		refs[i], actors[i], bodies[i] = string(r), e.Actor, string(e.Body)
+	}
+	return []any{types, ats, kinds, sids, refs, actors, bodies, maxEventXID, int64(1) << eventIndexBits}, nil
+}
+
+// errEventBounds reports that a transaction's events were not all inserted.
+func errEventBounds(inserted, n int) error {
+	return fmt.Errorf("append events: %d of %d inserted: the transaction exceeds %d events or the transaction id %d bits",
+		inserted, n, 1<<eventIndexBits, 63-eventIndexBits)
+}
 
 // AppendEvents appends events to the log in tx, the transaction of the
 // change they record, and sets their IDs. They become readable when tx
@@ -120,33 +165,17 @@ func AppendEvents(ctx context.Context, tx pgx.Tx, events []lifecycle.Event) erro
 	if len(events) == 0 {
 		return nil
 	}
-	n := len(events)
-	types, ats, kinds, sids, refs, actors, bodies :=
-		make([]string, n), make([]time.Time, n), make([]string, n), make([]string, n),
-		make([]string, n), make([]string, n), make([]string, n)
-	for i, e := range events {
-		if kind, ok := e.Type.SubjectKind(); !ok || kind != e.Subject.Kind || e.Subject.ID == "" {
-			return lifecycle.Errorf(lifecycle.EINVALID, "event %d: type %q with subject %v", i, e.Type, e.Subject)
-		}
-		if !json.Valid(e.Body) || !strings.HasPrefix(strings.TrimSpace(string(e.Body)), "{") {
-			return lifecycle.Errorf(lifecycle.EINVALID, "event %d (%s): body is not a JSON object", i, e.Type)
-		}
-		r, err := json.Marshal(refStrings(e.Refs()))
-		if err != nil {
-			return fmt.Errorf("encode event refs: %w", err)
-		}
-		types[i], ats[i], kinds[i], sids[i] = string(e.Type), e.At, string(e.Subject.Kind), e.Subject.ID
-		refs[i], actors[i], bodies[i] = string(r), e.Actor, string(e.Body)
+	args, err := eventArgs(events)
+	if err != nil {
+		return err
 	}
-	rows, _ := tx.Query(ctx, sqlAppendEvents, types, ats, kinds, sids, refs, actors, bodies,
-		maxEventXID, int64(1)<<eventIndexBits)
+	rows, _ := tx.Query(ctx, sqlAppendEvents, args...)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
-	if len(ids) != n {
-		return fmt.Errorf("append events: %d of %d inserted: the transaction exceeds %d events or the transaction id %d bits",
-			len(ids), n, 1<<eventIndexBits, 63-eventIndexBits)
+	if len(ids) != len(events) {
+		return errEventBounds(len(ids), len(events))
 	}
 	slices.Sort(ids) // ids follow the slice order; RETURNING need not
 	for i := range events {
