@@ -56,3 +56,38 @@ func TestApplyAppendsEventsInItsTransaction(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT type FROM events ORDER BY id DESC LIMIT 1`).Scan(&typ))
 	assert.Equal(t, string(lifecycle.EventDeviceUnregistered), typ)
 }
+
+// TestApplyBatchBumpsEachClientOnce checks that a batch of changes of
+// several clients' deployments publishes one manifest version per affected
+// client, however many of its changes there are, in one transaction.
+func TestApplyBatchBumpsEachClientOnce(t *testing.T) {
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	s := postgres.NewFleetStore(pool, 0)
+	now := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	versions := func() map[string]int {
+		out := map[string]int{}
+		for _, c := range []string{"a", "b", "c"} {
+			var v int
+			require.NoError(t, pool.QueryRow(ctx, `SELECT manifest_version FROM clients WHERE id = $1`, c).Scan(&v))
+			out[c] = v
+		}
+		return out
+	}
+	for _, c := range []string{"a", "b", "c"} {
+		_, _, err := s.AcceptClient(ctx, c, now)
+		require.NoError(t, err)
+	}
+	before := versions()
+	var changes []*lifecycle.Change
+	for _, c := range []string{"b", "a", "b", "b"} {
+		cs, err := lifecycle.DecideUnregister(c, "dev", nil, now, c)
+		require.NoError(t, err)
+		changes = append(changes, cs...)
+	}
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return postgres.Apply(ctx, tx, changes) }))
+	after := versions()
+	assert.Equal(t, before["a"]+1, after["a"])
+	assert.Equal(t, before["b"]+1, after["b"], "one version for three changes")
+	assert.Equal(t, before["c"], after["c"], "an unaffected client keeps its version")
+}
