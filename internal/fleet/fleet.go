@@ -129,11 +129,11 @@ type Revision struct {
 
 // Causes of state transitions, as recorded in history.
 const (
-	CauseReport             = "report"
-	CauseOperation          = "operation"
-	CauseDeadline           = "deadline"
-	CauseOperator           = "operator"
-	CauseDeviceUnregistered = "device-unregistered"
+	CauseReport             = lifecycle.CauseReport
+	CauseOperation          = lifecycle.CauseOperation
+	CauseDeadline           = lifecycle.CauseDeadline
+	CauseOperator           = lifecycle.CauseOperator
+	CauseDeviceUnregistered = lifecycle.CauseDeviceUnregistered
 )
 
 // Transition is one entry of a deployment's history.

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
@@ -87,15 +88,17 @@ type Publication struct {
 	ForceReason string
 }
 
-// Advance is what one scheduler visit decides for an operation; the store
-// applies all of it in the visit's transaction.
+// Advance is what one scheduler visit decides for an operation. The store
+// turns it into a lifecycle.Change through the lifecycle's decisions and
+// applies it in the visit's transaction.
 type Advance struct {
 	Publish       *Publication             // publish this revision (and mark its step published)
 	StepInstalled int                      // mark this step installed (0: none)
 	Finish        lifecycle.OperationState // end the operation in this state ("" : keep running)
 	Reason        string
-	// RevertTo makes that revision desired again (drain abort: the old
-	// revision stays desired), publishing the client's manifest.
+	// RevertTo is the installed revision a drain abort goes back to: a new
+	// revision repeating it is published and becomes desired and active
+	// (lifecycle.Change.RevertAfterDrainTimeout); history stays append-only.
 	RevertTo int
 	// FailDeployment moves the deployment to failed (deadline) with Reason.
 	FailDeployment bool
@@ -118,4 +121,21 @@ type Visit struct {
 	// LastRevision is the highest revision number the deployment has; a new
 	// revision is LastRevision+1 (the desired one may be lower after a revert).
 	LastRevision int
+}
+
+type actorKey struct{}
+
+// WithActor returns ctx carrying the name of who causes the changes made
+// with it (a token's actor name); events record it.
+func WithActor(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, actorKey{}, name)
+}
+
+// ActorOf returns the actor WithActor put in ctx, or the scheduler's
+// (lifecycle.ActorScheduler) when there is none.
+func ActorOf(ctx context.Context) string {
+	if a, ok := ctx.Value(actorKey{}).(string); ok && a != "" {
+		return a
+	}
+	return lifecycle.ActorScheduler
 }

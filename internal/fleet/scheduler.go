@@ -54,7 +54,9 @@ func (sc *Scheduler) Start(ctx context.Context) {
 		defer t.Stop()
 		down := false // the database was unavailable at the last pass
 		for {
-			_, err := sc.RunOnce(ctx)
+			pass, cancel := context.WithTimeout(ctx, passTimeout)
+			_, err := sc.RunOnce(pass)
+			cancel()
 			switch {
 			case ctx.Err() != nil:
 			case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE:
@@ -80,6 +82,14 @@ func (sc *Scheduler) Start(ctx context.Context) {
 	}()
 }
 
+// passTimeout bounds one scheduler pass, visitTimeout one visit of an
+// operation (its reads, its decision and its transaction): a database that
+// hangs fails the pass instead of stalling the scheduler for good.
+const (
+	passTimeout  = 2 * time.Minute
+	visitTimeout = 30 * time.Second
+)
+
 // Stop ends the scheduler and waits for its current pass.
 func (sc *Scheduler) Stop() {
 	sc.mu.Lock()
@@ -101,11 +111,15 @@ func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
 	n := 0
 	for _, id := range ids {
 		var clientID string
-		decide := sc.svc.decide(ctx)
-		visited, err := sc.svc.store.AdvanceOperation(ctx, id, func(v Visit) (Advance, error) {
+		vctx, cancel := context.WithTimeout(ctx, visitTimeout)
+		decide := sc.svc.decide(vctx)
+		// The store calls decide before it locks anything: decide reads the
+		// catalog and the device.
+		visited, err := sc.svc.store.AdvanceOperation(vctx, id, func(v Visit) (Advance, error) {
 			clientID = v.Deployment.ClientID
 			return decide(v)
 		}, sc.svc.now().UTC())
+		cancel()
 		if clientID != "" {
 			// A visit may have published: this process's cached manifest goes
 			// now; other processes hear the store's notification.
@@ -231,10 +245,6 @@ func (s *Service) stepDrain(ctx context.Context, op Operation, st Step, d Deploy
 		return nil, err
 	}
 	return lifecycle.ChooseDrain(nil, desc.Lifecycle.Upgrade), nil
-}
-
-func draining(d Deployment, v Visit) bool {
-	return d.State == lifecycle.StateDraining || v.LastPhase == string(margo.PhaseDraining)
 }
 
 // followUpRollback adds, for onFailure: rollback, an operation that restores

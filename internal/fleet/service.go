@@ -105,9 +105,11 @@ type Store interface {
 	// ActiveOperations returns the ids of queued and running operations,
 	// nearest deadline first.
 	ActiveOperations(ctx context.Context, limit int) ([]string, error)
-	// AdvanceOperation claims an active operation (skipping it when another
-	// scheduler holds it: visited false), calls decide with what it sees and
-	// applies the decision, in one transaction.
+	// AdvanceOperation reads an active operation and calls decide with what
+	// it sees, holding no lock (decide may read the catalog); then it claims
+	// the operation (skipping it when another scheduler holds it: visited
+	// false) and applies the decision in one transaction, unless what decide
+	// saw changed meanwhile (the next visit decides again).
 	AdvanceOperation(ctx context.Context, id string, decide func(Visit) (Advance, error), now time.Time) (visited bool, err error)
 }
 

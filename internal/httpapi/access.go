@@ -14,6 +14,7 @@ import (
 
 	"github.com/wfm-dev/wfm/api"
 	"github.com/wfm-dev/wfm/internal/access"
+	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/telemetry"
 )
@@ -111,7 +112,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.refuse(w, r, p, addr, s.actionOf(r), tooManyRequests(wait), true)
 			return
 		}
-		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		ctx := fleet.WithActor(context.WithValue(r.Context(), principalKey{}, p), p.Name)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, addrKey{}, addr)))
 	})
 }

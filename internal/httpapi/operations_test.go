@@ -500,9 +500,19 @@ func TestDrain(t *testing.T) {
 		require.NotNil(t, op.Reason)
 		assert.Equal(t, "drain-timeout", *op.Reason)
 		got := e.deployment(t, id)
-		assert.Equal(t, base, got.Revision, "the old revision stays desired")
+		// History is append-only: the revert publishes a new revision (after
+		// the abandoned upgrade's) that repeats the old one byte for byte.
+		assert.Equal(t, base+2, got.Revision, "a new revision repeats the old one")
+		assert.Equal(t, sdk.DeploymentState("installed"), got.State, "the device still runs it")
 		assert.Equal(t, "1.0.0", got.Version)
 		assert.Equal(t, "1.0.0", dev.desiredVersion(id))
+		old, err := e.mgmt.GetRevisionWithResponse(t.Context(), id, base)
+		require.NoError(t, err)
+		repeat, err := e.mgmt.GetRevisionWithResponse(t.Context(), id, base+2)
+		require.NoError(t, err)
+		require.NotNil(t, old.JSON200)
+		require.NotNil(t, repeat.JSON200)
+		assert.Equal(t, old.JSON200.Digest, repeat.JSON200.Digest, "the same content")
 	})
 }
 

@@ -39,6 +39,7 @@ var statusByCode = map[lifecycle.Code]int{
 	lifecycle.EINTERNAL:        http.StatusInternalServerError,
 	lifecycle.EUNSUPPORTEDTYPE: http.StatusUnsupportedMediaType,
 	lifecycle.ENOTACCEPTABLE:   http.StatusNotAcceptable,
+	lifecycle.EGONE:            http.StatusGone,
 }
 
 // problem is the body of an RFC 9457 answer. Extra members are merged in at

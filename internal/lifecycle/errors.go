@@ -26,6 +26,7 @@ const (
 	EINTERNAL        Code = "internal"               // a bug or an unexpected failure (HTTP 500)
 	EUNSUPPORTEDTYPE Code = "unsupported-media-type" // unsupported media type (HTTP 415)
 	ENOTACCEPTABLE   Code = "not-acceptable"         // no acceptable representation (HTTP 406)
+	EGONE            Code = "gone"                   // existed once, no longer kept (HTTP 410)
 )
 
 // FieldError names one problem with one part of an input, located by a JSON

@@ -46,75 +46,56 @@ func scanDeployment(row pgx.Row, extra ...any) (fleet.Deployment, error) {
 	return d, json.Unmarshal([]byte(params), &d.Parameters)
 }
 
-func appendHistory(ctx context.Context, tx pgx.Tx, id string, from, to lifecycle.State, cause string, rev int, reason string, now time.Time) error {
-	var f *string
-	if from != "" {
-		s := string(from)
-		f = &s
+// aggregate is what a decision needs of d; last is its highest revision
+// number.
+func aggregate(d fleet.Deployment, last int) lifecycle.Deployment {
+	if last < d.Revision {
+		last = d.Revision
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO deployment_history (deployment_id, at, from_state, to_state, cause, revision, reason) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		id, now, f, string(to), cause, rev, reason)
-	return err
+	return lifecycle.Deployment{ID: d.ID, ClientID: d.ClientID, DeviceID: d.DeviceID, ApplicationID: d.ApplicationID, State: d.State,
+		Revision: d.Revision, InstalledRevision: d.InstalledRevision, LastRevision: last, Removing: d.Removing, Version: d.Version.String()}
 }
 
-// CreateDeployment implements fleet.Store.
+// CreateDeployment implements fleet.Store: it reads, under share locks,
+// what the decision needs (device, version, client), decides
+// (lifecycle.DecideCreate) and applies.
 func (s *FleetStore) CreateDeployment(ctx context.Context, nd fleet.NewDeployment, now time.Time) (fleet.Deployment, error) {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var registered bool
 		err := tx.QueryRow(ctx, `SELECT registered FROM devices WHERE client_id = $1 AND id = $2 FOR SHARE`, nd.ClientID, nd.DeviceID).Scan(&registered)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !registered) {
-			return notFound("Client %s has no registered device %s.", nd.ClientID, nd.DeviceID)
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
 		var yanked bool
-		err = tx.QueryRow(ctx, `SELECT yanked FROM application_versions WHERE application_id = $1 AND version = $2 FOR SHARE`, nd.ApplicationID, nd.Version.String()).Scan(&yanked)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("Application %s has no version %s.", nd.ApplicationID, nd.Version)
-		}
-		if err != nil {
-			return err
-		}
-		if yanked {
-			return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "version-yanked", Message: fmt.Sprintf("Version %s of %s was yanked; it cannot be deployed.", nd.Version, nd.ApplicationID)}
+		if registered {
+			err = tx.QueryRow(ctx, `SELECT yanked FROM application_versions WHERE application_id = $1 AND version = $2 FOR SHARE`, nd.ApplicationID, nd.Version.String()).Scan(&yanked)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return notFound("Application %s has no version %s.", nd.ApplicationID, nd.Version)
+			}
+			if err != nil {
+				return err
+			}
 		}
 		yaml, err := nd.Render()
 		if err != nil {
 			return err
 		}
 		var status string
-		if err := tx.QueryRow(ctx, `SELECT status FROM clients WHERE id = $1`, nd.ClientID).Scan(&status); err != nil {
-			return err
+		if registered {
+			if err := tx.QueryRow(ctx, `SELECT status FROM clients WHERE id = $1`, nd.ClientID).Scan(&status); err != nil {
+				return err
+			}
 		}
-		if status != string(fleet.ClientAccepted) {
-			return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "client-retired",
-				Message: fmt.Sprintf("Client %s is retired; accept it again before deploying to its devices.", nd.ClientID)}
-		}
-		v, err := bumpManifest(ctx, tx, nd.ClientID)
+		c, err := lifecycle.DecideCreate(lifecycle.CreateInput{
+			Deployment: lifecycle.Deployment{ID: nd.ID, ClientID: nd.ClientID, DeviceID: nd.DeviceID, ApplicationID: nd.ApplicationID},
+			Revision: lifecycle.NewRevision{Version: nd.Version.String(), ProfileID: nd.ProfileID, Parameters: nd.Parameters,
+				Components: nd.Components, YAML: yaml},
+			Registered: registered, Yanked: yanked, ClientRetired: status != string(fleet.ClientAccepted),
+		}, now, fleet.ActorOf(ctx))
 		if err != nil {
 			return err
 		}
-		params, err := json.Marshal(nd.Parameters)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
-INSERT INTO deployments (id, client_id, device_id, application_id, state, state_reason, state_changed_at, revision, desired_since, created_at, updated_at)
-VALUES ($1, $2, $3, $4, 'pending', $5, $6, 1, $7, $6, $6)`,
-			nd.ID, nd.ClientID, nd.DeviceID, nd.ApplicationID, "Revision 1 published; waiting for the device to adopt it.", now, int64(v)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
-INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, yaml, digest, manifest_version, created_at)
-VALUES ($1, 1, $2, $3, $4, $5::jsonb, 'install', 'pending', $6, $7, $8, $9, $10)`,
-			nd.ID, nd.ApplicationID, nd.Version.String(), nd.ProfileID, string(params), nd.Components, yaml, margo.Digest(yaml), int64(v), now); err != nil {
-			return err
-		}
-		if err := appendHistory(ctx, tx, nd.ID, "", lifecycle.StatePending, fleet.CauseOperation, 1, "install of "+nd.Version.String()+" published", now); err != nil {
-			return err
-		}
-		return renderManifest(ctx, tx, nd.ClientID, v, now)
+		return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}})
 	})
 	if err != nil {
 		return fleet.Deployment{}, translate(err)
@@ -125,35 +106,18 @@ VALUES ($1, 1, $2, $3, $4, $5::jsonb, 'install', 'pending', $6, $7, $8, $9, $10)
 // RemoveDeployment implements fleet.Store.
 func (s *FleetStore) RemoveDeployment(ctx context.Context, id string, check func(fleet.Deployment) error, now time.Time) (fleet.Deployment, error) {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		d, err := lockDeployment(ctx, tx, id, "")
+		d, last, err := lockDeployment(ctx, tx, id, "")
 		if err != nil {
 			return err
 		}
 		if err := check(d); err != nil {
 			return err
 		}
-		if d.Removing {
-			return nil // removal is already published: nothing changes
-		}
-		next, err := lifecycle.Publish(d.State, lifecycle.OperationRemove)
-		if err != nil {
+		c, err := lifecycle.DecideRemove(aggregate(d, last), now, fleet.ActorOf(ctx))
+		if err != nil || c.Empty() {
 			return err
 		}
-		v, err := bumpManifest(ctx, tx, d.ClientID)
-		if err != nil {
-			return err
-		}
-		reason := "Removal published; waiting for the device to remove the workload."
-		if _, err := tx.Exec(ctx, `UPDATE deployments SET removing = true, state = $2, state_reason = $3, state_changed_at = $4, desired_since = $5, updated_at = $4,
-generation = generation + 1 WHERE id = $1 AND state = $6`, id, string(next), reason, now, int64(v), string(d.State)); err != nil {
-			return err
-		}
-		if next != d.State {
-			if err := appendHistory(ctx, tx, id, d.State, next, fleet.CauseOperator, d.Revision, reason, now); err != nil {
-				return err
-			}
-		}
-		return renderManifest(ctx, tx, d.ClientID, v, now)
+		return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}})
 	})
 	if err != nil {
 		return fleet.Deployment{}, translate(err)
@@ -161,11 +125,11 @@ generation = generation + 1 WHERE id = $1 AND state = $6`, id, string(next), rea
 	return s.Deployment(ctx, id)
 }
 
-// lockDeployment reads a deployment FOR UPDATE; with clientID it must be
-// that client's.
-func lockDeployment(ctx context.Context, tx pgx.Tx, id, clientID string) (fleet.Deployment, error) {
+// lockDeployment reads a deployment FOR UPDATE, with its highest revision
+// number; with clientID it must be that client's.
+func lockDeployment(ctx context.Context, tx pgx.Tx, id, clientID string) (fleet.Deployment, int, error) {
 	if !validUUID(id) {
-		return fleet.Deployment{}, notFound("There is no deployment %s.", id)
+		return fleet.Deployment{}, 0, notFound("There is no deployment %s.", id)
 	}
 	// Lock first, then read in a second statement: a locking read that had
 	// to wait re-reads only the locked row, not the rows it joined (the
@@ -173,16 +137,18 @@ func lockDeployment(ctx context.Context, tx pgx.Tx, id, clientID string) (fleet.
 	var one int
 	err := tx.QueryRow(ctx, `SELECT 1 FROM deployments WHERE id = $1 AND ($2 = '' OR client_id = $2) FOR UPDATE`, id, clientID).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fleet.Deployment{}, notFound("There is no deployment %s.", id)
+		return fleet.Deployment{}, 0, notFound("There is no deployment %s.", id)
 	}
 	if err != nil {
-		return fleet.Deployment{}, err
+		return fleet.Deployment{}, 0, err
 	}
-	d, err := scanDeployment(tx.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+sqlDeploymentFrom+` WHERE d.id = $1`, id))
+	var last int
+	d, err := scanDeployment(tx.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+`, (SELECT max(n) FROM revisions WHERE deployment_id = d.id)`+
+		sqlDeploymentFrom+` WHERE d.id = $1`, id), &last)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return d, notFound("There is no deployment %s.", id)
+		return d, 0, notFound("There is no deployment %s.", id)
 	}
-	return d, err
+	return d, last, err
 }
 
 // retentionEvery is how often (in reports) the retention delete runs once a
@@ -309,54 +275,31 @@ JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2`, r.De
 	if err != nil {
 		return d, false, false, err // a refused report changes nothing
 	}
-	adopted := max(d.NewestAdopted, r.AdoptedManifestVersion)
-	args := []any{d.ID, int64(adopted), now, d.Generation, int64(r.AdoptedManifestVersion), string(r.State), dec.Stale, string(r.JSON)}
-	set := `newest_adopted = $2, reports = reports + 1, updated_at = $3, generation = generation + 1`
-	var ctes []string
-	if dec.Changed {
-		args = append(args, string(dec.Next), dec.Reason, string(d.State), d.Revision, fleet.CauseReport)
-		set += `, state = $9, state_reason = $10, state_changed_at = $3`
-		if dec.Next == lifecycle.StateInstalled {
-			set += `, installed_revision = revision`
-		}
-		ctes = append(ctes, `hist AS (INSERT INTO deployment_history (deployment_id, at, from_state, to_state, cause, revision, reason)
-    SELECT id, $3, $11, $9, $13, $12, $10 FROM u)`)
-		switch dec.Next {
-		case lifecycle.StateInstalled:
-			ctes = append(ctes, `rev AS (UPDATE revisions SET outcome = CASE WHEN n = $12 THEN 'active' ELSE 'superseded' END,
-    installed_at = CASE WHEN n = $12 THEN coalesce(installed_at, $3) ELSE installed_at END
-    WHERE deployment_id = $1 AND (n = $12 OR outcome = 'active') AND EXISTS (SELECT 1 FROM u))`)
-		case lifecycle.StateFailed:
-			ctes = append(ctes, `rev AS (UPDATE revisions SET outcome = 'failed'
-    WHERE deployment_id = $1 AND n = $12 AND outcome = 'pending' AND EXISTS (SELECT 1 FROM u))`)
-		}
+	c, err := lifecycle.DecideReport(aggregate(d, 0), dec, now, clientID)
+	if err != nil {
+		return d, false, false, err
 	}
+	keep := 0
 	if n := d.Reports + 1; n > int64(s.retention) && n%retentionEvery == 0 {
-		// The delete does not see the report this statement inserts:
-		// keep retention-1 older ones besides it.
-		args = append(args, s.retention-1)
-		ctes = append(ctes, fmt.Sprintf(`ret AS (DELETE FROM status_reports WHERE deployment_id = $1 AND EXISTS (SELECT 1 FROM u) AND id <= (
-    SELECT id FROM status_reports WHERE deployment_id = $1 ORDER BY id DESC OFFSET $%d LIMIT 1))`, len(args)))
+		keep = s.retention
 	}
-	query := `WITH u AS (UPDATE deployments SET ` + set + ` WHERE id = $1 AND generation = $4 RETURNING id),
-ins AS (INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report)
-    SELECT id, $3, $5, $6, $7, $8::json FROM u)`
-	for _, c := range ctes {
-		query += ",\n" + c
+	query, args, nev, err := reportStatement(c, d, r, dec.Stale, keep)
+	if err != nil {
+		return d, false, false, err
 	}
-	query += "\nSELECT count(*) FROM u"
-	var n int
-	if err := q.QueryRow(ctx, query, args...).Scan(&n); err != nil {
+	var n, inserted int
+	if err := q.QueryRow(ctx, query, args...).Scan(&n, &inserted); err != nil {
 		return d, false, false, translate(err)
 	}
 	if n != 1 {
 		return d, false, false, nil
 	}
-	first = d.Reports == 0
-	d.Generation, d.Reports, d.NewestAdopted = d.Generation+1, d.Reports+1, adopted
-	if dec.Changed {
-		d.State = dec.Next
+	if inserted != nev {
+		return d, false, false, errEventBounds(inserted, nev)
 	}
+	first = d.Reports == 0
+	d.Generation, d.Reports, d.NewestAdopted = d.Generation+1, d.Reports+1, max(d.NewestAdopted, r.AdoptedManifestVersion)
+	d.State, d.InstalledRevision = c.After.State, c.After.InstalledRevision
 	return d, true, first, nil
 }
 

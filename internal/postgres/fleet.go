@@ -317,37 +317,28 @@ func (s *FleetStore) UnregisterDevice(ctx context.Context, clientID, deviceID st
 			return notFound("Client %s has no registered device %s.", clientID, deviceID)
 		}
 		// Lock order everywhere: device, deployments, client row.
-		rows, err := tx.Query(ctx, `SELECT id::text, state, revision FROM deployments WHERE client_id = $1 AND device_id = $2 AND state <> 'removed' ORDER BY id FOR UPDATE`, clientID, deviceID)
+		rows, err := tx.Query(ctx, `SELECT id::text FROM deployments WHERE client_id = $1 AND device_id = $2 AND state <> $3 ORDER BY id FOR UPDATE`,
+			clientID, deviceID, string(lifecycle.StateRemoved))
 		if err != nil {
 			return err
 		}
-		type dep struct {
-			id, state string
-			rev       int
-		}
-		deps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dep, error) {
-			var d dep
-			err := r.Scan(&d.id, &d.state, &d.rev)
-			return d, err
-		})
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			return err
 		}
-		v, err := bumpManifest(ctx, tx, clientID)
-		if err != nil {
-			return err
-		}
-		for _, d := range deps {
-			reason := "The device unregistered (DELETE /api/v1/capabilities); its deployments left the manifest."
-			if _, err := tx.Exec(ctx, `UPDATE deployments SET removing = true, state = 'removed', state_reason = $2, state_changed_at = $3,
-desired_since = $4, updated_at = $3, generation = generation + 1 WHERE id = $1`, d.id, reason, now, int64(v)); err != nil {
+		ds := make([]lifecycle.Deployment, 0, len(ids))
+		for _, id := range ids {
+			d, last, err := lockDeployment(ctx, tx, id, clientID)
+			if err != nil {
 				return err
 			}
-			if err := appendHistory(ctx, tx, d.id, lifecycle.State(d.state), lifecycle.StateRemoved, fleet.CauseDeviceUnregistered, d.rev, reason, now); err != nil {
-				return err
-			}
+			ds = append(ds, aggregate(d, last))
 		}
-		return renderManifest(ctx, tx, clientID, v, now)
+		changes, err := lifecycle.DecideUnregister(clientID, deviceID, ds, now, clientID)
+		if err != nil {
+			return err
+		}
+		return apply(ctx, tx, batch{changes: changes})
 	}))
 }
 

@@ -61,7 +61,11 @@ func (l *Listener) listenOnce(ctx context.Context) error {
 	}
 	// The connection carries LISTEN state: take it out of the pool for good.
 	pc := conn.Hijack()
-	defer pc.Close(context.Background())
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = pc.Close(cctx)
+	}()
 	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{l.Channel}.Sanitize()); err != nil {
 		return err
 	}

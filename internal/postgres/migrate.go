@@ -76,11 +76,14 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 const sqlAppliedVersions = `SELECT version_id FROM ` + goose.DefaultTablename
 
 // Check reports whether the database is reachable and holds every embedded
-// migration; it backs the readiness probe. It costs one query and, unlike
-// goose's own HasPending, never creates goose's version table.
+// migration; it backs the readiness probe. It costs two small queries and,
+// unlike goose's own HasPending, never creates goose's version table.
 //
 // Returns an error wrapping ErrPendingMigrations if a migration is missing,
-// or the connection error if the database does not answer within ctx.
+// one wrapping ErrEventClockBehind if the event log holds ids the database's
+// transaction counter has not reached (a restore into a new cluster, see
+// events.go), or the connection error if the database does not answer
+// within ctx.
 // Versions applied by a newer binary do not make it fail: during a rolling
 // update the old replicas stay ready on the newer schema.
 func Check(ctx context.Context, pool *pgxpool.Pool) error {
@@ -109,7 +112,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: %d of %d not applied, versions %v", ErrPendingMigrations, len(missing), len(want), missing)
 	}
-	return nil
+	return checkEventClock(ctx, pool)
 }
 
 // undefinedTable is SQLSTATE 42P01.

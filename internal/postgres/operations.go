@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
-	"github.com/wfm-dev/wfm/internal/margo"
 )
 
 // SchedulerChannel is the LISTEN/NOTIFY channel that wakes schedulers when
@@ -121,7 +118,7 @@ func loadSteps(ctx context.Context, q interface {
 // CreateOperation implements fleet.Store.
 func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, check func(fleet.Deployment) error, now time.Time) (fleet.Operation, error) {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		d, err := lockDeployment(ctx, tx, op.DeploymentID, "")
+		d, last, err := lockDeployment(ctx, tx, op.DeploymentID, "")
 		if err != nil {
 			return err
 		}
@@ -136,39 +133,37 @@ func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, ch
 		if err := check(d); err != nil {
 			return err
 		}
-		params, err := json.Marshal(op.Parameters)
-		if err != nil {
-			return err
+		op.DeploymentID = d.ID
+		actor := op.RequestedBy
+		if actor == "" {
+			actor = fleet.ActorOf(ctx)
 		}
-		var restore *int
-		if op.RestoreRevision > 0 {
-			restore = &op.RestoreRevision
-		}
-		_, err = tx.Exec(ctx, `
-INSERT INTO operations (id, deployment_id, type, state, from_version, to_version, parameters, profile_id, strategy, drain, on_failure,
-    step_timeout, forced, force_reason, requested_by, base_revision, restore_revision, deadline, created_at, updated_at)
-VALUES ($1, $2, $3, 'queued', $4, $5, $6::jsonb, $7, $8, $9::jsonb, $10, make_interval(secs => $11), $12, $13, $14, $15, $16, $17, $18, $18)`,
-			op.ID, d.ID, string(op.Type), op.FromVersion.String(), op.ToVersion.String(), string(params), op.ProfileID, string(op.Strategy),
-			drainValue(op.Drain), op.OnFailure, op.StepTimeout.Seconds(), op.Forced, op.ForceReason, op.RequestedBy, d.Revision, restore, op.Deadline, now)
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "23505" { // a concurrent request won the one-active-operation index
-			return operationInProgress(d.ID, "")
-		}
-		if err != nil {
-			return err
-		}
-		for _, st := range op.Steps {
-			if _, err := tx.Exec(ctx, `INSERT INTO operation_steps (operation_id, n, version, state) VALUES ($1, $2, $3, 'pending')`, op.ID, st.N, st.Version.String()); err != nil {
-				return err
-			}
-		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify('`+SchedulerChannel+`', $1)`, op.ID)
-		return err
+		c := lifecycle.NewChange(aggregate(d, last), now, actor)
+		c.CreateOperation(lifecycle.Operation{ID: op.ID, Kind: op.Type}, createdBody(op))
+		return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}, operations: map[string]fleet.Operation{op.ID: op}})
 	})
 	if err != nil {
 		return fleet.Operation{}, translate(err)
 	}
 	return s.Operation(ctx, op.ID)
+}
+
+func createdBody(op fleet.Operation) lifecycle.OperationCreatedBody {
+	b := lifecycle.OperationCreatedBody{Operation: string(op.Type), ToVersion: op.ToVersion.String(), Steps: len(op.Steps),
+		Forced: op.Forced, Deadline: op.Deadline}
+	if op.Type != lifecycle.OperationInstall {
+		b.FromVersion = op.FromVersion.String()
+	}
+	return b
+}
+
+// opAggregate is what a decision needs of o.
+func opAggregate(o fleet.Operation) *lifecycle.Operation {
+	a := &lifecycle.Operation{ID: o.ID, Kind: o.Type, State: o.State}
+	for _, st := range o.Steps {
+		a.Steps = append(a.Steps, lifecycle.Step{N: st.N, State: st.State, Revision: st.Revision, Version: st.Version.String()})
+	}
+	return a
 }
 
 func operationInProgress(deploymentID, active string) error {
@@ -234,47 +229,25 @@ func (s *FleetStore) CancelOperation(ctx context.Context, id string, reason stri
 		return fleet.Operation{}, notFound("There is no operation %s.", id)
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var state lifecycle.OperationState
-		var depID string
-		err := tx.QueryRow(ctx, `SELECT state, deployment_id::text FROM operations WHERE id = $1 FOR UPDATE`, id).Scan(&state, &depID)
+		op, err := scanOperation(tx.QueryRow(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 FOR UPDATE`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("There is no operation %s.", id)
 		}
 		if err != nil {
 			return err
 		}
-		if !state.Active() {
-			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "operation-ended", Message: "Operation " + id + " already ended (" + string(state) + ")."}
-		}
-		// A published step the device has not finished leaves nothing to wait
-		// for once the operation ends: the deployment fails, so that a person
-		// (or a new operation) decides, instead of staying in progress.
-		var published bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM operation_steps WHERE operation_id = $1 AND state = 'published')`, id).Scan(&published); err != nil {
+		if err := loadSteps(ctx, tx, &op); err != nil {
 			return err
 		}
-		d, err := lockDeployment(ctx, tx, depID, "")
+		d, last, err := lockDeployment(ctx, tx, op.DeploymentID, "")
 		if err != nil {
 			return err
 		}
-		if published && !d.State.Settled() && lifecycle.CanTransition(d.State, lifecycle.StateFailed) {
-			msg := "Operation " + id + " was " + reason + " before the device finished revision " + strconv.Itoa(d.Revision) + "."
-			if _, err := tx.Exec(ctx, `UPDATE deployments SET state = 'failed', state_reason = $2, state_changed_at = $3, updated_at = $3,
-generation = generation + 1 WHERE id = $1`, d.ID, msg, now); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = 'failed' WHERE deployment_id = $1 AND n = $2 AND outcome = 'pending'`, d.ID, d.Revision); err != nil {
-				return err
-			}
-			if err := appendHistory(ctx, tx, d.ID, d.State, lifecycle.StateFailed, fleet.CauseOperator, d.Revision, msg, now); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.Exec(ctx, `UPDATE operations SET state = 'cancelled', reason = $2, updated_at = $3, finished_at = $3 WHERE id = $1`, id, reason, now); err != nil {
+		c := lifecycle.NewChange(aggregate(d, last), now, fleet.ActorOf(ctx))
+		if err := c.CancelOperation(opAggregate(op), reason, true); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE operation_steps SET state = 'cancelled', finished_at = $2 WHERE operation_id = $1 AND state IN ('pending', 'published')`, id, now)
-		return err
+		return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}})
 	})
 	if err != nil {
 		return fleet.Operation{}, translate(err)
@@ -302,227 +275,176 @@ func (s *FleetStore) ActiveOperations(ctx context.Context, limit int) ([]string,
 	return ids, translate(err)
 }
 
-// AdvanceOperation implements fleet.Store. It claims the operation with
-// FOR UPDATE SKIP LOCKED, so that several schedulers (server processes)
-// never work on one operation at once: a held one is skipped (visited false).
-func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide func(fleet.Visit) (fleet.Advance, error), now time.Time) (bool, error) {
-	visited := false
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		op, err := scanOperation(tx.QueryRow(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 AND state IN ('queued', 'running') FOR UPDATE SKIP LOCKED`, id))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // ended, or another scheduler holds it
+// reader is what reading a visit needs: the pool or a transaction.
+type reader interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// readVisit reads what the scheduler decides on for operation id: the
+// operation (if still active), its steps, its deployment, the revisions the
+// decision may need and the newest reported drain phase. With lock (in a
+// transaction) the operation is claimed FOR UPDATE SKIP LOCKED and the
+// deployment locked; ok is false when the operation ended or another
+// scheduler holds it.
+func readVisit(ctx context.Context, q reader, tx pgx.Tx, id string) (v fleet.Visit, ok bool, err error) {
+	lock := ""
+	if tx != nil {
+		q, lock = tx, " FOR UPDATE SKIP LOCKED"
+	}
+	op, err := scanOperation(q.QueryRow(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 AND state IN ('queued', 'running')`+lock, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return v, false, nil // ended, or another scheduler holds it
+	}
+	if err != nil {
+		return v, false, err
+	}
+	if err := loadSteps(ctx, q, &op); err != nil {
+		return v, false, err
+	}
+	var d fleet.Deployment
+	if tx != nil {
+		d, v.LastRevision, err = lockDeployment(ctx, tx, op.DeploymentID, "")
+	} else {
+		d, err = scanDeployment(q.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+`, (SELECT max(n) FROM revisions WHERE deployment_id = d.id)`+
+			sqlDeploymentFrom+` WHERE d.id = $1`, op.DeploymentID), &v.LastRevision)
+	}
+	if err != nil {
+		return v, false, err
+	}
+	v.Op, v.Deployment, v.Revisions = op, d, map[int]fleet.Revision{}
+	for _, n := range []int{op.BaseRevision, d.Revision, op.RestoreRevision, d.InstalledRevision} {
+		if n <= 0 {
+			continue
 		}
+		if _, ok := v.Revisions[n]; ok {
+			continue
+		}
+		r, err := scanRevision(q.QueryRow(ctx, `SELECT `+sqlRevisionColumns+` FROM revisions WHERE deployment_id = $1 AND n = $2`, d.ID, n))
 		if err != nil {
+			return v, false, err
+		}
+		v.Revisions[n] = r
+	}
+	var phase *string
+	err = q.QueryRow(ctx, `SELECT report->'x-wfm-extensions'->>'phase' FROM status_reports WHERE deployment_id = $1 ORDER BY id DESC LIMIT 1`, d.ID).Scan(&phase)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return v, false, err
+	}
+	if phase != nil {
+		v.LastPhase = *phase
+	}
+	return v, true, nil
+}
+
+// sameVisit reports whether nothing a decision looks at changed between two
+// reads of a visit.
+func sameVisit(a, b fleet.Visit) bool {
+	if a.Op.State != b.Op.State || !a.Op.UpdatedAt.Equal(b.Op.UpdatedAt) || !a.Op.Deadline.Equal(b.Op.Deadline) ||
+		a.Deployment.Generation != b.Deployment.Generation || a.LastRevision != b.LastRevision || a.LastPhase != b.LastPhase ||
+		len(a.Op.Steps) != len(b.Op.Steps) {
+		return false
+	}
+	for i := range a.Op.Steps {
+		if a.Op.Steps[i].State != b.Op.Steps[i].State || a.Op.Steps[i].Revision != b.Op.Steps[i].Revision {
+			return false
+		}
+	}
+	return true
+}
+
+// AdvanceOperation implements fleet.Store. It reads the visit and calls
+// decide before it takes any lock (decide reads the catalog and devices on
+// other connections); then it claims the operation with FOR UPDATE SKIP
+// LOCKED, so that several schedulers (server processes) never work on one
+// operation at once (a held one is skipped: visited false), locks the
+// deployment, reads the visit again and applies the decision only if
+// nothing it looked at changed meanwhile (otherwise the next pass decides
+// again).
+func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide func(fleet.Visit) (fleet.Advance, error), now time.Time) (bool, error) {
+	v, ok, err := readVisit(ctx, s.pool, nil, id)
+	if err != nil || !ok {
+		return false, translate(err)
+	}
+	adv, err := decide(v)
+	if err != nil {
+		return true, translate(err)
+	}
+	visited := false
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		locked, ok, err := readVisit(ctx, nil, tx, id)
+		if err != nil || !ok {
 			return err
 		}
 		visited = true
-		if err := loadSteps(ctx, tx, &op); err != nil {
+		if !sameVisit(v, locked) {
+			return nil // changed since it was decided: the next pass decides again
+		}
+		b, err := advanceBatch(locked, adv, now)
+		if err != nil || b.changes[0].Empty() {
 			return err
 		}
-		d, err := lockDeployment(ctx, tx, op.DeploymentID, "")
-		if err != nil {
-			return err
-		}
-		v := fleet.Visit{Op: op, Deployment: d, Revisions: map[int]fleet.Revision{}}
-		if err := tx.QueryRow(ctx, `SELECT max(n) FROM revisions WHERE deployment_id = $1`, d.ID).Scan(&v.LastRevision); err != nil {
-			return err
-		}
-		for _, n := range []int{op.BaseRevision, d.Revision, op.RestoreRevision, d.InstalledRevision} {
-			if n <= 0 {
-				continue
-			}
-			if _, ok := v.Revisions[n]; ok {
-				continue
-			}
-			r, err := scanRevision(tx.QueryRow(ctx, `SELECT `+sqlRevisionColumns+` FROM revisions WHERE deployment_id = $1 AND n = $2`, d.ID, n))
-			if err != nil {
-				return err
-			}
-			v.Revisions[n] = r
-		}
-		var phase *string
-		err = tx.QueryRow(ctx, `SELECT report->'x-wfm-extensions'->>'phase' FROM status_reports WHERE deployment_id = $1 ORDER BY id DESC LIMIT 1`, d.ID).Scan(&phase)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		if phase != nil {
-			v.LastPhase = *phase
-		}
-		adv, err := decide(v)
-		if err != nil {
-			return err
-		}
-		return s.apply(ctx, tx, v, adv, now)
+		return apply(ctx, tx, b)
 	})
 	return visited, translate(err)
 }
 
-// apply writes one scheduler decision.
-func (s *FleetStore) apply(ctx context.Context, tx pgx.Tx, v fleet.Visit, a fleet.Advance, now time.Time) error {
+// advanceBatch turns one scheduler decision into the change of the
+// operation's deployment, through the lifecycle's decisions.
+func advanceBatch(v fleet.Visit, a fleet.Advance, now time.Time) (batch, error) {
 	op, d := v.Op, v.Deployment
+	c := lifecycle.NewChange(aggregate(d, v.LastRevision), now, lifecycle.ActorScheduler)
+	o := opAggregate(op)
+	b := batch{changes: []*lifecycle.Change{c}, deadlineOf: op.ID}
 	if a.StepInstalled > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE operation_steps SET state = 'installed', finished_at = $3 WHERE operation_id = $1 AND n = $2`, op.ID, a.StepInstalled, now); err != nil {
-			return err
+		if err := c.InstallStep(o, a.StepInstalled); err != nil {
+			return b, err
 		}
 	}
-	state := op.State
-	if a.Publish != nil {
-		if err := s.publishRevision(ctx, tx, op, d, *a.Publish, now); err != nil {
-			return err
+	if p := a.Publish; p != nil {
+		if err := c.PublishStep(o, p.Step, lifecycle.NewRevision{Version: p.Version.String(), ProfileID: p.ProfileID, Parameters: p.Parameters,
+			Kind: p.Kind, Components: p.Components, YAML: p.YAML, Strategy: p.Strategy, Forced: p.Forced, ForceReason: p.ForceReason}); err != nil {
+			return b, err
 		}
-		state = lifecycle.OperationRunning
+		if c.Revision.N != p.Revision {
+			return b, fmt.Errorf("operation %s: rendered revision %d, publishing %d", op.ID, p.Revision, c.Revision.N)
+		}
 	}
 	if a.RevertTo > 0 {
-		if err := revert(ctx, tx, d, a.RevertTo, a.Reason, now); err != nil {
-			return err
+		target, ok := v.Revisions[a.RevertTo]
+		if !ok || a.RevertTo != d.InstalledRevision {
+			return b, fmt.Errorf("operation %s: revert to revision %d, which is not the installed one", op.ID, a.RevertTo)
+		}
+		if err := c.RevertAfterDrainTimeout(o, lifecycle.NewRevision{Version: target.Version.String(), Kind: target.Operation}, a.Reason); err != nil {
+			return b, err
 		}
 	}
-	if a.FailDeployment && d.State != lifecycle.StateFailed && lifecycle.CanTransition(d.State, lifecycle.StateFailed) {
-		if _, err := tx.Exec(ctx, `UPDATE deployments SET state = 'failed', state_reason = $2, state_changed_at = $3, updated_at = $3,
-generation = generation + 1 WHERE id = $1`, d.ID, a.Reason, now); err != nil {
-			return err
+	var err error
+	switch a.Finish {
+	case lifecycle.OperationSucceeded:
+		err = c.SucceedOperation(o, op.ToVersion.String())
+	case lifecycle.OperationFailed:
+		err = c.FailOperation(o, a.Reason, a.FailDeployment, a.FollowUp != nil)
+	case lifecycle.OperationCancelled:
+		err = c.CancelOperation(o, a.Reason, false)
+	case "":
+		if a.FailDeployment {
+			err = c.FailDeployment(lifecycle.CauseDeadline, a.Reason, op.ID)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = 'failed' WHERE deployment_id = $1 AND n = $2 AND outcome = 'pending'`, d.ID, d.Revision); err != nil {
-			return err
-		}
-		if err := appendHistory(ctx, tx, d.ID, d.State, lifecycle.StateFailed, fleet.CauseDeadline, d.Revision, a.Reason, now); err != nil {
-			return err
-		}
+	default:
+		err = fmt.Errorf("operation %s: unknown end %q", op.ID, a.Finish)
 	}
-	followUp := op.FollowUp
-	if a.FollowUp != nil {
-		f := *a.FollowUp
-		params, err := json.Marshal(f.Parameters)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE operations SET state = $2, reason = $3, updated_at = $4, finished_at = $4 WHERE id = $1`,
-			op.ID, a.Finish, a.Reason, now); err != nil { // end this one first: one active operation per deployment
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
-INSERT INTO operations (id, deployment_id, type, state, from_version, to_version, parameters, profile_id, strategy, drain, on_failure,
-    step_timeout, forced, force_reason, requested_by, base_revision, restore_revision, deadline, created_at, updated_at)
-VALUES ($1, $2, $3, 'queued', $4, $5, $6::jsonb, $7, $8, NULL, 'halt', make_interval(secs => $9), false, '', $10, $11, $12, $13, $14, $14)`,
-			f.ID, d.ID, string(f.Type), f.FromVersion.String(), f.ToVersion.String(), string(params), f.ProfileID, string(f.Strategy),
-			f.StepTimeout.Seconds(), f.RequestedBy, d.Revision, f.RestoreRevision, f.Deadline, now); err != nil {
-			return err
-		}
-		for _, st := range f.Steps {
-			if _, err := tx.Exec(ctx, `INSERT INTO operation_steps (operation_id, n, version, state) VALUES ($1, $2, $3, 'pending')`, f.ID, st.N, st.Version.String()); err != nil {
-				return err
-			}
-		}
-		followUp = f.ID
-	}
-	if a.Finish != "" {
-		// The steps end with the operation. A succeeded one has every step
-		// installed already (decide); failing its other steps first would
-		// take failed -> installed, which the step life cycle refuses.
-		if a.Finish == lifecycle.OperationSucceeded {
-			if _, err := tx.Exec(ctx, `UPDATE operation_steps SET state = 'installed', finished_at = coalesce(finished_at, $2) WHERE operation_id = $1`, op.ID, now); err != nil {
-				return err
-			}
-		} else if _, err := tx.Exec(ctx, `UPDATE operation_steps SET state = CASE WHEN $2 = 'cancelled' THEN 'cancelled' ELSE 'failed' END, finished_at = $3
-WHERE operation_id = $1 AND state IN ('pending', 'published')`, op.ID, a.Finish, now); err != nil {
-			return err
-		}
-		state = a.Finish
-	}
-	deadline := op.Deadline
-	if !a.Deadline.IsZero() {
-		deadline = a.Deadline
-	}
-	var finished *time.Time
-	if state.Terminal() {
-		finished = &now
-	}
-	var fu *string
-	if followUp != "" {
-		fu = &followUp
-	}
-	if a.FollowUp != nil {
-		_, err := tx.Exec(ctx, `UPDATE operations SET follow_up = $2::uuid WHERE id = $1`, op.ID, fu)
-		if err == nil {
-			_, err = tx.Exec(ctx, `SELECT pg_notify('`+SchedulerChannel+`', $1)`, a.FollowUp.ID)
-		}
-		return err
-	}
-	_, err := tx.Exec(ctx, `UPDATE operations SET state = $2, reason = CASE WHEN $3 = '' THEN reason ELSE $3 END, deadline = $4, updated_at = $5,
-finished_at = $6, follow_up = $7::uuid WHERE id = $1`, op.ID, state, a.Reason, deadline, now, finished, fu)
-	return err
-}
-
-// publishRevision stores a step's revision, makes it desired and publishes
-// the client's manifest.
-func (s *FleetStore) publishRevision(ctx context.Context, tx pgx.Tx, op fleet.Operation, d fleet.Deployment, p fleet.Publication, now time.Time) error {
-	next, err := lifecycle.Publish(d.State, p.Kind)
 	if err != nil {
-		return err
+		return b, err
 	}
-	v, err := bumpManifest(ctx, tx, d.ClientID)
-	if err != nil {
-		return err
+	if f := a.FollowUp; f != nil {
+		f.DeploymentID = d.ID
+		c.CreateOperation(lifecycle.Operation{ID: f.ID, Kind: f.Type}, createdBody(*f))
+		b.operations = map[string]fleet.Operation{f.ID: *f}
+		b.followUp = [2]string{op.ID, f.ID}
 	}
-	n := p.Revision
-	params, err := json.Marshal(p.Parameters)
-	if err != nil {
-		return err
+	if !a.Deadline.IsZero() && !a.Deadline.Equal(op.Deadline) {
+		c.Deadline = a.Deadline
 	}
-	if _, err := tx.Exec(ctx, `
-INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, yaml, digest,
-    manifest_version, created_at, operation_id, forced, force_reason, strategy)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, 'pending', $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
-		d.ID, n, d.ApplicationID, p.Version.String(), p.ProfileID, string(params), string(p.Kind), p.Components, p.YAML, margo.Digest(p.YAML),
-		int64(v), now, op.ID, p.Forced, p.ForceReason, string(p.Strategy)); err != nil {
-		return err
-	}
-	// A revision published but never installed is superseded by the next.
-	if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = 'superseded' WHERE deployment_id = $1 AND n < $2 AND outcome = 'pending'`, d.ID, n); err != nil {
-		return err
-	}
-	reason := fmt.Sprintf("%s to %s published as revision %d (operation %s, step %d).", p.Kind, p.Version, n, op.ID, p.Step)
-	if _, err := tx.Exec(ctx, `UPDATE deployments SET revision = $2, desired_since = $3, state = $4, state_reason = $5, state_changed_at = $6,
-updated_at = $6, generation = generation + 1 WHERE id = $1`, d.ID, n, int64(v), string(next), reason, now); err != nil {
-		return err
-	}
-	if next != d.State {
-		if err := appendHistory(ctx, tx, d.ID, d.State, next, fleet.CauseOperation, n, reason, now); err != nil {
-			return err
-		}
-	}
-	if _, err := tx.Exec(ctx, `UPDATE operation_steps SET state = 'published', revision = $3, published_at = $4 WHERE operation_id = $1 AND n = $2`,
-		op.ID, p.Step, n, now); err != nil {
-		return err
-	}
-	return renderManifest(ctx, tx, d.ClientID, v, now)
-}
-
-// revert makes an earlier revision desired again (the device kept running
-// it) and publishes the manifest.
-func revert(ctx context.Context, tx pgx.Tx, d fleet.Deployment, to int, reason string, now time.Time) error {
-	v, err := bumpManifest(ctx, tx, d.ClientID)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = 'failed' WHERE deployment_id = $1 AND n = $2`, d.ID, d.Revision); err != nil {
-		return err
-	}
-	next := lifecycle.StateInstalled
-	if d.InstalledRevision != to {
-		next = lifecycle.StatePending
-	}
-	if next != d.State && !lifecycle.CanTransition(d.State, next) {
-		return fmt.Errorf("revert of deployment %s: %s -> %s is not a transition", d.ID, d.State, next)
-	}
-	if _, err := tx.Exec(ctx, `UPDATE deployments SET revision = $2, desired_since = $3, state = $4, state_reason = $5, state_changed_at = $6,
-updated_at = $6, generation = generation + 1 WHERE id = $1`, d.ID, to, int64(v), string(next), reason, now); err != nil {
-		return err
-	}
-	if next != d.State {
-		if err := appendHistory(ctx, tx, d.ID, d.State, next, fleet.CauseDeadline, to, reason, now); err != nil {
-			return err
-		}
-	}
-	return renderManifest(ctx, tx, d.ClientID, v, now)
+	return b, nil
 }

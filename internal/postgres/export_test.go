@@ -1,0 +1,14 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+// Apply exposes the applier to this package's external tests.
+func Apply(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change) error {
+	return apply(ctx, tx, batch{changes: changes})
+}
