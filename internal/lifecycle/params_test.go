@@ -141,7 +141,7 @@ func TestCarryOverRules(t *testing.T) {
 	for _, tt := range tests {
 		got, changes := CarryOver(tt.in)
 		v, ok := got["p"]
-		if (tt.wantValue == nil) == ok || (ok && !equalValue(v, tt.wantValue)) {
+		if (tt.wantValue == nil) == ok || (ok && !EqualValues(v, tt.wantValue)) {
 			t.Errorf("CarryOver(%s)[p] = %v (present %v), want %v", tt.name, v, ok, tt.wantValue)
 		}
 		c := changeMap(t, changes)["p"]
@@ -311,7 +311,7 @@ func TestMergeValues(t *testing.T) {
 	}
 }
 
-func TestEqualValue(t *testing.T) {
+func TestEqualValues(t *testing.T) {
 	tests := []struct {
 		a, b any
 		want bool
@@ -344,8 +344,8 @@ func TestEqualValue(t *testing.T) {
 		{[]any{"a"}, "a", false},
 	}
 	for _, tt := range tests {
-		if got := equalValue(tt.a, tt.b); got != tt.want {
-			t.Errorf("equalValue(%#v, %#v) = %v, want %v", tt.a, tt.b, got, tt.want)
+		if got := EqualValues(tt.a, tt.b); got != tt.want {
+			t.Errorf("EqualValues(%#v, %#v) = %v, want %v", tt.a, tt.b, got, tt.want)
 		}
 	}
 }

@@ -480,7 +480,7 @@ func numericValue(v any) (any, bool) {
 		if len(x) > 64 || !jsonNumberPattern.MatchString(x) {
 			return nil, false
 		}
-		n, err := parseJSONNumber(x)
+		n, err := lifecycle.ParseNumber(x)
 		if err != nil {
 			return nil, false
 		}
@@ -735,7 +735,7 @@ func (e *matchExpression) eval(v any, present bool) (bool, string) {
 // scalars).
 func (e *matchExpression) contains(v any) (found, defined bool) {
 	eq := func(x any) bool {
-		return slices.ContainsFunc(e.values, func(want any) bool { return equalValues(x, want) })
+		return slices.ContainsFunc(e.values, func(want any) bool { return lifecycle.EqualValues(x, want) })
 	}
 	switch x := v.(type) {
 	case string, bool, int64, uint64, float64:
