@@ -28,6 +28,8 @@ func TestLayers(t *testing.T) {
 		{"internal/catalog", []string{"internal/postgres", "internal/httpapi"}},
 		{"internal/access", []string{"internal/postgres", "internal/httpapi"}},
 		{"internal/lifecycle", []string{"internal/"}},
+		// Test support stays out of the binary (the development CA is internal/devpki).
+		{"cmd/wfm", []string{"internal/testpki", "internal/pgtest", "internal/margotest"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg, func(t *testing.T) {
