@@ -358,7 +358,7 @@ func TestServerTLSConfigDefaults(t *testing.T) {
 	if c.MinVersion != tls.VersionTLS12 || c.ClientAuth != tls.RequireAndVerifyClientCert {
 		t.Errorf("ServerTLSConfig(RequireClientCert, AllowTLS12) = MinVersion %x, ClientAuth %v; want TLS 1.2, RequireAndVerifyClientCert", c.MinVersion, c.ClientAuth)
 	}
-	if identity.ServerTLSConfig(p.server, pool) == identity.ServerTLSConfig(p.server, pool) {
+	if a, b := identity.ServerTLSConfig(p.server, pool), identity.ServerTLSConfig(p.server, pool); a == b {
 		t.Errorf("ServerTLSConfig returned a shared configuration")
 	}
 }

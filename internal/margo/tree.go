@@ -28,11 +28,6 @@ type object struct {
 	m    map[string]any
 }
 
-func (o *object) get(k string) (any, bool) {
-	v, ok := o.m[k]
-	return v, ok
-}
-
 // limits counts what a reader has built, so hostile input stops early.
 type limits struct {
 	nodes int
