@@ -47,7 +47,7 @@ type ParamChange struct {
 // Problem types of the parameter rules.
 const (
 	// ProblemInvalidParameterValues is the type margo's ValidateValues
-	// refusals already use for unknown parameters; CheckReconfigure uses it
+	// refusals already use for unknown parameters; PlanReconfigure uses it
 	// too, so that one condition has one problem type.
 	ProblemInvalidParameterValues = "invalid-parameter-values"
 	ProblemImmutableParameter     = "immutable-parameter" // EINVALID: an immutable parameter would change
@@ -289,13 +289,6 @@ func PlanReconfigure(current, requested map[string]any, immutable, known func(na
 			Message: "The request changes no parameter value: every value it sets equals the running revision's. There is nothing to reconfigure."}
 	}
 	return plan, nil
-}
-
-// CheckReconfigure is PlanReconfigure for callers that need only the diff:
-// it returns plan.Changes and the same error (and the same diff on refusal).
-func CheckReconfigure(current, requested map[string]any, immutable, known func(name string) bool) ([]ParamChange, error) {
-	plan, err := PlanReconfigure(current, requested, immutable, known)
-	return plan.Changes, err
 }
 
 // DiffValues returns the full diff from the values before to the values
