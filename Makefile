@@ -39,9 +39,10 @@ generate: ## Regenerate api/ and sdk/ from openapi.yaml
 	$(GO) tool oapi-codegen -config sdk/config.yaml openapi.yaml
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l . | grep -v '^.data/' || true); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 .PHONY: bench
 bench: ## Run the benchmarks

@@ -36,6 +36,7 @@ import (
 
 	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/devpki"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
 	"github.com/wfm-dev/wfm/internal/identity"
@@ -44,7 +45,6 @@ import (
 	"github.com/wfm-dev/wfm/internal/ratelimit"
 	"github.com/wfm-dev/wfm/internal/sampling"
 	"github.com/wfm-dev/wfm/internal/telemetry"
-	"github.com/wfm-dev/wfm/internal/testpki"
 )
 
 func main() {
@@ -604,11 +604,11 @@ func tlsOptions(c config) []identity.TLSOption {
 
 // devPKI loads or creates the development CA and the device listener's
 // server certificate (localhost, 127.0.0.1, ::1) in dir.
-func devPKI(dir string) (*testpki.CA, tls.Certificate, bool, error) {
+func devPKI(dir string) (*devpki.CA, tls.Certificate, bool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, tls.Certificate{}, false, err
 	}
-	ca, created, err := testpki.LoadOrCreateCA(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"), "wfm development CA")
+	ca, created, err := devpki.LoadOrCreateCA(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"), "wfm development CA")
 	if err != nil {
 		return nil, tls.Certificate{}, false, fmt.Errorf("development CA: %w", err)
 	}
@@ -620,11 +620,11 @@ func devPKI(dir string) (*testpki.CA, tls.Certificate, bool, error) {
 	if err != nil {
 		return nil, tls.Certificate{}, false, err
 	}
-	certPEM, keyPEM, err := testpki.EncodePEM(cert)
+	certPEM, keyPEM, err := devpki.EncodePEM(cert)
 	if err != nil {
 		return nil, tls.Certificate{}, false, err
 	}
-	if err := testpki.WriteKeyPairFiles(certFile, keyFile, certPEM, keyPEM); err != nil {
+	if err := devpki.WriteKeyPairFiles(certFile, keyFile, certPEM, keyPEM); err != nil {
 		return nil, tls.Certificate{}, false, err
 	}
 	return ca, cert, created, nil
@@ -796,7 +796,7 @@ func issueClientCert(args []string, getenv func(string) string, stdout, stderr i
 		return err
 	}
 	certFile, keyFile := filepath.Join(*out, *clientID+".pem"), filepath.Join(*out, *clientID+"-key.pem")
-	if err := testpki.WriteKeyPairFiles(certFile, keyFile, certPEM, keyPEM); err != nil {
+	if err := devpki.WriteKeyPairFiles(certFile, keyFile, certPEM, keyPEM); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "issued %s\n  certificate %s\n  key         %s\n  CA          %s\n", spiffeID, certFile, keyFile, filepath.Join(dir, "ca.pem"))

@@ -22,9 +22,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm/internal/devpki"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/pgtest"
-	"github.com/wfm-dev/wfm/internal/testpki"
 )
 
 // lockedBuffer collects the server's log lines while it runs.
@@ -131,15 +131,15 @@ func getWith(t *testing.T, url string, roots *x509.CertPool, maxVersion uint16) 
 // -mgmt-tls-key the management API (bearer tokens) is served over HTTPS
 // only, TLS 1.3 preferred, TLS 1.2 accepted, no client certificate asked.
 func TestManagementTLSWithConfiguredCertificate(t *testing.T) {
-	ca, err := testpki.NewCA("operator CA")
+	ca, err := devpki.NewCA("operator CA")
 	require.NoError(t, err)
 	cert, err := ca.IssueServer([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
 	require.NoError(t, err)
-	certPEM, keyPEM, err := testpki.EncodePEM(cert)
+	certPEM, keyPEM, err := devpki.EncodePEM(cert)
 	require.NoError(t, err)
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "mgmt.pem"), filepath.Join(dir, "mgmt-key.pem")
-	require.NoError(t, testpki.WriteKeyPairFiles(certFile, keyFile, certPEM, keyPEM))
+	require.NoError(t, devpki.WriteKeyPairFiles(certFile, keyFile, certPEM, keyPEM))
 
 	base, logs := startLogged(t, "-mgmt-tls-cert", certFile, "-mgmt-tls-key", keyFile)
 	require.True(t, strings.HasPrefix(base, "https://"), "printed URL %s says https", base)

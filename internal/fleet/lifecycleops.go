@@ -432,7 +432,7 @@ func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRe
 			refusal = "this server disables rollback overrides"
 		}
 		dec, err := lifecycle.CheckRollback(lifecycle.RollbackInput{
-			Installed: current.Version, Policy: idesc.Lifecycle.Rollback, InstalledAt: versionInstalledAt(revs, *current),
+			Installed: current.Version, Policy: idesc.Lifecycle.Rollback, InstalledAt: rollbackWindowStart(revs, current.N),
 			Now: s.now(), Target: target.Version, TargetYanked: tv.Yanked, Force: req.Force, ForceReason: req.Reason,
 			ForceAllowed: refusal == "", ForceRefusal: refusal,
 		})
@@ -468,27 +468,6 @@ func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRe
 	op.RestoreRevision, op.Forced, op.ForceReason = n, forced, forceReason
 	p.op = op
 	return p, nil
-}
-
-// versionInstalledAt is when the running version became installed: the
-// first confirmation of the earliest revision in the unbroken run of
-// revisions of that version up to the current one (a reconfiguration does
-// not restart a rollback window). Zero when unknown, which
-// lifecycle.CheckRollback counts as outside any window.
-func versionInstalledAt(revs []Revision, cur Revision) time.Time { // revs newest first
-	t := cur.InstalledAt
-	for _, r := range revs {
-		if r.N > cur.N {
-			continue
-		}
-		if lifecycle.Compare(r.Version, cur.Version) != 0 {
-			break
-		}
-		if !r.InstalledAt.IsZero() {
-			t = r.InstalledAt
-		}
-	}
-	return t
 }
 
 func (s *Service) allRevisions(ctx context.Context, id string) ([]Revision, error) {

@@ -280,7 +280,7 @@ func (s *Service) followUpRollback(ctx context.Context, adv *Advance, op Operati
 			return
 		}
 		if _, err := lifecycle.CheckRollback(lifecycle.RollbackInput{Installed: failed.Version, Policy: desc.Lifecycle.Rollback,
-			InstalledAt: now, Now: now, Target: base.Version, ForceRefusal: "automatic rollbacks never override policy"}); err != nil {
+			InstalledAt: rollbackWindowStartIn(v.Revisions, failed.N), Now: now, Target: base.Version, ForceRefusal: "automatic rollbacks never override policy"}); err != nil {
 			adv.Reason += "; no automatic rollback: " + err.Error()
 			return
 		}

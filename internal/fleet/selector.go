@@ -25,7 +25,9 @@ type Requirement struct {
 	Value string
 }
 
-// Selector is a conjunction of label requirements.
+// Selector is a conjunction of label requirements. The store evaluates it
+// (postgres selectorSQL; a label value that is not a string compares in its
+// JSON text form: 5, true); its tests run selectors through that SQL.
 type Selector []Requirement
 
 // Bounds of label selectors and labels.
@@ -83,33 +85,6 @@ func ParseSelector(s string) (Selector, error) {
 		sel = append(sel, r)
 	}
 	return sel, nil
-}
-
-// Matches reports whether labels satisfy every requirement. A label value
-// that is not a string is compared in its JSON text form (5, true).
-func (sel Selector) Matches(labels map[string]any) bool {
-	for _, r := range sel {
-		v, ok := labels[r.Key]
-		switch r.Op {
-		case OpExists:
-			if !ok {
-				return false
-			}
-		case OpNotExists:
-			if ok {
-				return false
-			}
-		case OpEquals:
-			if !ok || labelText(v) != r.Value {
-				return false
-			}
-		case OpNotEquals:
-			if ok && labelText(v) == r.Value {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // ValidateLabels checks operator labels: at most MaxLabels, keys like

@@ -377,10 +377,7 @@ func (s *Service) CreateDeployment(ctx context.Context, req CreateRequest) (Depl
 	if err := desc.CheckValues(req.Parameters, false); err != nil {
 		return Deployment{}, err
 	}
-	values := desc.DefaultValues()
-	for k, val := range req.Parameters {
-		values[k] = val
-	}
+	values := lifecycle.MergeValues(desc.DefaultValues(), req.Parameters)
 	// Every parameter whose schema refuses an empty value must now have one,
 	// from its default or from the request.
 	if err := desc.CheckValues(values, true); err != nil {

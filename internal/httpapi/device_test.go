@@ -26,6 +26,7 @@ import (
 
 	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/devpki"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
 	"github.com/wfm-dev/wfm/internal/identity"
@@ -43,7 +44,7 @@ type fleetEnv struct {
 	mgmt      *sdk.ClientWithResponses
 	mgmtURL   string
 	deviceURL string
-	ca        *testpki.CA
+	ca        *devpki.CA
 	ids       identity.Config
 	chk       *margotest.Checker
 	fleet     *fleet.Service
@@ -101,7 +102,7 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 	require.NoError(t, err)
 	mgmtH, deviceH := httpapi.Split(h)
 
-	ca, err := testpki.NewCA("test CA")
+	ca, err := devpki.NewCA("test CA")
 	require.NoError(t, err)
 	serverCert, err := ca.IssueServer([]string{"localhost"}, nil)
 	require.NoError(t, err)
@@ -134,7 +135,7 @@ type agent struct {
 
 func (e *fleetEnv) agent(t *testing.T, spiffeID string, opts ...testpki.ClientOption) *agent {
 	t.Helper()
-	cert, err := e.ca.IssueClient(spiffeID, opts...)
+	cert, err := testpki.IssueClient(e.ca, spiffeID, opts...)
 	require.NoError(t, err)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool(), Certificates: []tls.Certificate{cert}, ServerName: "localhost", MinVersion: tls.VersionTLS13}}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -380,9 +381,9 @@ func TestDeviceIdentityRefusals(t *testing.T) {
 		})
 	}
 	// A certificate from another CA, or none, fails the TLS handshake.
-	strange, err := testpki.NewCA("strange")
+	strange, err := devpki.NewCA("strange")
 	require.NoError(t, err)
-	cert, err := strange.IssueClient("spiffe://example.org/margo/wfm/wfm-test/client/x")
+	cert, err := testpki.IssueClient(strange, "spiffe://example.org/margo/wfm/wfm-test/client/x")
 	require.NoError(t, err)
 	for name, certs := range map[string][]tls.Certificate{"foreign CA": {cert}, "no certificate": nil} {
 		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool(), Certificates: certs, ServerName: "localhost"}}}
@@ -401,7 +402,7 @@ func TestDeviceIdentityRefusals(t *testing.T) {
 		"two URI SANs":                  {testpki.WithExtraURISANs("spiffe://example.org/margo/wfm/wfm-test/client/y")},
 		"no URI SAN":                    {testpki.WithoutURISAN()},
 	} {
-		cert, err := e.ca.IssueClient(good, opts...)
+		cert, err := testpki.IssueClient(e.ca, good, opts...)
 		require.NoError(t, err)
 		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool(), Certificates: []tls.Certificate{cert}, ServerName: "localhost"}}}
 		_, err = hc.Get(e.deviceURL + "/api/v1/deployments")

@@ -12,14 +12,21 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
-	"github.com/wfm-dev/wfm/internal/postgres"
 )
 
-// IdempotencyStore remembers responses to requests with an Idempotency-Key.
+// IdempotencyStore remembers responses to requests with an Idempotency-Key,
+// per token (actor). It is declared here, where it is used, so that this
+// package does not depend on its implementation (postgres.AccessStore).
+// ReserveIdempotent claims the key for a request with hash and reports
+// whether it was free (or expired, or abandoned); when not, it returns what is
+// remembered for the key. CompleteIdempotent and ReleaseIdempotent act only
+// on the reservation made at reservedAt. Each returns an error only when the
+// store fails.
 type IdempotencyStore interface {
-	ReserveIdempotent(ctx context.Context, actor, key, hash string, now time.Time) (postgres.IdempotentResponse, bool, error)
-	CompleteIdempotent(ctx context.Context, actor, key string, reservedAt time.Time, r postgres.IdempotentResponse) error
+	ReserveIdempotent(ctx context.Context, actor, key, hash string, now time.Time) (access.IdempotentResponse, bool, error)
+	CompleteIdempotent(ctx context.Context, actor, key string, reservedAt time.Time, r access.IdempotentResponse) error
 	ReleaseIdempotent(ctx context.Context, actor, key string, reservedAt time.Time) error
 }
 
@@ -114,7 +121,7 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(cw, r)
 		if cw.status > 0 && cw.status < 500 {
-			rec := postgres.IdempotentResponse{RequestHash: hash, Status: cw.status, Location: cw.Header().Get("Location"), Body: cw.body.Bytes()}
+			rec := access.IdempotentResponse{RequestHash: hash, Status: cw.status, Location: cw.Header().Get("Location"), Body: cw.body.Bytes()}
 			if err := s.idem.CompleteIdempotent(ctx, actor, key, now, rec); err != nil {
 				s.log.ErrorContext(ctx, "remember idempotency key", "error", err)
 			} else {

@@ -117,22 +117,20 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	registerBodyDecoders()
-	spec, err := api.GetSwagger()
+	// The contract is loaded once, from openapi.yaml as embedded byte for
+	// byte (package wfm): the validator and the operation table (roles,
+	// audit names as the contract spells them) use it, and /openapi.yaml
+	// serves the same bytes.
+	spec, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
 	if err != nil {
-		return nil, fmt.Errorf("httpapi: load embedded contract: %w", err)
+		return nil, fmt.Errorf("httpapi: load contract: %w", err)
 	}
 	spec.Servers = nil // requests are matched on paths only, whatever host serves them
 	metrics, err := telemetry.NewHTTPMetrics(cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: register metrics: %w", err)
 	}
-	// The embedded spec of the generated code has Go-cased operation ids;
-	// the audit log names operations as the contract does.
-	contract, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
-	if err != nil {
-		return nil, fmt.Errorf("httpapi: load contract: %w", err)
-	}
-	ops, err := operationsOf(contract)
+	ops, err := operationsOf(spec)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm/internal/devpki"
 	"github.com/wfm-dev/wfm/internal/identity"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/testpki"
@@ -23,16 +24,16 @@ const (
 	clientID = "device-1"
 )
 
-func newCA(t *testing.T) *testpki.CA {
+func newCA(t *testing.T) *devpki.CA {
 	t.Helper()
-	ca, err := testpki.NewCA("identity test CA")
+	ca, err := devpki.NewCA("identity test CA")
 	require.NoError(t, err)
 	return ca
 }
 
-func issue(t *testing.T, ca *testpki.CA, spiffeID string, opts ...testpki.ClientOption) *x509.Certificate {
+func issue(t *testing.T, ca *devpki.CA, spiffeID string, opts ...testpki.ClientOption) *x509.Certificate {
 	t.Helper()
-	cert, err := ca.IssueClient(spiffeID, opts...)
+	cert, err := testpki.IssueClient(ca, spiffeID, opts...)
 	require.NoError(t, err)
 	return cert.Leaf
 }

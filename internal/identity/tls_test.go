@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm/internal/devpki"
 	"github.com/wfm-dev/wfm/internal/identity"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/testpki"
@@ -25,7 +26,7 @@ import (
 // pki is what a handshake test needs: the trust bundle's CA, the server's
 // certificate, and client certificates good and bad.
 type pki struct {
-	ca         *testpki.CA
+	ca         *devpki.CA
 	server     tls.Certificate
 	good       tls.Certificate // a client of this WFM, from the trusted CA
 	foreignTD  tls.Certificate // trusted CA, but a client of another trust domain
@@ -49,13 +50,13 @@ func (p pki) bundle() []*x509.Certificate { return []*x509.Certificate{p.ca.Cert
 func newPKI(t *testing.T) pki {
 	t.Helper()
 	ca := newCA(t)
-	other, err := testpki.NewCA("untrusted CA")
+	other, err := devpki.NewCA("untrusted CA")
 	require.NoError(t, err)
 	p := pki{ca: ca}
 	past := time.Now().Add(-48 * time.Hour)
 	for _, step := range []struct {
 		dst  *tls.Certificate
-		ca   *testpki.CA
+		ca   *devpki.CA
 		id   string
 		opts []testpki.ClientOption
 	}{
@@ -72,7 +73,7 @@ func newPKI(t *testing.T) pki {
 		{&p.noURI, ca, "", []testpki.ClientOption{testpki.WithoutURISAN()}},
 		{&p.dotDot, ca, prefix + "..", nil},
 	} {
-		*step.dst, err = step.ca.IssueClient(step.id, step.opts...)
+		*step.dst, err = testpki.IssueClient(step.ca, step.id, step.opts...)
 		require.NoError(t, err)
 	}
 	p.server, err = ca.IssueServer(nil, nil)
@@ -357,7 +358,7 @@ func TestServerTLSConfigDefaults(t *testing.T) {
 	if c.MinVersion != tls.VersionTLS12 || c.ClientAuth != tls.RequireAndVerifyClientCert {
 		t.Errorf("ServerTLSConfig(RequireClientCert, AllowTLS12) = MinVersion %x, ClientAuth %v; want TLS 1.2, RequireAndVerifyClientCert", c.MinVersion, c.ClientAuth)
 	}
-	if identity.ServerTLSConfig(p.server, pool) == identity.ServerTLSConfig(p.server, pool) {
+	if a, b := identity.ServerTLSConfig(p.server, pool), identity.ServerTLSConfig(p.server, pool); a == b {
 		t.Errorf("ServerTLSConfig returned a shared configuration")
 	}
 }

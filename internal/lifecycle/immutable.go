@@ -17,7 +17,7 @@ func CheckImmutable(current, next map[string]any, immutable func(name string) bo
 	var names []string
 	for name, after := range next {
 		before, had := current[name]
-		if had && immutable(name) && !equalValue(before, after) {
+		if had && immutable(name) && !EqualValues(before, after) {
 			names = append(names, name)
 		}
 	}

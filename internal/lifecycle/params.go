@@ -1,11 +1,7 @@
 package lifecycle
 
 import (
-	"encoding/json"
 	"fmt"
-	"math"
-	"math/big"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,7 +47,7 @@ type ParamChange struct {
 // Problem types of the parameter rules.
 const (
 	// ProblemInvalidParameterValues is the type margo's ValidateValues
-	// refusals already use for unknown parameters; CheckReconfigure uses it
+	// refusals already use for unknown parameters; PlanReconfigure uses it
 	// too, so that one condition has one problem type.
 	ProblemInvalidParameterValues = "invalid-parameter-values"
 	ProblemImmutableParameter     = "immutable-parameter" // EINVALID: an immutable parameter would change
@@ -92,7 +88,7 @@ func (in CarryInput) operatorSet(name string, v any) bool {
 		return in.OperatorSet[name]
 	}
 	d, ok := in.OldDefaults[name]
-	return !ok || !equalValue(v, d)
+	return !ok || !EqualValues(v, d)
 }
 
 // CarryOver returns the effective parameter values after an upgrade, and the
@@ -138,19 +134,19 @@ func CarryOver(in CarryInput) (map[string]any, []ParamChange) {
 	changes := make([]ParamChange, 0, len(names))
 	for _, name := range names {
 		before, had := in.Current[name]
-		c := ParamChange{Name: name, Before: cloneValue(before)}
+		c := ParamChange{Name: name, Before: CloneValue(before)}
 		// after sets the outcome; ok false means no value after.
 		after := func(v any, ok bool, kind ChangeKind) {
 			c.Kind = kind
 			if ok {
-				out[name] = cloneValue(v)
-				c.After = cloneValue(v)
+				out[name] = CloneValue(v)
+				c.After = CloneValue(v)
 			}
 		}
 		def, hasDef := in.TargetDefaults[name]
 		if req, ok := in.Requested[name]; ok {
 			kind := ChangeChanged
-			if had && equalValue(before, req) {
+			if had && EqualValues(before, req) {
 				kind = ChangeUnchanged
 			}
 			after(req, true, kind)
@@ -166,7 +162,7 @@ func CarryOver(in CarryInput) (map[string]any, []ParamChange) {
 			}
 		} else {
 			kind := ChangeChanged
-			if hasDef && equalValue(before, def) {
+			if hasDef && EqualValues(before, def) {
 				kind = ChangeUnchanged
 			}
 			after(def, hasDef, kind)
@@ -242,9 +238,9 @@ func PlanReconfigure(current, requested map[string]any, immutable, known func(na
 	plan.Changes = make([]ParamChange, 0, len(names))
 	for _, n := range names {
 		before, had := current[n]
-		c := ParamChange{Name: n, Before: cloneValue(before), After: cloneValue(before), Kind: ChangeUnchanged}
-		if req, ok := requested[n]; ok && known(n) && !(had && equalValue(before, req)) {
-			c.After, c.Kind = cloneValue(req), ChangeChanged
+		c := ParamChange{Name: n, Before: CloneValue(before), After: CloneValue(before), Kind: ChangeUnchanged}
+		if req, ok := requested[n]; ok && known(n) && !(had && EqualValues(before, req)) {
+			c.After, c.Kind = CloneValue(req), ChangeChanged
 			changed = append(changed, n)
 			if immutable(n) {
 				frozen = append(frozen, n)
@@ -295,13 +291,6 @@ func PlanReconfigure(current, requested map[string]any, immutable, known func(na
 	return plan, nil
 }
 
-// CheckReconfigure is PlanReconfigure for callers that need only the diff:
-// it returns plan.Changes and the same error (and the same diff on refusal).
-func CheckReconfigure(current, requested map[string]any, immutable, known func(name string) bool) ([]ParamChange, error) {
-	plan, err := PlanReconfigure(current, requested, immutable, known)
-	return plan.Changes, err
-}
-
 // DiffValues returns the full diff from the values before to the values
 // after, one ParamChange per name of either, sorted by name: dropped (only
 // before), added (only after), unchanged (equal by content, as in
@@ -322,13 +311,13 @@ func DiffValues(before, after map[string]any) []ParamChange {
 	for _, n := range names {
 		b, hadB := before[n]
 		a, hasA := after[n]
-		c := ParamChange{Name: n, Before: cloneValue(b), After: cloneValue(a)}
+		c := ParamChange{Name: n, Before: CloneValue(b), After: CloneValue(a)}
 		switch {
 		case !hasA:
 			c.Kind = ChangeDropped
 		case !hadB:
 			c.Kind = ChangeAdded
-		case equalValue(b, a):
+		case EqualValues(b, a):
 			c.Kind = ChangeUnchanged
 		default:
 			c.Kind = ChangeChanged
@@ -345,10 +334,10 @@ func DiffValues(before, after map[string]any) []ParamChange {
 func MergeValues(current, requested map[string]any) map[string]any {
 	out := make(map[string]any, len(current)+len(requested))
 	for k, v := range current {
-		out[k] = cloneValue(v)
+		out[k] = CloneValue(v)
 	}
 	for k, v := range requested {
-		out[k] = cloneValue(v)
+		out[k] = CloneValue(v)
 	}
 	return out
 }
@@ -373,131 +362,4 @@ func capitalize(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
-}
-
-// cloneValue deep-copies the lists and maps of a parameter value; other
-// values are returned as they are.
-func cloneValue(v any) any {
-	switch x := v.(type) {
-	case []any:
-		if x == nil {
-			return x
-		}
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = cloneValue(e)
-		}
-		return out
-	case map[string]any:
-		if x == nil {
-			return x
-		}
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[k] = cloneValue(e)
-		}
-		return out
-	}
-	return v
-}
-
-// equalValue reports whether two parameter values are the same: numbers by
-// value across Go types and json.Number (30 == 30.0), strings and booleans
-// exactly, lists (any slice or array) item by item, maps member by member,
-// nil only to nil. A NaN equals nothing.
-func equalValue(a, b any) bool {
-	na, aNum := numberOf(a)
-	nb, bNum := numberOf(b)
-	if aNum || bNum {
-		return aNum && bNum && na.Cmp(nb) == 0
-	}
-	switch x := a.(type) {
-	case nil:
-		return b == nil
-	case string:
-		y, ok := b.(string)
-		return ok && x == y
-	case bool:
-		y, ok := b.(bool)
-		return ok && x == y
-	case map[string]any:
-		y, ok := b.(map[string]any)
-		if !ok || len(x) != len(y) {
-			return false
-		}
-		for k, xv := range x {
-			yv, ok := y[k]
-			if !ok || !equalValue(xv, yv) {
-				return false
-			}
-		}
-		return true
-	}
-	ra, rb := reflect.ValueOf(a), reflect.ValueOf(b)
-	if isList(ra) && isList(rb) {
-		if ra.Len() != rb.Len() {
-			return false
-		}
-		for i := 0; i < ra.Len(); i++ {
-			if !equalValue(ra.Index(i).Interface(), rb.Index(i).Interface()) {
-				return false
-			}
-		}
-		return true
-	}
-	return reflect.DeepEqual(a, b)
-}
-
-func isList(v reflect.Value) bool {
-	return v.IsValid() && (v.Kind() == reflect.Slice || v.Kind() == reflect.Array)
-}
-
-// numberOf returns v as an exact big.Float if v is a number: a Go integer or
-// float (not NaN) or a json.Number that parses (read as margo reads it:
-// int64, else uint64, else float64).
-func numberOf(v any) (*big.Float, bool) {
-	f := new(big.Float)
-	switch x := v.(type) {
-	case int:
-		return f.SetInt64(int64(x)), true
-	case int8:
-		return f.SetInt64(int64(x)), true
-	case int16:
-		return f.SetInt64(int64(x)), true
-	case int32:
-		return f.SetInt64(int64(x)), true
-	case int64:
-		return f.SetInt64(x), true
-	case uint:
-		return f.SetUint64(uint64(x)), true
-	case uint8:
-		return f.SetUint64(uint64(x)), true
-	case uint16:
-		return f.SetUint64(uint64(x)), true
-	case uint32:
-		return f.SetUint64(uint64(x)), true
-	case uint64:
-		return f.SetUint64(x), true
-	case float32:
-		return numberOf(float64(x))
-	case float64:
-		if math.IsNaN(x) {
-			return nil, false
-		}
-		return f.SetFloat64(x), true
-	case json.Number:
-		s := string(x)
-		if !strings.ContainsAny(s, ".eE") {
-			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-				return f.SetInt64(i), true
-			}
-			if u, err := strconv.ParseUint(s, 10, 64); err == nil {
-				return f.SetUint64(u), true
-			}
-		}
-		if fl, err := strconv.ParseFloat(s, 64); err == nil {
-			return numberOf(fl)
-		}
-	}
-	return nil, false
 }

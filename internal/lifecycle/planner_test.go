@@ -435,7 +435,7 @@ func randomCatalog(rng *rand.Rand, n int) []CatalogEntry {
 			vs = append(vs, v)
 		}
 	}
-	SortVersions(vs)
+	slices.SortFunc(vs, Compare)
 	entries := make([]CatalogEntry, n)
 	for i, v := range vs {
 		e := CatalogEntry{Version: v, Yanked: rng.IntN(yankOneIn) == 0}

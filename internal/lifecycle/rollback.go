@@ -17,9 +17,11 @@ type RollbackInput struct {
 	// Policy is the lifecycle.rollback of the INSTALLED version: the version
 	// being left decides, not the target (design section 4).
 	Policy RollbackPolicy
-	// InstalledAt is when Installed became installed on the deployment; the
-	// window is measured from it. The zero time means unknown, which is
-	// outside every window.
+	// InstalledAt is when the rollback window of Installed started on the
+	// deployment: RollbackWindowStart, which every caller uses (when the
+	// version became installed, or, if it never did, when it was first
+	// published). The zero time means unknown, which is outside every
+	// window.
 	InstalledAt time.Time
 	// Now is the server's clock, read by the caller.
 	Now time.Time
@@ -244,6 +246,71 @@ func CheckRollback(in RollbackInput) (RollbackDecision, error) {
 			Message: fmt.Sprintf("Version %s was yanked: a rollback to it is refused. %s", ts, breakGlassHint)}
 	}
 	return d, nil
+}
+
+// RevisionTimes is what RollbackWindowStart reads of one revision of a
+// deployment.
+type RevisionTimes struct {
+	// N is the revision's number.
+	N int
+	// Version is the revision's version.
+	Version Version
+	// PublishedAt is when wfm published the revision (created it).
+	PublishedAt time.Time
+	// InstalledAt is when the device first confirmed the revision
+	// installed; zero when it never did.
+	InstalledAt time.Time
+}
+
+// RollbackWindowStart returns when the rollback window of the version of
+// revision current started on a deployment with the revisions history (in
+// any order). Manual and automatic (onFailure: rollback) rollbacks both take
+// CheckRollback's InstalledAt from it, so that one rule measures both.
+//
+// A window belongs to a version, not to a revision: it covers the run of
+// revisions of current's version that ends at current (consecutive numbers,
+// all of that version: a reconfiguration extends the run, any other version
+// ends it, and so does a number missing from history, which need hold only
+// the revisions of the run). The window starts
+//
+//  1. when the device first confirmed a revision of the run installed (the
+//     earliest InstalledAt of the run), if it ever did;
+//  2. otherwise (the version never became installed: its install or upgrade
+//     failed, or has not finished), when wfm first published a revision of
+//     the run (the earliest PublishedAt): the earliest moment the device
+//     could have begun to run that version. A version that never became
+//     installed thus gets no longer a window than one that had, and the
+//     window is not skipped.
+//
+// The result is the zero time when current is not in history or no time is
+// known; CheckRollback counts that as outside every window.
+func RollbackWindowStart(history []RevisionTimes, current int) time.Time {
+	byN := make(map[int]RevisionTimes, len(history))
+	for _, r := range history {
+		byN[r.N] = r
+	}
+	cur, ok := byN[current]
+	if !ok {
+		return time.Time{}
+	}
+	var installed, published time.Time
+	earliest := func(t *time.Time, c time.Time) {
+		if !c.IsZero() && (t.IsZero() || c.Before(*t)) {
+			*t = c
+		}
+	}
+	for n := current; ; n-- {
+		r, ok := byN[n]
+		if !ok || Compare(r.Version, cur.Version) != 0 {
+			break
+		}
+		earliest(&installed, r.InstalledAt)
+		earliest(&published, r.PublishedAt)
+	}
+	if !installed.IsZero() {
+		return installed
+	}
+	return published
 }
 
 // checkForce returns the refusal of a break-glass request, nil if it may

@@ -222,3 +222,83 @@ func TestCheckRollbackChecks(t *testing.T) {
 		t.Errorf("CheckRollback(allowed).SupplierReason = %q, %v; want %q", d.SupplierReason, err, safePolicy.Reason)
 	}
 }
+
+func TestRollbackWindowStart(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(h int) time.Time { return t0.Add(time.Duration(h) * time.Hour) }
+	rev := func(n int, v string, published, installed int) RevisionTimes {
+		r := RevisionTimes{N: n, Version: MustParseVersion(v), PublishedAt: at(published)}
+		if installed >= 0 {
+			r.InstalledAt = at(installed)
+		}
+		return r
+	}
+	const never = -1
+	tests := []struct {
+		name    string
+		history []RevisionTimes
+		current int
+		want    time.Time
+	}{
+		{"installed: when it became installed",
+			[]RevisionTimes{rev(1, "1.0.0", 0, 1), rev(2, "2.0.0", 5, 6)}, 2, at(6)},
+		{"a reconfiguration keeps the version's window",
+			[]RevisionTimes{rev(1, "1.0.0", 0, 1), rev(2, "2.0.0", 5, 6), rev(3, "2.0.0", 9, 10)}, 3, at(6)},
+		{"a failed reconfiguration keeps the version's window",
+			[]RevisionTimes{rev(1, "1.0.0", 0, 1), rev(2, "2.0.0", 5, 6), rev(3, "2.0.0", 9, never)}, 3, at(6)},
+		{"any order",
+			[]RevisionTimes{rev(3, "2.0.0", 9, 10), rev(1, "1.0.0", 0, 1), rev(2, "2.0.0", 5, 6)}, 3, at(6)},
+		{"never installed (failed upgrade): when it was first published",
+			[]RevisionTimes{rev(1, "1.0.0", 0, 1), rev(2, "2.0.0", 5, never)}, 2, at(5)},
+		{"never installed, reconfigured while failing: the first publication",
+			[]RevisionTimes{rev(1, "1.0.0", 0, 1), rev(2, "2.0.0", 5, never), rev(3, "2.0.0", 7, never)}, 3, at(5)},
+		{"another version ends the run: a version installed again starts a new window",
+			[]RevisionTimes{rev(1, "2.0.0", 0, 1), rev(2, "3.0.0", 5, never), rev(3, "2.0.0", 8, 9)}, 3, at(9)},
+		{"another version ends the run, also when never installed",
+			[]RevisionTimes{rev(1, "2.0.0", 0, 1), rev(2, "3.0.0", 5, 6), rev(3, "2.0.0", 8, never)}, 3, at(8)},
+		{"a missing number ends the run (only the run need be loaded)",
+			[]RevisionTimes{rev(1, "2.0.0", 0, 1), rev(3, "2.0.0", 8, never)}, 3, at(8)},
+		{"revisions after current do not count",
+			[]RevisionTimes{rev(1, "1.0.0", 0, 1), rev(2, "2.0.0", 5, never), rev(3, "2.0.0", 7, 8)}, 2, at(5)},
+		{"current unknown: zero", []RevisionTimes{rev(1, "1.0.0", 0, 1)}, 2, time.Time{}},
+		{"no history: zero", nil, 1, time.Time{}},
+		{"no time known: zero", []RevisionTimes{{N: 1, Version: MustParseVersion("1.0.0")}}, 1, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := RollbackWindowStart(tt.history, tt.current); !got.Equal(tt.want) {
+				t.Errorf("RollbackWindowStart(%v, %d) = %v, want %v", tt.history, tt.current, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRollbackWindowOfFailedVersion runs the one rule through CheckRollback
+// as both kinds of rollback use it: a version whose upgrade failed is held to
+// its window from its first publication.
+func TestRollbackWindowOfFailedVersion(t *testing.T) {
+	published := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	history := []RevisionTimes{
+		{N: 1, Version: MustParseVersion("1.0.0"), PublishedAt: published.Add(-time.Hour), InstalledAt: published.Add(-time.Hour)},
+		{N: 2, Version: MustParseVersion("2.0.0"), PublishedAt: published},
+	}
+	policy := RollbackPolicy{Allowed: true, Window: time.Hour}
+	tests := []struct {
+		name    string
+		now     time.Time
+		allowed bool
+	}{
+		{"within the window of the publication", published.Add(30 * time.Minute), true},
+		{"at its end", published.Add(time.Hour), true},
+		{"after it", published.Add(time.Hour + time.Second), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := CheckRollback(RollbackInput{Installed: MustParseVersion("2.0.0"), Policy: policy,
+				InstalledAt: RollbackWindowStart(history, 2), Now: tt.now, Target: MustParseVersion("1.0.0")})
+			if (err == nil) != tt.allowed {
+				t.Errorf("CheckRollback at %v = %v, want allowed %v", tt.now, err, tt.allowed)
+			}
+		})
+	}
+}

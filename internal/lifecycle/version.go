@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -250,8 +249,3 @@ func (v Version) Less(o Version) bool { return Compare(v, o) < 0 }
 
 // Equal reports whether v and o are the same version (the same as v == o).
 func (v Version) Equal(o Version) bool { return v == o }
-
-// SortVersions sorts vs in ascending precedence, in place.
-func SortVersions(vs []Version) {
-	slices.SortFunc(vs, Compare)
-}

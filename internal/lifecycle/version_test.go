@@ -172,9 +172,9 @@ func TestCompare(t *testing.T) {
 
 	shuffled := slices.Clone(vs)
 	rand.New(rand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	SortVersions(shuffled)
+	slices.SortFunc(shuffled, Compare)
 	if !slices.Equal(shuffled, vs) {
-		t.Errorf("SortVersions = %v, want %v", shuffled, vs)
+		t.Errorf("sorted by Compare = %v, want %v", shuffled, vs)
 	}
 }
 

@@ -417,7 +417,7 @@ func (c *checker) labelValue(v any, p string) {
 			}
 			if first == nil {
 				first = e
-			} else if isNumber(first) != isNumber(e) {
+			} else if lifecycle.IsNumber(first) != lifecycle.IsNumber(e) {
 				c.add(idx(p, i), "must be %s like the first item: a label array holds only strings or only numbers", jsonKindOf(first))
 			}
 		}

@@ -69,7 +69,7 @@ const coresTolerance = 1e-9
 //     of one selector. See matchExpression for each operator.
 //
 // deviceConstraints the description parser kept but that break the rules
-// of ValidateDeviceConstraints (an unknown operator, "lots" of memory) make
+// compileConstraints checks (an unknown operator, "lots" of memory) make
 // the profile not fit: a constraint that cannot be read cannot be honoured.
 // A nil caps is a device that reported nothing, and fits nothing.
 //
@@ -150,18 +150,6 @@ func misfit(p DeploymentProfile, caps *Capabilities) string {
 	return cs.eligibilityMisfit(caps)
 }
 
-// ValidateDeviceConstraints checks a deployment profile's deviceConstraints
-// (as DeploymentProfile.DeviceConstraints holds them) against rc.3's
-// DeviceConstraints and the rules of Margo's device-constraints SUP, and
-// returns every problem, each located by a JSON pointer relative to the
-// deviceConstraints object ("/capacityRequirements/memory"). Members the
-// schema does not name are ignored; a null member counts as absent, as
-// elsewhere in descriptions.
-func ValidateDeviceConstraints(dc map[string]any) []lifecycle.FieldError {
-	_, fe := compileConstraints(dc)
-	return fe
-}
-
 // constraints is a profile's deviceConstraints, read and checked.
 type constraints struct {
 	hasCores bool
@@ -226,7 +214,13 @@ type matchExpression struct {
 
 // --- reading ---
 
-// compileConstraints reads dc, collecting every problem.
+// compileConstraints reads a deployment profile's deviceConstraints (as
+// DeploymentProfile.DeviceConstraints holds them) and checks them against
+// rc.3's DeviceConstraints and the rules of Margo's device-constraints SUP,
+// collecting every problem, each located by a JSON pointer relative to the
+// deviceConstraints object ("/capacityRequirements/memory"). Members the
+// schema does not name are ignored; a null member counts as absent, as
+// elsewhere in descriptions.
 func compileConstraints(dc map[string]any) (*constraints, []lifecycle.FieldError) {
 	c := &checker{}
 	cs := &constraints{}
@@ -480,7 +474,7 @@ func numericValue(v any) (any, bool) {
 		if len(x) > 64 || !jsonNumberPattern.MatchString(x) {
 			return nil, false
 		}
-		n, err := parseJSONNumber(x)
+		n, err := lifecycle.ParseNumber(x)
 		if err != nil {
 			return nil, false
 		}
@@ -735,7 +729,7 @@ func (e *matchExpression) eval(v any, present bool) (bool, string) {
 // scalars).
 func (e *matchExpression) contains(v any) (found, defined bool) {
 	eq := func(x any) bool {
-		return slices.ContainsFunc(e.values, func(want any) bool { return equalValues(x, want) })
+		return slices.ContainsFunc(e.values, func(want any) bool { return lifecycle.EqualValues(x, want) })
 	}
 	switch x := v.(type) {
 	case string, bool, int64, uint64, float64:

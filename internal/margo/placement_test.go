@@ -326,7 +326,7 @@ func TestChooseProfileOperators(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dc := yamlMap(t, "eligibilityRules:\n  - "+tt.rule+"\n")
-			require.Empty(t, ValidateDeviceConstraints(dc), "ValidateDeviceConstraints")
+			require.Empty(t, constraintProblems(dc), "compileConstraints")
 			d := &ApplicationDescription{ID: "app", DeploymentProfiles: []DeploymentProfile{{Type: ProfileCompose, ID: "p", DeviceConstraints: dc}}}
 			p, err := ChooseProfile(d, caps, "")
 			if tt.why == "" {
@@ -408,9 +408,9 @@ func TestChooseProfileFractionalCores(t *testing.T) {
 	require.NoError(t, err, describeErr(err))
 }
 
-// TestValidateDeviceConstraints: constraints placement cannot read are
+// TestConstraintProblems: constraints placement cannot read are
 // refused with their pointers, and make their profile not fit.
-func TestValidateDeviceConstraints(t *testing.T) {
+func TestConstraintProblems(t *testing.T) {
 	expr := func(e string) string {
 		return "eligibilityRules:\n  - propertySelector: {matchExpressions: [" + e + "]}\n"
 	}
@@ -464,14 +464,14 @@ func TestValidateDeviceConstraints(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dc := yamlMap(t, tt.dc)
-			fe := ValidateDeviceConstraints(dc)
+			fe := constraintProblems(dc)
 			var got []string
 			for _, f := range fe {
 				got = append(got, f.Pointer)
 				assert.NotEmpty(t, f.Detail)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("ValidateDeviceConstraints(...) = %q, want %q\n%v", got, tt.want, fe)
+				t.Fatalf("compileConstraints(...) = %q, want %q\n%v", got, tt.want, fe)
 			}
 			// A profile whose constraints cannot be read does not fit.
 			d := &ApplicationDescription{ID: "app", DeploymentProfiles: []DeploymentProfile{{Type: ProfileHelm, ID: "p", DeviceConstraints: dc}}}
@@ -483,7 +483,7 @@ func TestValidateDeviceConstraints(t *testing.T) {
 
 	// Example 2's constraints are valid.
 	for _, p := range example2Description(t).DeploymentProfiles {
-		assert.Empty(t, ValidateDeviceConstraints(p.DeviceConstraints), "ValidateDeviceConstraints(%s)", p.ID)
+		assert.Empty(t, constraintProblems(p.DeviceConstraints), "compileConstraints(%s)", p.ID)
 	}
 }
 
@@ -527,4 +527,10 @@ eligibilityRules:
 	_, err = ChooseProfile(d, caps, "")
 	fields := placementFields(t, err)
 	assert.Equal(t, "propertySelector /interfaces ContainsAll: no element matches /type In [bluetooth]", fields[0].Detail)
+}
+
+// constraintProblems returns the problems compileConstraints finds in dc.
+func constraintProblems(dc map[string]any) []lifecycle.FieldError {
+	_, fe := compileConstraints(dc)
+	return fe
 }

@@ -142,7 +142,7 @@ type StatusExtension struct {
 // x-wfm-extensions, when present, must be a StatusExtension: an object
 // with only phase, inFlight (an integer >= 0), healthy and message.
 // status.state is taken as the device says; it is not checked against the
-// component states (see OverallState).
+// component states.
 //
 // Returns ETOOLARGE (type "status-too-large") if raw or its canonical JSON
 // exceeds MaxStatusSize; EMALFORMED (type "malformed-status") if raw is not
@@ -426,49 +426,4 @@ func exactInteger(lit string, lo, hi uint64) (uint64, string) {
 		return 0, fmt.Sprintf("got %s", shown)
 	}
 	return n, ""
-}
-
-// OverallState returns the state of a deployment as its components' states
-// say: the most severe of them, in the order
-//
-//	failed > removing > installing > pending > installed > removed
-//
-// so removed only when every component is removed. rc.3's text gives the
-// order as "failed > removing > installing > pending > installed" with
-// removing listed twice and removed missing; this reads the erratum as
-// removed being the least severe state, which is what "every component is
-// gone" means. A state outside the six counts as failed (an agent that says
-// something we do not understand is not healthy), and no components give
-// "".
-func OverallState(components []ComponentStatus) DeploymentState {
-	if len(components) == 0 {
-		return ""
-	}
-	best, rank := StateRemoved, 0
-	for _, cs := range components {
-		r := severity(cs.State)
-		if r > rank {
-			best, rank = cs.State, r
-			if !cs.State.Valid() {
-				best = StateFailed
-			}
-		}
-	}
-	return best
-}
-
-func severity(s DeploymentState) int {
-	switch s {
-	case StateRemoved:
-		return 0
-	case StateInstalled:
-		return 1
-	case StatePending:
-		return 2
-	case StateInstalling:
-		return 3
-	case StateRemoving:
-		return 4
-	}
-	return 5 // failed, and anything unknown
 }

@@ -63,7 +63,6 @@ func TestParseStatusReportExample(t *testing.T) {
 	if !reflect.DeepEqual(again, r) {
 		t.Errorf("ParseStatusReport(JSON) = %+v, want %+v", again, r)
 	}
-	assert.Equal(t, StatePending, OverallState(r.Components))
 }
 
 func TestParseStatusReportErrors(t *testing.T) {
@@ -78,7 +77,6 @@ func TestParseStatusReportErrors(t *testing.T) {
 	assert.Equal(t, &StatusError{Code: "E42", Source: "helm", Message: "chart not found"}, r.Error)
 	assert.Nil(t, r.Components[0].Error)
 	assert.Equal(t, &StatusError{Message: "image pull back-off"}, r.Components[1].Error)
-	assert.Equal(t, StateFailed, OverallState(r.Components))
 }
 
 // TestParseStatusReportDefects breaks the example in one way per case and
@@ -390,42 +388,6 @@ func TestParseStatusReportBounds(t *testing.T) {
 	assert.Contains(t, e.Message, "512 problem(s)")
 }
 
-func TestOverallState(t *testing.T) {
-	cs := func(states ...DeploymentState) []ComponentStatus {
-		out := make([]ComponentStatus, len(states))
-		for i, s := range states {
-			out[i] = ComponentStatus{Name: string(rune('a' + i)), State: s}
-		}
-		return out
-	}
-	tests := []struct {
-		in   []ComponentStatus
-		want DeploymentState
-	}{
-		{nil, ""},
-		{cs(StateInstalled), StateInstalled},
-		{cs(StateInstalled, StateInstalled), StateInstalled},
-		{cs(StateInstalled, StatePending), StatePending},
-		{cs(StatePending, StateInstalling, StateInstalled), StateInstalling},
-		{cs(StateInstalling, StateRemoving), StateRemoving},
-		{cs(StateRemoving, StateFailed, StateInstalled), StateFailed},
-		{cs(StateFailed, StateRemoving), StateFailed},
-		{cs(StateRemoved), StateRemoved},
-		{cs(StateRemoved, StateRemoved, StateRemoved), StateRemoved},
-		{cs(StateRemoved, StateInstalled), StateInstalled},
-		{cs(StateRemoved, StateRemoving), StateRemoving},
-		{cs(StateRemoved, StatePending), StatePending},
-		{cs(StateRemoved, StateFailed), StateFailed},
-		{cs("upgrading", StateInstalled), StateFailed},
-		{cs(StateInstalled, ""), StateFailed},
-	}
-	for _, tt := range tests {
-		if got := OverallState(tt.in); got != tt.want {
-			t.Errorf("OverallState(%v) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 func TestStateAndPhaseValid(t *testing.T) {
 	for _, s := range []DeploymentState{StatePending, StateInstalling, StateInstalled, StateFailed, StateRemoving, StateRemoved} {
 		assert.True(t, s.Valid(), "%q.Valid()", s)
@@ -474,9 +436,6 @@ func FuzzParseStatusReport(f *testing.F) {
 		}
 		if !reflect.DeepEqual(again, r) {
 			t.Fatalf("ParseStatusReport(JSON) = %+v, want %+v", again, r)
-		}
-		if s := OverallState(r.Components); len(r.Components) > 0 && !s.Valid() {
-			t.Fatalf("OverallState(%v) = %q", r.Components, s)
 		}
 	}
 	f.Fuzz(func(t *testing.T, raw []byte, deploymentID string) {

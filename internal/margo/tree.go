@@ -28,11 +28,6 @@ type object struct {
 	m    map[string]any
 }
 
-func (o *object) get(k string) (any, bool) {
-	v, ok := o.m[k]
-	return v, ok
-}
-
 // limits counts what a reader has built, so hostile input stops early.
 type limits struct {
 	nodes int
@@ -431,7 +426,7 @@ func (r *jsonReader) value(tok json.Token, depth int) (any, error) {
 		}
 		return o, nil
 	case json.Number:
-		v, err := parseJSONNumber(string(t))
+		v, err := lifecycle.ParseNumber(string(t))
 		if err != nil {
 			return nil, malformed("%s%s", r.where(), err)
 		}
@@ -440,25 +435,6 @@ func (r *jsonReader) value(tok json.Token, depth int) (any, error) {
 		return t, nil
 	}
 	return nil, malformed("not valid JSON: %sunexpected token", r.where())
-}
-
-// parseJSONNumber reads a JSON number as the same Go value YAML gives the
-// same literal: int64 when it is an integer that fits, uint64 above
-// MaxInt64, float64 otherwise. The error is a plain description.
-func parseJSONNumber(s string) (any, error) {
-	if !bytes.ContainsAny([]byte(s), ".eE") {
-		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return i, nil
-		}
-		if u, err := strconv.ParseUint(s, 10, 64); err == nil {
-			return u, nil
-		}
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsInf(f, 0) {
-		return nil, fmt.Errorf("number %.40s is out of range", s)
-	}
-	return f, nil
 }
 
 // --- writing JSON ---

@@ -688,7 +688,7 @@ func (c *checker) schema(o *object, p string) Schema {
 				continue
 			}
 			for _, prev := range s.Options {
-				if equalValues(prev, ov) {
+				if lifecycle.EqualValues(prev, ov) {
 					c.add(op, "option %v is listed twice", ov)
 					break
 				}

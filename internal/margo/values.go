@@ -1,11 +1,8 @@
 package margo
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"math/big"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,17 +17,10 @@ func (d *ApplicationDescription) DefaultValues() map[string]any {
 	out := make(map[string]any, len(d.Parameters))
 	for name, p := range d.Parameters {
 		if p.Value != nil {
-			out[name] = copyValue(p.Value)
+			out[name] = lifecycle.CloneValue(p.Value)
 		}
 	}
 	return out
-}
-
-func copyValue(v any) any {
-	if l, ok := v.([]any); ok {
-		return slices.Clone(l)
-	}
-	return v
 }
 
 // ValidateValues checks parameter values (name → value) given for a
@@ -116,85 +106,6 @@ func sortedNames(m map[string]any) []string {
 	return names
 }
 
-// normalizeValue converts a caller's value to the tree's value types: nil,
-// bool, int64, uint64, float64, string or []any of those. It returns a
-// message when v has no such form.
-func normalizeValue(v any) (any, string) {
-	switch x := v.(type) {
-	case nil, bool, int64, uint64, string:
-		return x, ""
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return nil, "must be a finite number"
-		}
-		return x, ""
-	case float32:
-		return normalizeValue(float64(x))
-	case int:
-		return int64(x), ""
-	case int8:
-		return int64(x), ""
-	case int16:
-		return int64(x), ""
-	case int32:
-		return int64(x), ""
-	case uint:
-		return normalizeValue(uint64(x))
-	case uint8:
-		return int64(x), ""
-	case uint16:
-		return int64(x), ""
-	case uint32:
-		return int64(x), ""
-	case json.Number:
-		n, err := parseJSONNumber(string(x))
-		if err != nil {
-			return nil, fmt.Sprintf("number %s is out of range", truncate(string(x)))
-		}
-		return n, ""
-	case []any:
-		return normalizeList(x)
-	}
-	rv := reflect.ValueOf(v)
-	if rv.Kind() == reflect.Slice || rv.Kind() == reflect.Array {
-		l := make([]any, rv.Len())
-		for i := range l {
-			l[i] = rv.Index(i).Interface()
-		}
-		return normalizeList(l)
-	}
-	return nil, fmt.Sprintf("must be a string, number, boolean or a list of them, got %s", jsonTypeName(v))
-}
-
-func normalizeList(l []any) (any, string) {
-	if len(l) > MaxValueItems {
-		return nil, fmt.Sprintf("must have at most %d items, got %d", MaxValueItems, len(l))
-	}
-	out := make([]any, len(l))
-	for i, e := range l {
-		if _, nested := e.([]any); nested {
-			return nil, fmt.Sprintf("item %d must be a string, number or boolean, got a list", i)
-		}
-		n, msg := normalizeValue(e)
-		if msg != "" {
-			return nil, fmt.Sprintf("item %d %s", i, msg)
-		}
-		if _, nested := n.([]any); nested {
-			return nil, fmt.Sprintf("item %d must be a string, number or boolean, got a list", i)
-		}
-		out[i] = n
-	}
-	return out, ""
-}
-
-func jsonTypeName(v any) string {
-	switch v.(type) {
-	case map[string]any:
-		return "an object"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
 func isEmpty(v any) bool {
 	switch x := v.(type) {
 	case nil:
@@ -232,7 +143,7 @@ func checkValue(s Schema, v any, p string) []lifecycle.FieldError {
 				add(ip, "%s", msg)
 				continue
 			}
-			if s.Multiselect && slices.ContainsFunc(items[:i], func(prev any) bool { return equalValues(prev, item) }) {
+			if s.Multiselect && slices.ContainsFunc(items[:i], func(prev any) bool { return lifecycle.EqualValues(prev, item) }) {
 				add(ip, "%v is selected twice", item)
 			}
 		}
@@ -251,7 +162,7 @@ func checkScalar(s Schema, elem DataType, v any) string {
 		return msg
 	}
 	if s.Options != nil {
-		if !slices.ContainsFunc(s.Options, func(o any) bool { return equalValues(o, v) }) {
+		if !slices.ContainsFunc(s.Options, func(o any) bool { return lifecycle.EqualValues(o, v) }) {
 			return fmt.Sprintf("must be one of %s", formatOptions(s.Options))
 		}
 	}
@@ -369,45 +280,18 @@ func decimals(v any) int {
 	return 0
 }
 
-func isNumber(v any) bool {
-	switch v.(type) {
-	case int64, uint64, float64:
-		return true
+// normalizeValue is lifecycle.NormalizeValue with margo's bound on list
+// items; the message is "" when v is a parameter value.
+func normalizeValue(v any) (any, string) {
+	n, err := lifecycle.NormalizeValue(v, MaxValueItems)
+	if err != nil {
+		return nil, err.Error()
 	}
-	return false
+	return n, ""
 }
 
-// compareNumbers compares two numbers (int64, uint64 or float64) exactly,
-// also across types.
+// compareNumbers compares two numbers (callers have checked that both are).
 func compareNumbers(a, b any) int {
-	return toBig(a).Cmp(toBig(b))
-}
-
-func toBig(v any) *big.Float {
-	f := new(big.Float).SetPrec(128)
-	switch x := v.(type) {
-	case int64:
-		f.SetInt64(x)
-	case uint64:
-		f.SetUint64(x)
-	case float64:
-		f.SetFloat64(x)
-	}
-	return f
-}
-
-// equalValues reports whether two scalar values are equal, numbers by value.
-func equalValues(a, b any) bool {
-	if isNumber(a) && isNumber(b) {
-		return compareNumbers(a, b) == 0
-	}
-	switch x := a.(type) {
-	case string:
-		y, ok := b.(string)
-		return ok && x == y
-	case bool:
-		y, ok := b.(bool)
-		return ok && x == y
-	}
-	return false
+	c, _ := lifecycle.CompareNumbers(a, b)
+	return c
 }

@@ -182,19 +182,10 @@ const IdempotencyTTL = 24 * time.Hour
 // it is taken to be abandoned (its server process died mid-request).
 const idempotencyAbandoned = 5 * time.Minute
 
-// IdempotentResponse is a remembered response to a request with an
-// Idempotency-Key; Status 0 means the first request is still running.
-type IdempotentResponse struct {
-	RequestHash string
-	Status      int
-	Location    string
-	Body        []byte
-}
-
 // ReserveIdempotent claims actor's key for a request with hash. When it
 // was free (or expired, or abandoned) it returns reserved true; otherwise it
 // returns what is remembered for the key.
-func (s *AccessStore) ReserveIdempotent(ctx context.Context, actor, key, hash string, now time.Time) (IdempotentResponse, bool, error) {
+func (s *AccessStore) ReserveIdempotent(ctx context.Context, actor, key, hash string, now time.Time) (access.IdempotentResponse, bool, error) {
 	now = now.Truncate(time.Microsecond) // as stored: the reservation's ownership token
 	var reserved bool
 	err := s.pool.QueryRow(ctx, `
@@ -204,12 +195,12 @@ WHERE idempotency_keys.created_at <= $4 - make_interval(secs => $5)
    OR (idempotency_keys.status = 0 AND idempotency_keys.created_at <= $4 - make_interval(secs => $6))
 RETURNING true`, actor, key, hash, now, IdempotencyTTL.Seconds(), idempotencyAbandoned.Seconds()).Scan(&reserved)
 	if err == nil {
-		return IdempotentResponse{}, true, nil
+		return access.IdempotentResponse{}, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return IdempotentResponse{}, false, translate(err)
+		return access.IdempotentResponse{}, false, translate(err)
 	}
-	var r IdempotentResponse
+	var r access.IdempotentResponse
 	err = s.pool.QueryRow(ctx, `SELECT request_hash, status, location, body FROM idempotency_keys WHERE actor = $1 AND key = $2`, actor, key).
 		Scan(&r.RequestHash, &r.Status, &r.Location, &r.Body)
 	return r, false, translate(err)
@@ -217,7 +208,7 @@ RETURNING true`, actor, key, hash, now, IdempotencyTTL.Seconds(), idempotencyAba
 
 // CompleteIdempotent remembers the response to the key reserved at
 // reservedAt (a reservation another request took over is left alone).
-func (s *AccessStore) CompleteIdempotent(ctx context.Context, actor, key string, reservedAt time.Time, r IdempotentResponse) error {
+func (s *AccessStore) CompleteIdempotent(ctx context.Context, actor, key string, reservedAt time.Time, r access.IdempotentResponse) error {
 	_, err := s.pool.Exec(ctx, `UPDATE idempotency_keys SET status = $3, location = $4, body = $5
 WHERE actor = $1 AND key = $2 AND request_hash = $6 AND status = 0 AND created_at = $7`,
 		actor, key, r.Status, r.Location, r.Body, r.RequestHash, reservedAt.Truncate(time.Microsecond))

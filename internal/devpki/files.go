@@ -1,4 +1,4 @@
-package testpki
+package devpki
 
 import (
 	"crypto"
@@ -73,11 +73,11 @@ func WriteKeyPairFiles(certFile, keyFile string, certPEM, keyPEM []byte) error {
 func LoadCAFiles(certFile, keyFile string) (*CA, error) {
 	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
-		return nil, fmt.Errorf("testpki: read CA certificate: %w", err)
+		return nil, fmt.Errorf("devpki: read CA certificate: %w", err)
 	}
 	keyPEM, err := os.ReadFile(keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("testpki: read CA key: %w", err)
+		return nil, fmt.Errorf("devpki: read CA key: %w", err)
 	}
 	return LoadCA(certPEM, keyPEM)
 }
@@ -113,7 +113,7 @@ func LoadOrCreateCA(certFile, keyFile, name string) (ca *CA, created bool, err e
 	}
 	for _, dir := range []string{filepath.Dir(certFile), filepath.Dir(keyFile)} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, false, fmt.Errorf("testpki: create directory: %w", err)
+			return nil, false, fmt.Errorf("devpki: create directory: %w", err)
 		}
 	}
 	if err := ca.WriteFiles(certFile, keyFile); err != nil {
@@ -130,7 +130,7 @@ func exists(name string) (bool, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return false, nil
 	default:
-		return false, fmt.Errorf("testpki: %w", err)
+		return false, fmt.Errorf("devpki: %w", err)
 	}
 }
 
@@ -139,7 +139,7 @@ func exists(name string) (bool, error) {
 func writeFileAtomic(name string, data []byte, perm fs.FileMode) (err error) {
 	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("testpki: write %s: %w", name, err)
+		return fmt.Errorf("devpki: write %s: %w", name, err)
 	}
 	defer func() {
 		if err != nil {
@@ -148,19 +148,19 @@ func writeFileAtomic(name string, data []byte, perm fs.FileMode) (err error) {
 		}
 	}()
 	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("testpki: write %s: %w", name, err)
+		return fmt.Errorf("devpki: write %s: %w", name, err)
 	}
 	if err = f.Chmod(perm); err != nil {
-		return fmt.Errorf("testpki: write %s: %w", name, err)
+		return fmt.Errorf("devpki: write %s: %w", name, err)
 	}
 	if err = f.Sync(); err != nil {
-		return fmt.Errorf("testpki: write %s: %w", name, err)
+		return fmt.Errorf("devpki: write %s: %w", name, err)
 	}
 	if err = f.Close(); err != nil {
-		return fmt.Errorf("testpki: write %s: %w", name, err)
+		return fmt.Errorf("devpki: write %s: %w", name, err)
 	}
 	if err = os.Rename(f.Name(), name); err != nil {
-		return fmt.Errorf("testpki: write %s: %w", name, err)
+		return fmt.Errorf("devpki: write %s: %w", name, err)
 	}
 	return nil
 }
