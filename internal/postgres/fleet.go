@@ -354,7 +354,7 @@ func (s *FleetStore) Device(ctx context.Context, clientID, deviceID string) (fle
 // selectorSQL adds the label selector's conditions on column col.
 func selectorSQL(sel fleet.Selector, col string, w *where) {
 	for _, r := range sel {
-		// Non-string values compare in their JSON text form, as Selector.Matches does.
+		// Non-string values compare in their JSON text form (JSON text).
 		text := "(CASE jsonb_typeof(" + col + "->$?) WHEN 'string' THEN " + col + "->>$? ELSE (" + col + "->$?)::text END)"
 		switch r.Op {
 		case fleet.OpExists:
