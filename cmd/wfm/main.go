@@ -78,7 +78,8 @@ type config struct {
 	deviceBurst     int
 	mgmtRate        float64        // management API requests per second per caller; 0: unlimited
 	mgmtBurst       int            // management API burst per caller
-	trustedProxies  []netip.Prefix // peers whose forwarding headers name the caller
+	trustedProxies  []netip.Prefix // peers whose forwarding header names the caller
+	forwardedHeader string         // the one forwarding header read from them
 	adminToken      string
 	adminTokenFile  string
 	databaseURL     string
@@ -117,7 +118,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.deviceBurst, "device-burst", ratelimit.DefaultDeviceBurst, "device API requests a client may make at once above its rate")
 	fs.StringVar(&mgmtRate, "mgmt-rate", env("WFM_MGMT_RATE", "50"), "management API requests per second allowed per token (per client address without a valid token), on average (per server process); 0: unlimited (env WFM_MGMT_RATE)")
 	fs.StringVar(&mgmtBurst, "mgmt-burst", env("WFM_MGMT_BURST", "100"), "management API requests a caller may make at once above its rate (env WFM_MGMT_BURST)")
-	fs.StringVar(&trustedProxies, "trusted-proxies", getenv("WFM_TRUSTED_PROXIES"), "comma-separated addresses or CIDRs of proxies whose Forwarded/X-Forwarded-For headers name the caller; empty: none (env WFM_TRUSTED_PROXIES)")
+	fs.StringVar(&trustedProxies, "trusted-proxies", getenv("WFM_TRUSTED_PROXIES"), "comma-separated addresses or CIDRs of proxies whose forwarding header (-forwarded-header) names the caller; empty: none; 0.0.0.0/0 and ::/0 are refused (env WFM_TRUSTED_PROXIES)")
+	fs.StringVar(&c.forwardedHeader, "forwarded-header", env("WFM_FORWARDED_HEADER", httpapi.HeaderXForwardedFor), "the one header read from trusted proxies: x-forwarded-for or forwarded (RFC 7239); the other is ignored. Choose the one your proxy appends to (env WFM_FORWARDED_HEADER)")
 	fs.BoolVar(&c.deviceTLS12, "device-tls12", getenv("WFM_DEVICE_TLS12") == "true", "also accept TLS 1.2 on the device listener (Margo allows it only as a non-default fallback) (env WFM_DEVICE_TLS12=true)")
 	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
 	c.adminToken = getenv("WFM_ADMIN_TOKEN")
@@ -175,6 +177,9 @@ func parseMgmtLimit(c *config, rate, burst, proxies string) error {
 	if c.mgmtBurst, err = strconv.Atoi(burst); err != nil || c.mgmtBurst < 1 {
 		return fmt.Errorf("-mgmt-burst %q: want an integer >= 1", burst)
 	}
+	if c.forwardedHeader = strings.ToLower(c.forwardedHeader); c.forwardedHeader != httpapi.HeaderXForwardedFor && c.forwardedHeader != httpapi.HeaderForwarded {
+		return fmt.Errorf("-forwarded-header %q: want %s or %s", c.forwardedHeader, httpapi.HeaderXForwardedFor, httpapi.HeaderForwarded)
+	}
 	for _, p := range strings.Split(proxies, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
@@ -185,11 +190,29 @@ func parseMgmtLimit(c *config, rate, burst, proxies string) error {
 			if aerr != nil {
 				return fmt.Errorf("-trusted-proxies: %q is neither an address nor a CIDR", p)
 			}
-			prefix = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+			prefix = netip.PrefixFrom(a, a.BitLen())
 		}
-		c.trustedProxies = append(c.trustedProxies, prefix.Masked())
+		prefix = unmapPrefix(prefix)
+		if prefix.Bits() == 0 {
+			// Every peer would be trusted: any client could name its own
+			// address, choosing its rate-limit bucket and audit address.
+			return fmt.Errorf("-trusted-proxies: %q trusts every peer; list the load balancers' addresses or networks", p)
+		}
+		c.trustedProxies = append(c.trustedProxies, prefix)
 	}
 	return nil
+}
+
+// unmapPrefix turns an IPv4-mapped IPv6 prefix (::ffff:10.0.0.0/104) into
+// its IPv4 prefix (10.0.0.0/8): peer addresses are unmapped before they are
+// compared, so a mapped prefix would never match. Other prefixes come back
+// masked.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	a := p.Addr()
+	if a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked()
+	}
+	return p.Masked()
 }
 
 // mgmtLimiter is the management API limiter of c; nil when lifted.
@@ -312,19 +335,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		telemetry.NewPoolCollector(pool))
 	handler, err := httpapi.NewHandler(httpapi.Config{
-		Logger:         log,
-		Ready:          readiness(pg, pool),
-		Registry:       reg,
-		Catalog:        cat,
-		Fleet:          fl,
-		Access:         acc,
-		DeviceIdentity: deviceIdentity,
-		DeviceLimiter:  ratelimit.New(c.deviceRate, c.deviceBurst, 100_000, time.Now),
-		Idempotency:    postgres.NewAccessStore(pool),
-		MgmtLimiter:    mgmtLimit,
-		TrustedProxies: c.trustedProxies,
-		Refusals:       refusals,
-		LogSampler:     logSampler,
+		Logger:          log,
+		Ready:           readiness(pg, pool),
+		Registry:        reg,
+		Catalog:         cat,
+		Fleet:           fl,
+		Access:          acc,
+		DeviceIdentity:  deviceIdentity,
+		DeviceLimiter:   ratelimit.New(c.deviceRate, c.deviceBurst, 100_000, time.Now),
+		Idempotency:     postgres.NewAccessStore(pool),
+		MgmtLimiter:     mgmtLimit,
+		TrustedProxies:  c.trustedProxies,
+		ForwardedHeader: c.forwardedHeader,
+		Refusals:        refusals,
+		LogSampler:      logSampler,
 	})
 	if err != nil {
 		return err

@@ -29,7 +29,18 @@ func TestManagementLimitSettings(t *testing.T) {
 	assert.Equal(t, 7, c.mgmtBurst)
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("2001:db8::/32")}, c.trustedProxies)
 
-	for _, args := range [][]string{{"-mgmt-rate", "-1"}, {"-mgmt-rate", "fast"}, {"-mgmt-rate", "Inf"}, {"-mgmt-burst", "0"}, {"-trusted-proxies", "proxy.example"}} {
+	assert.Equal(t, "x-forwarded-for", c.forwardedHeader, "the default forwarding header")
+
+	// IPv4-mapped prefixes match the (unmapped) peer addresses; one header.
+	c, err = parseConfig([]string{"-trusted-proxies", "::ffff:10.0.0.0/104,::ffff:192.0.2.1", "-forwarded-header", "Forwarded"}, noEnv, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.1/32")}, c.trustedProxies)
+	assert.Equal(t, "forwarded", c.forwardedHeader)
+
+	for _, args := range [][]string{{"-mgmt-rate", "-1"}, {"-mgmt-rate", "fast"}, {"-mgmt-rate", "Inf"}, {"-mgmt-burst", "0"}, {"-trusted-proxies", "proxy.example"},
+		// Every peer trusted: any client names its own address.
+		{"-trusted-proxies", "10.0.0.0/8,0.0.0.0/0"}, {"-trusted-proxies", "::/0"}, {"-trusted-proxies", "::ffff:0.0.0.0/96"},
+		{"-forwarded-header", "x-real-ip"}} {
 		_, err := parseConfig(args, noEnv, io.Discard)
 		assert.Error(t, err, "%v", args)
 	}

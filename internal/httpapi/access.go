@@ -91,7 +91,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		addr := clientAddr(r, s.trustedProxies)
+		addr := clientAddr(r, s.trustedProxies, s.forwarded)
 		p, err := s.access.Authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err != nil {
 			// Unauthenticated callers are refused their mutating calls in

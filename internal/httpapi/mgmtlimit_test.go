@@ -85,6 +85,21 @@ func (s *syncBuffer) String() string {
 // minute counted, and the given trusted proxies.
 func newLimitedEnv(t *testing.T, rate float64, burst int, trusted ...string) *limitedEnv {
 	t.Helper()
+	return newLimitedEnvWith(t, limitedOptions{rate: rate, burst: burst, trusted: trusted})
+}
+
+// limitedOptions are the settings of newLimitedEnvWith.
+type limitedOptions struct {
+	rate      float64
+	burst     int
+	trusted   []string
+	forwarded string // the forwarding header read; "": X-Forwarded-For
+}
+
+// newLimitedEnvWith is newLimitedEnv with every setting.
+func newLimitedEnvWith(t *testing.T, o limitedOptions) *limitedEnv {
+	t.Helper()
+	rate, burst, trusted := o.rate, o.burst, o.trusted
 	pool := pgtest.New(t)
 	e := &limitedEnv{pool: pool, clock: &fakeClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}, logs: &syncBuffer{}}
 	log := slog.New(slog.NewTextHandler(e.logs, nil))
@@ -94,14 +109,15 @@ func newLimitedEnv(t *testing.T, rate float64, burst int, trusted ...string) *li
 	require.NoError(t, err)
 	e.refusals = access.NewRefusals(acc, access.RefusalsConfig{First: 5, Interval: time.Minute})
 	cfg := httpapi.Config{
-		Logger:         log,
-		Ready:          func(context.Context) error { return nil },
-		Registry:       prometheus.NewRegistry(),
-		Catalog:        cat,
-		Fleet:          fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log),
-		Access:         acc,
-		DeviceIdentity: identity.HeaderIdentity{}.ClientIDFromRequest,
-		Refusals:       e.refusals,
+		Logger:          log,
+		Ready:           func(context.Context) error { return nil },
+		Registry:        prometheus.NewRegistry(),
+		Catalog:         cat,
+		Fleet:           fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log),
+		Access:          acc,
+		DeviceIdentity:  identity.HeaderIdentity{}.ClientIDFromRequest,
+		Refusals:        e.refusals,
+		ForwardedHeader: o.forwarded,
 		LogSampler: sampling.New(sampling.Config[string]{First: 3, Interval: time.Minute, MaxKeys: 100, Now: e.clock.now,
 			Flush: func(context.Context, string, int, time.Time, time.Time) error { return nil }}),
 	}
@@ -322,11 +338,31 @@ func TestForwardedHeaderIgnoredFromUntrustedPeer(t *testing.T) {
 		assert.Equal(t, "127.0.0.1", r.detail["address"])
 	}
 
-	// The same headers from a trusted proxy name the caller.
-	e = newLimitedEnv(t, 1, 5, "127.0.0.0/8")
+	// The configured header from a trusted proxy names the caller.
+	e = newLimitedEnvWith(t, limitedOptions{rate: 1, burst: 5, trusted: []string{"127.0.0.0/8"}, forwarded: httpapi.HeaderForwarded})
 	for i := range 20 {
 		status, _ := e.call(t, map[string]string{"Forwarded": `for="198.51.100.` + strconv.Itoa(i) + `:4711"`})
 		assert.Equal(t, http.StatusUnauthorized, status)
+	}
+}
+
+// TestForwardedSpoofedThroughTrustedProxy: behind a trusted proxy that
+// appends to X-Forwarded-For (the default header), a client's own
+// Forwarded header is passed on unchanged; it must not give the client a
+// fresh bucket per request, nor an address of its choice in the audit log.
+func TestForwardedSpoofedThroughTrustedProxy(t *testing.T) {
+	e := newLimitedEnv(t, 1, 5, "127.0.0.0/8")
+	statuses := map[int]int{}
+	for i := range 20 {
+		status, _ := e.call(t, map[string]string{"Forwarded": "for=198.51.100." + strconv.Itoa(i), "X-Forwarded-For": "203.0.113.7"})
+		statuses[status]++
+	}
+	assert.Equal(t, map[int]int{http.StatusUnauthorized: 5, http.StatusTooManyRequests: 15}, statuses, "one bucket: the address the proxy appended")
+	require.NoError(t, e.refusals.Stop(t.Context()))
+	rows := e.auditOf(t, "anonymous")
+	require.NotEmpty(t, rows)
+	for _, r := range rows {
+		assert.Equal(t, "203.0.113.7", r.detail["address"])
 	}
 }
 

@@ -55,10 +55,14 @@ type Config struct {
 	MgmtLimiter interface {
 		Allow(key string) (bool, time.Duration)
 	}
-	// TrustedProxies are the peers whose forwarding headers (Forwarded,
-	// X-Forwarded-For) name the caller's address; none: the TCP peer is
+	// TrustedProxies are the peers whose forwarding header (see
+	// ForwardedHeader) names the caller's address; none: the TCP peer is
 	// always the caller.
 	TrustedProxies []netip.Prefix
+	// ForwardedHeader is the one forwarding header read from trusted
+	// proxies: HeaderXForwardedFor ("" means it too) or HeaderForwarded.
+	// The other is ignored.
+	ForwardedHeader string
 	// Refusals, when not nil, writes refused management calls to the audit
 	// log, aggregating floods; nil: each refusal gets its own entry. Its
 	// owner starts and stops it.
@@ -96,6 +100,7 @@ type Server struct {
 		Allow(key string) (bool, time.Duration)
 	}
 	trustedProxies []netip.Prefix
+	forwarded      string // the forwarding header read from trusted proxies
 	refusals       *access.Refusals
 	logSampler     interface{ Allow(key string) bool }
 	router         *chi.Mux
@@ -112,6 +117,13 @@ var _ api.StrictServerInterface = (*Server)(nil)
 func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil || cfg.Ready == nil || cfg.Registry == nil || cfg.Catalog == nil || cfg.Fleet == nil || cfg.DeviceIdentity == nil || cfg.Access == nil {
 		return nil, fmt.Errorf("httpapi: Logger, Ready, Registry, Catalog, Fleet, Access and DeviceIdentity are required")
+	}
+	switch cfg.ForwardedHeader {
+	case "":
+		cfg.ForwardedHeader = HeaderXForwardedFor
+	case HeaderXForwardedFor, HeaderForwarded:
+	default:
+		return nil, fmt.Errorf("httpapi: ForwardedHeader %q: want %s or %s", cfg.ForwardedHeader, HeaderXForwardedFor, HeaderForwarded)
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -137,7 +149,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
-		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: newSampledLog(outageLogEvery, time.Now)}
+		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: newSampledLog(outageLogEvery, time.Now)}
 
 	r := chi.NewRouter()
 	s.router = r
