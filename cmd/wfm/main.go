@@ -39,6 +39,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
 	"github.com/wfm-dev/wfm/internal/identity"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/pglaunch"
 	"github.com/wfm-dev/wfm/internal/postgres"
 	"github.com/wfm-dev/wfm/internal/ratelimit"
@@ -215,6 +216,19 @@ func unmapPrefix(p netip.Prefix) netip.Prefix {
 	return p.Masked()
 }
 
+// refusalFlushError logs an aggregate audit entry that could not be written
+// (it is kept for the next interval): at WARN while the database is
+// unavailable (an outage, once an interval), at ERROR otherwise.
+func refusalFlushError(log *slog.Logger) func(error) {
+	return func(err error) {
+		if lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE {
+			log.Warn("audit: aggregate of refused calls not written, the database is unavailable; kept for the next interval", "error", err)
+			return
+		}
+		log.Error("audit: aggregate of refused calls not written; kept for the next interval", "error", err)
+	}
+}
+
 // mgmtLimiter is the management API limiter of c; nil when lifted.
 func mgmtLimiter(c config) *ratelimit.Limiter {
 	if c.mgmtRate == 0 {
@@ -307,15 +321,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	// Repeated refusal and TLS handshake log lines are sampled: the first
 	// few per caller a minute, then one line with the count of the rest.
-	logSampler := sampling.New(sampling.Config[string]{First: 5, Interval: time.Minute, MaxKeys: 10_000, Now: time.Now,
-		Overflow: func(string) string { return "other callers" }, Flush: telemetry.LogSuppressed(log)})
-	logSampler.Start(context.WithoutCancel(ctx))
-	defer func() { _ = logSampler.Stop(context.Background()) }()
+	// Each kind has its own sampler, so that a handshake flood from many
+	// addresses cannot use up the keys the refusal lines need.
+	newLogSampler := func() *sampling.Sampler[string] {
+		l := sampling.New(sampling.Config[string]{First: 5, Interval: time.Minute, MaxKeys: 10_000, Now: time.Now,
+			Overflow: func(string) string { return "other callers" }, Flush: telemetry.LogSuppressed(log)})
+		l.Start(context.WithoutCancel(ctx))
+		return l
+	}
+	refusalLog, handshakeLog := newLogSampler(), newLogSampler()
+	defer func() { _ = refusalLog.Stop(context.Background()); _ = handshakeLog.Stop(context.Background()) }()
 	// Refused management calls beyond a rate are aggregated in the audit
 	// log; stopped (their last counts written) after HTTP drained.
-	refusals := access.NewRefusals(acc, access.RefusalsConfig{OnFlushError: func(err error) {
-		log.Error("audit: aggregate of refused calls not written; kept for the next interval", "error", err)
-	}})
+	refusals := access.NewRefusals(acc, access.RefusalsConfig{OnFlushError: refusalFlushError(log)})
 	refusals.Start(context.WithoutCancel(ctx))
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -324,9 +342,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			log.Error("audit: aggregate of refused calls lost at shutdown", "error", err)
 		}
 	}()
-	var mgmtLimit interface {
-		Allow(string) (bool, time.Duration)
-	}
+	var mgmtLimit httpapi.MgmtLimiter
 	if l := mgmtLimiter(c); l != nil {
 		mgmtLimit = l
 	}
@@ -348,7 +364,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		TrustedProxies:  c.trustedProxies,
 		ForwardedHeader: c.forwardedHeader,
 		Refusals:        refusals,
-		LogSampler:      logSampler,
+		LogSampler:      refusalLog,
 	})
 	if err != nil {
 		return err
@@ -389,7 +405,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ln.Close()
 		return fmt.Errorf("listen on %s: %w", c.deviceListen, err)
 	}
-	errorLog := telemetry.NewServerErrorLog(log, logSampler.Allow)
+	errorLog := telemetry.NewServerErrorLog(log, handshakeLog.Allow)
 	dsrv := newHTTPServer(ctx, deviceHandler, errorLog)
 	dsrv.TLSConfig = deviceTLS
 	srv := newHTTPServer(ctx, mgmtHandler, errorLog)

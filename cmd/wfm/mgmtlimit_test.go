@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
 func TestManagementLimitSettings(t *testing.T) {
@@ -44,4 +49,17 @@ func TestManagementLimitSettings(t *testing.T) {
 		_, err := parseConfig(args, noEnv, io.Discard)
 		assert.Error(t, err, "%v", args)
 	}
+}
+
+// TestRefusalFlushErrorDuringOutage: an aggregate the database cannot take
+// because it is away is an outage (WARN), anything else an ERROR.
+func TestRefusalFlushErrorDuringOutage(t *testing.T) {
+	var buf bytes.Buffer
+	onErr := refusalFlushError(slog.New(slog.NewTextHandler(&buf, nil)))
+	onErr(fmt.Errorf("access: write aggregate: %w", &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "unavailable", Message: "down"}))
+	assert.Contains(t, buf.String(), "level=WARN")
+	assert.NotContains(t, buf.String(), "level=ERROR")
+	buf.Reset()
+	onErr(fmt.Errorf("access: write aggregate: boom"))
+	assert.Contains(t, buf.String(), "level=ERROR")
 }

@@ -51,10 +51,10 @@ type Config struct {
 	}
 	// MgmtLimiter, when not nil, bounds each caller's management API
 	// request rate: keys are "token <id>" for authenticated callers and
-	// "address <addr>" for the others. nil: unlimited.
-	MgmtLimiter interface {
-		Allow(key string) (bool, time.Duration)
-	}
+	// "address <network>" (access.CallerNetwork) for the others; Exhausted
+	// asks, without taking a token, whether a key's bucket is empty.
+	// nil: unlimited.
+	MgmtLimiter MgmtLimiter
 	// TrustedProxies are the peers whose forwarding header (see
 	// ForwardedHeader) names the caller's address; none: the TCP peer is
 	// always the caller.
@@ -80,6 +80,17 @@ type Config struct {
 	MaxBodyBytes int64
 }
 
+// MgmtLimiter is what the management API's rate limit needs
+// (ratelimit.Limiter has it).
+type MgmtLimiter interface {
+	// Allow takes a token from key's bucket; false and the wait when
+	// there is none.
+	Allow(key string) (bool, time.Duration)
+	// Exhausted reports, taking nothing, whether key's bucket is empty,
+	// and the wait.
+	Exhausted(key string) (bool, time.Duration)
+}
+
 // DefaultMaxBodyBytes bounds request bodies when Config.MaxBodyBytes is 0:
 // one application description of up to 1 MiB plus room for JSON escaping.
 const DefaultMaxBodyBytes = 2 << 20
@@ -96,9 +107,8 @@ type Server struct {
 	limiter  interface {
 		Allow(key string) (bool, time.Duration)
 	}
-	mgmtLimiter interface {
-		Allow(key string) (bool, time.Duration)
-	}
+	mgmtLimiter    MgmtLimiter
+	recent         recentCredentials // credentials that authenticated lately
 	trustedProxies []netip.Prefix
 	forwarded      string // the forwarding header read from trusted proxies
 	refusals       *access.Refusals
