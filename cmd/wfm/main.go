@@ -331,6 +331,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	refusalLog, handshakeLog := newLogSampler(), newLogSampler()
 	defer func() { _ = refusalLog.Stop(context.Background()); _ = handshakeLog.Stop(context.Background()) }()
+	// WARN lines of an unavailable database: one per kind every 10 s, the
+	// count of the rest when those 10 s end (the last one of an outage too).
+	outageLog := sampling.New(sampling.Config[string]{First: 1, Interval: 10 * time.Second, MaxKeys: 1_000, Now: time.Now,
+		Overflow: func(string) string { return "other outage lines" }, Flush: telemetry.LogSuppressed(log)})
+	outageLog.Start(context.WithoutCancel(ctx))
+	defer func() { _ = outageLog.Stop(context.Background()) }()
 	// Refused management calls beyond a rate are aggregated in the audit
 	// log; stopped (their last counts written) after HTTP drained.
 	refusals := access.NewRefusals(acc, access.RefusalsConfig{OnFlushError: refusalFlushError(log)})
@@ -365,6 +371,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ForwardedHeader: c.forwardedHeader,
 		Refusals:        refusals,
 		LogSampler:      refusalLog,
+		OutageLog:       outageLog,
 	})
 	if err != nil {
 		return err

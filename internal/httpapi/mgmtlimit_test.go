@@ -334,7 +334,7 @@ func TestAnonymousFloodsFromTwoAddresses(t *testing.T) {
 // X-Forwarded-For or Forwarded header; the audit log names the real peer.
 func TestForwardedHeaderIgnoredFromUntrustedPeer(t *testing.T) {
 	e := newLimitedEnv(t, 1, 5) // trusts no proxy
-	e.adminCall(t) // known before the flood: served during it
+	e.adminCall(t)              // known before the flood: served during it
 	statuses := map[int]int{}
 	for i := range 20 {
 		h := map[string]string{"X-Forwarded-For": "198.51.100." + strconv.Itoa(i)}

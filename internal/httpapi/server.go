@@ -70,6 +70,11 @@ type Config struct {
 	// LogSampler, when not nil, thins out repeated refusal log lines:
 	// Allow(key) false means the line is counted instead of logged.
 	LogSampler interface{ Allow(key string) bool }
+	// OutageLog, when not nil, thins out the WARN lines of an unavailable
+	// database (one per request otherwise): Allow(key) false means the line
+	// is counted instead of logged; its owner reports the counts (see
+	// internal/sampling) and starts and stops it.
+	OutageLog interface{ Allow(key string) bool }
 	// Idempotency, when not nil, remembers responses to POSTs with an
 	// Idempotency-Key.
 	Idempotency IdempotencyStore
@@ -115,7 +120,8 @@ type Server struct {
 	logSampler     interface{ Allow(key string) bool }
 	router         *chi.Mux
 	idem           IdempotencyStore
-	outageLog      *sampledLog // bounds the WARN lines of an unavailable database
+	outageLog      interface{ Allow(key string) bool } // bounds the WARN lines of an unavailable database
+	unreleased     unreleasedKeys                      // idempotency keys whose release failed
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -159,7 +165,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
-		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: newSampledLog(outageLogEvery, time.Now)}
+		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: cfg.OutageLog}
 
 	r := chi.NewRouter()
 	s.router = r
