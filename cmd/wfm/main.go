@@ -601,8 +601,11 @@ func isLoopback(a net.Addr) bool {
 
 // logPosture logs, in one line, what an attacker on the network would want
 // to know: who may call the device API, how the management listener is
-// reached, what answers without authentication, and every development or
-// relaxed setting that is on.
+// reached, what answers without authentication, the rate limits and whose
+// forwarding header names a caller's address, and every development or
+// relaxed setting that is on. The break-glass rollback override is a
+// documented default (admins only, audited), so it has its own field and is
+// not counted as relaxed.
 func logPosture(log *slog.Logger, c config, mgmtURL string, mgmtLoopback, mgmtTLS bool) {
 	var dev []string
 	deviceAuth := "mtls"
@@ -619,14 +622,27 @@ func logPosture(log *slog.Logger, c config, mgmtURL string, mgmtLoopback, mgmtTL
 	if c.deviceTLS12 && !c.devHeaderID {
 		dev = append(dev, "device-tls12")
 	}
-	if c.allowOverrides {
-		dev = append(dev, "rollback-override")
+	var mgmtRate, mgmtBurst any = c.mgmtRate, c.mgmtBurst
+	if c.mgmtRate == 0 {
+		mgmtRate, mgmtBurst = "unlimited", "unlimited"
+		dev = append(dev, "mgmt-rate-unlimited")
+	}
+	if c.deviceRate > ratelimit.DefaultDeviceRate || c.deviceBurst > ratelimit.DefaultDeviceBurst {
+		dev = append(dev, "device-rate-raised")
 	}
 	if c.debugListen != "" {
 		dev = append(dev, "pprof")
 	}
 	if len(dev) == 0 {
 		dev = append(dev, "none")
+	}
+	proxies, header := "none", "none (no trusted proxies)"
+	if len(c.trustedProxies) > 0 {
+		ps := make([]string, len(c.trustedProxies))
+		for i, p := range c.trustedProxies {
+			ps[i] = p.String()
+		}
+		proxies, header = strings.Join(ps, ","), c.forwardedHeader
 	}
 	log.Info("security posture",
 		"accept_clients", c.acceptClients,
@@ -635,6 +651,13 @@ func logPosture(log *slog.Logger, c config, mgmtURL string, mgmtLoopback, mgmtTL
 		"management_plain_http", !mgmtTLS,
 		"management_loopback", mgmtLoopback,
 		"metrics", "unauthenticated on the management listener",
+		"mgmt_rate", mgmtRate,
+		"mgmt_burst", mgmtBurst,
+		"trusted_proxies", proxies,
+		"forwarded_header", header,
+		"device_rate", c.deviceRate,
+		"device_burst", c.deviceBurst,
+		"rollback_override", c.allowOverrides,
 		"relaxed", strings.Join(dev, ","))
 }
 
