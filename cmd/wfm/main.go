@@ -40,6 +40,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
 	"github.com/wfm-dev/wfm/internal/identity"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/pglaunch"
 	"github.com/wfm-dev/wfm/internal/postgres"
 	"github.com/wfm-dev/wfm/internal/ratelimit"
@@ -78,7 +79,8 @@ type config struct {
 	deviceBurst     int
 	mgmtRate        float64        // management API requests per second per caller; 0: unlimited
 	mgmtBurst       int            // management API burst per caller
-	trustedProxies  []netip.Prefix // peers whose forwarding headers name the caller
+	trustedProxies  []netip.Prefix // peers whose forwarding header names the caller
+	forwardedHeader string         // the one forwarding header read from them
 	adminToken      string
 	adminTokenFile  string
 	databaseURL     string
@@ -117,7 +119,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.deviceBurst, "device-burst", ratelimit.DefaultDeviceBurst, "device API requests a client may make at once above its rate")
 	fs.StringVar(&mgmtRate, "mgmt-rate", env("WFM_MGMT_RATE", "50"), "management API requests per second allowed per token (per client address without a valid token), on average (per server process); 0: unlimited (env WFM_MGMT_RATE)")
 	fs.StringVar(&mgmtBurst, "mgmt-burst", env("WFM_MGMT_BURST", "100"), "management API requests a caller may make at once above its rate (env WFM_MGMT_BURST)")
-	fs.StringVar(&trustedProxies, "trusted-proxies", getenv("WFM_TRUSTED_PROXIES"), "comma-separated addresses or CIDRs of proxies whose Forwarded/X-Forwarded-For headers name the caller; empty: none (env WFM_TRUSTED_PROXIES)")
+	fs.StringVar(&trustedProxies, "trusted-proxies", getenv("WFM_TRUSTED_PROXIES"), "comma-separated addresses or CIDRs of proxies whose forwarding header (-forwarded-header) names the caller; empty: none; 0.0.0.0/0 and ::/0 are refused (env WFM_TRUSTED_PROXIES)")
+	fs.StringVar(&c.forwardedHeader, "forwarded-header", env("WFM_FORWARDED_HEADER", httpapi.HeaderXForwardedFor), "the one header read from trusted proxies: x-forwarded-for or forwarded (RFC 7239); the other is ignored. Choose the one your proxy appends to (env WFM_FORWARDED_HEADER)")
 	fs.BoolVar(&c.deviceTLS12, "device-tls12", getenv("WFM_DEVICE_TLS12") == "true", "also accept TLS 1.2 on the device listener (Margo allows it only as a non-default fallback) (env WFM_DEVICE_TLS12=true)")
 	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
 	c.adminToken = getenv("WFM_ADMIN_TOKEN")
@@ -175,6 +178,9 @@ func parseMgmtLimit(c *config, rate, burst, proxies string) error {
 	if c.mgmtBurst, err = strconv.Atoi(burst); err != nil || c.mgmtBurst < 1 {
 		return fmt.Errorf("-mgmt-burst %q: want an integer >= 1", burst)
 	}
+	if c.forwardedHeader = strings.ToLower(c.forwardedHeader); c.forwardedHeader != httpapi.HeaderXForwardedFor && c.forwardedHeader != httpapi.HeaderForwarded {
+		return fmt.Errorf("-forwarded-header %q: want %s or %s", c.forwardedHeader, httpapi.HeaderXForwardedFor, httpapi.HeaderForwarded)
+	}
 	for _, p := range strings.Split(proxies, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
@@ -185,11 +191,42 @@ func parseMgmtLimit(c *config, rate, burst, proxies string) error {
 			if aerr != nil {
 				return fmt.Errorf("-trusted-proxies: %q is neither an address nor a CIDR", p)
 			}
-			prefix = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+			prefix = netip.PrefixFrom(a, a.BitLen())
 		}
-		c.trustedProxies = append(c.trustedProxies, prefix.Masked())
+		prefix = unmapPrefix(prefix)
+		if prefix.Bits() == 0 {
+			// Every peer would be trusted: any client could name its own
+			// address, choosing its rate-limit bucket and audit address.
+			return fmt.Errorf("-trusted-proxies: %q trusts every peer; list the load balancers' addresses or networks", p)
+		}
+		c.trustedProxies = append(c.trustedProxies, prefix)
 	}
 	return nil
+}
+
+// unmapPrefix turns an IPv4-mapped IPv6 prefix (::ffff:10.0.0.0/104) into
+// its IPv4 prefix (10.0.0.0/8): peer addresses are unmapped before they are
+// compared, so a mapped prefix would never match. Other prefixes come back
+// masked.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	a := p.Addr()
+	if a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked()
+	}
+	return p.Masked()
+}
+
+// refusalFlushError logs an aggregate audit entry that could not be written
+// (it is kept for the next interval): at WARN while the database is
+// unavailable (an outage, once an interval), at ERROR otherwise.
+func refusalFlushError(log *slog.Logger) func(error) {
+	return func(err error) {
+		if lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE {
+			log.Warn("audit: aggregate of refused calls not written, the database is unavailable; kept for the next interval", "error", err)
+			return
+		}
+		log.Error("audit: aggregate of refused calls not written; kept for the next interval", "error", err)
+	}
 }
 
 // mgmtLimiter is the management API limiter of c; nil when lifted.
@@ -284,15 +321,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	// Repeated refusal and TLS handshake log lines are sampled: the first
 	// few per caller a minute, then one line with the count of the rest.
-	logSampler := sampling.New(sampling.Config[string]{First: 5, Interval: time.Minute, MaxKeys: 10_000, Now: time.Now,
-		Overflow: func(string) string { return "other callers" }, Flush: telemetry.LogSuppressed(log)})
-	logSampler.Start(context.WithoutCancel(ctx))
-	defer func() { _ = logSampler.Stop(context.Background()) }()
+	// Each kind has its own sampler, so that a handshake flood from many
+	// addresses cannot use up the keys the refusal lines need.
+	newLogSampler := func() *sampling.Sampler[string] {
+		l := sampling.New(sampling.Config[string]{First: 5, Interval: time.Minute, MaxKeys: 10_000, Now: time.Now,
+			Overflow: func(string) string { return "other callers" }, Flush: telemetry.LogSuppressed(log)})
+		l.Start(context.WithoutCancel(ctx))
+		return l
+	}
+	refusalLog, handshakeLog := newLogSampler(), newLogSampler()
+	defer func() { _ = refusalLog.Stop(context.Background()); _ = handshakeLog.Stop(context.Background()) }()
+	// WARN lines of an unavailable database: one per kind every 10 s, the
+	// count of the rest when those 10 s end (the last one of an outage too).
+	outageLog := sampling.New(sampling.Config[string]{First: 1, Interval: 10 * time.Second, MaxKeys: 1_000, Now: time.Now,
+		Overflow: func(string) string { return "other outage lines" }, Flush: telemetry.LogSuppressed(log)})
+	outageLog.Start(context.WithoutCancel(ctx))
+	defer func() { _ = outageLog.Stop(context.Background()) }()
 	// Refused management calls beyond a rate are aggregated in the audit
 	// log; stopped (their last counts written) after HTTP drained.
-	refusals := access.NewRefusals(acc, access.RefusalsConfig{OnFlushError: func(err error) {
-		log.Error("audit: aggregate of refused calls not written; kept for the next interval", "error", err)
-	}})
+	refusals := access.NewRefusals(acc, access.RefusalsConfig{OnFlushError: refusalFlushError(log)})
 	refusals.Start(context.WithoutCancel(ctx))
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -301,9 +348,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			log.Error("audit: aggregate of refused calls lost at shutdown", "error", err)
 		}
 	}()
-	var mgmtLimit interface {
-		Allow(string) (bool, time.Duration)
-	}
+	var mgmtLimit httpapi.MgmtLimiter
 	if l := mgmtLimiter(c); l != nil {
 		mgmtLimit = l
 	}
@@ -312,19 +357,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		telemetry.NewPoolCollector(pool))
 	handler, err := httpapi.NewHandler(httpapi.Config{
-		Logger:         log,
-		Ready:          readiness(pg, pool),
-		Registry:       reg,
-		Catalog:        cat,
-		Fleet:          fl,
-		Access:         acc,
-		DeviceIdentity: deviceIdentity,
-		DeviceLimiter:  ratelimit.New(c.deviceRate, c.deviceBurst, 100_000, time.Now),
-		Idempotency:    postgres.NewAccessStore(pool),
-		MgmtLimiter:    mgmtLimit,
-		TrustedProxies: c.trustedProxies,
-		Refusals:       refusals,
-		LogSampler:     logSampler,
+		Logger:          log,
+		Ready:           readiness(pg, pool),
+		Registry:        reg,
+		Catalog:         cat,
+		Fleet:           fl,
+		Access:          acc,
+		DeviceIdentity:  deviceIdentity,
+		DeviceLimiter:   ratelimit.New(c.deviceRate, c.deviceBurst, 100_000, time.Now),
+		Idempotency:     postgres.NewAccessStore(pool),
+		MgmtLimiter:     mgmtLimit,
+		TrustedProxies:  c.trustedProxies,
+		ForwardedHeader: c.forwardedHeader,
+		Refusals:        refusals,
+		LogSampler:      refusalLog,
+		OutageLog:       outageLog,
 	})
 	if err != nil {
 		return err
@@ -365,7 +412,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ln.Close()
 		return fmt.Errorf("listen on %s: %w", c.deviceListen, err)
 	}
-	errorLog := telemetry.NewServerErrorLog(log, logSampler.Allow)
+	errorLog := telemetry.NewServerErrorLog(log, handshakeLog.Allow)
 	dsrv := newHTTPServer(ctx, deviceHandler, errorLog)
 	dsrv.TLSConfig = deviceTLS
 	srv := newHTTPServer(ctx, mgmtHandler, errorLog)
@@ -554,8 +601,11 @@ func isLoopback(a net.Addr) bool {
 
 // logPosture logs, in one line, what an attacker on the network would want
 // to know: who may call the device API, how the management listener is
-// reached, what answers without authentication, and every development or
-// relaxed setting that is on.
+// reached, what answers without authentication, the rate limits and whose
+// forwarding header names a caller's address, and every development or
+// relaxed setting that is on. The break-glass rollback override is a
+// documented default (admins only, audited), so it has its own field and is
+// not counted as relaxed.
 func logPosture(log *slog.Logger, c config, mgmtURL string, mgmtLoopback, mgmtTLS bool) {
 	var dev []string
 	deviceAuth := "mtls"
@@ -572,14 +622,27 @@ func logPosture(log *slog.Logger, c config, mgmtURL string, mgmtLoopback, mgmtTL
 	if c.deviceTLS12 && !c.devHeaderID {
 		dev = append(dev, "device-tls12")
 	}
-	if c.allowOverrides {
-		dev = append(dev, "rollback-override")
+	var mgmtRate, mgmtBurst any = c.mgmtRate, c.mgmtBurst
+	if c.mgmtRate == 0 {
+		mgmtRate, mgmtBurst = "unlimited", "unlimited"
+		dev = append(dev, "mgmt-rate-unlimited")
+	}
+	if c.deviceRate > ratelimit.DefaultDeviceRate || c.deviceBurst > ratelimit.DefaultDeviceBurst {
+		dev = append(dev, "device-rate-raised")
 	}
 	if c.debugListen != "" {
 		dev = append(dev, "pprof")
 	}
 	if len(dev) == 0 {
 		dev = append(dev, "none")
+	}
+	proxies, header := "none", "none (no trusted proxies)"
+	if len(c.trustedProxies) > 0 {
+		ps := make([]string, len(c.trustedProxies))
+		for i, p := range c.trustedProxies {
+			ps[i] = p.String()
+		}
+		proxies, header = strings.Join(ps, ","), c.forwardedHeader
 	}
 	log.Info("security posture",
 		"accept_clients", c.acceptClients,
@@ -588,6 +651,13 @@ func logPosture(log *slog.Logger, c config, mgmtURL string, mgmtLoopback, mgmtTL
 		"management_plain_http", !mgmtTLS,
 		"management_loopback", mgmtLoopback,
 		"metrics", "unauthenticated on the management listener",
+		"mgmt_rate", mgmtRate,
+		"mgmt_burst", mgmtBurst,
+		"trusted_proxies", proxies,
+		"forwarded_header", header,
+		"device_rate", c.deviceRate,
+		"device_burst", c.deviceBurst,
+		"rollback_override", c.allowOverrides,
 		"relaxed", strings.Join(dev, ","))
 }
 

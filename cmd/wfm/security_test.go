@@ -192,7 +192,7 @@ func TestManagementTLSDev(t *testing.T) {
 	p := logs.line(t, "security posture")
 	require.NotNil(t, p)
 	assert.Equal(t, false, p["management_plain_http"])
-	assert.Equal(t, "dev-pki,mgmt-tls-dev,rollback-override", p["relaxed"])
+	assert.Equal(t, "dev-pki,mgmt-tls-dev", p["relaxed"])
 }
 
 const warnPlainMgmt = "the management listener is plain HTTP on a non-loopback address: bearer tokens cross the network in clear; serve it over TLS (-mgmt-tls-cert and -mgmt-tls-key) or keep it on loopback"
@@ -216,8 +216,9 @@ func TestPlainManagementBeyondLoopbackWarns(t *testing.T) {
 }
 
 // TestSecurityPostureLine: one line at start says who may call, how the
-// management listener is reached, that /metrics needs no token, and every
-// development or relaxed setting.
+// management listener is reached, that /metrics needs no token, the rate
+// limits, whose forwarding header names a caller, and every development or
+// relaxed setting.
 func TestSecurityPostureLine(t *testing.T) {
 	_, logs := startLogged(t, "-accept-clients", "listed", "-device-tls12", "-allow-rollback-override=false")
 	p := logs.line(t, "security posture")
@@ -229,14 +230,35 @@ func TestSecurityPostureLine(t *testing.T) {
 	assert.Equal(t, true, p["management_plain_http"])
 	assert.Equal(t, true, p["management_loopback"])
 	assert.Equal(t, "unauthenticated on the management listener", p["metrics"])
+	assert.EqualValues(t, 50, p["mgmt_rate"], "the default management limit")
+	assert.EqualValues(t, 100, p["mgmt_burst"])
+	assert.Equal(t, "none", p["trusted_proxies"])
+	assert.Equal(t, "none (no trusted proxies)", p["forwarded_header"])
+	assert.EqualValues(t, 20, p["device_rate"])
+	assert.EqualValues(t, 40, p["device_burst"])
+	assert.Equal(t, false, p["rollback_override"])
 	assert.Equal(t, "dev-pki,device-tls12", p["relaxed"])
 
-	_, logs = startLogged(t, "-dev-header-identity")
+	// Defaults with the development PKI: the override is on, and is not a
+	// relaxation.
+	_, logs = startLogged(t)
+	p = logs.line(t, "security posture")
+	require.NotNil(t, p)
+	assert.Equal(t, true, p["rollback_override"])
+	assert.Equal(t, "dev-pki", p["relaxed"])
+
+	_, logs = startLogged(t, "-dev-header-identity", "-mgmt-rate", "0", "-device-rate", "1e9",
+		"-trusted-proxies", "10.0.0.0/8,192.0.2.10", "-forwarded-header", "forwarded")
 	p = logs.line(t, "security posture")
 	require.NotNil(t, p)
 	assert.Equal(t, "all", p["accept_clients"])
 	assert.Contains(t, p["device_auth"], "INSECURE")
-	assert.Equal(t, "dev-header-identity,rollback-override", p["relaxed"])
+	assert.Equal(t, "unlimited", p["mgmt_rate"])
+	assert.Equal(t, "unlimited", p["mgmt_burst"])
+	assert.Equal(t, "10.0.0.0/8,192.0.2.10/32", p["trusted_proxies"])
+	assert.Equal(t, "forwarded", p["forwarded_header"])
+	assert.EqualValues(t, 1e9, p["device_rate"])
+	assert.Equal(t, "dev-header-identity,mgmt-rate-unlimited,device-rate-raised", p["relaxed"])
 }
 
 func TestManagementTLSConfigErrors(t *testing.T) {

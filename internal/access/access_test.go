@@ -51,3 +51,18 @@ func TestSecretsAndBearer(t *testing.T) {
 		}
 	}
 }
+
+func TestCallerNetwork(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"192.0.2.7", "192.0.2.7"},
+		{"::ffff:192.0.2.7", "192.0.2.7"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::/64"},
+		{"2001:db8:1:2::1", "2001:db8:1:2::/64"},
+		{"fe80::1%eth0", "fe80::/64"},
+		{"not an address", "not an address"},
+	} {
+		if got := CallerNetwork(tc.addr); got != tc.want {
+			t.Errorf("CallerNetwork(%q) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}

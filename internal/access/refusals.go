@@ -2,7 +2,9 @@ package access
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/sampling"
@@ -21,8 +23,25 @@ type Refusal struct {
 	RequestID string
 }
 
+// CallerNetwork is the network an anonymous caller at addr is counted
+// under (rate limit, refusal aggregation, log sampling): its /64 for an IPv6
+// address, since one host or site holds a whole /64 and could otherwise take
+// a fresh count per address; the address itself for IPv4. addr is returned
+// unchanged when it is not an IP address.
+func CallerNetwork(addr string) string {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr
+	}
+	a = a.Unmap()
+	if a.Is4() {
+		return a.String()
+	}
+	return netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
+}
+
 // refusalKey groups refusals that an aggregate entry counts together: who
-// (token, or anonymous and address), what (operation, method) and how
+// (token, or anonymous and network), what (operation, method) and how
 // (status, problem type).
 type refusalKey struct {
 	actor   string
@@ -42,9 +61,18 @@ type RefusalsConfig struct {
 	First int
 	// Interval is the aggregation interval; 0 means DefaultRefusalsInterval.
 	Interval time.Duration
-	// MaxKeys bounds the kinds counted per interval (anonymous callers
-	// from further addresses are counted together); 0 means 10,000.
+	// MaxKeys bounds the kinds of token callers counted per interval; 0
+	// means 10,000.
 	MaxKeys int
+	// AnonymousMax bounds the refusals of callers without a valid token
+	// written individually per interval, over all their addresses; beyond
+	// it they are only counted. 0 means DefaultAnonymousMax.
+	AnonymousMax int
+	// AnonymousMaxKeys bounds the kinds of anonymous refusals counted per
+	// interval (each network is its own kind); the refusals of further
+	// networks are counted together, without an address. 0 means
+	// DefaultAnonymousMaxKeys.
+	AnonymousMaxKeys int
 	// OnFlushError hears about aggregate entries the background loop could
 	// not write (they are kept and written at the next interval).
 	OnFlushError func(error)
@@ -54,18 +82,24 @@ type RefusalsConfig struct {
 const (
 	DefaultRefusalsFirst    = 10
 	DefaultRefusalsInterval = time.Minute
+	DefaultAnonymousMax     = 100
+	DefaultAnonymousMaxKeys = 1_000
 )
 
 // Refusals writes refused management calls to the audit log without letting
 // a flood of them grow it: the first few of a kind per interval get an
 // entry each, the rest one aggregate entry per kind and interval that says
-// how many there were. It is a background component: Start it, Stop it on
+// how many there were. Anonymous callers are counted per network
+// (CallerNetwork), and their individual entries are also bounded over all
+// networks together (RefusalsConfig.AnonymousMax), so that many addresses
+// cannot each bring their own allowance. It is a background component: Start it, Stop it on
 // shutdown (which writes the counts of the current interval). A crash loses
 // at most the counts of the interval not yet written.
 type Refusals struct {
-	svc     *Service
-	first   int
-	sampler *sampling.Sampler[refusalKey]
+	svc       *Service
+	first     int
+	sampler   *sampling.Sampler[refusalKey] // callers with a token
+	anonymous *sampling.Sampler[refusalKey] // callers without one
 }
 
 // NewRefusals returns the refusal writer of svc (with its clock).
@@ -79,15 +113,25 @@ func NewRefusals(svc *Service, cfg RefusalsConfig) *Refusals {
 	if cfg.MaxKeys <= 0 {
 		cfg.MaxKeys = 10_000
 	}
+	if cfg.AnonymousMax <= 0 {
+		cfg.AnonymousMax = DefaultAnonymousMax
+	}
+	if cfg.AnonymousMaxKeys <= 0 {
+		cfg.AnonymousMaxKeys = DefaultAnonymousMaxKeys
+	}
 	r := &Refusals{svc: svc, first: cfg.First}
+	// Beyond MaxKeys: one count per caller (tokens are few; networks can
+	// be many, and lose their address) and outcome.
+	overflow := func(k refusalKey) refusalKey {
+		return refusalKey{actor: k.actor, role: k.role, address: "", status: k.status, problem: k.problem}
+	}
 	r.sampler = sampling.New(sampling.Config[refusalKey]{
 		First: cfg.First, Interval: cfg.Interval, MaxKeys: cfg.MaxKeys, Now: svc.now, OnFlushError: cfg.OnFlushError,
-		// Beyond MaxKeys: one count per token (tokens are few; addresses
-		// can be many) and outcome.
-		Overflow: func(k refusalKey) refusalKey {
-			return refusalKey{actor: k.actor, role: k.role, address: "", status: k.status, problem: k.problem}
-		},
-		Flush: r.writeAggregate,
+		Overflow: overflow, Flush: r.writeAggregate,
+	})
+	r.anonymous = sampling.New(sampling.Config[refusalKey]{
+		First: cfg.First, Interval: cfg.Interval, MaxKeys: cfg.AnonymousMaxKeys, MaxPass: cfg.AnonymousMax, Now: svc.now,
+		OnFlushError: cfg.OnFlushError, Overflow: overflow, Flush: r.writeAggregate,
 	})
 	return r
 }
@@ -97,10 +141,11 @@ func NewRefusals(svc *Service, cfg RefusalsConfig) *Refusals {
 // Returns the store's error.
 func (r *Refusals) Record(ctx context.Context, f Refusal) error {
 	k := refusalKey{actor: f.Principal.TokenID, role: f.Principal.Role, action: f.Action, method: f.Method, status: f.Status, problem: f.Problem}
+	sampler := r.sampler // a token is one caller wherever it calls from
 	if f.Principal.TokenID == Anonymous.TokenID {
-		k.address = f.Address // a token is one caller wherever it calls from
+		k.address, sampler = CallerNetwork(f.Address), r.anonymous
 	}
-	if !r.sampler.Allow(k) {
+	if !sampler.Allow(k) {
 		return nil
 	}
 	detail := map[string]any{"reason": f.Reason}
@@ -137,11 +182,18 @@ func (r *Refusals) writeAggregate(ctx context.Context, k refusalKey, count int, 
 // Flush writes the aggregate entries of every ended interval (runOnce of
 // the background loop). Returns the store's first error; what was not
 // written is kept for the next flush.
-func (r *Refusals) Flush(ctx context.Context) error { return r.sampler.Flush(ctx, false) }
+func (r *Refusals) Flush(ctx context.Context) error {
+	return errors.Join(r.sampler.Flush(ctx, false), r.anonymous.Flush(ctx, false))
+}
 
 // Start writes the aggregate entries every interval until Stop.
-func (r *Refusals) Start(ctx context.Context) { r.sampler.Start(ctx) }
+func (r *Refusals) Start(ctx context.Context) {
+	r.sampler.Start(ctx)
+	r.anonymous.Start(ctx)
+}
 
 // Stop stops the background loop and writes the aggregate entries of
 // everything counted so far, within ctx.
-func (r *Refusals) Stop(ctx context.Context) error { return r.sampler.Stop(ctx) }
+func (r *Refusals) Stop(ctx context.Context) error {
+	return errors.Join(r.sampler.Stop(ctx), r.anonymous.Stop(ctx))
+}

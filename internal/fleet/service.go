@@ -672,7 +672,6 @@ func newUUID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-
 func sortFields(fs []lifecycle.FieldError) {
 	sort.Slice(fs, func(i, j int) bool { return fs[i].Pointer < fs[j].Pointer })
 }

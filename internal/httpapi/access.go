@@ -2,11 +2,13 @@ package httpapi
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -82,23 +84,35 @@ func mutating(method string) bool {
 
 // authenticate identifies the caller of every management request by its
 // bearer token (401 problem otherwise, with WWW-Authenticate) and applies
-// the management rate limit: per token, or per client address for callers
-// without a valid token (429 problem with Retry-After beyond it). Paths
-// outside /mgmt/ (health, readiness, metrics, the contract, Swagger UI) are
-// neither authenticated nor limited.
+// the management rate limit: per token, or per client network
+// (access.CallerNetwork) for callers without a valid token (429 problem
+// with Retry-After beyond it). A caller whose network has used up its
+// budget is refused before its token is looked up, so that a flood of
+// made-up tokens does not reach the database; a credential that
+// authenticated recently on this process is exempt from that early
+// refusal (see recentCredentials). Paths outside /mgmt/
+// (health, readiness, metrics, the contract, Swagger UI) are neither
+// authenticated nor limited.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/mgmt/") {
 			next.ServeHTTP(w, r)
 			return
 		}
-		addr := clientAddr(r, s.trustedProxies)
-		p, err := s.access.Authenticate(r.Context(), r.Header.Get("Authorization"))
+		addr := clientAddr(r, s.trustedProxies, s.forwarded)
+		anonKey := "address " + access.CallerNetwork(addr)
+		authz := r.Header.Get("Authorization")
+		if over, wait := s.mgmtExhausted(anonKey); over && !s.recent.has(authz) {
+			s.refuse(w, r, access.Anonymous, addr, "", tooManyRequests(wait), mutating(r.Method))
+			return
+		}
+		p, err := s.access.Authenticate(r.Context(), authz)
 		if err != nil {
+			s.recent.forget(authz)
 			// Unauthenticated callers are refused their mutating calls in
 			// the audit log (reads are not audited); a flood of them is
 			// aggregated there (see access.Refusals).
-			if ok, wait := s.mgmtAllow("address " + addr); !ok {
+			if ok, wait := s.mgmtAllow(anonKey); !ok {
 				s.refuse(w, r, access.Anonymous, addr, "", tooManyRequests(wait), mutating(r.Method))
 				return
 			}
@@ -108,6 +122,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.refuse(w, r, access.Anonymous, addr, "", problemFromError(s.log, r, err), mutating(r.Method))
 			return
 		}
+		s.recent.add(authz)
 		if ok, wait := s.mgmtAllow("token " + p.TokenID); !ok {
 			s.refuse(w, r, p, addr, s.actionOf(r), tooManyRequests(wait), true)
 			return
@@ -119,6 +134,49 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 
 type addrKey struct{}
 
+// recentCredentials remembers (as SHA-256 hashes) the Authorization headers
+// that authenticated recently, so that a token holder who shares a network
+// with a flood of made-up tokens keeps being served: only callers not known
+// to hold a valid token are refused before the database is asked. It only
+// exempts from that early refusal; every request is still authenticated
+// (a revoked token is refused, and forgotten). Bounded: when full, it
+// starts over.
+type recentCredentials struct {
+	mu  sync.Mutex
+	set map[[sha256.Size]byte]struct{}
+}
+
+// maxRecentCredentials bounds recentCredentials.
+const maxRecentCredentials = 10_000
+
+func (c *recentCredentials) has(authz string) bool {
+	if authz == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(authz))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.set[sum]
+	return ok
+}
+
+func (c *recentCredentials) add(authz string) {
+	sum := sha256.Sum256([]byte(authz))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.set == nil || len(c.set) >= maxRecentCredentials {
+		c.set = map[[sha256.Size]byte]struct{}{}
+	}
+	c.set[sum] = struct{}{}
+}
+
+func (c *recentCredentials) forget(authz string) {
+	sum := sha256.Sum256([]byte(authz))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.set, sum)
+}
+
 // mgmtAllow takes a token from key's management bucket (always allowed
 // when the limit is lifted).
 func (s *Server) mgmtAllow(key string) (bool, time.Duration) {
@@ -126,6 +184,15 @@ func (s *Server) mgmtAllow(key string) (bool, time.Duration) {
 		return true, 0
 	}
 	return s.mgmtLimiter.Allow(key)
+}
+
+// mgmtExhausted reports, without taking a token, whether key's management
+// bucket is empty (never when the limit is lifted).
+func (s *Server) mgmtExhausted(key string) (bool, time.Duration) {
+	if s.mgmtLimiter == nil {
+		return false, 0
+	}
+	return s.mgmtLimiter.Exhausted(key)
 }
 
 // actionOf names the operation r is routed to ("" if none), for refusals
@@ -165,7 +232,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, p access.Princip
 	slug := strings.TrimPrefix(prob.Type, ProblemBase)
 	logKey := "management call refused: " + p.TokenID
 	if p.TokenID == access.Anonymous.TokenID {
-		logKey += " from " + addr
+		logKey += " from " + access.CallerNetwork(addr)
 	}
 	if s.logSampler == nil || s.logSampler.Allow(logKey) {
 		s.log.WarnContext(r.Context(), "management call refused", "actor", p.TokenID, "address", addr, "method", r.Method,

@@ -7,18 +7,31 @@ import (
 	"strings"
 )
 
+// The forwarding headers a trusted proxy may name the caller in; a
+// deployment reads exactly one of them (Config.ForwardedHeader).
+const (
+	// HeaderXForwardedFor is X-Forwarded-For, the header most load
+	// balancers append to (the default).
+	HeaderXForwardedFor = "x-forwarded-for"
+	// HeaderForwarded is RFC 7239 Forwarded (its for= parameters).
+	HeaderForwarded = "forwarded"
+)
+
 // clientAddr is the address of the caller of r: the TCP peer, unless the
 // peer is a trusted proxy, in which case the rightmost address of the
-// forwarding header (RFC 7239 Forwarded, else X-Forwarded-For) that is not
-// itself a trusted proxy. A header from an untrusted peer is ignored: anyone
-// can send one. When every hop is trusted, the leftmost is the caller; when
-// a hop cannot be read (garbage, "unknown", an obfuscated name), the hop
+// forwarding header (header: HeaderXForwardedFor or HeaderForwarded) that is
+// not itself a trusted proxy. Only that one header is read: a proxy that
+// appends to X-Forwarded-For passes a client's own Forwarded header on
+// unchanged (and the reverse), so reading the other would let the client
+// pick its address. A header from an untrusted peer is ignored: anyone can
+// send one. When every hop is trusted, the leftmost is the caller; when a
+// hop cannot be read (garbage, "unknown", an obfuscated name), the hop
 // before it (the last one a trusted proxy vouched for) is the answer.
 //
 // Hand-written over net/netip: the one library that does this
 // (realclientip-go, one release in 2022) reads the header without checking
 // the peer, which is the part that matters here.
-func clientAddr(r *http.Request, trusted []netip.Prefix) string {
+func clientAddr(r *http.Request, trusted []netip.Prefix, header string) string {
 	peer := peerAddr(r.RemoteAddr)
 	if !peer.IsValid() {
 		return r.RemoteAddr
@@ -26,7 +39,7 @@ func clientAddr(r *http.Request, trusted []netip.Prefix) string {
 	if !isTrusted(peer, trusted) {
 		return peer.String()
 	}
-	hops := forwardedFor(r.Header)
+	hops := forwardedFor(r.Header, header)
 	addr := peer
 	for i := len(hops) - 1; i >= 0; i-- {
 		hop := hops[i]
@@ -65,14 +78,14 @@ func peerAddr(s string) netip.Addr {
 	return a.Unmap()
 }
 
-// forwardedFor lists the client hops of the forwarding headers, leftmost
-// (farthest) first; an unreadable hop is the zero Addr. RFC 7239 Forwarded
-// wins when present (its for= parameters); otherwise X-Forwarded-For. Every
-// instance of the header counts, in order.
-func forwardedFor(h http.Header) []netip.Addr {
+// forwardedFor lists the client hops of the forwarding header named by
+// header (HeaderForwarded: its for= parameters; otherwise X-Forwarded-For),
+// leftmost (farthest) first; an unreadable hop is the zero Addr. Every
+// instance of the header counts, in order; the other header is ignored.
+func forwardedFor(h http.Header, header string) []netip.Addr {
 	var hops []netip.Addr
-	if fwd := h.Values("Forwarded"); len(fwd) > 0 {
-		for _, line := range fwd {
+	if header == HeaderForwarded {
+		for _, line := range h.Values("Forwarded") {
 			for _, elem := range strings.Split(line, ",") {
 				var hop netip.Addr
 				for _, pair := range strings.Split(elem, ";") {

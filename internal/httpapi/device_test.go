@@ -59,6 +59,11 @@ type envOptions struct {
 	pool    *pgxpool.Pool    // the database; nil: a fresh pgtest one
 	ready   func(context.Context) error
 	log     *slog.Logger
+	// outageLog samples the WARN lines of an unavailable database; nil:
+	// every line.
+	outageLog interface{ Allow(key string) bool }
+	// idem, if not nil, wraps the idempotency store.
+	idem func(*postgres.AccessStore) httpapi.IdempotencyStore
 }
 
 func newFleetEnv(t *testing.T, policy fleet.Policy) *fleetEnv {
@@ -96,9 +101,13 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 	_, err := acc.Bootstrap(t.Context(), adminToken)
 	require.NoError(t, err)
 	ids := identity.Config{TrustDomain: "example.org", WFMID: "wfm-test"}
+	var idem httpapi.IdempotencyStore = postgres.NewAccessStore(pool)
+	if o.idem != nil {
+		idem = o.idem(postgres.NewAccessStore(pool))
+	}
 	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: o.ready,
 		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest,
-		DeviceLimiter: limiterOrNil(o.limiter), Idempotency: postgres.NewAccessStore(pool)})
+		DeviceLimiter: limiterOrNil(o.limiter), Idempotency: idem, OutageLog: o.outageLog})
 	require.NoError(t, err)
 	mgmtH, deviceH := httpapi.Split(h)
 

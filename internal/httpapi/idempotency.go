@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -59,7 +60,10 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 // first response (Idempotent-Replayed: true), or get 409
 // idempotency-key-in-use while the first is still running; the same key with
 // another body is 422 idempotency-key-reused. Responses of 5xx are not
-// remembered, so a failed attempt can be retried with the same key.
+// remembered, so a failed attempt can be retried with the same key, also
+// when the database was away as it ended (see unreleasedKeys). An answer
+// below 500 that cannot be remembered keeps the key reserved: the request
+// took effect, and a retry must not repeat it.
 func (s *Server) idempotency(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
@@ -79,6 +83,17 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 		actor := principalFrom(r.Context()).TokenID
 		now := time.Now()
 		prev, reserved, err := s.idem.ReserveIdempotent(r.Context(), actor, key, hash, now)
+		if err == nil && !reserved && prev.Status == 0 && prev.RequestHash == hash {
+			// The first request with this key failed, and its release
+			// failed with it (the database was away): free it now.
+			if at, ok := s.unreleased.take(actor, key); ok {
+				if err = s.idem.ReleaseIdempotent(r.Context(), actor, key, at); err != nil {
+					s.unreleased.add(actor, key, at)
+				} else {
+					prev, reserved, err = s.idem.ReserveIdempotent(r.Context(), actor, key, hash, now)
+				}
+			}
+		}
 		if err != nil {
 			writeProblem(w, r, problemFromError(s.log, r, err))
 			return
@@ -115,18 +130,64 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 		defer func() { // a panic or a 5xx frees the key for a retry
 			if !done {
 				if err := s.idem.ReleaseIdempotent(ctx, actor, key, now); err != nil {
-					s.log.ErrorContext(ctx, "release idempotency key", "error", err)
+					// Released at the retry instead (this process only).
+					s.unreleased.add(actor, key, now)
+					s.storeFailed(ctx, "idempotency key not released", err)
 				}
 			}
 		}()
 		next.ServeHTTP(cw, r)
 		if cw.status > 0 && cw.status < 500 {
 			rec := access.IdempotentResponse{RequestHash: hash, Status: cw.status, Location: cw.Header().Get("Location"), Body: cw.body.Bytes()}
+			// A failure leaves the key reserved: the request took effect,
+			// so a retry must not run it again; it is told the key is in
+			// use until the reservation is abandoned.
+			done = true
 			if err := s.idem.CompleteIdempotent(ctx, actor, key, now, rec); err != nil {
-				s.log.ErrorContext(ctx, "remember idempotency key", "error", err)
-			} else {
-				done = true
+				s.storeFailed(ctx, "idempotency response not remembered", err)
 			}
 		}
 	})
+}
+
+// storeFailed logs a failed write of the idempotency store: sampled at
+// WARN while the database is unavailable, at ERROR otherwise.
+func (s *Server) storeFailed(ctx context.Context, what string, err error) {
+	if lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE {
+		s.warnUnavailable(ctx, "database unavailable: "+what, err)
+		return
+	}
+	s.log.ErrorContext(ctx, what, "error", err)
+}
+
+// unreleasedKeys remembers, per server process, the idempotency keys whose
+// request ended without an answer to remember (5xx, panic) but whose
+// release failed, with the time of their reservation. A retry with the same
+// key and request releases such a key and runs, instead of being told for
+// idempotencyAbandoned (5 minutes) that the first request is still running.
+// A retry that reaches another server process still waits. Bounded: when
+// full, it starts over (those keys wait out the 5 minutes).
+type unreleasedKeys struct {
+	mu   sync.Mutex
+	keys map[[2]string]time.Time
+}
+
+// maxUnreleased bounds unreleasedKeys.
+const maxUnreleased = 10_000
+
+func (u *unreleasedKeys) add(actor, key string, reservedAt time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.keys == nil || len(u.keys) >= maxUnreleased {
+		u.keys = map[[2]string]time.Time{}
+	}
+	u.keys[[2]string{actor, key}] = reservedAt
+}
+
+func (u *unreleasedKeys) take(actor, key string) (time.Time, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	at, ok := u.keys[[2]string{actor, key}]
+	delete(u.keys, [2]string{actor, key})
+	return at, ok
 }

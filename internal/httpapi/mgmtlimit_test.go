@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,23 +87,48 @@ func (s *syncBuffer) String() string {
 // minute counted, and the given trusted proxies.
 func newLimitedEnv(t *testing.T, rate float64, burst int, trusted ...string) *limitedEnv {
 	t.Helper()
+	return newLimitedEnvWith(t, limitedOptions{rate: rate, burst: burst, trusted: trusted})
+}
+
+// limitedOptions are the settings of newLimitedEnvWith.
+type limitedOptions struct {
+	rate      float64
+	burst     int
+	trusted   []string
+	forwarded string // the forwarding header read; "": X-Forwarded-For
+	// anonymousMax bounds the individual anonymous refusal entries per
+	// interval; 0: the default.
+	anonymousMax int
+	// store, if not nil, wraps the access store (to count its calls).
+	store func(*postgres.AccessStore) access.Store
+}
+
+// newLimitedEnvWith is newLimitedEnv with every setting.
+func newLimitedEnvWith(t *testing.T, o limitedOptions) *limitedEnv {
+	t.Helper()
+	rate, burst, trusted := o.rate, o.burst, o.trusted
 	pool := pgtest.New(t)
 	e := &limitedEnv{pool: pool, clock: &fakeClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}, logs: &syncBuffer{}}
 	log := slog.New(slog.NewTextHandler(e.logs, nil))
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
-	acc := access.NewService(postgres.NewAccessStore(pool), e.clock.now)
+	var store access.Store = postgres.NewAccessStore(pool)
+	if o.store != nil {
+		store = o.store(postgres.NewAccessStore(pool))
+	}
+	acc := access.NewService(store, e.clock.now)
 	_, err := acc.Bootstrap(t.Context(), adminToken)
 	require.NoError(t, err)
-	e.refusals = access.NewRefusals(acc, access.RefusalsConfig{First: 5, Interval: time.Minute})
+	e.refusals = access.NewRefusals(acc, access.RefusalsConfig{First: 5, Interval: time.Minute, AnonymousMax: o.anonymousMax})
 	cfg := httpapi.Config{
-		Logger:         log,
-		Ready:          func(context.Context) error { return nil },
-		Registry:       prometheus.NewRegistry(),
-		Catalog:        cat,
-		Fleet:          fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log),
-		Access:         acc,
-		DeviceIdentity: identity.HeaderIdentity{}.ClientIDFromRequest,
-		Refusals:       e.refusals,
+		Logger:          log,
+		Ready:           func(context.Context) error { return nil },
+		Registry:        prometheus.NewRegistry(),
+		Catalog:         cat,
+		Fleet:           fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log),
+		Access:          acc,
+		DeviceIdentity:  identity.HeaderIdentity{}.ClientIDFromRequest,
+		Refusals:        e.refusals,
+		ForwardedHeader: o.forwarded,
 		LogSampler: sampling.New(sampling.Config[string]{First: 3, Interval: time.Minute, MaxKeys: 100, Now: e.clock.now,
 			Flush: func(context.Context, string, int, time.Time, time.Time) error { return nil }}),
 	}
@@ -307,6 +334,7 @@ func TestAnonymousFloodsFromTwoAddresses(t *testing.T) {
 // X-Forwarded-For or Forwarded header; the audit log names the real peer.
 func TestForwardedHeaderIgnoredFromUntrustedPeer(t *testing.T) {
 	e := newLimitedEnv(t, 1, 5) // trusts no proxy
+	e.adminCall(t)              // known before the flood: served during it
 	statuses := map[int]int{}
 	for i := range 20 {
 		h := map[string]string{"X-Forwarded-For": "198.51.100." + strconv.Itoa(i)}
@@ -322,11 +350,31 @@ func TestForwardedHeaderIgnoredFromUntrustedPeer(t *testing.T) {
 		assert.Equal(t, "127.0.0.1", r.detail["address"])
 	}
 
-	// The same headers from a trusted proxy name the caller.
-	e = newLimitedEnv(t, 1, 5, "127.0.0.0/8")
+	// The configured header from a trusted proxy names the caller.
+	e = newLimitedEnvWith(t, limitedOptions{rate: 1, burst: 5, trusted: []string{"127.0.0.0/8"}, forwarded: httpapi.HeaderForwarded})
 	for i := range 20 {
 		status, _ := e.call(t, map[string]string{"Forwarded": `for="198.51.100.` + strconv.Itoa(i) + `:4711"`})
 		assert.Equal(t, http.StatusUnauthorized, status)
+	}
+}
+
+// TestForwardedSpoofedThroughTrustedProxy: behind a trusted proxy that
+// appends to X-Forwarded-For (the default header), a client's own
+// Forwarded header is passed on unchanged; it must not give the client a
+// fresh bucket per request, nor an address of its choice in the audit log.
+func TestForwardedSpoofedThroughTrustedProxy(t *testing.T) {
+	e := newLimitedEnv(t, 1, 5, "127.0.0.0/8")
+	statuses := map[int]int{}
+	for i := range 20 {
+		status, _ := e.call(t, map[string]string{"Forwarded": "for=198.51.100." + strconv.Itoa(i), "X-Forwarded-For": "203.0.113.7"})
+		statuses[status]++
+	}
+	assert.Equal(t, map[int]int{http.StatusUnauthorized: 5, http.StatusTooManyRequests: 15}, statuses, "one bucket: the address the proxy appended")
+	require.NoError(t, e.refusals.Stop(t.Context()))
+	rows := e.auditOf(t, "anonymous")
+	require.NotEmpty(t, rows)
+	for _, r := range rows {
+		assert.Equal(t, "203.0.113.7", r.detail["address"])
 	}
 }
 
@@ -353,4 +401,103 @@ func TestUnlimitedPaths(t *testing.T) {
 			assert.Equal(t, http.StatusOK, res.StatusCode, path)
 		}
 	}
+}
+
+// TestOneIPv6NetworkIsOneCaller: 1,000 addresses of one /64 (one host can
+// hold them all) share one anonymous bucket and one refusal kind: past
+// the burst they get 429, and the audit log grows by a bounded number of
+// rows that still account for every refusal.
+func TestOneIPv6NetworkIsOneCaller(t *testing.T) {
+	e := newLimitedEnv(t, 1, 10, "127.0.0.1/32")
+	statuses := map[int]int{}
+	for i := range 1000 {
+		addr := fmt.Sprintf("2001:db8:1:2:%x:%x::1", i/256, i%256)
+		status, _ := e.call(t, map[string]string{"X-Forwarded-For": addr})
+		statuses[status]++
+	}
+	assert.Equal(t, map[int]int{http.StatusUnauthorized: 10, http.StatusTooManyRequests: 990}, statuses, "one bucket for the /64")
+	require.NoError(t, e.refusals.Stop(t.Context()))
+	rows := e.auditOf(t, "anonymous")
+	assert.LessOrEqual(t, len(rows), 2*(5+1), "5 individual entries and one aggregate per status")
+	_, _, total401 := counted(rows, http.StatusUnauthorized)
+	_, _, total429 := counted(rows, http.StatusTooManyRequests)
+	assert.Equal(t, 10, total401)
+	assert.Equal(t, 990, total429)
+	for _, r := range rows {
+		if r.detail["aggregate"] == true {
+			assert.Equal(t, "2001:db8:1:2::/64", r.detail["address"], "an aggregate names the network")
+		}
+	}
+	// Refusal log lines are sampled per network too.
+	assert.Equal(t, 3, strings.Count(e.logs.String(), "management call refused"))
+}
+
+// TestAnonymousRefusalEntriesAreBoundedOverAllNetworks: callers from many
+// networks do not each bring their own allowance of individual audit
+// entries: beyond AnonymousMax an interval, refusals are only counted.
+func TestAnonymousRefusalEntriesAreBoundedOverAllNetworks(t *testing.T) {
+	e := newLimitedEnvWith(t, limitedOptions{rate: 1, burst: 10, trusted: []string{"127.0.0.1/32"}, anonymousMax: 20})
+	for i := range 200 {
+		status, _ := e.call(t, map[string]string{"X-Forwarded-For": fmt.Sprintf("2001:db8:%x::1", i)})
+		require.Equal(t, http.StatusUnauthorized, status)
+	}
+	require.NoError(t, e.refusals.Stop(t.Context()))
+	individual, _, total := counted(e.auditOf(t, "anonymous"), http.StatusUnauthorized)
+	assert.Equal(t, 20, individual, "individual entries of anonymous callers, over all networks")
+	assert.Equal(t, 200, total, "every refusal is accounted for")
+}
+
+// countingStore is the real access store, counting token lookups.
+type countingStore struct {
+	*postgres.AccessStore
+	lookups atomic.Int64
+}
+
+func (c *countingStore) Token(ctx context.Context, id string) (access.Token, string, error) {
+	c.lookups.Add(1)
+	return c.AccessStore.Token(ctx, id)
+}
+
+// TestMadeUpTokenFloodStopsBeforeTheDatabase: once a caller's network has
+// used up its anonymous budget, its calls are refused (429) before the
+// token is looked up, so a flood of made-up tokens does not reach
+// PostgreSQL at full rate.
+func TestMadeUpTokenFloodStopsBeforeTheDatabase(t *testing.T) {
+	var counter *countingStore
+	e := newLimitedEnvWith(t, limitedOptions{rate: 1, burst: 10, store: func(s *postgres.AccessStore) access.Store {
+		counter = &countingStore{AccessStore: s}
+		return counter
+	}})
+	e.adminCall(t) // a token that authenticated before the flood
+	_, viewer := e.token(t, "viewer")
+	before := counter.lookups.Load()
+	statuses := map[int]int{}
+	for i := range 200 {
+		id, _ := access.NewSecret()
+		status, _ := e.call(t, map[string]string{"Authorization": fmt.Sprintf("Bearer wfm_%s_%064d", id, i)})
+		statuses[status]++
+	}
+	assert.Equal(t, map[int]int{http.StatusUnauthorized: 10, http.StatusTooManyRequests: 190}, statuses)
+	lookups := counter.lookups.Load() - before
+	assert.Positive(t, lookups)
+	assert.LessOrEqual(t, lookups, int64(2*10), "token lookups only for the calls within the burst, not %d", lookups)
+
+	// A token that authenticated before on this server is still served
+	// from the flooded network; one never seen waits for the budget.
+	e.adminCall(t)
+	status, _ := e.call(t, map[string]string{"Authorization": "Bearer " + viewer})
+	assert.Equal(t, http.StatusTooManyRequests, status, "a valid token never used on this server waits with the network")
+
+	// The budget comes back with time.
+	e.clock.advance(time.Second)
+	status, _ = e.call(t, map[string]string{"Authorization": "Bearer wfm_nosuchtoken_x"})
+	assert.Equal(t, http.StatusUnauthorized, status)
+}
+
+// adminCall makes one call as the admin and requires it to succeed.
+func (e *limitedEnv) adminCall(t *testing.T) {
+	t.Helper()
+	res, err := e.admin.ListApplicationsWithResponse(t.Context(), nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 }

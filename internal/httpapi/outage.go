@@ -4,8 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
@@ -13,50 +11,16 @@ import (
 // defaultRetryAfter is the wait a 503 advises when its error names none.
 const defaultRetryAfter = 5
 
-// outageLogEvery bounds the WARN lines about an unavailable dependency: at
-// most one per problem type in this interval, each saying how many like it
-// were suppressed since the last. An outage under load would otherwise log
-// a line per request.
-const outageLogEvery = 10 * time.Second
-
-// sampledLog lets one line per key through per interval and counts the rest.
-type sampledLog struct {
-	mu         sync.Mutex
-	every      time.Duration
-	now        func() time.Time
-	last       map[string]time.Time
-	suppressed map[string]int
-}
-
-func newSampledLog(every time.Duration, now func() time.Time) *sampledLog {
-	return &sampledLog{every: every, now: now, last: map[string]time.Time{}, suppressed: map[string]int{}}
-}
-
-// allow reports whether a line for key may be logged now and, if so, how
-// many were suppressed before it.
-func (l *sampledLog) allow(key string) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.now()
-	if last, ok := l.last[key]; ok && now.Sub(last) < l.every {
-		l.suppressed[key]++
-		return false, 0
-	}
-	n := l.suppressed[key]
-	l.last[key], l.suppressed[key] = now, 0
-	return true, n
-}
-
-// warnUnavailable logs, sampled, that a request could not be served because
-// a dependency (the database) is unavailable.
+// warnUnavailable logs, at WARN, that something could not be done because
+// a dependency (the database) is unavailable: sampled through
+// Config.OutageLog (keyed by msg and the error's type), which counts the
+// lines it holds back and reports the counts when its interval ends; every
+// line when there is none.
 func (s *Server) warnUnavailable(ctx context.Context, msg string, err error, args ...any) {
-	key := lifecycle.ErrorType(err) + " " + msg
-	ok, suppressed := s.outageLog.allow(key)
-	if !ok {
+	if s.outageLog != nil && !s.outageLog.Allow(msg+" ("+lifecycle.ErrorType(err)+")") {
 		return
 	}
-	args = append(args, "error", err, "suppressed", suppressed, "sampled_every", outageLogEvery.String())
-	s.log.WarnContext(ctx, msg, args...)
+	s.log.WarnContext(ctx, msg, append(args, "error", err)...)
 }
 
 // unavailableNote carries a request's 503 cause from problemFromError to

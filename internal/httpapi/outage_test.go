@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -25,6 +27,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/httpapi"
 	"github.com/wfm-dev/wfm/internal/pglaunch"
 	"github.com/wfm-dev/wfm/internal/postgres"
+	"github.com/wfm-dev/wfm/internal/sampling"
 )
 
 // lockedBuffer is a log destination that concurrent handlers may share.
@@ -98,9 +101,11 @@ func TestDatabaseOutageAnswers503(t *testing.T) {
 	t.Cleanup(pool.Close)
 	require.NoError(t, postgres.Migrate(ctx, pool))
 	logs := &lockedBuffer{}
+	outage := newOutageLog()
 	e := newEnv(t, envOptions{policy: fleet.Policy{AcceptAll: true}, pool: pool,
-		ready: func(ctx context.Context) error { return postgres.Check(ctx, pool) },
-		log:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+		ready:     func(ctx context.Context) error { return postgres.Check(ctx, pool) },
+		log:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		outageLog: outage.sampler})
 	ops := &opsEnv{fleetEnv: e, url: e.mgmtURL, pool: pool}
 	ops.publish(t, "1.0.0", "")
 	dev := e.client(t, "plant")
@@ -165,9 +170,15 @@ func TestDatabaseOutageAnswers503(t *testing.T) {
 
 	out := logs.String()
 	assert.NotContains(t, out, "level=ERROR", "an outage is not an internal error")
-	warns := strings.Count(out, "database unavailable")
-	assert.Positive(t, warns, out)
-	assert.LessOrEqual(t, warns, 3, "logged a bounded number of times: %s", out)
+	const answered = "database unavailable: answered 503 (unavailable)"
+	assert.Equal(t, 1, strings.Count(out, `level=WARN msg="database unavailable: answered 503"`+" method=GET path=/mgmt/v1/applications"),
+		"the first 503 of the interval is logged: %s", out)
+	assert.Equal(t, 1, strings.Count(out, `msg="database unavailable: answered 503"`+" method=GET path=/readyz"), "so is the first not-ready, another kind")
+	// When the interval ends, the count of the rest is reported, down to
+	// the outage's last request.
+	outage.clock.advance(10 * time.Second)
+	require.NoError(t, outage.sampler.Flush(ctx, false))
+	assert.Equal(t, map[string]int{answered: 20 + 2 + 1 - 1}, outage.flushed(), "every other 503 counted")
 
 	// The database comes back: calls succeed again.
 	pg2, err := pglaunch.Start(ctx, opts)
@@ -209,4 +220,103 @@ func TestEveryOperationDeclaresRetryAnswers(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, n, 41)
+}
+
+// outageLog is an outage log sampler under a fake clock (one line per kind
+// and 10 s, as cmd/wfm sets it) that collects the counts it reports.
+type outageLog struct {
+	clock   *fakeClock
+	sampler *sampling.Sampler[string]
+	mu      sync.Mutex
+	counts  map[string]int
+}
+
+func newOutageLog() *outageLog {
+	o := &outageLog{clock: &fakeClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}, counts: map[string]int{}}
+	o.sampler = sampling.New(sampling.Config[string]{First: 1, Interval: 10 * time.Second, MaxKeys: 100, Now: o.clock.now,
+		Flush: func(_ context.Context, key string, n int, _, _ time.Time) error {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			o.counts[key] += n
+			return nil
+		}})
+	return o
+}
+
+func (o *outageLog) flushed() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return maps.Clone(o.counts)
+}
+
+// stopAfterReserve is the real idempotency store; once armed, it stops
+// PostgreSQL right after a key is reserved, so that the database drops in
+// the middle of the request.
+type stopAfterReserve struct {
+	*postgres.AccessStore
+	mu   sync.Mutex
+	stop func() error
+}
+
+func (s *stopAfterReserve) ReserveIdempotent(ctx context.Context, actor, key, hash string, now time.Time) (postgres.IdempotentResponse, bool, error) {
+	prev, reserved, err := s.AccessStore.ReserveIdempotent(ctx, actor, key, hash, now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if reserved && s.stop != nil {
+		if serr := s.stop(); serr != nil {
+			return prev, reserved, serr
+		}
+		s.stop = nil
+	}
+	return prev, reserved, err
+}
+
+// TestIdempotencyKeyFreedAfterOutage: the database drops after a request
+// reserved its Idempotency-Key; the request answers 503 and the key cannot
+// be released then (WARN, sampled, no ERROR). A retry with the same key once
+// the database is back runs, instead of being told for 5 minutes that the
+// first request is still running.
+func TestIdempotencyKeyFreedAfterOutage(t *testing.T) {
+	pg, opts := ownPostgres(t)
+	ctx := t.Context()
+	pool, err := postgres.Open(ctx, pg.URL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, postgres.Migrate(ctx, pool))
+	logs := &lockedBuffer{}
+	outage := newOutageLog()
+	var store *stopAfterReserve
+	e := newEnv(t, envOptions{policy: fleet.Policy{AcceptAll: true}, pool: pool,
+		ready:     func(ctx context.Context) error { return postgres.Check(ctx, pool) },
+		log:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		outageLog: outage.sampler,
+		idem: func(s *postgres.AccessStore) httpapi.IdempotencyStore {
+			store = &stopAfterReserve{AccessStore: s}
+			return store
+		}})
+	accept := func() (int, string) {
+		res := rawCall(t, "POST", e.mgmtURL+"/mgmt/v1/clients", "application/json", `{"id":"plant-9"}`, "Idempotency-Key", "k-1")
+		raw, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res.StatusCode, string(raw)
+	}
+
+	store.mu.Lock()
+	store.stop = pg.Stop
+	store.mu.Unlock()
+	status, body := accept()
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+
+	pg2, err := pglaunch.Start(ctx, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg2.Stop() })
+
+	status, body = accept()
+	assert.Equal(t, http.StatusCreated, status, "the retry runs: %s", body)
+	status, body = accept()
+	assert.Equal(t, http.StatusCreated, status, "and is remembered: %s", body)
+
+	out := logs.String()
+	assert.NotContains(t, out, "level=ERROR", "an outage is not an internal error: %s", out)
+	assert.Equal(t, 1, strings.Count(out, `level=WARN msg="database unavailable: idempotency key not released"`), out)
 }

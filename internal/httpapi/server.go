@@ -51,14 +51,18 @@ type Config struct {
 	}
 	// MgmtLimiter, when not nil, bounds each caller's management API
 	// request rate: keys are "token <id>" for authenticated callers and
-	// "address <addr>" for the others. nil: unlimited.
-	MgmtLimiter interface {
-		Allow(key string) (bool, time.Duration)
-	}
-	// TrustedProxies are the peers whose forwarding headers (Forwarded,
-	// X-Forwarded-For) name the caller's address; none: the TCP peer is
+	// "address <network>" (access.CallerNetwork) for the others; Exhausted
+	// asks, without taking a token, whether a key's bucket is empty.
+	// nil: unlimited.
+	MgmtLimiter MgmtLimiter
+	// TrustedProxies are the peers whose forwarding header (see
+	// ForwardedHeader) names the caller's address; none: the TCP peer is
 	// always the caller.
 	TrustedProxies []netip.Prefix
+	// ForwardedHeader is the one forwarding header read from trusted
+	// proxies: HeaderXForwardedFor ("" means it too) or HeaderForwarded.
+	// The other is ignored.
+	ForwardedHeader string
 	// Refusals, when not nil, writes refused management calls to the audit
 	// log, aggregating floods; nil: each refusal gets its own entry. Its
 	// owner starts and stops it.
@@ -66,6 +70,11 @@ type Config struct {
 	// LogSampler, when not nil, thins out repeated refusal log lines:
 	// Allow(key) false means the line is counted instead of logged.
 	LogSampler interface{ Allow(key string) bool }
+	// OutageLog, when not nil, thins out the WARN lines of an unavailable
+	// database (one per request otherwise): Allow(key) false means the line
+	// is counted instead of logged; its owner reports the counts (see
+	// internal/sampling) and starts and stops it.
+	OutageLog interface{ Allow(key string) bool }
 	// Idempotency, when not nil, remembers responses to POSTs with an
 	// Idempotency-Key.
 	Idempotency IdempotencyStore
@@ -74,6 +83,17 @@ type Config struct {
 	DeviceIdentity func(r *http.Request) (string, error)
 	// MaxBodyBytes bounds every request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+}
+
+// MgmtLimiter is what the management API's rate limit needs
+// (ratelimit.Limiter has it).
+type MgmtLimiter interface {
+	// Allow takes a token from key's bucket; false and the wait when
+	// there is none.
+	Allow(key string) (bool, time.Duration)
+	// Exhausted reports, taking nothing, whether key's bucket is empty,
+	// and the wait.
+	Exhausted(key string) (bool, time.Duration)
 }
 
 // DefaultMaxBodyBytes bounds request bodies when Config.MaxBodyBytes is 0:
@@ -92,15 +112,16 @@ type Server struct {
 	limiter  interface {
 		Allow(key string) (bool, time.Duration)
 	}
-	mgmtLimiter interface {
-		Allow(key string) (bool, time.Duration)
-	}
+	mgmtLimiter    MgmtLimiter
+	recent         recentCredentials // credentials that authenticated lately
 	trustedProxies []netip.Prefix
+	forwarded      string // the forwarding header read from trusted proxies
 	refusals       *access.Refusals
 	logSampler     interface{ Allow(key string) bool }
 	router         *chi.Mux
 	idem           IdempotencyStore
-	outageLog      *sampledLog // bounds the WARN lines of an unavailable database
+	outageLog      interface{ Allow(key string) bool } // bounds the WARN lines of an unavailable database
+	unreleased     unreleasedKeys                      // idempotency keys whose release failed
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -112,6 +133,13 @@ var _ api.StrictServerInterface = (*Server)(nil)
 func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil || cfg.Ready == nil || cfg.Registry == nil || cfg.Catalog == nil || cfg.Fleet == nil || cfg.DeviceIdentity == nil || cfg.Access == nil {
 		return nil, fmt.Errorf("httpapi: Logger, Ready, Registry, Catalog, Fleet, Access and DeviceIdentity are required")
+	}
+	switch cfg.ForwardedHeader {
+	case "":
+		cfg.ForwardedHeader = HeaderXForwardedFor
+	case HeaderXForwardedFor, HeaderForwarded:
+	default:
+		return nil, fmt.Errorf("httpapi: ForwardedHeader %q: want %s or %s", cfg.ForwardedHeader, HeaderXForwardedFor, HeaderForwarded)
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -135,7 +163,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
-		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: newSampledLog(outageLogEvery, time.Now)}
+		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: cfg.OutageLog}
 
 	r := chi.NewRouter()
 	s.router = r

@@ -57,6 +57,25 @@ func (l *Limiter) Allow(key string) (bool, time.Duration) {
 	return false, wait
 }
 
+// Exhausted reports, without taking a token, whether key's bucket is empty
+// now, and if so how long until it holds one. A key the limiter does not
+// remember has a full bucket. It lets a caller refuse a request before
+// doing costly work for it (such as looking up a token).
+func (l *Limiter) Exhausted(key string) (bool, time.Duration) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.buckets[key]
+	if !ok {
+		return false, 0
+	}
+	tokens := b.TokensAt(now)
+	if tokens >= 1 {
+		return false, 0
+	}
+	return true, time.Duration((1 - tokens) / float64(l.limit) * float64(time.Second))
+}
+
 // evict forgets the buckets that are full again (their keys were idle long
 // enough that forgetting them changes nothing); if none is, it forgets half
 // of them, so memory stays bounded under a flood of new keys.

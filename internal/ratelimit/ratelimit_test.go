@@ -50,3 +50,28 @@ func TestMemoryIsBounded(t *testing.T) {
 	}
 	assert.LessOrEqual(t, l.Len(), 100)
 }
+
+func TestExhaustedTakesNoToken(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	l := New(10, 2, 100, c.now)
+	over, _ := l.Exhausted("a")
+	assert.False(t, over, "an unknown key has a full bucket")
+	for range 2 {
+		over, _ := l.Exhausted("a")
+		require.False(t, over)
+		ok, _ := l.Allow("a")
+		require.True(t, ok)
+	}
+	over, wait := l.Exhausted("a")
+	assert.True(t, over)
+	assert.InDelta(t, 100*time.Millisecond, wait, float64(time.Millisecond))
+	for range 10 {
+		l.Exhausted("a")
+	}
+	c.advance(100 * time.Millisecond)
+	over, _ = l.Exhausted("a")
+	assert.False(t, over, "asking took nothing: one token refilled after 1/rate")
+	ok, _ := l.Allow("a")
+	assert.True(t, ok)
+	assert.Equal(t, 1, l.Len(), "asking about a key does not remember it")
+}

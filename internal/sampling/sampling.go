@@ -26,6 +26,11 @@ type Config[K comparable] struct {
 	// MaxKeys bounds the keys counted per interval; events of further keys
 	// are held back (none passes) and counted under Overflow(key).
 	MaxKeys int
+	// MaxPass, if > 0, bounds the events that pass per interval over all
+	// keys: beyond it every event is held back and counted under its key,
+	// even one of a key's First. It bounds what a flood of many keys costs
+	// at once (First × MaxKeys otherwise).
+	MaxPass int
 	// Overflow maps a key beyond MaxKeys to the coarser key it is counted
 	// under; nil: the zero K.
 	Overflow func(K) K
@@ -59,6 +64,7 @@ type Sampler[K comparable] struct {
 	start   time.Time // of the current interval; zero before the first event
 	seen    map[K]int // events per key in the current interval
 	held    map[K]int // events held back per key in the current interval
+	passed  int       // events that passed in the current interval
 	pending []batch[K]
 
 	flushMu sync.Mutex // one flush at a time
@@ -89,7 +95,8 @@ func (s *Sampler[K]) Allow(key K) bool {
 		return false
 	}
 	s.seen[key]++
-	if s.seen[key] <= s.cfg.First {
+	if s.seen[key] <= s.cfg.First && (s.cfg.MaxPass <= 0 || s.passed < s.cfg.MaxPass) {
+		s.passed++
 		return true
 	}
 	s.held[key]++
@@ -124,7 +131,7 @@ func (s *Sampler[K]) endInterval(end time.Time) {
 	if len(s.held) > 0 {
 		s.pending = append(s.pending, batch[K]{start: s.start, end: end, counts: s.held})
 	}
-	s.held, s.seen = map[K]int{}, map[K]int{}
+	s.held, s.seen, s.passed = map[K]int{}, map[K]int{}, 0
 	for len(s.pending) > maxPending {
 		a, b := s.pending[0], s.pending[1]
 		for k, n := range b.counts {

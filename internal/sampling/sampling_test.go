@@ -116,3 +116,33 @@ func TestStartStopFlushes(t *testing.T) {
 	require.NoError(t, s.Stop(t.Context()))
 	assert.Equal(t, []flushed{{"a", 2, time.Unix(1000, 0), time.Unix(1000, 0)}}, out)
 }
+
+// TestMaxPassBoundsEveryKeyTogether: with MaxPass, a flood of many keys
+// lets at most MaxPass events through per interval; the rest are counted
+// under their own keys.
+func TestMaxPassBoundsEveryKeyTogether(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	c := &clock{t: t0}
+	var out []flushed
+	s := New(Config[string]{First: 3, Interval: time.Minute, MaxKeys: 100, MaxPass: 10, Now: c.now,
+		Flush: func(_ context.Context, k string, n int, start, end time.Time) error {
+			out = append(out, flushed{k, n, start, end})
+			return nil
+		}})
+	passed := 0
+	for i := range 50 {
+		if s.Allow(fmt.Sprint("key", i)) {
+			passed++
+		}
+	}
+	assert.Equal(t, 10, passed, "MaxPass over all keys")
+	c.advance(time.Minute)
+	assert.True(t, s.Allow("key49"), "a new interval has a new budget")
+	require.NoError(t, s.Flush(t.Context(), false))
+	total := 0
+	for _, f := range out {
+		assert.Equal(t, 1, f.count, f.key)
+		total += f.count
+	}
+	assert.Equal(t, 40, total, "every held-back event counted under its key")
+}
