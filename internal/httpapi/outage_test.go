@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wfm-dev/wfm"
+	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
 	"github.com/wfm-dev/wfm/internal/pglaunch"
@@ -258,7 +259,7 @@ type stopAfterReserve struct {
 	stop func() error
 }
 
-func (s *stopAfterReserve) ReserveIdempotent(ctx context.Context, actor, key, hash string, now time.Time) (postgres.IdempotentResponse, bool, error) {
+func (s *stopAfterReserve) ReserveIdempotent(ctx context.Context, actor, key, hash string, now time.Time) (access.IdempotentResponse, bool, error) {
 	prev, reserved, err := s.AccessStore.ReserveIdempotent(ctx, actor, key, hash, now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
