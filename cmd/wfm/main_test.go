@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -301,4 +304,46 @@ func TestPrivatePostgresRestarted(t *testing.T) {
 		return err == nil && !strings.HasPrefix(string(b), strconv.Itoa(next)+"\n") && readyz() == http.StatusOK
 	}, 60*time.Second, 50*time.Millisecond, "ready again after a fast shutdown")
 	require.NoError(t, stop(), "the server ran on and stops cleanly")
+}
+
+// TestRootWithDataDirInAPrivateFolder is issue 9's case through run: as
+// root, with the data dir under a folder only root may enter (0700, as
+// t.TempDir and many home folders are), the private PostgreSQL, which runs
+// as the OS user postgres, is placed in /var/lib/wfm behind a link, and the
+// server becomes ready. Nothing here opens the folders up.
+func TestRootWithDataDirInAPrivateFolder(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root runs the private PostgreSQL as another OS user")
+	}
+	if _, err := user.Lookup("postgres"); err != nil {
+		t.Skipf("no OS user postgres: %v", err)
+	}
+	const fallback = "/var/lib/wfm" // pglaunch's default FallbackDir
+	_, err := os.Stat(fallback)
+	madeFallback := errors.Is(err, fs.ErrNotExist)
+	parent := t.TempDir()
+	require.NoError(t, os.Chmod(parent, 0o700))
+	dataDir := filepath.Join(parent, "wfm")
+	var cluster string // the folder made in /var/lib/wfm
+	t.Cleanup(func() { // runs after the server stopped (registered first)
+		if cluster != "" {
+			_ = os.RemoveAll(cluster)
+		}
+		if madeFallback {
+			_ = os.Remove(fallback) // only when empty: nothing else is there
+		}
+	})
+
+	base, stop := startServer(t, []string{"-data-dir", dataDir}, envWithout("DATABASE_URL"))
+	link := filepath.Join(dataDir, "postgres")
+	cluster, err = os.Readlink(link)
+	require.NoError(t, err, "%s is a link to the cluster's folder", link)
+	assert.Equal(t, fallback, filepath.Dir(cluster))
+	status, _, body := getStatus(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, status, "%v", body)
+	require.NoError(t, stop())
+
+	fi, err := os.Stat(parent)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "the private folder was left as it was")
 }

@@ -257,7 +257,7 @@ func (d *Device) do(ctx context.Context, method, path string, body any, header .
 		if attempt+1 >= attempts {
 			return res, b, nil
 		}
-		wait := c.Retry.delay(res, b, attempt)
+		wait := c.Retry.delay(res, b, attempt, c.Now())
 		c.Log.Warn("request refused for now; retrying", "device", d.ID, "request", method+" "+path, "status", res.StatusCode, "retryIn", wait)
 		c.Budget.pause(c.Now().Add(wait))
 	}
@@ -294,8 +294,9 @@ func (d *Device) send(ctx context.Context, method, path string, payload []byte, 
 // delay is how long to wait before sending a refused request again: the
 // Retry-After header (seconds or an HTTP date), else the problem's
 // retryAfterSeconds (Margo), else Base; doubled for every earlier attempt
-// unless the problem's backoffStrategy is "fixed"; at most Max.
-func (r Retry) delay(res *http.Response, body []byte, attempt int) time.Duration {
+// unless the problem's backoffStrategy is "fixed"; at most Max. now is the
+// device's clock (Config.Now), against which an HTTP date is counted.
+func (r Retry) delay(res *http.Response, body []byte, attempt int, now time.Time) time.Duration {
 	base, ceiling := r.Base, r.Max
 	if base <= 0 {
 		base = time.Second
@@ -313,7 +314,7 @@ func (r Retry) delay(res *http.Response, body []byte, attempt int) time.Duration
 		if secs, err := strconv.Atoi(h); err == nil && secs >= 0 {
 			wait = time.Duration(secs) * time.Second
 		} else if at, err := http.ParseTime(h); err == nil {
-			wait = time.Until(at)
+			wait = at.Sub(now)
 		}
 	} else if p.RetryAfterSeconds != nil && *p.RetryAfterSeconds >= 0 {
 		wait = time.Duration(*p.RetryAfterSeconds * float64(time.Second))

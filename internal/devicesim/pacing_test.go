@@ -47,6 +47,15 @@ func (c *clock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// Sleep returns at once, the clock d later: time passes only while someone
+// waits. With one sleeper at a time that is exactly how far the wait asked.
+func (c *clock) Sleep(_ context.Context, d time.Duration) error {
+	if d > 0 {
+		c.Advance(d)
+	}
+	return nil
+}
+
 // counter records, on the server side, what the device API answered.
 type counter struct {
 	mu        sync.Mutex
@@ -180,13 +189,23 @@ func TestA429WhileFetchingDoesNotStallTheDevice(t *testing.T) {
 }
 
 // TestTenDevicesOfOneClientStayWithinTheDefaultRateLimit is the README's
-// demo at the server's default device rate limit, in real time: 10 devices
-// of one client with 3 deployments each install them and follow two
-// upgrades of all 30 without a single 429, and every deployment document is
-// fetched once per digest for all the devices.
+// demo at the server's default device rate limit: 10 devices of one client
+// with 3 deployments each install them and follow two upgrades of all 30
+// without a single 429, and every deployment document is fetched once per
+// digest for all the devices.
+//
+// The server's limiter and the devices share one simulated clock whose
+// Sleep moves it on, so no wall time passes and the result does not depend
+// on the machine's speed: each request reaches the limiter at the time the
+// client's budget planned it. The devices take turns (each runs its step,
+// then the next): concurrent sleepers would each move the shared clock by
+// their whole wait, making time run faster than the budget planned and the
+// limiter lenient, so the test could no longer fail.
 func TestTenDevicesOfOneClientStayWithinTheDefaultRateLimit(t *testing.T) {
 	ctx := t.Context()
-	lim := ratelimit.New(ratelimit.DefaultDeviceRate, ratelimit.DefaultDeviceBurst, 100, time.Now)
+	start := time.Now()
+	clk := &clock{t: start}
+	lim := ratelimit.New(ratelimit.DefaultDeviceRate, ratelimit.DefaultDeviceBurst, 100, clk.Now)
 	e := newSimEnv(t, lim)
 	apps := []string{"sim-a", "sim-b", "sim-c"}
 	for _, app := range apps {
@@ -195,7 +214,8 @@ func TestTenDevicesOfOneClientStayWithinTheDefaultRateLimit(t *testing.T) {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := &devicesim.Config{BaseURL: e.url, HTTP: http.DefaultClient, ClientID: "plant", Poll: time.Hour, Log: log}
+	cfg := &devicesim.Config{BaseURL: e.url, HTTP: http.DefaultClient, ClientID: "plant", Poll: time.Hour, Log: log,
+		Now: clk.Now, Sleep: clk.Sleep}
 	devs := make([]*devicesim.Device, 10)
 	for i := range devs {
 		devs[i] = devicesim.NewDevice(cfg, fmt.Sprintf("edge-%d", i+1))
@@ -203,11 +223,9 @@ func TestTenDevicesOfOneClientStayWithinTheDefaultRateLimit(t *testing.T) {
 	all := func(f func(d *devicesim.Device) error) {
 		t.Helper()
 		errs := make([]error, len(devs))
-		var wg sync.WaitGroup
 		for i, d := range devs {
-			wg.Go(func() { errs[i] = f(d) })
+			errs[i] = f(d)
 		}
-		wg.Wait()
 		require.NoError(t, errors.Join(errs...))
 	}
 	all(func(d *devicesim.Device) error { return d.Register(ctx) })
@@ -257,4 +275,5 @@ func TestTenDevicesOfOneClientStayWithinTheDefaultRateLimit(t *testing.T) {
 		assert.Equal(t, 1, n, "%s fetched %d times", path, n)
 	}
 	assert.Equal(t, int64(90), cfg.Stats.Fetched.Load())
+	assert.Greater(t, clk.Now().Sub(start), 5*time.Second, "the budget paced the devices (simulated time)")
 }
