@@ -925,7 +925,7 @@ type DrainRulesOnTimeout string
 type DurationNotice struct {
 	// Declared The value as the description declares it.
 	//
-	// Example: 0s
+	// Example: 500ms
 	Declared string `json:"declared"`
 
 	// Field JSON pointer of the member in the description.
@@ -933,10 +933,10 @@ type DurationNotice struct {
 	// Example: /lifecycle/upgrade/drain/timeout
 	Field string `json:"field"`
 
-	// Message Example: drain.timeout 0s is out of range (from 1s to 168h); 10m is used
+	// Message Example: drain.timeout 500ms is out of range (from 1s to 168h); 10m is used
 	Message string `json:"message"`
 
-	// Used The value used instead, in Go's canonical form. Absent - the member is treated as absent (a rollback window with no limit).
+	// Used The value used instead, in Go's canonical form, within the range (below it, the field's default, or 1s for a rollback window).
 	//
 	// Example: 10m0s
 	Used *string `json:"used,omitempty"`

@@ -12,18 +12,32 @@ import (
 	"github.com/wfm-dev/wfm/internal/page"
 )
 
-// checkTimeout refuses a requested duration of field f outside its range
-// (lifecycle.DurationRangeOf); 0 means "not set" (the HTTP layer refuses an
-// explicit 0s before it gets here). Returns EINVALID (invalid-request)
-// naming pointer.
-func checkTimeout(f lifecycle.DurationField, d time.Duration, pointer string) error {
-	if d == 0 {
+// durations reads the requested durations of an operation request. A nil
+// value is absent and reads as 0: the field's default applies. A given
+// value must be a duration within its field's range
+// (lifecycle.ParseDuration), so an explicit "0s" is refused rather than
+// read as absent: it used to mean "the default", which is not what it says.
+type durations []lifecycle.FieldError
+
+// read returns the duration s gives for field f (0 when s is nil), and
+// records a problem naming pointer when s is not a duration in range.
+func (ds *durations) read(f lifecycle.DurationField, s *string, pointer string) time.Duration {
+	if s == nil {
+		return 0
+	}
+	d, fe := lifecycle.ParseDuration(f, *s, pointer)
+	if fe != nil {
+		*ds = append(*ds, *fe)
+	}
+	return d
+}
+
+// err returns EINVALID (invalid-request) listing every problem, or nil.
+func (ds durations) err() error {
+	if len(ds) == 0 {
 		return nil
 	}
-	if fe := lifecycle.CheckDuration(f, d, pointer); fe != nil {
-		return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "A duration is not valid.", Fields: []lifecycle.FieldError{*fe}}
-	}
-	return nil
+	return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "A duration is not valid.", Fields: ds}
 }
 
 // Actor is who asks for an operation.
@@ -55,17 +69,31 @@ type UpgradeRequest struct {
 	TargetVersion string
 	Path          lifecycle.PathMode
 	Strategy      lifecycle.Strategy
-	Drain         *lifecycle.DrainPolicy // nil: as the target declares
+	Drain         *DrainOverride // nil: as the target declares
 	Parameters    map[string]any
 	OnFailure     string
-	Timeout       time.Duration
+	// Timeout is how long each step may take to install, as requested: a
+	// duration such as "10m" within lifecycle.DurationStepTimeout's range;
+	// nil for the default (lifecycle.DefaultStepTimeout).
+	Timeout *string
+}
+
+// DrainOverride is an upgrade request's drain, replacing the one the target
+// version declares.
+type DrainOverride struct {
+	Required bool
+	// Timeout is a duration such as "5m" within
+	// lifecycle.DurationDrainTimeout's range; nil for the default
+	// (lifecycle.DefaultDrainTimeout).
+	Timeout   *string
+	OnTimeout lifecycle.OnTimeout
 }
 
 // ReconfigureRequest asks for new parameter values.
 type ReconfigureRequest struct {
 	Parameters map[string]any
 	OnFailure  string
-	Timeout    time.Duration
+	Timeout    *string // as UpgradeRequest.Timeout
 }
 
 // RollbackRequest asks to go back to an earlier revision.
@@ -73,7 +101,7 @@ type RollbackRequest struct {
 	ToRevision int // 0: the last revision installed before the current one
 	Force      bool
 	Reason     string
-	Timeout    time.Duration
+	Timeout    *string // as UpgradeRequest.Timeout
 }
 
 // Run either returns the plan (dryRun) or creates the operation it plans.
@@ -136,20 +164,25 @@ func publishable(d Deployment, kind lifecycle.OperationKind) error {
 }
 
 // Upgrade plans (and unless dryRun starts) an upgrade.
+//
+// Returns EINVALID (invalid-request) naming /timeout or /drain/timeout when
+// a requested duration is not one within its field's range ("0s" included).
 func (s *Service) Upgrade(ctx context.Context, id string, req UpgradeRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
-	if err := checkTimeout(lifecycle.DurationStepTimeout, req.Timeout, "/timeout"); err != nil {
-		return Plan{}, Operation{}, err
-	}
+	var ds durations
+	timeout := ds.read(lifecycle.DurationStepTimeout, req.Timeout, "/timeout")
+	var drain *lifecycle.DrainPolicy
 	if req.Drain != nil {
-		if err := checkTimeout(lifecycle.DurationDrainTimeout, req.Drain.Timeout, "/drain/timeout"); err != nil {
-			return Plan{}, Operation{}, err
-		}
+		drain = &lifecycle.DrainPolicy{Required: req.Drain.Required, OnTimeout: req.Drain.OnTimeout,
+			Timeout: ds.read(lifecycle.DurationDrainTimeout, req.Drain.Timeout, "/drain/timeout")}
+	}
+	if err := ds.err(); err != nil {
+		return Plan{}, Operation{}, err
 	}
 	d, err := s.store.Deployment(ctx, id)
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
-	p, err := s.planUpgrade(ctx, d, req, actor)
+	p, err := s.planUpgrade(ctx, d, req, drain, timeout, actor)
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
@@ -173,7 +206,7 @@ func refuse(p Plan, err error) (Plan, error) {
 	return p, nil
 }
 
-func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequest, actor Actor) (Plan, error) {
+func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequest, drain *lifecycle.DrainPolicy, timeout time.Duration, actor Actor) (Plan, error) {
 	p := Plan{Type: lifecycle.OperationUpgrade, From: d.Version}
 	target, err := lifecycle.ParseVersion(req.TargetVersion)
 	if err != nil {
@@ -258,15 +291,15 @@ func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequ
 		return refuse(p, err)
 	}
 	p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: true, Detail: "valid for " + target.String()})
-	p.Checks = append(p.Checks, lifecycle.StrategyCheck(req.Strategy, tdesc.Lifecycle.Upgrade), lifecycle.DrainCheck(req.Drain, tdesc.Lifecycle.Upgrade))
+	p.Checks = append(p.Checks, lifecycle.StrategyCheck(req.Strategy, tdesc.Lifecycle.Upgrade), lifecycle.DrainCheck(drain, tdesc.Lifecycle.Upgrade))
 	strategy, err := lifecycle.ChooseStrategy(req.Strategy, tdesc.Lifecycle.Upgrade)
 	if err != nil {
 		return refuse(p, err)
 	}
 	p.Strategy = strategy
-	p.Drain = lifecycle.ChooseDrain(req.Drain, tdesc.Lifecycle.Upgrade)
+	p.Drain = lifecycle.ChooseDrain(drain, tdesc.Lifecycle.Upgrade)
 	p.Allowed = true
-	p.op = s.newOperation(d, lifecycle.OperationUpgrade, target, values, d.ProfileID, strategy, p.Drain, req.OnFailure, req.Timeout, actor, p.Hops)
+	p.op = s.newOperation(d, lifecycle.OperationUpgrade, target, values, d.ProfileID, strategy, p.Drain, req.OnFailure, timeout, actor, p.Hops)
 	return p, nil
 }
 
@@ -300,8 +333,13 @@ func stepBudget(timeout time.Duration, drain *lifecycle.DrainPolicy) time.Durati
 }
 
 // Reconfigure plans (and unless dryRun starts) a change of parameter values.
+//
+// Returns EINVALID (invalid-request) naming /timeout when the requested
+// timeout is not a duration within its range ("0s" included).
 func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
-	if err := checkTimeout(lifecycle.DurationStepTimeout, req.Timeout, "/timeout"); err != nil {
+	var ds durations
+	timeout := ds.read(lifecycle.DurationStepTimeout, req.Timeout, "/timeout")
+	if err := ds.err(); err != nil {
 		return Plan{}, Operation{}, err
 	}
 	d, err := s.store.Deployment(ctx, id)
@@ -339,7 +377,7 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 		p.Strategy = desc.Lifecycle.Upgrade.DefaultStrategy()
 		p.Drain = lifecycle.ChooseDrain(nil, desc.Lifecycle.Upgrade) // drain as the version declares
 		p.Allowed = true
-		p.op = s.newOperation(d, lifecycle.OperationReconfigure, d.Version, values, d.ProfileID, p.Strategy, p.Drain, req.OnFailure, req.Timeout, actor, nil)
+		p.op = s.newOperation(d, lifecycle.OperationReconfigure, d.Version, values, d.ProfileID, p.Strategy, p.Drain, req.OnFailure, timeout, actor, nil)
 		return p, nil
 	}()
 	if err != nil {
@@ -351,22 +389,27 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 // Rollback plans (and unless dryRun starts) a return to an earlier revision.
 // forceRefusal, when not empty, explains why this caller may not override
 // policy (not an admin, or overrides disabled by the server).
+//
+// Returns EINVALID (invalid-request) naming /timeout when the requested
+// timeout is not a duration within its range ("0s" included).
 func (s *Service) Rollback(ctx context.Context, id string, req RollbackRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
-	if err := checkTimeout(lifecycle.DurationStepTimeout, req.Timeout, "/timeout"); err != nil {
+	var ds durations
+	timeout := ds.read(lifecycle.DurationStepTimeout, req.Timeout, "/timeout")
+	if err := ds.err(); err != nil {
 		return Plan{}, Operation{}, err
 	}
 	d, err := s.store.Deployment(ctx, id)
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
-	p, err := s.planRollback(ctx, d, req, actor)
+	p, err := s.planRollback(ctx, d, req, timeout, actor)
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
 	return s.run(ctx, p, dryRun, ifMatch)
 }
 
-func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRequest, actor Actor) (Plan, error) {
+func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRequest, timeout time.Duration, actor Actor) (Plan, error) {
 	p := Plan{Type: lifecycle.OperationRollback, From: d.Version}
 	if err := s.ready(ctx, d, lifecycle.OperationRollback); err != nil {
 		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: message(err)})
@@ -464,7 +507,7 @@ func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRe
 	}
 	p.Drain = lifecycle.ChooseDrain(nil, tdesc.Lifecycle.Upgrade) // drain as the target version declares
 	p.Allowed = true
-	op := s.newOperation(d, lifecycle.OperationRollback, target.Version, target.Parameters, target.ProfileID, p.Strategy, p.Drain, OnFailureHalt, req.Timeout, actor, nil)
+	op := s.newOperation(d, lifecycle.OperationRollback, target.Version, target.Parameters, target.ProfileID, p.Strategy, p.Drain, OnFailureHalt, timeout, actor, nil)
 	op.RestoreRevision, op.Forced, op.ForceReason = n, forced, forceReason
 	p.op = op
 	return p, nil

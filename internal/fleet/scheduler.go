@@ -59,6 +59,9 @@ func (sc *Scheduler) Start(ctx context.Context) {
 			cancel()
 			switch {
 			case ctx.Err() != nil:
+			case collided(err):
+				// Not an outage: the next pass tries again.
+				sc.svc.log.InfoContext(ctx, "scheduler pass collided with a concurrent change; retrying at the next pass", "error", err)
 			case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE:
 				// One line per outage, not one per pass: the server
 				// answers 503 and reports not-ready meanwhile.
@@ -101,8 +104,17 @@ func (sc *Scheduler) Stop() {
 	}
 }
 
+// collided reports whether err is a collision with a concurrent change (a
+// serialization failure or a deadlock, problem type "retry"). It carries
+// EUNAVAILABLE, as the HTTP answer is the same 503 with Retry-After, but
+// the database is there: trying again is all it takes.
+func collided(err error) bool { return lifecycle.ErrorType(err) == "retry" }
+
 // RunOnce visits every active operation once and returns how many it
-// advanced (visited while not held by another scheduler).
+// advanced (visited while not held by another scheduler). An operation
+// whose visit collided with a concurrent change is left for the next pass;
+// the others are still visited. Returns EUNAVAILABLE, ending the pass, when
+// the database is unavailable.
 func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
 	ids, err := sc.svc.store.ActiveOperations(ctx, 1000)
 	if err != nil {
@@ -124,6 +136,13 @@ func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
 			// A visit may have published: this process's cached manifest goes
 			// now; other processes hear the store's notification.
 			sc.svc.cache.invalidate(clientID)
+		}
+		if ctx.Err() != nil {
+			return n, ctx.Err() // stopped: not a failure of the operation
+		}
+		if collided(err) {
+			sc.svc.log.InfoContext(ctx, "operation step collided with a concurrent change; retrying at the next pass", "operation", id, "error", err)
+			continue
 		}
 		if lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE {
 			return n, err // no other operation can advance either

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -15,21 +14,6 @@ import (
 func actorFrom(ctx context.Context) fleet.Actor {
 	p := principalFrom(ctx)
 	return fleet.Actor{ID: p.TokenID, Admin: p.Role.Allows(access.Admin)}
-}
-
-// duration parses an optional duration request member of field f. Absent
-// is 0 ("not set": the default applies); a given value must be within the
-// field's range (lifecycle.DurationRangeOf), so an explicit "0s" is refused
-// rather than read as "not set".
-func duration(s *string, f lifecycle.DurationField, pointer string) (time.Duration, error) {
-	if s == nil {
-		return 0, nil
-	}
-	d, fe := lifecycle.ParseDuration(f, *s, pointer)
-	if fe != nil {
-		return 0, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "A duration is not valid.", Fields: []lifecycle.FieldError{*fe}}
-	}
-	return d, nil
 }
 
 func planBody(s *Server, ctx context.Context, p fleet.Plan) api.Plan {
@@ -130,21 +114,13 @@ func accepted(o fleet.Operation) api.OperationAcceptedJSONResponse {
 // UpgradeDeployment plans or starts an upgrade.
 func (s *Server) UpgradeDeployment(ctx context.Context, req api.UpgradeDeploymentRequestObject) (api.UpgradeDeploymentResponseObject, error) {
 	b := req.Body
-	timeout, err := duration(b.Timeout, lifecycle.DurationStepTimeout, "/timeout")
-	if err != nil {
-		return nil, err
-	}
 	in := fleet.UpgradeRequest{TargetVersion: b.TargetVersion, Path: lifecycle.PathMode(deref(b.Path)), Strategy: lifecycle.Strategy(deref(b.Strategy)),
-		OnFailure: string(deref(b.OnFailure)), Timeout: timeout}
+		OnFailure: string(deref(b.OnFailure)), Timeout: b.Timeout}
 	if b.Parameters != nil {
 		in.Parameters = *b.Parameters
 	}
 	if b.Drain != nil {
-		t, err := duration(b.Drain.Timeout, lifecycle.DurationDrainTimeout, "/drain/timeout")
-		if err != nil {
-			return nil, err
-		}
-		in.Drain = &lifecycle.DrainPolicy{Required: b.Drain.Required, Timeout: t, OnTimeout: lifecycle.OnTimeout(deref(b.Drain.OnTimeout))}
+		in.Drain = &fleet.DrainOverride{Required: b.Drain.Required, Timeout: b.Drain.Timeout, OnTimeout: lifecycle.OnTimeout(deref(b.Drain.OnTimeout))}
 	}
 	p, op, err := s.fleet.Upgrade(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), deref(req.Params.IfMatch))
 	if err != nil {
@@ -159,11 +135,7 @@ func (s *Server) UpgradeDeployment(ctx context.Context, req api.UpgradeDeploymen
 // ReconfigureDeployment plans or starts a reconfiguration.
 func (s *Server) ReconfigureDeployment(ctx context.Context, req api.ReconfigureDeploymentRequestObject) (api.ReconfigureDeploymentResponseObject, error) {
 	b := req.Body
-	timeout, err := duration(b.Timeout, lifecycle.DurationStepTimeout, "/timeout")
-	if err != nil {
-		return nil, err
-	}
-	p, op, err := s.fleet.Reconfigure(ctx, req.DeploymentId, fleet.ReconfigureRequest{Parameters: b.Parameters, OnFailure: string(deref(b.OnFailure)), Timeout: timeout},
+	p, op, err := s.fleet.Reconfigure(ctx, req.DeploymentId, fleet.ReconfigureRequest{Parameters: b.Parameters, OnFailure: string(deref(b.OnFailure)), Timeout: b.Timeout},
 		actorFrom(ctx), deref(b.DryRun), deref(req.Params.IfMatch))
 	if err != nil {
 		return nil, err
@@ -180,11 +152,7 @@ func (s *Server) RollbackDeployment(ctx context.Context, req api.RollbackDeploym
 	if req.Body != nil {
 		b = *req.Body
 	}
-	timeout, err := duration(b.Timeout, lifecycle.DurationStepTimeout, "/timeout")
-	if err != nil {
-		return nil, err
-	}
-	in := fleet.RollbackRequest{ToRevision: deref(b.ToRevision), Force: deref(b.Force), Reason: deref(b.Reason), Timeout: timeout}
+	in := fleet.RollbackRequest{ToRevision: deref(b.ToRevision), Force: deref(b.Force), Reason: deref(b.Reason), Timeout: b.Timeout}
 	p, op, err := s.fleet.Rollback(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), deref(req.Params.IfMatch))
 	if in.Force {
 		setAuditDetail(ctx, map[string]any{"force": true, "reason": in.Reason, "forced": p.Forced})

@@ -75,11 +75,17 @@ func (r DurationRange) String() string {
 }
 
 // Used returns the value used in place of d: d itself when it is within
-// the range; the field's Default when d is below it (zero included); Max
-// when d is above it. Only versions stored before the ranges were rules
-// can hold such values: publishing refuses them.
+// the range; Max when d is above it; below it, the field's Default, or Min
+// when the field has none. A field without a Default reads its absence as
+// "no limit" (a rollback window): a declared limit, however short, must
+// never widen into none, so it gets the shortest value in range. Only
+// versions stored before the ranges were rules can hold such values:
+// publishing refuses them (and refused values <= 0 before that, so the
+// values below a range are sub-second ones such as 500ms).
 func (r DurationRange) Used(d time.Duration) time.Duration {
 	switch {
+	case d < r.Min && r.Default == 0:
+		return r.Min
 	case d < r.Min:
 		return r.Default
 	case d > r.Max:
@@ -140,8 +146,8 @@ type Substitution struct {
 	Field   DurationField
 	// Declared is the value as the description wrote it.
 	Declared string
-	// Used is the value wfm uses; 0 when the field's absence is used (a
-	// rollback window with no limit).
+	// Used is the value wfm uses (DurationRange.Used), always within the
+	// range.
 	Used time.Duration
 }
 
@@ -159,9 +165,5 @@ func Substitute(f DurationField, d time.Duration, declared, pointer string) (Sub
 // Message says what the substitution does, for the lifecycle view:
 // "drain.timeout 0s is out of range (from 1s to 168h); 10m is used".
 func (s Substitution) Message() string {
-	used := FormatDuration(s.Used) + " is used"
-	if s.Used == 0 {
-		used = "it is treated as absent (no limit)"
-	}
-	return fmt.Sprintf("%s %s is out of range (%s); %s", s.Field, s.Declared, DurationRangeOf(s.Field), used)
+	return fmt.Sprintf("%s %s is out of range (%s); %s is used", s.Field, s.Declared, DurationRangeOf(s.Field), FormatDuration(s.Used))
 }

@@ -77,7 +77,11 @@ func TestDurationUsed(t *testing.T) {
 		{DurationDrainTimeout, -time.Minute, DefaultDrainTimeout},
 		{DurationDrainTimeout, 5 * time.Minute, 5 * time.Minute},
 		{DurationDrainTimeout, 500 * time.Hour, 168 * time.Hour},
-		{DurationRollbackWindow, 0, 0}, // no limit, as when absent
+		{DurationDrainTimeout, 500 * time.Millisecond, DefaultDrainTimeout},
+		// A declared window, however short, never becomes "no limit" (what
+		// its absence means): the shortest window in range is used.
+		{DurationRollbackWindow, 500 * time.Millisecond, time.Second},
+		{DurationRollbackWindow, 0, time.Second},
 		{DurationRollbackWindow, 9000 * time.Hour, 8760 * time.Hour},
 		{DurationStepTimeout, 0, DefaultStepTimeout},
 	}
@@ -100,7 +104,8 @@ func TestSubstitute(t *testing.T) {
 	}{
 		{DurationDrainTimeout, 0, "0s", "drain.timeout 0s is out of range (from 1s to 168h); 10m is used"},
 		{DurationDrainTimeout, 200 * time.Hour, "200h", "drain.timeout 200h is out of range (from 1s to 168h); 168h is used"},
-		{DurationRollbackWindow, 0, "0s", "rollback.window 0s is out of range (from 1s to 8760h); it is treated as absent (no limit)"},
+		{DurationDrainTimeout, 500 * time.Millisecond, "500ms", "drain.timeout 500ms is out of range (from 1s to 168h); 10m is used"},
+		{DurationRollbackWindow, 500 * time.Millisecond, "500ms", "rollback.window 500ms is out of range (from 1s to 8760h); 1s is used"},
 	}
 	for _, tt := range tests {
 		s, ok := Substitute(tt.field, tt.in, tt.declared, "/p")

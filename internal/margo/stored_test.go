@@ -22,7 +22,8 @@ func TestDurationRangesWhenPublishingAndWhenStored(t *testing.T) {
 		{"drain 0s", "  upgrade:\n    drain:\n      timeout: 0s\n", "/upgrade/drain/timeout", lifecycle.DefaultDrainTimeout, 0},
 		{"drain -1m", "  upgrade:\n    drain:\n      timeout: -1m\n", "/upgrade/drain/timeout", lifecycle.DefaultDrainTimeout, 0},
 		{"drain 200h", "  upgrade:\n    drain:\n      timeout: 200h\n", "/upgrade/drain/timeout", 168 * time.Hour, 0},
-		{"window 0s", "  rollback:\n    allowed: true\n    window: 0s\n", "/rollback/window", 0, 0},
+		{"window 500ms", "  rollback:\n    allowed: true\n    window: 500ms\n", "/rollback/window", 0, time.Second},
+		{"window 0s", "  rollback:\n    allowed: true\n    window: 0s\n", "/rollback/window", 0, time.Second},
 		{"window 9000h", "  rollback:\n    allowed: true\n    window: 9000h\n", "/rollback/window", 0, 8760 * time.Hour},
 	}
 	for _, tt := range tests {

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -178,14 +177,10 @@ func relocate(dir, fallback string, blocked *blockedFolder, cred *syscall.Creden
 // writeAccessRules writes pg_hba.conf and pg_ident.conf on every start (so a
 // cluster made by an earlier build, which trusted every local user on
 // 127.0.0.1, is converted): only Unix-socket connections as "postgres", with
-// peer authentication, from this process's OS user and the server's.
-func writeAccessRules(dataDir string, cred *syscall.Credential) error {
-	me, err := user.Current()
-	if err != nil {
-		return fmt.Errorf("name of this process's OS user (for pg_ident.conf): %w", err)
-	}
-	users := []string{me.Username}
-	if cred != nil && me.Username != serverUser {
+// peer authentication, from this process's OS user (me) and the server's.
+func writeAccessRules(dataDir, me string, cred *syscall.Credential) error {
+	users := []string{me}
+	if cred != nil && me != serverUser {
 		users = append(users, serverUser)
 	}
 	const header = "# Written by wfm (internal/pglaunch) at every start of this private cluster;\n" +

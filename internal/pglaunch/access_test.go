@@ -2,17 +2,23 @@ package pglaunch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -56,7 +62,10 @@ func psqlAs(t *testing.T, cred *syscall.Credential, conninfo string) (string, er
 func TestOtherOSUserIsRefused(t *testing.T) {
 	cred := nobody(t)
 	t.Parallel()
-	s := start(t, Options{BinDir: binDir(t), DataDir: dataDir(t), Settings: fastSettings})
+	// A port nothing listens on over TCP (a system PostgreSQL may hold
+	// 5432): a listener found there afterwards can only be this server's.
+	port := portWithoutTCPListener(t)
+	s := start(t, Options{BinDir: binDir(t), DataDir: dataDir(t), Port: port, Settings: fastSettings})
 
 	// The owner gets in: the checks below can fail for the right reason only.
 	out, err := psqlAs(t, nil, s.URL("postgres"))
@@ -64,6 +73,15 @@ func TestOtherOSUserIsRefused(t *testing.T) {
 
 	out, err = psqlAs(t, cred, s.URL("postgres"))
 	assert.Error(t, err, "nobody connected through %s: %s", s.URL("postgres"), out)
+
+	// No TCP listener at all: the server is configured without one, holds
+	// no listening TCP socket, and nothing listens on its port.
+	assert.Empty(t, queryString(t, s.URL("postgres"), "SHOW listen_addresses"), "listen_addresses")
+	listeners := tcpListeners(t)
+	for inode := range socketInodes(t, s.PID()) {
+		assert.NotContains(t, listeners, inode, "postgres %d holds a listening TCP socket", s.PID())
+	}
+	assert.NotContains(t, slices.Collect(maps.Values(listeners)), port, "something listens on TCP port %d", port)
 	tcp := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", s.Port())
 	out, err = psqlAs(t, cred, tcp)
 	assert.Error(t, err, "nobody connected through %s: %s", tcp, out)
@@ -133,4 +151,112 @@ func TestLongDataDirGetsPrivateSocketFolder(t *testing.T) {
 	assert.Equal(t, 1, queryInt(t, s.URL("postgres"), "SELECT 1"))
 	require.NoError(t, s.Stop())
 	assert.NoDirExists(t, s.SocketDir(), "Stop removes the socket folder it made")
+}
+
+// tcpListeners returns the TCP sockets in state LISTEN, IPv4 and IPv6, as
+// /proc/net/tcp{,6} list them: inode -> port.
+func tcpListeners(t *testing.T) map[string]int {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc/net/tcp")
+	}
+	out := map[string]int{}
+	for _, name := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(name)
+		if errors.Is(err, fs.ErrNotExist) && name == "/proc/net/tcp6" {
+			continue // no IPv6
+		}
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		require.NotEmpty(t, lines)
+		for _, line := range lines[1:] { // sl local_address rem_address st ... inode
+			f := strings.Fields(line)
+			require.GreaterOrEqual(t, len(f), 10, "%s: %q", name, line)
+			if f[3] != "0A" { // TCP_LISTEN
+				continue
+			}
+			_, hexPort, ok := strings.Cut(f[1], ":")
+			require.True(t, ok, "%s: %q", name, line)
+			p, err := strconv.ParseUint(hexPort, 16, 16)
+			require.NoError(t, err)
+			out[f[9]] = int(p)
+		}
+	}
+	return out
+}
+
+// socketInodes returns the inodes of the sockets process pid holds open.
+func socketInodes(t *testing.T, pid int) map[string]bool {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	out := map[string]bool{}
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if inode, ok := strings.CutPrefix(target, "socket:["); ok {
+			out[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	require.NotEmpty(t, out, "postgres %d holds no socket at all; is procfs mounted?", pid)
+	return out
+}
+
+// portWithoutTCPListener returns a port number nothing listens on over TCP.
+func portWithoutTCPListener(t *testing.T) int {
+	t.Helper()
+	used := map[int]bool{}
+	for _, p := range tcpListeners(t) {
+		used[p] = true
+	}
+	for p := 55432; p < 56432; p++ {
+		if !used[p] {
+			return p
+		}
+	}
+	t.Fatal("no port without a TCP listener between 55432 and 56432")
+	return 0
+}
+
+func queryString(t testing.TB, url, sql string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var s string
+	require.NoError(t, conn.QueryRow(ctx, sql).Scan(&s))
+	return s
+}
+
+// TestProcessWithoutPasswdEntry: a uid the user database does not know (a
+// container started with an arbitrary uid) stops Start before it makes
+// anything, with an error that says what to do.
+func TestProcessWithoutPasswdEntry(t *testing.T) {
+	t.Parallel()
+	dir := dataDir(t)
+	_, err := Start(t.Context(), Options{BinDir: binDir(t), DataDir: dir, Settings: fastSettings,
+		lookupID: func(uid string) (*user.User, error) { return nil, user.UnknownUserIdError(1234) }})
+	var unknown user.UnknownUserIdError
+	require.ErrorAs(t, err, &unknown)
+	for _, advice := range []string{"no entry in the user database", "add a passwd entry", "DATABASE_URL"} {
+		assert.Contains(t, err.Error(), advice)
+	}
+	assert.NoDirExists(t, dir, "nothing was made")
+}
+
+// TestProcessUserIsLookedUpByUID: the name comes from the uid's entry, not
+// from the environment.
+func TestProcessUserIsLookedUpByUID(t *testing.T) {
+	var asked string
+	name, err := processUser(func(uid string) (*user.User, error) {
+		asked = uid
+		return &user.User{Uid: uid, Username: "wfm"}, nil
+	}, 4321)
+	require.NoError(t, err)
+	assert.Equal(t, "4321", asked)
+	assert.Equal(t, "wfm", name)
 }

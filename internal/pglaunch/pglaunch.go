@@ -129,6 +129,9 @@ type Options struct {
 	// ReadyTimeout bounds the wait for the first accepted connection after
 	// the process started; 0 means 30 s.
 	ReadyTimeout time.Duration
+
+	// lookupID replaces user.LookupId in tests.
+	lookupID func(uid string) (*user.User, error)
 }
 
 // Server is a running postgres child process. Its methods are safe for
@@ -174,6 +177,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start postgres: data dir: %w", err)
 	}
+	lookupID := opts.lookupID
+	if lookupID == nil {
+		lookupID = user.LookupId
+	}
+	me, err := processUser(lookupID, os.Getuid())
+	if err != nil {
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
 	cred, err := serverCredential()
 	if err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
@@ -198,7 +209,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	_, _ = logw.Write(initOutput)
 	_ = closeLog()
-	if err := writeAccessRules(dataDir, cred); err != nil {
+	if err := writeAccessRules(dataDir, me, cred); err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
 	port := cmp.Or(opts.Port, defaultPort)
@@ -505,6 +516,26 @@ func (s *Server) kill() {
 	s.stopping.Store(true)
 	_ = s.process.Kill()
 	<-s.done
+}
+
+// processUser returns the name of this process's OS user, uid, as the user
+// database (/etc/passwd, NSS) has it. PostgreSQL needs that entry: initdb
+// refuses to run without it and peer authentication names the connecting
+// user by it. Containers started with an arbitrary uid (OpenShift,
+// docker run --user 1234) often have none. It looks the uid up rather than
+// calling user.Current, which without cgo makes a name up from $USER.
+//
+// Returns an error wrapping the lookup's (user.UnknownUserIdError when
+// there is no entry) that says what to do.
+func processUser(lookupID func(uid string) (*user.User, error), uid int) (string, error) {
+	u, err := lookupID(strconv.Itoa(uid))
+	if err != nil {
+		return "", fmt.Errorf("this process's uid %d has no entry in the user database (/etc/passwd), which the private "+
+			"PostgreSQL needs (initdb and peer authentication look the user up); add a passwd entry for uid %d "+
+			"(in a container: write one to /etc/passwd at start, or use nss_wrapper), or set DATABASE_URL to use a "+
+			"PostgreSQL of your own: %w", uid, uid, err)
+	}
+	return u.Username, nil
 }
 
 // serverCredential returns the account to run initdb and postgres as: nil

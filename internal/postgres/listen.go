@@ -25,6 +25,16 @@ type Listener struct {
 	// PingEvery is how long to wait for a notification before checking the
 	// connection is alive; 0 means 30 s.
 	PingEvery time.Duration
+	// After, when not nil, replaces time.After for the wait between
+	// attempts (tests make it instant).
+	After func(time.Duration) <-chan time.Time
+}
+
+func (l *Listener) after(d time.Duration) <-chan time.Time {
+	if l.After != nil {
+		return l.After(d)
+	}
+	return time.After(d)
 }
 
 func (l *Listener) pingEvery() time.Duration {
@@ -35,26 +45,43 @@ func (l *Listener) pingEvery() time.Duration {
 }
 
 // Run listens until ctx is done; it returns ctx's error. Connection failures
-// are retried with a backoff of up to 5 s.
+// are retried with a backoff of up to 5 s. An outage is logged once, as a
+// WARN when the connection is lost and an INFO when LISTEN is back in
+// place, not once per attempt: the scheduler and the readiness check say
+// the same meanwhile.
 func (l *Listener) Run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
+	const first = 100 * time.Millisecond
+	backoff := first
+	down := false // the connection was lost and LISTEN is not back yet
+	listening := func() {
+		if down {
+			l.Log.InfoContext(ctx, "notification listener is listening again", "channel", l.Channel)
+			down = false
+		}
+		backoff = first
+	}
 	for {
-		err := l.listenOnce(ctx)
+		err := l.listenOnce(ctx, listening)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		l.Log.WarnContext(ctx, "notification listener lost its connection; retrying", "channel", l.Channel, "error", err, "retry_in", backoff)
+		if !down {
+			l.Log.WarnContext(ctx, "notification listener lost its connection; retrying until it is back", "channel", l.Channel, "error", err)
+			down = true
+		}
 		l.Reset()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(backoff):
+		case <-l.after(backoff):
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 
-func (l *Listener) listenOnce(ctx context.Context) error {
+// listenOnce listens on one connection until it fails or ctx is done;
+// listening runs once LISTEN is in place.
+func (l *Listener) listenOnce(ctx context.Context, listening func()) error {
 	conn, err := l.Pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -71,6 +98,7 @@ func (l *Listener) listenOnce(ctx context.Context) error {
 	}
 	// Anything published before LISTEN took effect was missed.
 	l.Reset()
+	listening()
 	if l.Ready != nil {
 		select {
 		case l.Ready <- struct{}{}:
