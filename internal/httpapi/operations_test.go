@@ -634,7 +634,10 @@ func TestIdempotencyKeyAndIfMatch(t *testing.T) {
 	assert.Equal(t, httpapi.ProblemBase+"idempotency-key-reused", p.Type)
 	ops, err := e.mgmt.ListOperationsWithResponse(t.Context(), &sdk.ListOperationsParams{DeploymentId: &id})
 	require.NoError(t, err)
-	assert.Len(t, ops.JSON200.Items, 1, "one operation for one key")
+	// The deployment's install operation, then the one upgrade.
+	require.Len(t, ops.JSON200.Items, 2, "one operation for one key")
+	assert.Equal(t, sdk.OperationTypeUpgrade, ops.JSON200.Items[0].Type)
+	assert.Equal(t, sdk.OperationTypeInstall, ops.JSON200.Items[1].Type)
 
 	// Concurrent first requests with one key: one runs, the other is told
 	// the key is in use or gets the replayed answer, never a second run.
@@ -658,7 +661,7 @@ func TestIdempotencyKeyAndIfMatch(t *testing.T) {
 	}
 	ops, err = e.mgmt.ListOperationsWithResponse(t.Context(), &sdk.ListOperationsParams{DeploymentId: &id})
 	require.NoError(t, err)
-	assert.Len(t, ops.JSON200.Items, 2, "the key ran its request once")
+	assert.Len(t, ops.JSON200.Items, 3, "the key ran its request once (besides the install and the first upgrade)")
 }
 
 // Regressions found in review.
