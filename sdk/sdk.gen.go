@@ -1013,7 +1013,8 @@ type NewToken struct {
 type Operation struct {
 	CreatedAt time.Time `json:"createdAt"`
 
-	// Deadline When the current step fails if the device has not installed it.
+	// Deadline When the current step fails if the device has not installed it; for a `remove` (which has no
+	// steps), when the removal fails if the device has not confirmed it.
 	Deadline     time.Time          `json:"deadline"`
 	DeploymentId openapi_types.UUID `json:"deploymentId"`
 	Drain        *DrainRules        `json:"drain,omitempty"`
@@ -1027,7 +1028,7 @@ type Operation struct {
 	Id          openapi_types.UUID  `json:"id"`
 	OnFailure   OperationOnFailure  `json:"onFailure"`
 
-	// Reason Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed).
+	// Reason Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed, deployment-removed).
 	Reason      *string         `json:"reason,omitempty"`
 	RequestedBy string          `json:"requestedBy"`
 	State       OperationState  `json:"state"`

@@ -376,7 +376,7 @@ func sameVisit(a, b fleet.Visit) bool {
 // operation at once (a held one is skipped: visited false), locks the
 // deployment, reads the visit again and applies the decision only if
 // nothing it looked at changed meanwhile (otherwise the next pass decides
-// again).
+// again). A decision to do nothing takes no lock at all.
 func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide func(fleet.Visit) (fleet.Advance, error), now time.Time) (bool, error) {
 	v, ok, err := readVisit(ctx, s.pool, nil, id)
 	if err != nil || !ok {
@@ -385,6 +385,11 @@ func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide fun
 	adv, err := decide(v)
 	if err != nil {
 		return true, translate(err)
+	}
+	if adv == (fleet.Advance{}) {
+		// Nothing to do (the usual visit of an operation waiting for its
+		// device, such as every fresh install): no claim, no transaction.
+		return true, nil
 	}
 	visited := false
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
