@@ -745,7 +745,12 @@ type CreateDeploymentRequest struct {
 
 	// ProfileId A deployment profile of the description; omitted - the first one the device can run.
 	ProfileId *string `json:"profileId,omitempty"`
-	Version   string  `json:"version"`
+
+	// Timeout How long the device may take to install revision 1 (the deadline of the deployment's `install`
+	// operation): a duration from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m.
+	// `0s` is refused (422).
+	Timeout *string `json:"timeout,omitempty"`
+	Version string  `json:"version"`
 }
 
 // CreateTokenRequest defines model for CreateTokenRequest.
@@ -1007,7 +1012,8 @@ type NewToken struct {
 type Operation struct {
 	CreatedAt time.Time `json:"createdAt"`
 
-	// Deadline When the current step fails if the device has not installed it.
+	// Deadline When the current step fails if the device has not installed it; for a `remove` (which has no
+	// steps), when the removal fails if the device has not confirmed it.
 	Deadline     time.Time          `json:"deadline"`
 	DeploymentId openapi_types.UUID `json:"deploymentId"`
 	Drain        *DrainRules        `json:"drain,omitempty"`
@@ -1021,7 +1027,7 @@ type Operation struct {
 	Id          openapi_types.UUID  `json:"id"`
 	OnFailure   OperationOnFailure  `json:"onFailure"`
 
-	// Reason Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed).
+	// Reason Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed, deployment-removed).
 	Reason      *string         `json:"reason,omitempty"`
 	RequestedBy string          `json:"requestedBy"`
 	State       OperationState  `json:"state"`
@@ -1588,6 +1594,7 @@ type CreateDeploymentParams struct {
 
 // DeleteDeploymentParams defines parameters for DeleteDeployment.
 type DeleteDeploymentParams struct {
+	Timeout *string  `form:"timeout,omitempty" json:"timeout,omitempty"`
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 }
 
@@ -3492,6 +3499,19 @@ func (siw *ServerInterfaceWrapper) DeleteDeployment(w http.ResponseWriter, r *ht
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params DeleteDeploymentParams
+
+	// ------------- Optional query parameter "timeout" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "timeout", r.URL.Query(), &params.Timeout, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "timeout"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "timeout", Err: err})
+		}
+		return
+	}
 
 	headers := r.Header
 

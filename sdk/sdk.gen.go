@@ -746,7 +746,12 @@ type CreateDeploymentRequest struct {
 
 	// ProfileId A deployment profile of the description; omitted - the first one the device can run.
 	ProfileId *string `json:"profileId,omitempty"`
-	Version   string  `json:"version"`
+
+	// Timeout How long the device may take to install revision 1 (the deadline of the deployment's `install`
+	// operation): a duration from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m.
+	// `0s` is refused (422).
+	Timeout *string `json:"timeout,omitempty"`
+	Version string  `json:"version"`
 }
 
 // CreateTokenRequest defines model for CreateTokenRequest.
@@ -1008,7 +1013,8 @@ type NewToken struct {
 type Operation struct {
 	CreatedAt time.Time `json:"createdAt"`
 
-	// Deadline When the current step fails if the device has not installed it.
+	// Deadline When the current step fails if the device has not installed it; for a `remove` (which has no
+	// steps), when the removal fails if the device has not confirmed it.
 	Deadline     time.Time          `json:"deadline"`
 	DeploymentId openapi_types.UUID `json:"deploymentId"`
 	Drain        *DrainRules        `json:"drain,omitempty"`
@@ -1022,7 +1028,7 @@ type Operation struct {
 	Id          openapi_types.UUID  `json:"id"`
 	OnFailure   OperationOnFailure  `json:"onFailure"`
 
-	// Reason Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed).
+	// Reason Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed, deployment-removed).
 	Reason      *string         `json:"reason,omitempty"`
 	RequestedBy string          `json:"requestedBy"`
 	State       OperationState  `json:"state"`
@@ -1589,6 +1595,7 @@ type CreateDeploymentParams struct {
 
 // DeleteDeploymentParams defines parameters for DeleteDeployment.
 type DeleteDeploymentParams struct {
+	Timeout *string  `form:"timeout,omitempty" json:"timeout,omitempty"`
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 }
 
@@ -2247,7 +2254,12 @@ type ClientInterface interface {
 	// named, or else the first of the description that the device supports and whose `deviceConstraints`
 	// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
 	// are validated against the description's configuration schema; omitted ones take their defaults.
-	// A yanked version is refused (422 `version-yanked`).
+	// A yanked version is refused (422 `version-yanked`). The creation starts an `install` operation
+	// (listed under /mgmt/v1/operations; its one step is revision 1, published at once) with a deadline
+	// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
+	// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
+	// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
+	// cancels it.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2261,7 +2273,12 @@ type ClientInterface interface {
 	// named, or else the first of the description that the device supports and whose `deviceConstraints`
 	// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
 	// are validated against the description's configuration schema; omitted ones take their defaults.
-	// A yanked version is refused (422 `version-yanked`).
+	// A yanked version is refused (422 `version-yanked`). The creation starts an `install` operation
+	// (listed under /mgmt/v1/operations; its one step is revision 1, published at once) with a deadline
+	// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
+	// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
+	// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
+	// cancels it.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2270,9 +2287,14 @@ type ClientInterface interface {
 
 	// DeleteDeployment Remove a deployment from its device
 	//
-	// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction)
-	// and moves it to `removing`; it becomes `removed` when the device reports so. Honours `If-Match`.
-	// Removing a deployment that is already removing or removed changes nothing.
+	// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction),
+	// moves it to `removing` and starts a `remove` operation with a deadline (`timeout`); it becomes
+	// `removed` when the device reports so, and the operation succeeds. A device that stays silent past the
+	// deadline fails the operation (reason `timeout`) and the deployment (`failed`, cause `deadline`, still
+	// out of the manifest). An operation under way (an install, an upgrade) is cancelled in the same
+	// transaction (reason `deployment-removed`): removal always works. Honours `If-Match`.
+	// Removing a deployment that is already removing or removed changes nothing; removing one whose removal
+	// failed retries it (a new `remove` operation and deadline).
 	//
 	// Corresponds with DELETE /mgmt/v1/deployments/{deploymentId} (the `DeleteDeployment` operationId).
 	DeleteDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *DeleteDeploymentParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3002,7 +3024,12 @@ func (c *Client) ListDeployments(ctx context.Context, params *ListDeploymentsPar
 // named, or else the first of the description that the device supports and whose `deviceConstraints`
 // it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
 // are validated against the description's configuration schema; omitted ones take their defaults.
-// A yanked version is refused (422 `version-yanked`).
+// A yanked version is refused (422 `version-yanked`). The creation starts an `install` operation
+// (listed under /mgmt/v1/operations; its one step is revision 1, published at once) with a deadline
+// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
+// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
+// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
+// cancels it.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3026,7 +3053,12 @@ func (c *Client) CreateDeploymentWithBody(ctx context.Context, params *CreateDep
 // named, or else the first of the description that the device supports and whose `deviceConstraints`
 // it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
 // are validated against the description's configuration schema; omitted ones take their defaults.
-// A yanked version is refused (422 `version-yanked`).
+// A yanked version is refused (422 `version-yanked`). The creation starts an `install` operation
+// (listed under /mgmt/v1/operations; its one step is revision 1, published at once) with a deadline
+// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
+// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
+// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
+// cancels it.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3045,9 +3077,14 @@ func (c *Client) CreateDeployment(ctx context.Context, params *CreateDeploymentP
 
 // DeleteDeployment Remove a deployment from its device
 //
-// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction)
-// and moves it to `removing`; it becomes `removed` when the device reports so. Honours `If-Match`.
-// Removing a deployment that is already removing or removed changes nothing.
+// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction),
+// moves it to `removing` and starts a `remove` operation with a deadline (`timeout`); it becomes
+// `removed` when the device reports so, and the operation succeeds. A device that stays silent past the
+// deadline fails the operation (reason `timeout`) and the deployment (`failed`, cause `deadline`, still
+// out of the manifest). An operation under way (an install, an upgrade) is cancelled in the same
+// transaction (reason `deployment-removed`): removal always works. Honours `If-Match`.
+// Removing a deployment that is already removing or removed changes nothing; removing one whose removal
+// failed retries it (a new `remove` operation and deadline).
 //
 // Corresponds with DELETE /mgmt/v1/deployments/{deploymentId} (the `DeleteDeployment` operationId).
 func (c *Client) DeleteDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *DeleteDeploymentParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4879,6 +4916,33 @@ func NewDeleteDeploymentRequest(server string, deploymentId DeploymentIdPath, pa
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Timeout != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "timeout", *params.Timeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
@@ -6183,7 +6247,12 @@ type ClientWithResponsesInterface interface {
 	// named, or else the first of the description that the device supports and whose `deviceConstraints`
 	// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
 	// are validated against the description's configuration schema; omitted ones take their defaults.
-	// A yanked version is refused (422 `version-yanked`).
+	// A yanked version is refused (422 `version-yanked`). The creation starts an `install` operation
+	// (listed under /mgmt/v1/operations; its one step is revision 1, published at once) with a deadline
+	// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
+	// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
+	// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
+	// cancels it.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6197,7 +6266,12 @@ type ClientWithResponsesInterface interface {
 	// named, or else the first of the description that the device supports and whose `deviceConstraints`
 	// it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
 	// are validated against the description's configuration schema; omitted ones take their defaults.
-	// A yanked version is refused (422 `version-yanked`).
+	// A yanked version is refused (422 `version-yanked`). The creation starts an `install` operation
+	// (listed under /mgmt/v1/operations; its one step is revision 1, published at once) with a deadline
+	// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
+	// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
+	// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
+	// cancels it.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6206,9 +6280,14 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteDeploymentWithResponse Remove a deployment from its device
 	//
-	// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction)
-	// and moves it to `removing`; it becomes `removed` when the device reports so. Honours `If-Match`.
-	// Removing a deployment that is already removing or removed changes nothing.
+	// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction),
+	// moves it to `removing` and starts a `remove` operation with a deadline (`timeout`); it becomes
+	// `removed` when the device reports so, and the operation succeeds. A device that stays silent past the
+	// deadline fails the operation (reason `timeout`) and the deployment (`failed`, cause `deadline`, still
+	// out of the manifest). An operation under way (an install, an upgrade) is cancelled in the same
+	// transaction (reason `deployment-removed`): removal always works. Honours `If-Match`.
+	// Removing a deployment that is already removing or removed changes nothing; removing one whose removal
+	// failed retries it (a new `remove` operation and deadline).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11339,7 +11418,12 @@ func (c *ClientWithResponses) ListDeploymentsWithResponse(ctx context.Context, p
 // named, or else the first of the description that the device supports and whose `deviceConstraints`
 // it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
 // are validated against the description's configuration schema; omitted ones take their defaults.
-// A yanked version is refused (422 `version-yanked`).
+// A yanked version is refused (422 `version-yanked`). The creation starts an `install` operation
+// (listed under /mgmt/v1/operations; its one step is revision 1, published at once) with a deadline
+// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
+// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
+// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
+// cancels it.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11359,7 +11443,12 @@ func (c *ClientWithResponses) CreateDeploymentWithBodyWithResponse(ctx context.C
 // named, or else the first of the description that the device supports and whose `deviceConstraints`
 // it satisfies (422 `not-placeable`, with each profile's reason, when none does). Parameter values
 // are validated against the description's configuration schema; omitted ones take their defaults.
-// A yanked version is refused (422 `version-yanked`).
+// A yanked version is refused (422 `version-yanked`). The creation starts an `install` operation
+// (listed under /mgmt/v1/operations; its one step is revision 1, published at once) with a deadline
+// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
+// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
+// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
+// cancels it.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11374,9 +11463,14 @@ func (c *ClientWithResponses) CreateDeploymentWithResponse(ctx context.Context, 
 
 // DeleteDeploymentWithResponse Remove a deployment from its device
 //
-// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction)
-// and moves it to `removing`; it becomes `removed` when the device reports so. Honours `If-Match`.
-// Removing a deployment that is already removing or removed changes nothing.
+// Drops the deployment from its client's state manifest (a new manifestVersion, in one transaction),
+// moves it to `removing` and starts a `remove` operation with a deadline (`timeout`); it becomes
+// `removed` when the device reports so, and the operation succeeds. A device that stays silent past the
+// deadline fails the operation (reason `timeout`) and the deployment (`failed`, cause `deadline`, still
+// out of the manifest). An operation under way (an install, an upgrade) is cancelled in the same
+// transaction (reason `deployment-removed`): removal always works. Honours `If-Match`.
+// Removing a deployment that is already removing or removed changes nothing; removing one whose removal
+// failed retries it (a new `remove` operation and deadline).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -144,11 +144,28 @@ func (s *Service) ready(ctx context.Context, d Deployment, kind lifecycle.Operat
 		return err
 	}
 	if active != "" {
+		op, err := s.store.Operation(ctx, active)
+		if err != nil {
+			return err
+		}
+		if reached(op, d) {
+			return publishable(d, kind) // the store settles it with the new operation
+		}
 		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "operation-in-progress",
 			Message: "Deployment " + d.ID + " already has an operation in progress: " + active + " (GET /mgmt/v1/operations/" + active + "; cancel it or wait for it to end).",
 			Extra:   map[string]any{"deploymentId": d.ID, "activeOperation": active}}
 	}
 	return publishable(d, kind)
+}
+
+// reached reports whether the device already runs what op set out to
+// install (lifecycle.Operation.Reached).
+func reached(op Operation, d Deployment) bool {
+	a := lifecycle.Operation{ID: op.ID, Kind: op.Type, State: op.State}
+	for _, st := range op.Steps {
+		a.Steps = append(a.Steps, lifecycle.Step{N: st.N, State: st.State, Revision: st.Revision, Version: st.Version.String()})
+	}
+	return a.Reached(lifecycle.Deployment{ID: d.ID, State: d.State, Revision: d.Revision, InstalledRevision: d.InstalledRevision})
 }
 
 // publishable refuses operations on deployments that cannot take a new

@@ -163,6 +163,9 @@ func (s *Service) decide(ctx context.Context) func(Visit) (Advance, error) {
 	return func(v Visit) (Advance, error) {
 		now := s.now().UTC()
 		op, d := v.Op, v.Deployment
+		if op.Type == lifecycle.OperationRemove {
+			return decideRemoval(op, d, now), nil
+		}
 		cur := op.current()
 		if cur == nil {
 			return Advance{Finish: lifecycle.OperationSucceeded}, nil
@@ -234,6 +237,24 @@ func (s *Service) decide(ctx context.Context) func(Visit) (Advance, error) {
 		}
 		return Advance{}, nil
 	}
+}
+
+// decideRemoval is the rule for a remove operation, which has no steps: the
+// removal was published when it was created. It succeeds once the deployment
+// is removed (the device confirmed, or it unregistered), fails when the
+// device reported the removal failed, and fails the deployment (removing →
+// failed, cause deadline) when the device stays silent past the deadline. A
+// later DELETE retries the removal.
+func decideRemoval(op Operation, d Deployment, now time.Time) Advance {
+	switch {
+	case d.State == lifecycle.StateRemoved:
+		return Advance{Finish: lifecycle.OperationSucceeded}
+	case d.State == lifecycle.StateFailed:
+		return Advance{Finish: lifecycle.OperationFailed, Reason: "device-failed: " + d.StateReason}
+	case now.After(op.Deadline):
+		return Advance{Finish: lifecycle.OperationFailed, Reason: "timeout: the device did not confirm the removal", FailDeployment: true}
+	}
+	return Advance{}
 }
 
 // publishFailure turns a failure to render a step into the operation's

@@ -53,15 +53,19 @@ type Store interface {
 	SetOperatorLabels(ctx context.Context, clientID, deviceID string, labels map[string]string, now time.Time) (Device, error)
 
 	// CreateDeployment stores a new deployment with its first revision and
-	// publishes its client's manifest, in one transaction. Returns
+	// its install operation (d.Install, whose one step publishes the
+	// revision) and publishes its client's manifest, in one transaction. Returns
 	// ENOTFOUND if the device is not registered, EINVALID (version-yanked)
 	// if the version was yanked meanwhile, EINVALID (client-retired) if the
 	// client is retired.
 	CreateDeployment(ctx context.Context, d NewDeployment, now time.Time) (Deployment, error)
-	// RemoveDeployment marks a deployment removing and publishes its
-	// client's manifest without it. check runs on the locked row first and
-	// may refuse. Returns ENOTFOUND if there is no such deployment.
-	RemoveDeployment(ctx context.Context, id string, check func(Deployment) error, now time.Time) (Deployment, error)
+	// RemoveDeployment marks a deployment removing, publishes its
+	// client's manifest without it and starts op, the remove operation
+	// (lifecycle.DecideRemove; the store fills in what it reads of the
+	// deployment); an active operation is cancelled. check runs on the
+	// locked row first and may refuse. Returns ENOTFOUND if there is no
+	// such deployment.
+	RemoveDeployment(ctx context.Context, id string, op Operation, check func(Deployment) error, now time.Time) (Deployment, error)
 	// RecordReport stores a status report for a deployment of clientID and
 	// applies decide's decision. first is true for the deployment's first
 	// report. Returns ENOTFOUND if the deployment is not the client's.
@@ -125,6 +129,9 @@ type NewDeployment struct {
 	Parameters    map[string]any
 	// Render returns the revision's ApplicationDeployment YAML.
 	Render func() ([]byte, error)
+	// Install is the install operation the creation starts: one step,
+	// revision 1, with its deadline.
+	Install Operation
 }
 
 // DeviceFilter selects devices.
@@ -337,16 +344,31 @@ type CreateRequest struct {
 	DeviceID      string
 	ProfileID     string
 	Parameters    map[string]any
+	// Timeout is how long the device may take to install revision 1, as
+	// requested: a duration within lifecycle.DurationInstallTimeout's
+	// range; nil for the default (lifecycle.DefaultInstallTimeout).
+	Timeout *string
 }
 
 // CreateDeployment places an application version on a device and publishes
-// revision 1.
+// revision 1 through an install operation whose deadline is the requested
+// timeout.
 //
-// Returns EINVALID (invalid-version) for a bad version; ENOTFOUND if the
+// Returns EINVALID (invalid-request) naming /timeout when the timeout is
+// not a duration within its range ("0s" included); EINVALID
+// (invalid-version) for a bad version; ENOTFOUND if the
 // version, client or device does not exist; EINVALID (version-yanked) for a
 // yanked version; EINVALID (unknown-profile, not-placeable) when no profile
 // fits; EINVALID (invalid-parameter-values) for bad parameter values.
 func (s *Service) CreateDeployment(ctx context.Context, req CreateRequest) (Deployment, error) {
+	var ds durations
+	timeout := ds.read(lifecycle.DurationInstallTimeout, req.Timeout, "/timeout")
+	if err := ds.err(); err != nil {
+		return Deployment{}, err
+	}
+	if timeout == 0 {
+		timeout = lifecycle.DefaultInstallTimeout
+	}
 	v, err := s.catalog.Get(ctx, req.ApplicationID, req.Version)
 	if err != nil {
 		return Deployment{}, err
@@ -399,8 +421,16 @@ func (s *Service) CreateDeployment(ctx context.Context, req CreateRequest) (Depl
 			})
 		},
 	}
-	d, err := s.store.CreateDeployment(ctx, nd, s.now().UTC())
+	now := s.now().UTC()
+	nd.Install = Operation{ID: newUUID(), DeploymentID: id, Type: lifecycle.OperationInstall, State: lifecycle.OperationQueued,
+		FromVersion: v.Version, ToVersion: v.Version, Parameters: values, ProfileID: profile.ID, Strategy: lifecycle.StrategyRecreate,
+		OnFailure: OnFailureHalt, StepTimeout: timeout, RequestedBy: ActorOf(ctx), Deadline: now.Add(timeout),
+		Steps: []Step{{N: 1, Version: v.Version, State: lifecycle.StepPending}}}
+	d, err := s.store.CreateDeployment(ctx, nd, now)
 	s.cache.invalidate(req.ClientID)
+	if err == nil {
+		s.wake() // the install operation is the scheduler's to watch
+	}
 	return d, err
 }
 
@@ -413,21 +443,44 @@ func yanked(v catalog.Version) error {
 		Fields: []lifecycle.FieldError{{Pointer: "/version", Detail: "yanked"}}}
 }
 
-// RemoveDeployment deletes a deployment: it leaves its client's manifest and
-// becomes removing. ifMatch, when not empty, must match the deployment's ETag.
-//
-// Returns ENOTFOUND if there is no such deployment, EPRECONDITION if ifMatch
-// does not match.
+// RemoveDeployment deletes a deployment with the default removal timeout
+// (lifecycle.DefaultRemoveTimeout); see RemoveDeploymentWithin.
 func (s *Service) RemoveDeployment(ctx context.Context, id, ifMatch string) (Deployment, error) {
-	d, err := s.store.RemoveDeployment(ctx, id, func(d Deployment) error {
+	return s.RemoveDeploymentWithin(ctx, id, ifMatch, nil)
+}
+
+// RemoveDeploymentWithin deletes a deployment: it leaves its client's
+// manifest and becomes removing, and a remove operation whose deadline is
+// the requested timeout (nil: lifecycle.DefaultRemoveTimeout) starts; an
+// operation under way is cancelled. ifMatch, when not empty, must match the
+// deployment's ETag.
+//
+// Returns EINVALID (invalid-request) naming query/timeout (the parameter of
+// DELETE /mgmt/v1/deployments/{id}) when the timeout is not
+// a duration within its range ("0s" included); ENOTFOUND if there is no
+// such deployment, EPRECONDITION if ifMatch does not match.
+func (s *Service) RemoveDeploymentWithin(ctx context.Context, id, ifMatch string, timeout *string) (Deployment, error) {
+	var ds durations
+	t := ds.read(lifecycle.DurationRemoveTimeout, timeout, "query/timeout")
+	if err := ds.err(); err != nil {
+		return Deployment{}, err
+	}
+	if t == 0 {
+		t = lifecycle.DefaultRemoveTimeout
+	}
+	now := s.now().UTC()
+	op := Operation{ID: newUUID(), Type: lifecycle.OperationRemove, State: lifecycle.OperationQueued, Strategy: lifecycle.StrategyRecreate,
+		OnFailure: OnFailureHalt, StepTimeout: t, RequestedBy: ActorOf(ctx), Deadline: now.Add(t)}
+	d, err := s.store.RemoveDeployment(ctx, id, op, func(d Deployment) error {
 		if ifMatch != "" && !ETagMatches(ifMatch, DeploymentETag(d)) {
 			return &lifecycle.Error{Code: lifecycle.EPRECONDITION, Type: "precondition-failed",
 				Message: "The deployment changed since it was read (If-Match does not match its ETag); read it again."}
 		}
 		return nil
-	}, s.now().UTC())
+	}, now)
 	if err == nil {
 		s.cache.invalidate(d.ClientID)
+		s.wake()
 	}
 	return d, err
 }

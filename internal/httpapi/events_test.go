@@ -64,11 +64,13 @@ func TestEveryChangeAppendsItsEvents(t *testing.T) {
 	c.next(t)
 
 	id := e.deploy(t, "plant", "edge", "svc", "1.0.0").Id.String()
-	assert.Equal(t, []string{stateChanged, published}, c.next(t), "create")
+	assert.Equal(t, []string{created, stateChanged, started, stepPublished, published}, c.next(t), "create: an install operation publishes revision 1")
 	dev.installAll()
 	assert.Equal(t, []string{stateChanged}, c.next(t), "a report that changes the state")
 	dev.installAll()
 	assert.Empty(t, c.next(t), "a report that changes nothing")
+	e.tick(t)
+	assert.Equal(t, []string{succeeded}, c.next(t), "revision 1 installed: the install operation succeeds")
 
 	up := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0"})
 	require.Equal(t, http.StatusAccepted, up.StatusCode(), string(up.Body))
@@ -99,7 +101,7 @@ func TestEveryChangeAppendsItsEvents(t *testing.T) {
 	del, err := e.mgmt.DeleteDeploymentWithResponse(t.Context(), id, nil)
 	require.NoError(t, err)
 	require.Less(t, del.StatusCode(), 300, string(del.Body))
-	assert.Equal(t, []string{stateChanged}, c.next(t), "removal")
+	assert.Equal(t, []string{created, stateChanged, started}, c.next(t), "removal: a remove operation")
 
 	other := e.deploy(t, "plant", "edge", "svc", "1.0.0").Id.String()
 	require.NotEmpty(t, other)
@@ -108,6 +110,8 @@ func TestEveryChangeAppendsItsEvents(t *testing.T) {
 	require.Less(t, res.StatusCode, 300, string(body))
 	// Both deployments (the removing one and the new one) become removed.
 	assert.Equal(t, []string{stateChanged, stateChanged, unregistered}, c.next(t), "unregistration")
+	e.tick(t)
+	assert.ElementsMatch(t, []string{succeeded, cancelled}, c.next(t), "the removal is done; the other install cancelled")
 
 	t.Run("drain timeout revert", func(t *testing.T) {
 		e := newOpsEnv(t)

@@ -155,7 +155,7 @@ func (s *Server) CreateDeployment(ctx context.Context, req api.CreateDeploymentR
 		params = *b.Parameters
 	}
 	d, err := s.fleet.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: b.ApplicationId, Version: b.Version,
-		ClientID: b.ClientId, DeviceID: b.DeviceId, ProfileID: deref(b.ProfileId), Parameters: params})
+		ClientID: b.ClientId, DeviceID: b.DeviceId, ProfileID: deref(b.ProfileId), Parameters: params, Timeout: b.Timeout})
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +193,7 @@ func (s *Server) GetDeployment(ctx context.Context, req api.GetDeploymentRequest
 
 // DeleteDeployment removes a deployment from its device.
 func (s *Server) DeleteDeployment(ctx context.Context, req api.DeleteDeploymentRequestObject) (api.DeleteDeploymentResponseObject, error) {
-	d, err := s.fleet.RemoveDeployment(ctx, req.DeploymentId, deref(req.Params.IfMatch))
+	d, err := s.fleet.RemoveDeploymentWithin(ctx, req.DeploymentId, deref(req.Params.IfMatch), req.Params.Timeout)
 	if err != nil {
 		return nil, err
 	}

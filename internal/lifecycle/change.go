@@ -239,10 +239,18 @@ type CreateInput struct {
 	// Registered, Yanked and ClientRetired are read under the locks the
 	// creation holds (the device, version and client rows).
 	Registered, Yanked, ClientRetired bool
+	// OperationID names the install operation the creation starts, and
+	// Deadline is when it fails if the device has not installed revision 1
+	// (design section 1.5: nothing waits forever on a silent device).
+	OperationID string
+	Deadline    time.Time
 }
 
-// DecideCreate decides a deployment's creation: revision 1 published,
-// state pending.
+// DecideCreate decides a deployment's creation: an install operation of one
+// step is created and its step published at once as revision 1 (state
+// pending, the operation running). The scheduler ends it like any other
+// operation: succeeded when the device installs revision 1, failed at its
+// deadline.
 //
 // Returns ENOTFOUND if the device is not registered, EINVALID
 // (version-yanked) if the version was yanked, EINVALID (client-retired) if
@@ -259,26 +267,21 @@ func DecideCreate(in CreateInput, at time.Time, actor string) (*Change, error) {
 		return nil, &Error{Code: EINVALID, Type: "client-retired",
 			Message: fmt.Sprintf("Client %s is retired; accept it again before deploying to its devices.", d.ClientID)}
 	}
-	next, err := Publish("", OperationInstall)
-	if err != nil {
-		return nil, err
-	}
 	d.State, d.Revision, d.InstalledRevision, d.LastRevision, d.Removing = "", 0, 0, 0, false
 	c := NewChange(d, at, actor)
 	c.Create = true
 	r := in.Revision
-	r.N, r.Kind = 1, OperationInstall
+	r.Kind = OperationInstall
 	if r.Strategy == "" {
 		r.Strategy = StrategyRecreate // a first install replaces nothing
 	}
-	c.Revision = &r
-	c.After.Revision, c.After.LastRevision, c.After.Version = 1, 1, r.Version
-	c.Manifest = true
-	if err := c.move(next, CauseOperation, "install of "+r.Version+" published", ""); err != nil {
+	op := &Operation{ID: in.OperationID, Kind: OperationInstall, State: OperationQueued,
+		Steps: []Step{{N: 1, State: StepPending, Version: r.Version}}}
+	c.CreateOperation(*op, OperationCreatedBody{Operation: string(OperationInstall), ToVersion: r.Version, Steps: 1, Deadline: in.Deadline})
+	if err := c.PublishStep(op, 1, r); err != nil {
 		return nil, err
 	}
 	c.Reason = "Revision 1 published; waiting for the device to adopt it."
-	c.event(c.After.ref(), RevisionPublishedBody{Revision: 1, Version: r.Version, Operation: string(OperationInstall)}, c.After.related()...)
 	return c, nil
 }
 
@@ -307,27 +310,69 @@ func DecideReport(d Deployment, dec Decision, at time.Time, actor string) (*Chan
 	return c, nil
 }
 
+// RemoveInput is what deciding a deployment's deletion needs.
+type RemoveInput struct {
+	Deployment Deployment
+	// Active is the deployment's active operation, if any: the removal
+	// cancels it.
+	Active *Operation
+	// OperationID names the remove operation the deletion starts, and
+	// Deadline is when it fails if the device has not confirmed the removal.
+	OperationID string
+	Deadline    time.Time
+}
+
 // DecideRemove decides a deployment's deletion: it leaves its client's
-// manifest and becomes removing (Publish). Deleting a deployment already
-// being removed changes nothing (an empty change).
+// manifest and becomes removing (Publish), and a remove operation (no
+// steps: a removal publishes no revision) starts, running at once, with a
+// deadline. An active operation (an install, an upgrade) is cancelled in
+// the same change (reason deployment-removed): removal always works.
 //
-// Returns ECONFLICT (state-conflict) for a removed deployment.
-func DecideRemove(d Deployment, at time.Time, actor string) (*Change, error) {
+// Deleting a deployment being removed changes nothing (an empty change),
+// except when its removal failed (state failed while removing: the device
+// reported failure, or the removal's deadline passed): then the removal is
+// retried, failed → removing with a new remove operation and deadline; the
+// manifest does not change, since the deployment already left it.
+//
+// Returns ECONFLICT (state-conflict) as Publish does.
+func DecideRemove(in RemoveInput, at time.Time, actor string) (*Change, error) {
+	d := in.Deployment
 	c := NewChange(d, at, actor)
-	if d.Removing {
+	retry := d.Removing && d.State == StateFailed
+	if d.Removing && !retry {
 		return c, nil
 	}
 	next, err := Publish(d.State, OperationRemove)
 	if err != nil {
 		return nil, err
 	}
+	switch {
+	case in.Active != nil && in.Active.Reached(d):
+		if err := c.SettleOperation(in.Active); err != nil {
+			return nil, err
+		}
+	case in.Active != nil:
+		why := "deployment-removed"
+		if retry {
+			why = "superseded: the removal was published again"
+		}
+		if err := c.CancelOperation(in.Active, why, false); err != nil {
+			return nil, err
+		}
+	}
 	reason := "Removal published; waiting for the device to remove the workload."
-	c.After.Removing, c.Manifest = true, true
-	if err := c.move(next, CauseOperator, reason, ""); err != nil {
+	if retry {
+		reason = "Removal retried; waiting for the device to remove the workload."
+	} else {
+		c.After.Removing, c.Manifest = true, true
+	}
+	op := &Operation{ID: in.OperationID, Kind: OperationRemove, State: OperationQueued}
+	c.CreateOperation(*op, OperationCreatedBody{Operation: string(OperationRemove), FromVersion: d.Version, ToVersion: d.Version, Deadline: in.Deadline})
+	if err := c.move(next, CauseOperator, reason, op.ID); err != nil {
 		return nil, err
 	}
 	c.Reason = reason
-	return c, nil
+	return c, c.startOperation(op)
 }
 
 // DecideUnregister decides the removal of a device's deployments because the
@@ -390,15 +435,53 @@ func (c *Change) PublishStep(op *Operation, n int, r NewRevision) error {
 	}
 	c.Reason = reason
 	if op.State == OperationQueued {
-		if err := c.opMove(op, OperationRunning, ""); err != nil {
+		if err := c.startOperation(op); err != nil {
 			return err
 		}
-		c.event(Ref{Kind: SubjectOperation, ID: op.ID}, OperationStartedBody{Operation: string(op.Kind)}, c.opRelated()...)
 	}
 	c.Steps = append(c.Steps, StepMove{OperationID: op.ID, N: n, From: []StepState{StepPending}, To: StepPublished, Revision: r.N})
 	st.State, st.Revision = StepPublished, r.N
 	c.event(Ref{Kind: SubjectOperation, ID: op.ID}, OperationStepPublishedBody{Step: n, Steps: len(op.Steps), Version: r.Version, Revision: r.N}, c.opRelated()...)
 	c.event(c.After.ref(), RevisionPublishedBody{Revision: r.N, Version: r.Version, Operation: string(r.Kind), OperationID: op.ID}, c.After.related()...)
+	return nil
+}
+
+// Reached reports whether the device already runs what op set out to
+// install: op is running, its last step is published as d's desired
+// revision, and d is installed with that revision. The scheduler succeeds
+// such an operation at its next visit; a request that finds it active
+// (another operation, a removal) settles it first (SettleOperation) rather
+// than being refused for it.
+func (op Operation) Reached(d Deployment) bool {
+	if op.State != OperationRunning || len(op.Steps) == 0 {
+		return false
+	}
+	last := op.Steps[len(op.Steps)-1]
+	return last.State == StepPublished && last.Revision == d.Revision && d.State == StateInstalled && d.InstalledRevision == d.Revision
+}
+
+// SettleOperation ends op, which has Reached the deployment, as succeeded:
+// its last step is installed (operation.succeeded), as the scheduler's next
+// visit would have done.
+//
+// Returns EINTERNAL if op has not reached the deployment.
+func (c *Change) SettleOperation(op *Operation) error {
+	if !op.Reached(c.After) {
+		return Errorf(EINTERNAL, "operation %s has not reached deployment %s", op.ID, c.After.ID)
+	}
+	last := op.Steps[len(op.Steps)-1]
+	if err := c.InstallStep(op, last.N); err != nil {
+		return err
+	}
+	return c.SucceedOperation(op, last.Version)
+}
+
+// startOperation moves a queued op to running (operation.started).
+func (c *Change) startOperation(op *Operation) error {
+	if err := c.opMove(op, OperationRunning, ""); err != nil {
+		return err
+	}
+	c.event(Ref{Kind: SubjectOperation, ID: op.ID}, OperationStartedBody{Operation: string(op.Kind)}, c.opRelated()...)
 	return nil
 }
 

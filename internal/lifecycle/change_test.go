@@ -24,6 +24,10 @@ func op(state OperationState, steps ...StepState) *Operation {
 	return o
 }
 
+func removal(d Deployment, active *Operation) RemoveInput {
+	return RemoveInput{Deployment: d, Active: active, OperationID: "op-remove", Deadline: changeAt.Add(DefaultRemoveTimeout)}
+}
+
 // TestChangeDecisions drives every kind of change and checks the state
 // moves, the manifest effect and exactly the events each records.
 func TestChangeDecisions(t *testing.T) {
@@ -36,8 +40,10 @@ func TestChangeDecisions(t *testing.T) {
 		wantErr  Code
 	}{
 		{"create", func() (*Change, error) {
-			return DecideCreate(CreateInput{Deployment: dep("", 0, 0), Revision: NewRevision{Version: "1.0.0"}, Registered: true}, changeAt, "alice")
-		}, [][2]State{{"", StatePending}}, true, []EventType{EventDeploymentStateChanged, EventRevisionPublished}, ""},
+			return DecideCreate(CreateInput{Deployment: dep("", 0, 0), Revision: NewRevision{Version: "1.0.0"}, Registered: true,
+				OperationID: "op-install", Deadline: changeAt.Add(DefaultInstallTimeout)}, changeAt, "alice")
+		}, [][2]State{{"", StatePending}}, true, []EventType{EventOperationCreated, EventDeploymentStateChanged, EventOperationStarted,
+			EventOperationStepPublished, EventRevisionPublished}, ""},
 		{"create yanked", func() (*Change, error) {
 			return DecideCreate(CreateInput{Deployment: dep("", 0, 0), Registered: true, Yanked: true}, changeAt, "alice")
 		}, nil, false, nil, EINVALID},
@@ -53,14 +59,43 @@ func TestChangeDecisions(t *testing.T) {
 		{"report changes nothing", func() (*Change, error) {
 			return DecideReport(dep(StateInstalled, 1, 1), Decision{Next: StateInstalled}, changeAt, "c1")
 		}, nil, false, nil, ""},
-		{"remove", func() (*Change, error) { return DecideRemove(dep(StateInstalled, 1, 1), changeAt, "alice") },
-			[][2]State{{StateInstalled, StateRemoving}}, true, []EventType{EventDeploymentStateChanged}, ""},
+		{"remove", func() (*Change, error) {
+			return DecideRemove(removal(dep(StateInstalled, 1, 1), nil), changeAt, "alice")
+		},
+			[][2]State{{StateInstalled, StateRemoving}}, true, []EventType{EventOperationCreated, EventDeploymentStateChanged, EventOperationStarted}, ""},
+		{"remove during an install", func() (*Change, error) {
+			return DecideRemove(removal(dep(StatePending, 1, 0), op(OperationRunning, StepPublished)), changeAt, "alice")
+		}, [][2]State{{StatePending, StateRemoving}}, true,
+			[]EventType{EventOperationCancelled, EventOperationCreated, EventDeploymentStateChanged, EventOperationStarted}, ""},
+		{"remove after the install was reached", func() (*Change, error) {
+			o := op(OperationRunning, StepPublished)
+			o.Steps[0].Revision = 1
+			return DecideRemove(removal(dep(StateInstalled, 1, 1), o), changeAt, "alice")
+		}, [][2]State{{StateInstalled, StateRemoving}}, true,
+			[]EventType{EventOperationSucceeded, EventOperationCreated, EventDeploymentStateChanged, EventOperationStarted}, ""},
+		{"settle a reached operation", func() (*Change, error) {
+			c := NewChange(dep(StateInstalled, 2, 2), changeAt, "alice")
+			o := op(OperationRunning, StepInstalled, StepPublished)
+			o.Steps[1].Revision = 2
+			return c, c.SettleOperation(o)
+		}, nil, false, []EventType{EventOperationSucceeded}, ""},
+		{"settle refused before the device installed", func() (*Change, error) {
+			c := NewChange(dep(StateUpgrading, 2, 1), changeAt, "alice")
+			o := op(OperationRunning, StepPublished)
+			o.Steps[0].Revision = 2
+			return c, c.SettleOperation(o)
+		}, nil, false, nil, EINTERNAL},
 		{"remove while removing", func() (*Change, error) {
 			d := dep(StateRemoving, 1, 1)
 			d.Removing = true
-			return DecideRemove(d, changeAt, "alice")
+			return DecideRemove(removal(d, op(OperationRunning)), changeAt, "alice")
 		}, nil, false, nil, ""},
-		{"remove removed", func() (*Change, error) { return DecideRemove(dep(StateRemoved, 1, 1), changeAt, "alice") },
+		{"remove again after the removal failed", func() (*Change, error) {
+			d := dep(StateFailed, 1, 1)
+			d.Removing = true
+			return DecideRemove(removal(d, nil), changeAt, "alice")
+		}, [][2]State{{StateFailed, StateRemoving}}, false, []EventType{EventOperationCreated, EventDeploymentStateChanged, EventOperationStarted}, ""},
+		{"remove removed", func() (*Change, error) { return DecideRemove(removal(dep(StateRemoved, 1, 1), nil), changeAt, "alice") },
 			nil, false, nil, ECONFLICT},
 		{"upgrade publish", func() (*Change, error) {
 			c := NewChange(dep(StateInstalled, 1, 1), changeAt, ActorScheduler)

@@ -26,11 +26,24 @@ const (
 	DurationRollbackWindow DurationField = "rollback.window"
 	// DurationTokenExpiry is a token request's `expiresIn`.
 	DurationTokenExpiry DurationField = "expiresIn"
+	// DurationInstallTimeout is a create-deployment request's `timeout`:
+	// how long the device may take to install revision 1.
+	DurationInstallTimeout DurationField = "install.timeout"
+	// DurationRemoveTimeout is a deletion's `timeout` query parameter: how
+	// long the device may take to confirm the removal.
+	DurationRemoveTimeout DurationField = "remove.timeout"
 )
 
 // DefaultStepTimeout is how long a step may take to install when the
 // request says nothing (on top of any drain timeout).
 const DefaultStepTimeout = 30 * time.Minute
+
+// DefaultInstallTimeout and DefaultRemoveTimeout are how long a first
+// install and a removal may take when the request says nothing.
+const (
+	DefaultInstallTimeout = 30 * time.Minute
+	DefaultRemoveTimeout  = 30 * time.Minute
+)
 
 // DurationRange is the accepted range of one duration field, both bounds
 // included, and what an absent value means.
@@ -50,6 +63,8 @@ var durationRanges = map[DurationField]DurationRange{
 	DurationDrainTimeout:   {Min: time.Second, Max: 168 * time.Hour, Default: DefaultDrainTimeout},
 	DurationRollbackWindow: {Min: time.Second, Max: 8760 * time.Hour},
 	DurationTokenExpiry:    {Min: time.Second, Max: 87600 * time.Hour},
+	DurationInstallTimeout: {Min: time.Second, Max: 168 * time.Hour, Default: DefaultInstallTimeout},
+	DurationRemoveTimeout:  {Min: time.Second, Max: 168 * time.Hour, Default: DefaultRemoveTimeout},
 }
 
 // DurationFields returns every duration field, sorted.

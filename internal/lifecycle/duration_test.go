@@ -32,6 +32,9 @@ func TestParseDuration(t *testing.T) {
 		{DurationRollbackWindow, "0s", 0, false},
 		{DurationTokenExpiry, "720h", 720 * time.Hour, true},
 		{DurationTokenExpiry, "87601h", 0, false},
+		{DurationInstallTimeout, "45m", 45 * time.Minute, true},
+		{DurationInstallTimeout, "0s", 0, false},
+		{DurationRemoveTimeout, "169h", 0, false},
 		{"unknown", "10m", 0, false},
 	}
 	for _, tt := range tests {
@@ -51,6 +54,8 @@ func TestDurationRanges(t *testing.T) {
 		DurationRollbackWindow: "from 1s to 8760h",
 		DurationStepTimeout:    "from 1s to 168h",
 		DurationTokenExpiry:    "from 1s to 87600h",
+		DurationInstallTimeout: "from 1s to 168h",
+		DurationRemoveTimeout:  "from 1s to 168h",
 	}
 	fields := DurationFields()
 	if len(fields) != len(want) {

@@ -257,9 +257,11 @@ type OperationCreatedBody struct {
 	// FromVersion is the version installed when it was created ("" for an
 	// install).
 	FromVersion string `json:"fromVersion,omitempty"`
-	// ToVersion is the version it leads to.
+	// ToVersion is the version it leads to (for a remove, the version
+	// removed).
 	ToVersion string `json:"toVersion"`
-	// Steps is the number of revisions it plans to publish (upgrade hops).
+	// Steps is the number of revisions it plans to publish (upgrade hops;
+	// 0 for a remove).
 	Steps int `json:"steps"`
 	// Forced is true when an admin overrode a policy refusal.
 	Forced bool `json:"forced,omitempty"`

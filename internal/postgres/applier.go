@@ -120,6 +120,32 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $7)`,
 			return err
 		}
 	}
+	// Operations before the revision, which may name one created here; in
+	// order, so that an operation ends before its successor is inserted.
+	for _, m := range c.Operations {
+		if m.From == "" {
+			op, ok := b.operations[m.ID]
+			if !ok {
+				return fmt.Errorf("operation %s is created without its row", m.ID)
+			}
+			if err := insertOperation(ctx, tx, op, m.To, c.Before.Revision, now); err != nil {
+				return err
+			}
+			continue
+		}
+		var finished *time.Time
+		if m.To.Terminal() {
+			finished = &now
+		}
+		tag, err := tx.Exec(ctx, `UPDATE operations SET state = $2, reason = CASE WHEN $3 = '' THEN reason ELSE $3 END, updated_at = $4,
+finished_at = $5 WHERE id = $1 AND state = $6`, m.ID, string(m.To), m.Reason, now, finished, string(m.From))
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("operation %s is no longer %s", m.ID, m.From)
+		}
+	}
 	if c.Revision != nil {
 		if err := insertRevision(ctx, tx, d, *c.Revision, v, now); err != nil {
 			return err
@@ -159,30 +185,6 @@ WHERE id = $1 AND state = $10`,
 WHERE deployment_id = $1 AND (n = $2) <> $4 AND (cardinality($7::text[]) = 0 OR outcome = ANY($7)) AND outcome <> $3`,
 			d.ID, m.Revision, string(m.To), m.Others, now, string(lifecycle.OutcomeActive), outcomeStrings(m.From)); err != nil {
 			return err
-		}
-	}
-	for _, m := range c.Operations {
-		if m.From == "" {
-			op, ok := b.operations[m.ID]
-			if !ok {
-				return fmt.Errorf("operation %s is created without its row", m.ID)
-			}
-			if err := insertOperation(ctx, tx, op, m.To, d.Revision, now); err != nil {
-				return err
-			}
-			continue
-		}
-		var finished *time.Time
-		if m.To.Terminal() {
-			finished = &now
-		}
-		tag, err := tx.Exec(ctx, `UPDATE operations SET state = $2, reason = CASE WHEN $3 = '' THEN reason ELSE $3 END, updated_at = $4,
-finished_at = $5 WHERE id = $1 AND state = $6`, m.ID, string(m.To), m.Reason, now, finished, string(m.From))
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("operation %s is no longer %s", m.ID, m.From)
 		}
 	}
 	for _, m := range c.Steps {

@@ -91,11 +91,14 @@ func (s *FleetStore) CreateDeployment(ctx context.Context, nd fleet.NewDeploymen
 			Revision: lifecycle.NewRevision{Version: nd.Version.String(), ProfileID: nd.ProfileID, Parameters: nd.Parameters,
 				Components: nd.Components, YAML: yaml},
 			Registered: registered, Yanked: yanked, ClientRetired: status != string(fleet.ClientAccepted),
+			OperationID: nd.Install.ID, Deadline: nd.Install.Deadline,
 		}, now, fleet.ActorOf(ctx))
 		if err != nil {
 			return err
 		}
-		return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}})
+		op := nd.Install
+		op.DeploymentID = nd.ID
+		return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}, operations: map[string]fleet.Operation{op.ID: op}})
 	})
 	if err != nil {
 		return fleet.Deployment{}, translate(err)
@@ -103,26 +106,81 @@ func (s *FleetStore) CreateDeployment(ctx context.Context, nd fleet.NewDeploymen
 	return s.Deployment(ctx, nd.ID)
 }
 
-// RemoveDeployment implements fleet.Store.
-func (s *FleetStore) RemoveDeployment(ctx context.Context, id string, check func(fleet.Deployment) error, now time.Time) (fleet.Deployment, error) {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		d, last, err := lockDeployment(ctx, tx, id, "")
-		if err != nil {
-			return err
+// RemoveDeployment implements fleet.Store. It locks the deployment's
+// active operation (if any) before the deployment, the order the scheduler
+// and a cancellation take, and decides with lifecycle.DecideRemove, which
+// cancels that operation and starts op.
+func (s *FleetStore) RemoveDeployment(ctx context.Context, id string, op fleet.Operation, check func(fleet.Deployment) error, now time.Time) (fleet.Deployment, error) {
+	if !validUUID(id) {
+		return fleet.Deployment{}, notFound("There is no deployment %s.", id)
+	}
+	var err error
+	for range 3 { // an operation created between the two reads of the active one: read again
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			active, err := activeOperation(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			var lockedActive *fleet.Operation
+			if active != "" {
+				o, err := scanOperation(tx.QueryRow(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 AND state IN ('queued', 'running') FOR UPDATE`, active))
+				if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+					return err
+				}
+				if err == nil {
+					if err := loadSteps(ctx, tx, &o); err != nil {
+						return err
+					}
+					lockedActive = &o
+				}
+			}
+			d, last, err := lockDeployment(ctx, tx, id, "")
+			if err != nil {
+				return err
+			}
+			if cur, err := activeOperation(ctx, tx, id); err != nil {
+				return err
+			} else if lockedActive == nil && cur != "" || lockedActive != nil && cur != lockedActive.ID {
+				return errActiveChanged
+			}
+			if err := check(d); err != nil {
+				return err
+			}
+			in := lifecycle.RemoveInput{Deployment: aggregate(d, last), OperationID: op.ID, Deadline: op.Deadline}
+			if lockedActive != nil {
+				in.Active = opAggregate(*lockedActive)
+			}
+			c, err := lifecycle.DecideRemove(in, now, fleet.ActorOf(ctx))
+			if err != nil || c.Empty() {
+				return err
+			}
+			rm := op
+			rm.DeploymentID, rm.FromVersion, rm.ToVersion, rm.Parameters, rm.ProfileID = d.ID, d.Version, d.Version, d.Parameters, d.ProfileID
+			return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}, operations: map[string]fleet.Operation{rm.ID: rm}})
+		})
+		if !errors.Is(err, errActiveChanged) {
+			break
 		}
-		if err := check(d); err != nil {
-			return err
-		}
-		c, err := lifecycle.DecideRemove(aggregate(d, last), now, fleet.ActorOf(ctx))
-		if err != nil || c.Empty() {
-			return err
-		}
-		return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}})
-	})
+	}
 	if err != nil {
 		return fleet.Deployment{}, translate(err)
 	}
 	return s.Deployment(ctx, id)
+}
+
+// errActiveChanged says a deployment's active operation changed between
+// its read and the deployment's lock.
+var errActiveChanged = errors.New("the deployment's active operation changed while it was being locked")
+
+// activeOperation returns the id of the deployment's queued or running
+// operation, "" when there is none.
+func activeOperation(ctx context.Context, q reader, deploymentID string) (string, error) {
+	var id string
+	err := q.QueryRow(ctx, `SELECT id::text FROM operations WHERE deployment_id = $1 AND state IN ('queued', 'running')`, deploymentID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
 }
 
 // lockDeployment reads a deployment FOR UPDATE, with its highest revision

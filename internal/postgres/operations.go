@@ -122,23 +122,43 @@ func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, ch
 		if err != nil {
 			return err
 		}
-		var active string
-		err = tx.QueryRow(ctx, `SELECT id::text FROM operations WHERE deployment_id = $1 AND state IN ('queued', 'running')`, d.ID).Scan(&active)
-		if err == nil {
-			return operationInProgress(d.ID, active)
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		if err := check(d); err != nil {
-			return err
-		}
-		op.DeploymentID = d.ID
 		actor := op.RequestedBy
 		if actor == "" {
 			actor = fleet.ActorOf(ctx)
 		}
 		c := lifecycle.NewChange(aggregate(d, last), now, actor)
+		active, err := activeOperation(ctx, tx, d.ID)
+		if err != nil {
+			return err
+		}
+		if active != "" {
+			// An operation whose goal the device reached (an install it
+			// finished) is settled here rather than blocking this one until
+			// the scheduler's next visit. Its row is locked after the
+			// deployment's, against the usual order, so never waited for: one
+			// a scheduler holds is in progress.
+			o, err := scanOperation(tx.QueryRow(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 AND state IN ('queued', 'running') FOR UPDATE SKIP LOCKED`, active))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return operationInProgress(d.ID, active)
+			}
+			if err != nil {
+				return err
+			}
+			if err := loadSteps(ctx, tx, &o); err != nil {
+				return err
+			}
+			a := opAggregate(o)
+			if !a.Reached(c.Before) {
+				return operationInProgress(d.ID, active)
+			}
+			if err := c.SettleOperation(a); err != nil {
+				return err
+			}
+		}
+		if err := check(d); err != nil {
+			return err
+		}
+		op.DeploymentID = d.ID
 		c.CreateOperation(lifecycle.Operation{ID: op.ID, Kind: op.Type}, createdBody(op))
 		return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}, operations: map[string]fleet.Operation{op.ID: op}})
 	})
@@ -257,11 +277,7 @@ func (s *FleetStore) CancelOperation(ctx context.Context, id string, reason stri
 
 // ActiveOperation implements fleet.Store.
 func (s *FleetStore) ActiveOperation(ctx context.Context, deploymentID string) (string, error) {
-	var id string
-	err := s.pool.QueryRow(ctx, `SELECT id::text FROM operations WHERE deployment_id = $1 AND state IN ('queued', 'running')`, deploymentID).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
+	id, err := activeOperation(ctx, s.pool, deploymentID)
 	return id, translate(err)
 }
 
@@ -360,7 +376,7 @@ func sameVisit(a, b fleet.Visit) bool {
 // operation at once (a held one is skipped: visited false), locks the
 // deployment, reads the visit again and applies the decision only if
 // nothing it looked at changed meanwhile (otherwise the next pass decides
-// again).
+// again). A decision to do nothing takes no lock at all.
 func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide func(fleet.Visit) (fleet.Advance, error), now time.Time) (bool, error) {
 	v, ok, err := readVisit(ctx, s.pool, nil, id)
 	if err != nil || !ok {
@@ -369,6 +385,11 @@ func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide fun
 	adv, err := decide(v)
 	if err != nil {
 		return true, translate(err)
+	}
+	if adv == (fleet.Advance{}) {
+		// Nothing to do (the usual visit of an operation waiting for its
+		// device, such as every fresh install): no claim, no transaction.
+		return true, nil
 	}
 	visited := false
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
