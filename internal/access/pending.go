@@ -65,6 +65,9 @@ func (p *Pending) SetDetail(detail map[string]any) {
 
 // Entry returns a copy of the entry as it stands (its detail copied too).
 func (p *Pending) Entry() AuditEntry {
+	if p == nil {
+		return AuditEntry{}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e := p.entry
