@@ -68,13 +68,13 @@ type Store interface {
 	// Applications returns up to limit applications ordered by id, with ids
 	// greater than after.
 	Applications(ctx context.Context, after string, limit int) ([]Application, error)
-	// SetYanked sets the yank state of a version and returns it. Returns
-	// ENOTFOUND if there is no such version.
+	// SetYanked sets the yank state of a version at at (its yank time when
+	// yanked) and returns it. Returns ENOTFOUND if there is no such version.
 	SetYanked(ctx context.Context, appID string, v lifecycle.Version, yanked bool, reason string, at time.Time) (Version, error)
 	// DeleteVersion deletes a version, and its application with its last
-	// version. Returns ENOTFOUND if there is no such version, ECONFLICT
-	// (type "version-in-use") while anything refers to it.
-	DeleteVersion(ctx context.Context, appID string, v lifecycle.Version) error
+	// version, at at. Returns ENOTFOUND if there is no such version,
+	// ECONFLICT (type "version-in-use") while anything refers to it.
+	DeleteVersion(ctx context.Context, appID string, v lifecycle.Version, at time.Time) error
 }
 
 // Service is the catalog's use cases.
@@ -259,7 +259,7 @@ func (s *Service) Unyank(ctx context.Context, appID, version string) (Version, e
 	if err != nil {
 		return Version{}, err
 	}
-	return s.store.SetYanked(ctx, appID, v, false, "", time.Time{})
+	return s.store.SetYanked(ctx, appID, v, false, "", s.now().UTC())
 }
 
 // Delete deletes a version no deployment uses.
@@ -271,7 +271,7 @@ func (s *Service) Delete(ctx context.Context, appID, version string) error {
 	if err != nil {
 		return err
 	}
-	return s.store.DeleteVersion(ctx, appID, v)
+	return s.store.DeleteVersion(ctx, appID, v, s.now().UTC())
 }
 
 // sameJSON reports whether two JSON documents have the same content, member

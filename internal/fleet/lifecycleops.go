@@ -111,6 +111,7 @@ type RollbackRequest struct {
 // ECONFLICT (operation-in-progress) when another operation is active;
 // EPRECONDITION when ifMatch does not match.
 func (s *Service) run(ctx context.Context, p Plan, dryRun bool, ifMatch string) (Plan, Operation, error) {
+	planned(ctx, p)
 	if dryRun {
 		return p, Operation{}, nil
 	}

@@ -23,16 +23,12 @@ import (
 
 type principalKey struct{}
 
-type auditDetailKey struct{}
-
 // setAuditDetail adds members to the audit entry of the current request
-// (for example a break-glass override and its reason).
+// (for example a break-glass override and its reason). The entry of a
+// change is written in the change's transaction: members of its row must be
+// set before the store call commits (see access.Pending.SetDetail).
 func setAuditDetail(ctx context.Context, detail map[string]any) {
-	if m, ok := ctx.Value(auditDetailKey{}).(map[string]any); ok {
-		for k, v := range detail {
-			m[k] = v
-		}
-	}
+	access.PendingOf(ctx).SetDetail(detail)
 }
 
 // principalFrom returns the caller of a management request.
@@ -50,11 +46,44 @@ type operation struct {
 	role access.Role
 	// idempotent: the operation declares the Idempotency-Key header.
 	idempotent bool
+	// created and changed are the statuses the operation answers to a
+	// change that creates its resource and to any other change, as its
+	// audit row written in the change's transaction says (see
+	// changeStatuses).
+	created, changed int
 }
 
-// operationsOf reads every management operation's id and required role
-// (x-wfm-role) from the contract. Returns an error if a /mgmt/ operation
-// declares no valid role: such an endpoint would be open to every token.
+// changeStatuses picks, from the success (2xx) statuses an operation
+// declares, the one it answers to a change that creates its resource (201)
+// and the one it answers to any other change: 202 (accepted, carried out
+// later; the 200 beside it answers a dry run), else 200, else 204. An
+// operation that declares only one answers it to both.
+func changeStatuses(op *openapi3.Operation) (created, changed int) {
+	declared := map[int]bool{}
+	if op.Responses != nil {
+		for code := range op.Responses.Map() {
+			if n, err := strconv.Atoi(code); err == nil && n >= 200 && n < 300 {
+				declared[n] = true
+			}
+		}
+	}
+	for _, n := range []int{http.StatusAccepted, http.StatusOK, http.StatusNoContent, http.StatusCreated} {
+		if declared[n] {
+			changed = n
+			break
+		}
+	}
+	created = changed
+	if declared[http.StatusCreated] {
+		created = http.StatusCreated
+	}
+	return created, changed
+}
+
+// operationsOf reads every management operation's id, required role
+// (x-wfm-role) and success statuses from the contract. Returns an error if
+// a /mgmt/ operation declares no valid role (such an endpoint would be open
+// to every token), or a mutating one no success status.
 func operationsOf(spec *openapi3.T) (map[string]operation, error) {
 	ops := map[string]operation{}
 	for path, item := range spec.Paths.Map() {
@@ -67,6 +96,9 @@ func operationsOf(spec *openapi3.T) (map[string]operation, error) {
 				return nil, fmt.Errorf("httpapi: %s %s declares no valid x-wfm-role", method, path)
 			}
 			o := operation{id: op.OperationID, role: access.Role(role)}
+			if o.created, o.changed = changeStatuses(op); o.changed == 0 && mutating(method) {
+				return nil, fmt.Errorf("httpapi: %s %s declares no success status", method, path)
+			}
 			for _, p := range op.Parameters {
 				if p.Value != nil && p.Value.In == "header" && p.Value.Name == "Idempotency-Key" {
 					o.idempotent = true
@@ -256,7 +288,12 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, p access.Princip
 
 // authorize checks the caller's role against the operation's x-wfm-role
 // once the route is known, and appends every mutating call (and every
-// refusal) to the audit log with its outcome.
+// refusal) to the audit log with its outcome: exactly one row per call. The
+// row of a call that changes something is written by the store, in the
+// change's own transaction (access.Pending, carried in the request's
+// context), so that a crash after the commit cannot lose it; the row of a
+// call that changed nothing (a refusal, a failure, a rolled-back change, a
+// dry run, a replayed Idempotency-Key) is appended here after the answer.
 func (s *Server) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pattern := chi.RouteContext(r.Context()).RoutePattern()
@@ -276,9 +313,19 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			return
 		}
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		detail := map[string]any{}
-		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), auditDetailKey{}, detail)))
-		s.audit(r, p, op.id, rec.status, detail)
+		pending := access.NewPending(access.AuditEntry{Actor: p.TokenID, Role: p.Role, Action: op.id, Method: r.Method,
+			Target: r.URL.Path, RequestID: telemetry.RequestID(r.Context())}, op.created, op.changed)
+		next.ServeHTTP(rec, r.WithContext(access.WithPending(r.Context(), pending)))
+		if status, ok := pending.Written(); ok {
+			if status != rec.status {
+				// The change committed with its audit row; answering it
+				// failed afterwards (for example, reading it back).
+				s.log.WarnContext(r.Context(), "a committed change was answered with another status than its audit row's",
+					"action", op.id, "actor", p.TokenID, "audited", status, "answered", rec.status)
+			}
+			return
+		}
+		s.audit(r, p, op.id, rec.status, pending.Entry().Detail)
 	})
 }
 

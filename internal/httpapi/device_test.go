@@ -64,6 +64,8 @@ type envOptions struct {
 	outageLog interface{ Allow(key string) bool }
 	// idem, if not nil, wraps the idempotency store.
 	idem func(*postgres.AccessStore) httpapi.IdempotencyStore
+	// wrap, if not nil, wraps the management face's handler.
+	wrap func(http.Handler) http.Handler
 }
 
 func newFleetEnv(t *testing.T, policy fleet.Policy) *fleetEnv {
@@ -110,6 +112,9 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 		DeviceLimiter: limiterOrNil(o.limiter), Idempotency: idem, OutageLog: o.outageLog})
 	require.NoError(t, err)
 	mgmtH, deviceH := httpapi.Split(h)
+	if o.wrap != nil {
+		mgmtH = o.wrap(mgmtH)
+	}
 
 	ca, err := devpki.NewCA("test CA")
 	require.NoError(t, err)

@@ -153,10 +153,15 @@ func (s *Server) RollbackDeployment(ctx context.Context, req api.RollbackDeploym
 		b = *req.Body
 	}
 	in := fleet.RollbackRequest{ToRevision: deref(b.ToRevision), Force: deref(b.Force), Reason: deref(b.Reason), Timeout: b.Timeout}
-	p, op, err := s.fleet.Rollback(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), deref(req.Params.IfMatch))
 	if in.Force {
-		setAuditDetail(ctx, map[string]any{"force": true, "reason": in.Reason, "forced": p.Forced})
+		// Set before the operation's transaction commits: the audit row of
+		// the change is written in it. "forced": the override was needed
+		// (and used), as the plan decides.
+		setAuditDetail(ctx, map[string]any{"force": true, "reason": in.Reason, "forced": false})
+		audit := ctx
+		ctx = fleet.WithPlanned(ctx, func(p fleet.Plan) { setAuditDetail(audit, map[string]any{"forced": p.Forced}) })
 	}
+	p, op, err := s.fleet.Rollback(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), deref(req.Params.IfMatch))
 	if err != nil {
 		return nil, err
 	}

@@ -318,6 +318,7 @@ func TestRollbackPolicy(t *testing.T) {
 	detail := string(*audit.JSON200.Items[0].Detail)
 	assert.Contains(t, detail, `"force":true`)
 	assert.Contains(t, detail, "incident 42")
+	assert.Contains(t, detail, `"forced":true`)
 }
 
 // Scenario 3: reconfiguration.

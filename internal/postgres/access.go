@@ -52,9 +52,13 @@ func nullTime(t time.Time) *time.Time {
 
 // InsertToken implements access.Store.
 func (s *AccessStore) InsertToken(ctx context.Context, t access.Token, hash string) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO api_tokens (id, name, role, secret_hash, created_at, created_by, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		t.ID, t.Name, string(t.Role), hash, t.CreatedAt, t.CreatedBy, nullTime(t.ExpiresAt))
-	return translate(err)
+	return translate(inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO api_tokens (id, name, role, secret_hash, created_at, created_by, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			t.ID, t.Name, string(t.Role), hash, t.CreatedAt, t.CreatedBy, nullTime(t.ExpiresAt)); err != nil {
+			return err
+		}
+		return auditChange(ctx, tx, t.CreatedAt, true)
+	}))
 }
 
 // PutBootstrap implements access.Store.
@@ -103,7 +107,14 @@ func (s *AccessStore) Tokens(ctx context.Context, after string, limit int) ([]ac
 
 // RevokeToken implements access.Store.
 func (s *AccessStore) RevokeToken(ctx context.Context, id string, at time.Time) (access.Token, error) {
-	if _, err := s.pool.Exec(ctx, `UPDATE api_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, at); err != nil {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE api_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, at)
+		if err != nil || tag.RowsAffected() == 0 { // none, or revoked already: no change
+			return err
+		}
+		return auditChange(ctx, tx, at, false)
+	})
+	if err != nil {
 		return access.Token{}, translate(err)
 	}
 	t, _, err := s.Token(ctx, id)

@@ -104,6 +104,9 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 			return err
 		}
 	}
+	if err := auditBatch(ctx, tx, b); err != nil { // the management call's audit row, in the change's transaction
+		return err
+	}
 	return AppendEvents(ctx, tx, events)
 }
 

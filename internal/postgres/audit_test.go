@@ -1,9 +1,12 @@
 package postgres_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -66,4 +69,71 @@ func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
 	require.True(t, ok)
 	_, _, err = postgres.NewAccessStore(one).Token(ctx, "abc")
 	assert.Equal(t, lifecycle.EUNAVAILABLE, lifecycle.ErrorCode(err), "%v", err)
+}
+
+// TestAuditRowCommitsWithItsChange: the audit entry of a management call
+// (access.Pending) is appended in the transaction of its change, and
+// counts as written only once that transaction committed: a transaction
+// that rolls back after appending it leaves no row, and the entry is left
+// to the HTTP adapter; a committed one writes it once, with the status of
+// the change and the change's time. Outside inTx, or outside a call,
+// nothing is appended.
+func TestAuditRowCommitsWithItsChange(t *testing.T) {
+	pool := pgtest.New(t)
+	store := postgres.NewAccessStore(pool)
+	count := func(requestID string) int {
+		var n int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM audit_log WHERE request_id = $1`, requestID).Scan(&n))
+		return n
+	}
+	pending := func(requestID string) (*access.Pending, context.Context) {
+		p := access.NewPending(access.AuditEntry{Actor: "tok", Role: access.Admin, Action: "createToken", Method: "POST",
+			Target: "/mgmt/v1/tokens", RequestID: requestID}, 201, 200)
+		return p, access.WithPending(t.Context(), p)
+	}
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+	p, ctx := pending("rolled-back")
+	refused := errors.New("refused after the audit row was appended")
+	err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+		require.NoError(t, postgres.AuditChange(ctx, tx, at, true))
+		return refused
+	})
+	require.ErrorIs(t, err, refused)
+	assert.Zero(t, count("rolled-back"), "the row rolled back with its change")
+	_, written := p.Written()
+	assert.False(t, written, "left to the HTTP adapter")
+
+	require.NoError(t, postgres.InTx(ctx, pool, func(tx pgx.Tx) error { return postgres.AuditChange(ctx, tx, at, true) }))
+	status, written := p.Written()
+	assert.True(t, written)
+	assert.Equal(t, 201, status)
+	require.NoError(t, postgres.InTx(ctx, pool, func(tx pgx.Tx) error { return postgres.AuditChange(ctx, tx, at, false) }))
+	assert.Equal(t, 1, count("rolled-back"), "one row per call")
+	es, err := store.Audit(t.Context(), access.AuditFilter{Action: "createToken"}, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, es, 1)
+	assert.Equal(t, at, es[0].At.UTC(), "at the change's time")
+	assert.Equal(t, "success", es[0].Outcome)
+
+	p, ctx = pending("plain")
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return postgres.AuditChange(ctx, tx, at, false) }))
+	_, written = p.Written()
+	assert.False(t, written, "a transaction not begun by inTx takes no entry")
+	assert.Zero(t, count("plain"))
+	require.NoError(t, postgres.InTx(t.Context(), pool, func(tx pgx.Tx) error { return postgres.AuditChange(t.Context(), tx, at, false) }),
+		"outside a call: nothing to append")
+
+	// A store call of a change: right after it returns, the change and its
+	// audit row are both there, committed together, before the caller
+	// (the HTTP adapter) does anything more.
+	p, ctx = pending("store")
+	id, secret := access.NewSecret()
+	require.NoError(t, store.InsertToken(ctx, access.Token{ID: id, Name: "ci", Role: access.Viewer, CreatedAt: at}, access.Hash(secret)))
+	var both bool
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM api_tokens k JOIN audit_log a ON a.request_id = 'store' AND a.at = k.created_at
+AND a.status = 201 WHERE k.id = $1)`, id).Scan(&both))
+	assert.True(t, both)
+	_, written = p.Written()
+	assert.True(t, written)
 }

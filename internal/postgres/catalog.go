@@ -62,7 +62,7 @@ RETURNING ` + versionColumns
 func (s *CatalogStore) InsertVersion(ctx context.Context, v catalog.Version) (catalog.Version, bool, error) {
 	var out catalog.Version
 	inserted := false
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlInsertApplication, v.ApplicationID, v.CreatedAt); err != nil {
 			return fmt.Errorf("insert application: %w", err)
 		}
@@ -75,7 +75,7 @@ func (s *CatalogStore) InsertVersion(ctx context.Context, v catalog.Version) (ca
 		got, err := scanVersion(row)
 		if err == nil {
 			out, inserted = got, true
-			return nil
+			return auditChange(ctx, tx, v.CreatedAt, true)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("insert version: %w", err)
@@ -174,10 +174,18 @@ func (s *CatalogStore) SetYanked(ctx context.Context, appID string, v lifecycle.
 	if yanked {
 		yankedAt = &at
 	}
-	got, err := scanVersion(s.pool.QueryRow(ctx, sqlSetYanked, appID, v.String(), yanked, reason, yankedAt))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return catalog.Version{}, versionNotFound(appID, v)
-	}
+	var got catalog.Version
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		got, err = scanVersion(tx.QueryRow(ctx, sqlSetYanked, appID, v.String(), yanked, reason, yankedAt))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return versionNotFound(appID, v)
+		}
+		if err != nil {
+			return err
+		}
+		return auditChange(ctx, tx, at, false)
+	})
 	if err != nil {
 		return catalog.Version{}, translate(err)
 	}
@@ -185,8 +193,8 @@ func (s *CatalogStore) SetYanked(ctx context.Context, appID string, v lifecycle.
 }
 
 // DeleteVersion implements catalog.Store.
-func (s *CatalogStore) DeleteVersion(ctx context.Context, appID string, v lifecycle.Version) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+func (s *CatalogStore) DeleteVersion(ctx context.Context, appID string, v lifecycle.Version, at time.Time) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, sqlDeleteVersion, appID, v.String())
 		if err != nil {
 			var pe *pgconn.PgError
@@ -199,8 +207,10 @@ func (s *CatalogStore) DeleteVersion(ctx context.Context, appID string, v lifecy
 		if tag.RowsAffected() == 0 {
 			return versionNotFound(appID, v)
 		}
-		_, err = tx.Exec(ctx, sqlDeleteEmptyApp, appID)
-		return err
+		if _, err := tx.Exec(ctx, sqlDeleteEmptyApp, appID); err != nil {
+			return err
+		}
+		return auditChange(ctx, tx, at, false)
 	})
 	return translate(err)
 }

@@ -60,7 +60,7 @@ func aggregate(d fleet.Deployment, last int) lifecycle.Deployment {
 // what the decision needs (device, version, client), decides
 // (lifecycle.DecideCreate) and applies.
 func (s *FleetStore) CreateDeployment(ctx context.Context, nd fleet.NewDeployment, now time.Time) (fleet.Deployment, error) {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var registered bool
 		err := tx.QueryRow(ctx, `SELECT registered FROM devices WHERE client_id = $1 AND id = $2 FOR SHARE`, nd.ClientID, nd.DeviceID).Scan(&registered)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -116,7 +116,7 @@ func (s *FleetStore) RemoveDeployment(ctx context.Context, id string, op fleet.O
 	}
 	var err error
 	for range 3 { // an operation created between the two reads of the active one: read again
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
 			active, err := activeOperation(ctx, tx, id)
 			if err != nil {
 				return err

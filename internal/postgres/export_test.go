@@ -12,3 +12,10 @@ import (
 func Apply(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change) error {
 	return apply(ctx, tx, batch{changes: changes})
 }
+
+// InTx and AuditChange expose the audit of a change's transaction to this
+// package's external tests.
+var (
+	InTx        = inTx
+	AuditChange = auditChange
+)

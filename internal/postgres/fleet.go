@@ -113,19 +113,23 @@ func (s *FleetStore) AcceptClient(ctx context.Context, clientID string, now time
 		return fleet.Client{}, false, err
 	}
 	created := false
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, sqlInsertClient, clientID, js, margo.ETag(js), now)
 		if err != nil {
 			return err
 		}
 		created = tag.RowsAffected() == 1
+		changed := created
 		if !created {
-			if _, err := tx.Exec(ctx, sqlAcceptAgain, clientID, now); err != nil {
+			if tag, err = tx.Exec(ctx, sqlAcceptAgain, clientID, now); err != nil {
 				return err
 			}
+			changed = tag.RowsAffected() == 1 // a retired client accepted again; an accepted one is left as it is
 		}
-		_, err = tx.Exec(ctx, sqlNotify, clientID)
-		return err
+		if _, err = tx.Exec(ctx, sqlNotify, clientID); err != nil || !changed {
+			return err
+		}
+		return auditChange(ctx, tx, now, created)
 	})
 	if err != nil {
 		return fleet.Client{}, false, translate(err)
@@ -136,12 +140,15 @@ func (s *FleetStore) AcceptClient(ctx context.Context, clientID string, now time
 
 // RetireClient implements fleet.Store.
 func (s *FleetStore) RetireClient(ctx context.Context, clientID string, now time.Time) (fleet.Client, error) {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlRetire, clientID, now); err != nil {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlRetire, clientID, now)
+		if err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, sqlNotify, clientID)
-		return err
+		if _, err := tx.Exec(ctx, sqlNotify, clientID); err != nil || tag.RowsAffected() == 0 { // none, or retired already: no change
+			return err
+		}
+		return auditChange(ctx, tx, now, false)
 	})
 	if err != nil {
 		return fleet.Client{}, translate(err)
@@ -394,7 +401,7 @@ func (s *FleetStore) Devices(ctx context.Context, f fleet.DeviceFilter, after st
 
 // SetOperatorLabels implements fleet.Store.
 func (s *FleetStore) SetOperatorLabels(ctx context.Context, clientID, deviceID string, labels map[string]string, now time.Time) (fleet.Device, error) {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var reportedJSON string
 		err := tx.QueryRow(ctx, `SELECT reported_labels::text FROM devices WHERE client_id = $1 AND id = $2 FOR UPDATE`, clientID, deviceID).Scan(&reportedJSON)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -412,9 +419,11 @@ func (s *FleetStore) SetOperatorLabels(ctx context.Context, clientID, deviceID s
 		}
 		op, _ := json.Marshal(labels)
 		eff, _ := json.Marshal(effectiveLabels(reported, labels))
-		_, err = tx.Exec(ctx, `UPDATE devices SET operator_labels = $3::jsonb, labels = $4::jsonb, updated_at = $5 WHERE client_id = $1 AND id = $2`,
-			clientID, deviceID, string(op), string(eff), now)
-		return err
+		if _, err = tx.Exec(ctx, `UPDATE devices SET operator_labels = $3::jsonb, labels = $4::jsonb, updated_at = $5 WHERE client_id = $1 AND id = $2`,
+			clientID, deviceID, string(op), string(eff), now); err != nil {
+			return err
+		}
+		return auditChange(ctx, tx, now, false)
 	})
 	if err != nil {
 		return fleet.Device{}, translate(err)

@@ -117,7 +117,7 @@ func loadSteps(ctx context.Context, q interface {
 
 // CreateOperation implements fleet.Store.
 func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, check func(fleet.Deployment) error, now time.Time) (fleet.Operation, error) {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		d, last, err := lockDeployment(ctx, tx, op.DeploymentID, "")
 		if err != nil {
 			return err
@@ -248,7 +248,7 @@ func (s *FleetStore) CancelOperation(ctx context.Context, id string, reason stri
 	if !validUUID(id) {
 		return fleet.Operation{}, notFound("There is no operation %s.", id)
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		op, err := scanOperation(tx.QueryRow(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 FOR UPDATE`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("There is no operation %s.", id)

@@ -1,0 +1,62 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wfm-dev/wfm/internal/access"
+)
+
+// The audit row of a management call's change is written in the change's
+// own transaction: a store method that makes such a change runs its
+// transaction with inTx and calls auditChange (or apply does, through
+// auditBatch) once the change is written. The row and the change commit
+// together, so a crash between the commit and the answer cannot lose the
+// audit of a change that happened. Calls whose transaction made no change
+// (or rolled back) are audited by the HTTP adapter after the answer (see
+// access.Pending). Checked by one grep: every store method of a mutating
+// management call lists
+//
+//	grep -n "inTx(" internal/postgres/*.go
+
+// inTx runs fn in one transaction of pool, as pgx.BeginFunc does, for a
+// store method that makes the change of a management call. The call's
+// audit entry, if fn appended it (auditChange), counts as written once the
+// transaction committed.
+func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	p := access.PendingOf(ctx)
+	p.BeginTx()
+	err := pgx.BeginFunc(ctx, pool, fn)
+	p.EndTx(err == nil)
+	return err
+}
+
+// auditChange appends in tx the audit entry of the management call ctx
+// carries, for its change made at at (created: the change created the
+// call's resource, which the contract answers 201). It appends nothing
+// outside a call, outside a transaction begun by inTx, or when the entry is
+// already appended. Call it once the change is written, just before the
+// transaction commits.
+func auditChange(ctx context.Context, tx pgx.Tx, at time.Time, created bool) error {
+	e, ok := access.PendingOf(ctx).TakeForTx(at, created)
+	if !ok {
+		return nil
+	}
+	return appendAudit(ctx, tx, e)
+}
+
+// auditBatch is auditChange for the changes apply writes: at the changes'
+// time, created when one of them creates its deployment.
+func auditBatch(ctx context.Context, tx pgx.Tx, b batch) error {
+	if len(b.changes) == 0 {
+		return nil
+	}
+	created := false
+	for _, c := range b.changes {
+		created = created || c.Create
+	}
+	return auditChange(ctx, tx, b.changes[0].At, created)
+}
