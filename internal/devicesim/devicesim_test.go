@@ -82,7 +82,7 @@ func TestSimulatedDevicesFollowTheirDeployments(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StateInstalled, got.State)
 
-	_, op, err := fl.Upgrade(ctx, dep.ID, fleet.UpgradeRequest{TargetVersion: "2.0.0"}, fleet.Actor{ID: "test"}, false, "")
+	_, op, err := fl.Upgrade(ctx, dep.ID, fleet.UpgradeRequest{TargetVersion: "2.0.0"}, fleet.Actor{ID: "test"}, false, fleet.Precondition{})
 	require.NoError(t, err)
 	sched := fleet.NewScheduler(fl, time.Hour)
 	_, err = sched.RunOnce(ctx)
@@ -101,7 +101,7 @@ func TestSimulatedDevicesFollowTheirDeployments(t *testing.T) {
 	}
 	require.Contains(t, states, lifecycle.StateDraining, "the drain was reported")
 
-	_, err = fl.RemoveDeployment(ctx, dep.ID, "")
+	_, err = fl.RemoveDeployment(ctx, dep.ID, fleet.Precondition{})
 	require.NoError(t, err)
 	sync()
 	got, err = fl.Deployment(ctx, dep.ID)

@@ -258,7 +258,7 @@ func TestTenDevicesOfOneClientStayWithinTheDefaultRateLimit(t *testing.T) {
 	converge("1.0.0")
 	for _, version := range []string{"2.0.0", "3.0.0"} { // two manifest changes
 		for _, id := range ids {
-			_, _, err := e.fleet.Upgrade(ctx, id, fleet.UpgradeRequest{TargetVersion: version}, fleet.Actor{ID: "test"}, false, "")
+			_, _, err := e.fleet.Upgrade(ctx, id, fleet.UpgradeRequest{TargetVersion: version}, fleet.Actor{ID: "test"}, false, fleet.Precondition{})
 			require.NoError(t, err)
 		}
 		_, err := e.sched.RunOnce(ctx) // publishes the upgrades

@@ -76,7 +76,7 @@ type Deployment struct {
 	Removing          bool
 	NewestAdopted     uint64
 	Reports           int64
-	Generation        int64                   // bumped by every change; the ETag
+	Generation        int64                   // bumped by every change; what a Precondition expects
 	Operation         lifecycle.OperationKind // that published the desired revision
 	Strategy          lifecycle.Strategy      // of the desired revision
 	Components        []string                // of the desired revision's profile

@@ -121,7 +121,7 @@ func TestReportsNeverMoveBackwards(t *testing.T) {
 				case k < 2 && len(sent) > 0: // duplicate or reorder an earlier report
 					body = sent[r.IntN(len(sent))]
 				case k == 2 && !removed && step > 10:
-					_, err := s.RemoveDeployment(ctx, d.ID, "")
+					_, err := s.RemoveDeployment(ctx, d.ID, fleet.Precondition{})
 					require.NoError(t, err)
 					removed = true
 					m, err := s.Manifest(ctx, "c")
@@ -293,7 +293,7 @@ func TestConcurrentRemovalAndUnregistration(t *testing.T) {
 			ctx := t.Context()
 			s, d := setup(t)
 			errs := make(chan error, 2)
-			go func() { _, err := s.RemoveDeployment(ctx, d.ID, ""); errs <- err }()
+			go func() { _, err := s.RemoveDeployment(ctx, d.ID, fleet.Precondition{}); errs <- err }()
 			go func() { errs <- s.Unregister(ctx, "c", "d") }()
 			require.NoError(t, <-errs)
 			require.NoError(t, <-errs)

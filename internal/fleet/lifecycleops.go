@@ -105,12 +105,13 @@ type RollbackRequest struct {
 }
 
 // Run either returns the plan (dryRun) or creates the operation it plans.
-// ifMatch, when not empty, must match the deployment's ETag.
+// The deployment must meet expect, checked on its locked row.
 //
 // Returns the plan's refusal when not allowed (and not a dry run);
 // ECONFLICT (operation-in-progress) when another operation is active;
-// EPRECONDITION when ifMatch does not match.
-func (s *Service) run(ctx context.Context, p Plan, dryRun bool, ifMatch string) (Plan, Operation, error) {
+// EPRECONDITION (precondition-failed) when the deployment does not meet
+// expect.
+func (s *Service) run(ctx context.Context, p Plan, dryRun bool, expect Precondition) (Plan, Operation, error) {
 	planned(ctx, p)
 	if dryRun {
 		return p, Operation{}, nil
@@ -120,9 +121,8 @@ func (s *Service) run(ctx context.Context, p Plan, dryRun bool, ifMatch string) 
 	}
 	op := *p.op
 	created, err := s.store.CreateOperation(ctx, op, func(d Deployment) error {
-		if ifMatch != "" && !ETagMatches(ifMatch, DeploymentETag(d)) {
-			return &lifecycle.Error{Code: lifecycle.EPRECONDITION, Type: "precondition-failed",
-				Message: "The deployment changed since it was read (If-Match does not match its ETag); read it again."}
+		if err := expect.check(d); err != nil {
+			return err
 		}
 		if d.Revision != op.BaseRevision {
 			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
@@ -185,7 +185,8 @@ func publishable(d Deployment, kind lifecycle.OperationKind) error {
 //
 // Returns EINVALID (invalid-request) naming /timeout or /drain/timeout when
 // a requested duration is not one within its field's range ("0s" included).
-func (s *Service) Upgrade(ctx context.Context, id string, req UpgradeRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
+// Unless dryRun, the deployment must meet expect (see run).
+func (s *Service) Upgrade(ctx context.Context, id string, req UpgradeRequest, actor Actor, dryRun bool, expect Precondition) (Plan, Operation, error) {
 	var ds durations
 	timeout := ds.read(lifecycle.DurationStepTimeout, req.Timeout, "/timeout")
 	var drain *lifecycle.DrainPolicy
@@ -204,7 +205,7 @@ func (s *Service) Upgrade(ctx context.Context, id string, req UpgradeRequest, ac
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
-	return s.run(ctx, p, dryRun, ifMatch)
+	return s.run(ctx, p, dryRun, expect)
 }
 
 // message is the sentence of a domain error (its text otherwise).
@@ -354,7 +355,8 @@ func stepBudget(timeout time.Duration, drain *lifecycle.DrainPolicy) time.Durati
 //
 // Returns EINVALID (invalid-request) naming /timeout when the requested
 // timeout is not a duration within its range ("0s" included).
-func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
+// Unless dryRun, the deployment must meet expect (see run).
+func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureRequest, actor Actor, dryRun bool, expect Precondition) (Plan, Operation, error) {
 	var ds durations
 	timeout := ds.read(lifecycle.DurationStepTimeout, req.Timeout, "/timeout")
 	if err := ds.err(); err != nil {
@@ -401,7 +403,7 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
-	return s.run(ctx, pl, dryRun, ifMatch)
+	return s.run(ctx, pl, dryRun, expect)
 }
 
 // Rollback plans (and unless dryRun starts) a return to an earlier revision.
@@ -410,7 +412,8 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 //
 // Returns EINVALID (invalid-request) naming /timeout when the requested
 // timeout is not a duration within its range ("0s" included).
-func (s *Service) Rollback(ctx context.Context, id string, req RollbackRequest, actor Actor, dryRun bool, ifMatch string) (Plan, Operation, error) {
+// Unless dryRun, the deployment must meet expect (see run).
+func (s *Service) Rollback(ctx context.Context, id string, req RollbackRequest, actor Actor, dryRun bool, expect Precondition) (Plan, Operation, error) {
 	var ds durations
 	timeout := ds.read(lifecycle.DurationStepTimeout, req.Timeout, "/timeout")
 	if err := ds.err(); err != nil {
@@ -424,7 +427,7 @@ func (s *Service) Rollback(ctx context.Context, id string, req RollbackRequest, 
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
-	return s.run(ctx, p, dryRun, ifMatch)
+	return s.run(ctx, p, dryRun, expect)
 }
 
 func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRequest, timeout time.Duration, actor Actor) (Plan, error) {

@@ -21,15 +21,15 @@ func TestRequestedDurationsAreCheckedByTheService(t *testing.T) {
 	str := func(v string) *string { return &v }
 	ops := map[string]func(ctx context.Context, timeout *string) error{
 		"upgrade": func(ctx context.Context, timeout *string) error {
-			_, _, err := s.Upgrade(ctx, d.ID, fleet.UpgradeRequest{TargetVersion: "1.0.0", Timeout: timeout}, fleet.Actor{ID: "t"}, true, "")
+			_, _, err := s.Upgrade(ctx, d.ID, fleet.UpgradeRequest{TargetVersion: "1.0.0", Timeout: timeout}, fleet.Actor{ID: "t"}, true, fleet.Precondition{})
 			return err
 		},
 		"reconfigure": func(ctx context.Context, timeout *string) error {
-			_, _, err := s.Reconfigure(ctx, d.ID, fleet.ReconfigureRequest{Timeout: timeout}, fleet.Actor{ID: "t"}, true, "")
+			_, _, err := s.Reconfigure(ctx, d.ID, fleet.ReconfigureRequest{Timeout: timeout}, fleet.Actor{ID: "t"}, true, fleet.Precondition{})
 			return err
 		},
 		"rollback": func(ctx context.Context, timeout *string) error {
-			_, _, err := s.Rollback(ctx, d.ID, fleet.RollbackRequest{Timeout: timeout}, fleet.Actor{ID: "t"}, true, "")
+			_, _, err := s.Rollback(ctx, d.ID, fleet.RollbackRequest{Timeout: timeout}, fleet.Actor{ID: "t"}, true, fleet.Precondition{})
 			return err
 		},
 	}
@@ -46,7 +46,7 @@ func TestRequestedDurationsAreCheckedByTheService(t *testing.T) {
 
 	upgrade := func(req fleet.UpgradeRequest) error {
 		req.TargetVersion = "1.0.0"
-		_, _, err := s.Upgrade(ctx, d.ID, req, fleet.Actor{ID: "t"}, true, "")
+		_, _, err := s.Upgrade(ctx, d.ID, req, fleet.Actor{ID: "t"}, true, fleet.Precondition{})
 		return err
 	}
 	err := upgrade(fleet.UpgradeRequest{Drain: &fleet.DrainOverride{Required: true, Timeout: str("0s")}})

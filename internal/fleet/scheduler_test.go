@@ -92,7 +92,7 @@ func collidingService(t *testing.T, store *collidingStore, log io.Writer) (*flee
 		require.NoError(t, err)
 		_, err = s.ReportStatus(ctx, "c", d.ID, report(d.ID, d.DesiredSince, "installed"))
 		require.NoError(t, err)
-		_, op, err := s.Upgrade(ctx, d.ID, fleet.UpgradeRequest{TargetVersion: "2.0.0"}, fleet.Actor{ID: "t"}, false, "")
+		_, op, err := s.Upgrade(ctx, d.ID, fleet.UpgradeRequest{TargetVersion: "2.0.0"}, fleet.Actor{ID: "t"}, false, fleet.Precondition{})
 		require.NoError(t, err)
 		ops = append(ops, op.ID)
 	}

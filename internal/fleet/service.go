@@ -445,21 +445,22 @@ func yanked(v catalog.Version) error {
 
 // RemoveDeployment deletes a deployment with the default removal timeout
 // (lifecycle.DefaultRemoveTimeout); see RemoveDeploymentWithin.
-func (s *Service) RemoveDeployment(ctx context.Context, id, ifMatch string) (Deployment, error) {
-	return s.RemoveDeploymentWithin(ctx, id, ifMatch, nil)
+func (s *Service) RemoveDeployment(ctx context.Context, id string, expect Precondition) (Deployment, error) {
+	return s.RemoveDeploymentWithin(ctx, id, expect, nil)
 }
 
 // RemoveDeploymentWithin deletes a deployment: it leaves its client's
 // manifest and becomes removing, and a remove operation whose deadline is
 // the requested timeout (nil: lifecycle.DefaultRemoveTimeout) starts; an
-// operation under way is cancelled. ifMatch, when not empty, must match the
-// deployment's ETag.
+// operation under way is cancelled. The deployment must meet expect,
+// checked on its locked row.
 //
 // Returns EINVALID (invalid-request) naming query/timeout (the parameter of
 // DELETE /mgmt/v1/deployments/{id}) when the timeout is not
 // a duration within its range ("0s" included); ENOTFOUND if there is no
-// such deployment, EPRECONDITION if ifMatch does not match.
-func (s *Service) RemoveDeploymentWithin(ctx context.Context, id, ifMatch string, timeout *string) (Deployment, error) {
+// such deployment, EPRECONDITION (precondition-failed) if it does not meet
+// expect.
+func (s *Service) RemoveDeploymentWithin(ctx context.Context, id string, expect Precondition, timeout *string) (Deployment, error) {
 	var ds durations
 	t := ds.read(lifecycle.DurationRemoveTimeout, timeout, "query/timeout")
 	if err := ds.err(); err != nil {
@@ -472,11 +473,7 @@ func (s *Service) RemoveDeploymentWithin(ctx context.Context, id, ifMatch string
 	op := Operation{ID: newUUID(), Type: lifecycle.OperationRemove, State: lifecycle.OperationQueued, Strategy: lifecycle.StrategyRecreate,
 		OnFailure: OnFailureHalt, StepTimeout: t, RequestedBy: ActorOf(ctx), Deadline: now.Add(t)}
 	d, err := s.store.RemoveDeployment(ctx, id, op, func(d Deployment) error {
-		if ifMatch != "" && !ETagMatches(ifMatch, DeploymentETag(d)) {
-			return &lifecycle.Error{Code: lifecycle.EPRECONDITION, Type: "precondition-failed",
-				Message: "The deployment changed since it was read (If-Match does not match its ETag); read it again."}
-		}
-		return nil
+		return expect.check(d)
 	}, now)
 	if err == nil {
 		s.cache.invalidate(d.ClientID)
@@ -485,24 +482,30 @@ func (s *Service) RemoveDeploymentWithin(ctx context.Context, id, ifMatch string
 	return d, err
 }
 
-// DeploymentETag is the strong validator of a deployment's representation:
-// it changes with every state change, revision and report.
-func DeploymentETag(d Deployment) string {
-	return `"d-` + strings.ReplaceAll(d.ID, "-", "")[:12] + "-" + strconv.FormatInt(d.Generation, 10) + `"`
+// Precondition is what a change expects of the deployment it changes. The
+// store checks it on the deployment's locked row, so of two changes that
+// expect the same generation only the first passes. The zero value expects
+// nothing.
+type Precondition struct {
+	set         bool
+	generations []int64
 }
 
-// ETagMatches implements If-Match's strong comparison (RFC 9110 13.1.1):
-// "*" or a listed tag equal to etag; weak tags never match.
-func ETagMatches(header, etag string) bool {
-	if strings.TrimSpace(header) == "*" {
-		return true
+// ExpectGeneration is the precondition that the deployment's generation
+// (Deployment.Generation) is one of gs. With none it is never met: the
+// caller knows no generation that would do, yet the change must still be
+// refused only once the deployment is found and the change allowed.
+func ExpectGeneration(gs ...int64) Precondition {
+	return Precondition{set: true, generations: gs}
+}
+
+// check returns EPRECONDITION (precondition-failed) when d does not meet p.
+func (p Precondition) check(d Deployment) error {
+	if !p.set || slices.Contains(p.generations, d.Generation) {
+		return nil
 	}
-	for _, t := range strings.Split(header, ",") {
-		if strings.TrimSpace(t) == etag {
-			return true
-		}
-	}
-	return false
+	return &lifecycle.Error{Code: lifecycle.EPRECONDITION, Type: "precondition-failed",
+		Message: "The deployment changed since it was read (If-Match does not match its ETag); read it again."}
 }
 
 // Reads, each returning ENOTFOUND when the thing does not exist.

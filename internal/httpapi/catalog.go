@@ -115,7 +115,7 @@ func (s *Server) GetApplicationVersion(ctx context.Context, req api.GetApplicati
 	if media == "application/yaml" {
 		etag = `"` + strings.TrimPrefix(v.Digest, "sha256:") + `"`
 	}
-	if req.Params.IfNoneMatch != nil && etagMatches(*req.Params.IfNoneMatch, etag) {
+	if req.Params.IfNoneMatch != nil && etagMatches(*req.Params.IfNoneMatch, etag, weak) {
 		return api.GetApplicationVersion304Response{Headers: api.GetApplicationVersion304ResponseHeaders{ETag: etag}}, nil
 	}
 	if media == "application/yaml" {

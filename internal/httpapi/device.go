@@ -150,7 +150,7 @@ func (s *Server) GetStateManifest(ctx context.Context, req api.GetStateManifestR
 				Message: "The state manifest is available as " + manifestMediaType + "."}
 		}
 	}
-	if req.Params.IfNoneMatch != nil && etagMatches(*req.Params.IfNoneMatch, m.ETag) {
+	if req.Params.IfNoneMatch != nil && etagMatches(*req.Params.IfNoneMatch, m.ETag, weak) {
 		return notModified{etag: m.ETag}, nil
 	}
 	return manifestResponse{body: m.JSON, etag: m.ETag}, nil
@@ -173,7 +173,7 @@ func (s *Server) GetBundle(ctx context.Context, req api.GetBundleRequestObject) 
 		return nil, err
 	}
 	etag := `"` + req.Digest + `"`
-	if req.Params.IfNoneMatch != nil && etagMatches(*req.Params.IfNoneMatch, etag) {
+	if req.Params.IfNoneMatch != nil && etagMatches(*req.Params.IfNoneMatch, etag, weak) {
 		return notModified{etag: etag}, nil
 	}
 	return api.GetBundle200ApplicationvndMargoBundleV1TarGzipResponse{Body: bytes.NewReader(b), ContentLength: int64(len(b)),

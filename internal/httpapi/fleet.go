@@ -160,7 +160,7 @@ func (s *Server) CreateDeployment(ctx context.Context, req api.CreateDeploymentR
 		return nil, err
 	}
 	return api.CreateDeployment201JSONResponse{Body: deploymentBody(d),
-		Headers: api.CreateDeployment201ResponseHeaders{Location: deploymentPath(d.ID), ETag: fleet.DeploymentETag(d)}}, nil
+		Headers: api.CreateDeployment201ResponseHeaders{Location: deploymentPath(d.ID), ETag: deploymentETag(d.ID, d.Generation)}}, nil
 }
 
 // ListDeployments lists deployments.
@@ -188,12 +188,12 @@ func (s *Server) GetDeployment(ctx context.Context, req api.GetDeploymentRequest
 	if err != nil {
 		return nil, err
 	}
-	return api.GetDeployment200JSONResponse{Body: deploymentBody(d), Headers: api.GetDeployment200ResponseHeaders{ETag: fleet.DeploymentETag(d)}}, nil
+	return api.GetDeployment200JSONResponse{Body: deploymentBody(d), Headers: api.GetDeployment200ResponseHeaders{ETag: deploymentETag(d.ID, d.Generation)}}, nil
 }
 
 // DeleteDeployment removes a deployment from its device.
 func (s *Server) DeleteDeployment(ctx context.Context, req api.DeleteDeploymentRequestObject) (api.DeleteDeploymentResponseObject, error) {
-	d, err := s.fleet.RemoveDeploymentWithin(ctx, req.DeploymentId, deref(req.Params.IfMatch), req.Params.Timeout)
+	d, err := s.fleet.RemoveDeploymentWithin(ctx, req.DeploymentId, ifMatch(req.Params.IfMatch, req.DeploymentId), req.Params.Timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -71,22 +71,6 @@ func negotiate(accept string, offers ...string) (string, bool) {
 	return best, best != ""
 }
 
-// etagMatches implements If-None-Match's weak comparison (RFC 9110 section
-// 13.1.2): "*" or any listed tag equal to etag, W/ prefixes ignored.
-func etagMatches(header, etag string) bool {
-	header = strings.TrimSpace(header)
-	if header == "*" {
-		return true
-	}
-	strip := func(t string) string { return strings.TrimPrefix(strings.TrimSpace(t), "W/") }
-	for _, t := range strings.Split(header, ",") {
-		if strip(t) == strip(etag) {
-			return true
-		}
-	}
-	return false
-}
-
 // bodyReadError classifies a failure to read a request body.
 func bodyReadError(err error) error {
 	var mbe *http.MaxBytesError

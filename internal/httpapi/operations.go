@@ -122,7 +122,7 @@ func (s *Server) UpgradeDeployment(ctx context.Context, req api.UpgradeDeploymen
 	if b.Drain != nil {
 		in.Drain = &fleet.DrainOverride{Required: b.Drain.Required, Timeout: b.Drain.Timeout, OnTimeout: lifecycle.OnTimeout(deref(b.Drain.OnTimeout))}
 	}
-	p, op, err := s.fleet.Upgrade(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), deref(req.Params.IfMatch))
+	p, op, err := s.fleet.Upgrade(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), ifMatch(req.Params.IfMatch, req.DeploymentId))
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func (s *Server) UpgradeDeployment(ctx context.Context, req api.UpgradeDeploymen
 func (s *Server) ReconfigureDeployment(ctx context.Context, req api.ReconfigureDeploymentRequestObject) (api.ReconfigureDeploymentResponseObject, error) {
 	b := req.Body
 	p, op, err := s.fleet.Reconfigure(ctx, req.DeploymentId, fleet.ReconfigureRequest{Parameters: b.Parameters, OnFailure: string(deref(b.OnFailure)), Timeout: b.Timeout},
-		actorFrom(ctx), deref(b.DryRun), deref(req.Params.IfMatch))
+		actorFrom(ctx), deref(b.DryRun), ifMatch(req.Params.IfMatch, req.DeploymentId))
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func (s *Server) RollbackDeployment(ctx context.Context, req api.RollbackDeploym
 		audit := ctx
 		ctx = fleet.WithPlanned(ctx, func(p fleet.Plan) { setAuditDetail(audit, map[string]any{"forced": p.Forced}) })
 	}
-	p, op, err := s.fleet.Rollback(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), deref(req.Params.IfMatch))
+	p, op, err := s.fleet.Rollback(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), ifMatch(req.Params.IfMatch, req.DeploymentId))
 	if err != nil {
 		return nil, err
 	}
