@@ -73,6 +73,7 @@ type config struct {
 	devHeaderID     bool
 	deviceTLS12     bool
 	reportRetention int
+	eventRetention  time.Duration // how long the event log keeps an event
 	allowOverrides  bool
 	debugListen     string
 	deviceRate      float64
@@ -100,7 +101,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs := flag.NewFlagSet("wfm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c config
-	var level, mgmtRate, mgmtBurst, trustedProxies string
+	var level, mgmtRate, mgmtBurst, trustedProxies, eventRetention string
 	fs.StringVar(&c.listen, "listen", env("WFM_LISTEN", "127.0.0.1:8080"), "address of the HTTP listener (env WFM_LISTEN)")
 	fs.StringVar(&c.deviceListen, "device-listen", env("WFM_DEVICE_LISTEN", "127.0.0.1:8443"), "address of the device API listener (mTLS) (env WFM_DEVICE_LISTEN)")
 	fs.StringVar(&c.trustDomain, "trust-domain", env("WFM_TRUST_DOMAIN", "wfm.local"), "SPIFFE trust domain of WFM clients (env WFM_TRUST_DOMAIN)")
@@ -123,6 +124,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.forwardedHeader, "forwarded-header", env("WFM_FORWARDED_HEADER", httpapi.HeaderXForwardedFor), "the one header read from trusted proxies: x-forwarded-for or forwarded (RFC 7239); the other is ignored. Choose the one your proxy appends to (env WFM_FORWARDED_HEADER)")
 	fs.BoolVar(&c.deviceTLS12, "device-tls12", getenv("WFM_DEVICE_TLS12") == "true", "also accept TLS 1.2 on the device listener (Margo allows it only as a non-default fallback) (env WFM_DEVICE_TLS12=true)")
 	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
+	fs.StringVar(&eventRetention, "event-retention", env("WFM_EVENT_RETENTION", postgres.DefaultEventRetention.String()), "how long the event log keeps an event, a duration from 1h to 87600h (10 years); pruned hourly (env WFM_EVENT_RETENTION)")
 	c.adminToken = getenv("WFM_ADMIN_TOKEN")
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", getenv("WFM_ADMIN_TOKEN_FILE"), "file holding the bootstrap admin token (env WFM_ADMIN_TOKEN_FILE; or the token itself in WFM_ADMIN_TOKEN); empty with the private PostgreSQL: <data-dir>/admin-token, created once")
 	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL; empty: start a private PostgreSQL (env DATABASE_URL)")
@@ -130,7 +132,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&level, "log-level", env("WFM_LOG_LEVEL", "info"), "debug, info, warn or error (env WFM_LOG_LEVEL)")
 	fs.StringVar(&c.logFormat, "log-format", env("WFM_LOG_FORMAT", "text"), "text or json (env WFM_LOG_FORMAT)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to let requests finish on shutdown")
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
@@ -163,11 +166,21 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.reportRetention < 1 {
 		return c, errors.New("-report-retention must be at least 1")
 	}
+	if c.eventRetention, err = time.ParseDuration(eventRetention); err != nil || c.eventRetention < minEventRetention || c.eventRetention > maxEventRetention {
+		return c, fmt.Errorf("-event-retention %q: want a duration from %s to %s", eventRetention, minEventRetention, maxEventRetention)
+	}
 	if err := (identity.Config{TrustDomain: c.trustDomain, WFMID: c.wfmID}).Validate(); err != nil {
 		return c, err
 	}
 	return c, nil
 }
+
+// The range of -event-retention: below an hour (the pruning interval) a
+// consumer restarting loses events; above ten years the log only grows.
+const (
+	minEventRetention = time.Hour
+	maxEventRetention = 10 * 365 * 24 * time.Hour
+)
 
 // parseMgmtLimit reads the management rate limit and the trusted proxies.
 func parseMgmtLimit(c *config, rate, burst, proxies string) error {
@@ -402,6 +415,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sched := fleet.NewScheduler(fl, time.Second)
 	sched.Start(context.WithoutCancel(ctx))
 	defer sched.Stop()
+
+	// The event log keeps events for -event-retention: pruned now and hourly.
+	pruner := postgres.NewEventPruner(postgres.NewEventLog(pool), postgres.EventRetention{MaxAge: c.eventRetention},
+		postgres.DefaultPruneInterval, time.Now, log)
+	pruner.Start(context.WithoutCancel(ctx))
+	defer pruner.Stop()
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -158,116 +157,108 @@ func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// decide is the scheduler's rule for one visit of an operation.
+// decide is the scheduler's visit of an operation: it loads what the
+// decision needs (the catalog, the device, rendered revisions), hands it to
+// the pure lifecycle.DecideVisit and turns the decision into an Advance.
 func (s *Service) decide(ctx context.Context) func(Visit) (Advance, error) {
 	return func(v Visit) (Advance, error) {
 		now := s.now().UTC()
 		op, d := v.Op, v.Deployment
 		if op.Type == lifecycle.OperationRemove {
-			return decideRemoval(op, d, now), nil
+			return s.advance(lifecycle.DecideRemovalVisit(d.State, d.StateReason, op.Deadline, now), nil, op, d, v, now), nil
 		}
-		cur := op.current()
-		if cur == nil {
-			return Advance{Finish: lifecycle.OperationSucceeded}, nil
-		}
-		if d.Removing {
-			return Advance{Finish: lifecycle.OperationCancelled, Reason: "deployment-removed"}, nil
-		}
-		switch cur.State {
-		case lifecycle.StepPending:
-			if op.State == lifecycle.OperationQueued && now.After(op.Deadline) {
-				return Advance{Finish: lifecycle.OperationFailed, Reason: "timeout: the operation could not start before its deadline"}, nil
+		in := lifecycle.VisitInput{Now: now, OpState: op.State, Deadline: op.Deadline, Steps: len(op.Steps),
+			AutoRollback:    op.OnFailure == OnFailureRollback && op.Type != lifecycle.OperationRollback,
+			DeploymentState: d.State, StateReason: d.StateReason, Removing: d.Removing, Revision: d.Revision,
+			InstalledRevision: d.InstalledRevision, Drained: v.LastPhase == string(margo.PhaseDrained)}
+		var pub *Publication
+		if cur := op.current(); cur != nil {
+			in.Current = &lifecycle.VisitStep{N: cur.N, State: cur.State, Revision: cur.Revision, PublishedAt: cur.PublishedAt}
+			if !d.Removing {
+				pub, in.Publish = s.prepare(ctx, op, *cur, d, v)
+				if cur.State == lifecycle.StepPublished && d.Revision == cur.Revision && d.State != lifecycle.StateInstalled && d.State != lifecycle.StateFailed {
+					in.Drain.Drain, in.Drain.Err = s.stepDrain(ctx, op, *cur, d)
+				}
+				if in.AutoRollback && cur.State == lifecycle.StepPublished && (d.State == lifecycle.StateFailed || now.After(op.Deadline)) {
+					in.Rollback = s.rollbackFacts(ctx, op, d, v)
+				}
 			}
-			pub, err := s.publication(ctx, op, *cur, d, v)
-			if err != nil {
-				return publishFailure(err)
-			}
-			return Advance{Publish: pub, Deadline: now.Add(stepBudget(op.StepTimeout, pub.Drain))}, nil
-		case lifecycle.StepPublished:
-		default:
-			return Advance{}, nil
 		}
-		if d.Revision != cur.Revision {
-			return Advance{Finish: lifecycle.OperationFailed, Reason: "superseded: the deployment's desired revision changed"}, nil
-		}
-		switch d.State {
-		case lifecycle.StateInstalled:
-			next := Advance{StepInstalled: cur.N}
-			if cur.N == len(op.Steps) {
-				next.Finish = lifecycle.OperationSucceeded
-				return next, nil
-			}
-			pub, err := s.publication(ctx, op, op.Steps[cur.N], d, v) // steps are 1-based: index cur.N is the next one
-			if err != nil {
-				adv, err := publishFailure(err)
-				adv.StepInstalled = cur.N
-				return adv, err
-			}
-			next.Publish, next.Deadline = pub, now.Add(stepBudget(op.StepTimeout, pub.Drain))
-			return next, nil
-		case lifecycle.StateFailed:
-			adv := Advance{Finish: lifecycle.OperationFailed, Reason: "device-failed: " + d.StateReason}
-			s.followUpRollback(ctx, &adv, op, d, v, now)
-			return adv, nil
-		}
-		drain, err := s.stepDrain(ctx, op, *cur, d)
+		dec, err := lifecycle.DecideVisit(in)
 		if err != nil {
-			return Advance{}, err
+			return Advance{StepInstalled: dec.StepInstalled}, err
 		}
-		stillDraining := d.State == lifecycle.StateDraining && v.LastPhase != string(margo.PhaseDrained)
-		if drain != nil && drain.EffectiveOnTimeout() == lifecycle.OnTimeoutAbort && stillDraining &&
-			now.After(cur.PublishedAt.Add(drain.EffectiveTimeout())) {
-			adv := Advance{Finish: lifecycle.OperationFailed, Reason: "drain-timeout"}
-			// The device keeps running what it ran: that revision becomes
-			// desired again.
-			if d.InstalledRevision > 0 && d.InstalledRevision != d.Revision {
-				adv.RevertTo = d.InstalledRevision
-			} else {
-				adv.FailDeployment = true
-			}
-			return adv, nil
-		}
-		if now.After(op.Deadline) {
-			adv := Advance{Finish: lifecycle.OperationFailed, Reason: "timeout", FailDeployment: true}
-			if stillDraining {
-				adv.Reason = "drain-timeout"
-			}
-			s.followUpRollback(ctx, &adv, op, d, v, now)
-			return adv, nil
-		}
-		return Advance{}, nil
+		return s.advance(dec, pub, op, d, v, now), nil
 	}
 }
 
-// decideRemoval is the rule for a remove operation, which has no steps: the
-// removal was published when it was created. It succeeds once the deployment
-// is removed (the device confirmed, or it unregistered), fails when the
-// device reported the removal failed, and fails the deployment (removing →
-// failed, cause deadline) when the device stays silent past the deadline. A
-// later DELETE retries the removal.
-func decideRemoval(op Operation, d Deployment, now time.Time) Advance {
+// prepare renders the revision a visit may publish: the current step when
+// it is pending, the next one when the current one is published and the
+// deployment installed it.
+func (s *Service) prepare(ctx context.Context, op Operation, cur Step, d Deployment, v Visit) (*Publication, lifecycle.Prepared) {
+	st := cur
 	switch {
-	case d.State == lifecycle.StateRemoved:
-		return Advance{Finish: lifecycle.OperationSucceeded}
-	case d.State == lifecycle.StateFailed:
-		return Advance{Finish: lifecycle.OperationFailed, Reason: "device-failed: " + d.StateReason}
-	case now.After(op.Deadline):
-		return Advance{Finish: lifecycle.OperationFailed, Reason: "timeout: the device did not confirm the removal", FailDeployment: true}
+	case cur.State == lifecycle.StepPending:
+	case cur.State == lifecycle.StepPublished && d.Revision == cur.Revision && d.State == lifecycle.StateInstalled && cur.N < len(op.Steps):
+		st = op.Steps[cur.N] // steps are 1-based: index cur.N is the next one
+	default:
+		return nil, lifecycle.Prepared{}
 	}
-	return Advance{}
+	pub, err := s.publication(ctx, op, st, d, v)
+	if err != nil {
+		return nil, lifecycle.Prepared{Err: err}
+	}
+	return pub, lifecycle.Prepared{Drain: pub.Drain}
 }
 
-// publishFailure turns a failure to render a step into the operation's
-// end when it is a lasting one (an invalid description, no profile fits),
-// and into a retried visit when it is not (a database hiccup).
-func publishFailure(err error) (Advance, error) {
-	switch lifecycle.ErrorCode(err) {
-	case lifecycle.EINTERNAL, lifecycle.EUNAVAILABLE:
-		return Advance{}, err
+// rollbackFacts loads what an automatic rollback of a failing operation is
+// decided on: the revision to restore and the failed version's policy.
+func (s *Service) rollbackFacts(ctx context.Context, op Operation, d Deployment, v Visit) lifecycle.AutoRollbackFacts {
+	f := lifecycle.AutoRollbackFacts{Target: lifecycle.RollbackTarget(op.BaseRevision, d.InstalledRevision, d.Revision)}
+	base, ok := v.Revisions[f.Target]
+	if !ok {
+		return f
 	}
-	var de *lifecycle.Error
-	errors.As(err, &de)
-	return Advance{Finish: lifecycle.OperationFailed, Reason: "cannot publish: " + de.Type + ": " + de.Message}, nil
+	failed, ok := v.Revisions[d.Revision]
+	if !ok {
+		return f
+	}
+	f.Found, f.TargetVersion, f.FailedVersion = true, base.Version, failed.Version
+	f.WindowStart = rollbackWindowStartIn(v.Revisions, failed.N)
+	if lifecycle.Compare(base.Version, failed.Version) < 0 {
+		cv, err := s.catalog.Get(ctx, d.ApplicationID, failed.Version.String())
+		if err != nil {
+			f.PolicyErr = err
+			return f
+		}
+		desc, err := s.catalog.Description(cv)
+		if err != nil {
+			f.PolicyErr = err
+			return f
+		}
+		f.Policy = desc.Lifecycle.Rollback
+	}
+	return f
+}
+
+// advance turns a visit's decision into what the store applies: the
+// prepared publication with its deadline, and the follow-up rollback
+// operation.
+func (s *Service) advance(dec lifecycle.VisitDecision, pub *Publication, op Operation, d Deployment, v Visit, now time.Time) Advance {
+	adv := Advance{StepInstalled: dec.StepInstalled, Finish: dec.Finish, Reason: dec.Reason, RevertTo: dec.RevertTo, FailDeployment: dec.FailDeployment}
+	if dec.Publish {
+		adv.Publish, adv.Deadline = pub, now.Add(stepBudget(op.StepTimeout, dec.PublishDrain))
+	}
+	if dec.RollBackTo != 0 {
+		base := v.Revisions[dec.RollBackTo]
+		f := s.newOperation(d, lifecycle.OperationRollback, base.Version, base.Parameters, base.ProfileID, base.Strategy, nil, OnFailureHalt, op.StepTimeout,
+			Actor{ID: "scheduler (onFailure: rollback of " + op.ID + ")"}, nil)
+		f.RestoreRevision = base.N
+		f.Deadline = now.Add(stepBudget(f.StepTimeout, nil))
+		adv.FollowUp = f
+		adv.Reason += "; rolling back automatically (operation " + f.ID + ")"
+	}
+	return adv
 }
 
 // stepDrain is the drain of a step: the operation's for its final step, the
@@ -285,52 +276,6 @@ func (s *Service) stepDrain(ctx context.Context, op Operation, st Step, d Deploy
 		return nil, err
 	}
 	return lifecycle.ChooseDrain(nil, desc.Lifecycle.Upgrade), nil
-}
-
-// followUpRollback adds, for onFailure: rollback, an operation that restores
-// the revision desired before — only where the failed version's rollback
-// policy allows it (otherwise the reason says why not).
-func (s *Service) followUpRollback(ctx context.Context, adv *Advance, op Operation, d Deployment, v Visit, now time.Time) {
-	if op.OnFailure != OnFailureRollback || op.Type == lifecycle.OperationRollback {
-		return
-	}
-	// Back to what ran just before: the last installed revision (a hop of
-	// this operation, or the base).
-	target := op.BaseRevision
-	if d.InstalledRevision > target && d.InstalledRevision < d.Revision {
-		target = d.InstalledRevision
-	}
-	base, ok := v.Revisions[target]
-	if !ok {
-		return
-	}
-	failed, ok := v.Revisions[d.Revision]
-	if !ok {
-		return
-	}
-	if lifecycle.Compare(base.Version, failed.Version) < 0 {
-		cv, err := s.catalog.Get(ctx, d.ApplicationID, failed.Version.String())
-		if err != nil {
-			adv.Reason += "; no automatic rollback: " + err.Error()
-			return
-		}
-		desc, err := s.catalog.Description(cv)
-		if err != nil {
-			adv.Reason += "; no automatic rollback: " + err.Error()
-			return
-		}
-		if _, err := lifecycle.CheckRollback(lifecycle.RollbackInput{Installed: failed.Version, Policy: desc.Lifecycle.Rollback,
-			InstalledAt: rollbackWindowStartIn(v.Revisions, failed.N), Now: now, Target: base.Version, ForceRefusal: "automatic rollbacks never override policy"}); err != nil {
-			adv.Reason += "; no automatic rollback: " + err.Error()
-			return
-		}
-	}
-	f := s.newOperation(d, lifecycle.OperationRollback, base.Version, base.Parameters, base.ProfileID, base.Strategy, nil, OnFailureHalt, op.StepTimeout,
-		Actor{ID: "scheduler (onFailure: rollback of " + op.ID + ")"}, nil)
-	f.RestoreRevision = base.N
-	f.Deadline = now.Add(stepBudget(f.StepTimeout, nil))
-	adv.FollowUp = f
-	adv.Reason += "; rolling back automatically (operation " + f.ID + ")"
 }
 
 // publication renders the revision a step publishes.

@@ -19,3 +19,7 @@ var (
 	InTx        = inTx
 	AuditChange = auditChange
 )
+
+// RunOnce exposes one run of the event pruner to this package's external
+// tests.
+func (p *EventPruner) RunOnce(ctx context.Context) (int64, error) { return p.runOnce(ctx) }
