@@ -61,18 +61,26 @@ func envWith(kv map[string]string) func(string) string {
 	}
 }
 
-var listenLine = regexp.MustCompile(`wfm listening on (http://\S+) `)
+var listenLine = regexp.MustCompile(`wfm listening on (https?://\S+) `)
 
 // startServer runs the server in the background and returns its base URL and
 // a function that stops it and returns run's result.
 func startServer(t *testing.T, args []string, getenv func(string) string) (string, func() error) {
+	t.Helper()
+	return startServerLogging(t, args, getenv, io.Discard)
+}
+
+// startServerLogging is startServer with the server's log written to
+// stderr. The lines logged before the server prints its address are complete
+// when it returns.
+func startServerLogging(t *testing.T, args []string, getenv func(string) string, stderr io.Writer) (string, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dataDir := reachableTempDir(t) // later -data-dir arguments win
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		err := run(ctx, append([]string{"-listen", "127.0.0.1:0", "-device-listen", "127.0.0.1:0", "-data-dir", dataDir}, args...), getenv, pw, io.Discard)
+		err := run(ctx, append([]string{"-listen", "127.0.0.1:0", "-device-listen", "127.0.0.1:0", "-data-dir", dataDir}, args...), getenv, pw, stderr)
 		pw.CloseWithError(fmt.Errorf("run returned: %v", err))
 		done <- err
 	}()

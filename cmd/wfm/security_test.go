@@ -3,17 +3,14 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -67,50 +64,16 @@ func (l *lockedBuffer) line(t *testing.T, msg string) map[string]any {
 	return found
 }
 
-var schemeListenLine = regexp.MustCompile(`wfm listening on (https?://\S+) `)
-
 // startLogged runs the server against a fresh database with JSON logs and
 // returns its management base URL (http or https) and its log. The log
 // lines written before the server prints its address (the security posture,
 // the listener warning) are complete when it returns.
 func startLogged(t *testing.T, args ...string) (string, *lockedBuffer) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	logs := &lockedBuffer{}
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	all := append([]string{"-listen", "127.0.0.1:0", "-device-listen", "127.0.0.1:0", "-data-dir", t.TempDir(), "-log-format", "json"}, args...)
 	getenv := envWith(map[string]string{"DATABASE_URL": pgtest.URL(t), "WFM_ADMIN_TOKEN": "test-admin-token-0123456789"})
-	go func() {
-		err := run(ctx, all, getenv, pw, logs)
-		pw.CloseWithError(fmt.Errorf("run returned: %v", err))
-		done <- err
-	}()
-	base := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			if m := schemeListenLine.FindStringSubmatch(sc.Text()); m != nil {
-				base <- m[1]
-			}
-		}
-		close(base)
-	}()
-	var result error
-	finished := make(chan struct{})
-	go func() { result = <-done; close(finished) }()
-	t.Cleanup(func() { cancel(); <-finished })
-	select {
-	case u, ok := <-base:
-		if !ok {
-			<-finished
-			t.Fatalf("server ended before listening: %v", result)
-		}
-		return u, logs
-	case <-time.After(60 * time.Second):
-		t.Fatal("server did not start listening within 60s")
-		return "", nil
-	}
+	url, _ := startServerLogging(t, append([]string{"-log-format", "json"}, args...), getenv, logs)
+	return url, logs
 }
 
 // getWith GETs url with a client that trusts roots and speaks at most TLS

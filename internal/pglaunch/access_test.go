@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -76,7 +75,7 @@ func TestOtherOSUserIsRefused(t *testing.T) {
 
 	// No TCP listener at all: the server is configured without one, holds
 	// no listening TCP socket, and nothing listens on its port.
-	assert.Empty(t, queryString(t, s.URL("postgres"), "SHOW listen_addresses"), "listen_addresses")
+	assert.Empty(t, queryOne[string](t, s.URL("postgres"), "SHOW listen_addresses"), "listen_addresses")
 	listeners := tcpListeners(t)
 	for inode := range socketInodes(t, s.PID()) {
 		assert.NotContains(t, listeners, inode, "postgres %d holds a listening TCP socket", s.PID())
@@ -128,7 +127,7 @@ func TestConvertsTrustDataDir(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(s.DataDir(), "pg_ident.conf"), nil, 0o600))
 
 	s = start(t, opts)
-	assert.Equal(t, 5, queryInt(t, s.URL("postgres"), "SELECT n FROM kept"), "data survives the conversion")
+	assert.Equal(t, 5, queryOne[int](t, s.URL("postgres"), "SELECT n FROM kept"), "data survives the conversion")
 	hba, err := os.ReadFile(filepath.Join(s.DataDir(), "pg_hba.conf"))
 	require.NoError(t, err)
 	assert.NotContains(t, string(hba), "trust")
@@ -148,7 +147,7 @@ func TestLongDataDirGetsPrivateSocketFolder(t *testing.T) {
 	fi, err := os.Stat(s.SocketDir())
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "socket folder mode")
-	assert.Equal(t, 1, queryInt(t, s.URL("postgres"), "SELECT 1"))
+	assert.Equal(t, 1, queryOne[int](t, s.URL("postgres"), "SELECT 1"))
 	require.NoError(t, s.Stop())
 	assert.NoDirExists(t, s.SocketDir(), "Stop removes the socket folder it made")
 }
@@ -219,17 +218,6 @@ func portWithoutTCPListener(t *testing.T) int {
 	}
 	t.Fatal("no port without a TCP listener between 55432 and 56432")
 	return 0
-}
-
-func queryString(t testing.TB, url, sql string) string {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	var s string
-	require.NoError(t, conn.QueryRow(ctx, sql).Scan(&s))
-	return s
 }
 
 // TestProcessWithoutPasswdEntry: a uid the user database does not know (a

@@ -62,15 +62,16 @@ func exec1(t testing.TB, s *Server, sql string, args ...any) {
 	require.NoError(t, err)
 }
 
-func queryInt(t testing.TB, url, sql string) int {
+// queryOne returns the one value sql selects.
+func queryOne[T any](t testing.TB, url, sql string) T {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	var n int
-	require.NoError(t, conn.QueryRow(ctx, sql).Scan(&n))
-	return n
+	var v T
+	require.NoError(t, conn.QueryRow(ctx, sql).Scan(&v))
+	return v
 }
 
 func TestStartStopRestart(t *testing.T) {
@@ -101,7 +102,7 @@ func TestStartStopRestart(t *testing.T) {
 	assert.Contains(t, err.Error(), `invalid value for parameter "shared_buffers"`, "error shows the server log")
 
 	s = start(t, opts)
-	assert.Equal(t, 42, queryInt(t, s.URL("postgres"), "SELECT n FROM kept"), "data survives a restart")
+	assert.Equal(t, 42, queryOne[int](t, s.URL("postgres"), "SELECT n FROM kept"), "data survives a restart")
 
 	// A server that ends without Stop is noticed through Done and Err.
 	// (SIGTERM rather than SIGKILL, which would leave its shared memory
@@ -144,7 +145,7 @@ func TestStartUnreachableDataDir(t *testing.T) {
 
 	s = start(t, opts)
 	assert.Equal(t, target, s.DataDir(), "the next start finds the same cluster")
-	assert.Equal(t, 9, queryInt(t, s.URL("postgres"), "SELECT n FROM kept"), "data survives a restart")
+	assert.Equal(t, 9, queryOne[int](t, s.URL("postgres"), "SELECT n FROM kept"), "data survives a restart")
 	require.NoError(t, s.Stop())
 
 	// A folder that already holds something is not moved behind the user's back.
@@ -217,7 +218,7 @@ func TestServerDiesWithKilledParent(t *testing.T) {
 	_ = conn.Close(ctx)
 
 	s := start(t, Options{BinDir: bin, DataDir: dir, Settings: fastSettings})
-	assert.Equal(t, 7, queryInt(t, s.URL("postgres"), "SELECT n FROM kept"), "data survives the crash")
+	assert.Equal(t, 7, queryOne[int](t, s.URL("postgres"), "SELECT n FROM kept"), "data survives the crash")
 }
 
 // TestHelperProcess is not a test: TestServerDiesWithKilledParent runs this
