@@ -53,7 +53,6 @@ type batch struct {
 // Returns an error if a guard fails (the row changed under the decision:
 // the caller must roll back) or the database fails.
 func apply(ctx context.Context, tx pgx.Tx, b batch) error {
-	versions := map[string]uint64{}
 	var clients []string
 	for _, c := range b.changes {
 		if c.Manifest && !slices.Contains(clients, c.After.ClientID) {
@@ -61,12 +60,9 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 		}
 	}
 	slices.Sort(clients)
-	for _, id := range clients {
-		v, err := bumpManifest(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		versions[id] = v
+	versions, err := bumpManifests(ctx, tx, clients, b.changes[0].At)
+	if err != nil {
+		return err
 	}
 	var events []lifecycle.Event
 	notify := []string{}
@@ -94,10 +90,8 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 			return err
 		}
 	}
-	for _, id := range clients {
-		if err := renderManifest(ctx, tx, id, versions[id], b.changes[0].At); err != nil {
-			return err
-		}
+	if err := publish(ctx, tx, versions, b.changes, b.changes[0].At); err != nil {
+		return err
 	}
 	for _, id := range notify {
 		if _, err := tx.Exec(ctx, `SELECT pg_notify('`+SchedulerChannel+`', $1)`, id); err != nil {
@@ -238,9 +232,9 @@ func insertRevision(ctx context.Context, tx pgx.Tx, d lifecycle.Deployment, r li
 	pending := string(lifecycle.InitialOutcome)
 	if r.CopyOf > 0 {
 		tag, err := tx.Exec(ctx, `
-INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, yaml, digest,
+INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, digest,
     manifest_version, created_at, operation_id, forced, force_reason, strategy, installed_at)
-SELECT deployment_id, $2, application_id, version, profile_id, parameters, operation, $3, components, yaml, digest,
+SELECT deployment_id, $2, application_id, version, profile_id, parameters, operation, $3, components, digest,
     $4, $5, $6, forced, force_reason, strategy, installed_at
 FROM revisions WHERE deployment_id = $1 AND n = $7`, d.ID, r.N, pending, int64(v), now, opID, r.CopyOf)
 		if err == nil && tag.RowsAffected() != 1 {
@@ -253,10 +247,10 @@ FROM revisions WHERE deployment_id = $1 AND n = $7`, d.ID, r.N, pending, int64(v
 		return err
 	}
 	_, err = tx.Exec(ctx, `
-INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, yaml, digest,
+INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, digest,
     manifest_version, created_at, operation_id, forced, force_reason, strategy)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
-		d.ID, r.N, d.ApplicationID, r.Version, r.ProfileID, string(params), string(r.Kind), pending, r.Components, r.YAML, margo.Digest(r.YAML),
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+		d.ID, r.N, d.ApplicationID, r.Version, r.ProfileID, string(params), string(r.Kind), pending, r.Components, margo.Digest(r.YAML),
 		int64(v), now, opID, r.Forced, r.ForceReason, string(r.Strategy))
 	return err
 }

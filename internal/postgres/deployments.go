@@ -408,8 +408,12 @@ func (s *FleetStore) Deployments(ctx context.Context, f fleet.DeploymentFilter, 
 	return ds, translate(err)
 }
 
-const sqlRevisionColumns = `deployment_id::text, n, application_id, version, profile_id, parameters::text, operation, outcome, yaml, digest,
-manifest_version, created_at, components, forced, force_reason, strategy, installed_at`
+// sqlRevisionColumns are read FROM sqlRevisionFrom: a revision's YAML is
+// its document's.
+const sqlRevisionColumns = `r.deployment_id::text, r.n, r.application_id, r.version, r.profile_id, r.parameters::text, r.operation, r.outcome,
+doc.yaml, r.digest, r.manifest_version, r.created_at, r.components, r.forced, r.force_reason, r.strategy, r.installed_at`
+
+const sqlRevisionFrom = ` FROM revisions r JOIN documents doc ON doc.deployment_id = r.deployment_id AND doc.digest = r.digest`
 
 func scanRevision(row pgx.Row) (fleet.Revision, error) {
 	var r fleet.Revision
@@ -437,7 +441,7 @@ func (s *FleetStore) Revisions(ctx context.Context, id string, before, limit int
 	if before <= 0 {
 		before = 1<<31 - 1
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+sqlRevisionColumns+` FROM revisions WHERE deployment_id = $1 AND n < $2 ORDER BY n DESC LIMIT $3`, id, before, limit)
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlRevisionColumns+sqlRevisionFrom+` WHERE r.deployment_id = $1 AND r.n < $2 ORDER BY r.n DESC LIMIT $3`, id, before, limit)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -450,7 +454,7 @@ func (s *FleetStore) Revision(ctx context.Context, id string, n int) (fleet.Revi
 	if !validUUID(id) {
 		return fleet.Revision{}, notFound("There is no deployment %s.", id)
 	}
-	r, err := scanRevision(s.pool.QueryRow(ctx, `SELECT `+sqlRevisionColumns+` FROM revisions WHERE deployment_id = $1 AND n = $2`, id, n))
+	r, err := scanRevision(s.pool.QueryRow(ctx, `SELECT `+sqlRevisionColumns+sqlRevisionFrom+` WHERE r.deployment_id = $1 AND r.n = $2`, id, n))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, notFound("Deployment %s has no revision %d.", id, n)
 	}
@@ -500,22 +504,12 @@ func (s *FleetStore) DeploymentYAML(ctx context.Context, clientID, id, digest st
 		return nil, notFound("No deployment %s with digest %s.", id, digest)
 	}
 	var yaml []byte
-	err := s.pool.QueryRow(ctx, `SELECT r.yaml FROM revisions r JOIN deployments d ON d.id = r.deployment_id
-WHERE r.deployment_id = $1 AND d.client_id = $2 AND r.digest = $3 LIMIT 1`, id, clientID, digest).Scan(&yaml)
+	err := s.pool.QueryRow(ctx, `SELECT doc.yaml FROM documents doc JOIN deployments d ON d.id = doc.deployment_id
+WHERE doc.deployment_id = $1 AND d.client_id = $2 AND doc.digest = $3`, id, clientID, digest).Scan(&yaml)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("No deployment %s with digest %s.", id, digest)
 	}
 	return yaml, translate(err)
-}
-
-// Bundle implements fleet.Store.
-func (s *FleetStore) Bundle(ctx context.Context, clientID, digest string) ([]byte, error) {
-	var b []byte
-	err := s.pool.QueryRow(ctx, `SELECT content FROM bundles WHERE client_id = $1 AND digest = $2`, clientID, digest).Scan(&b)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("No bundle with digest %s.", digest)
-	}
-	return b, translate(err)
 }
 
 // validUUID reports whether s is a UUID in its canonical text form, so that

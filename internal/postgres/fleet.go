@@ -13,7 +13,6 @@ import (
 
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
-	"github.com/wfm-dev/wfm/internal/margo"
 	"github.com/wfm-dev/wfm/internal/page"
 )
 
@@ -50,11 +49,12 @@ func notFound(format string, args ...any) error {
 // ---- clients and manifests ----
 
 const (
-	sqlClientManifest = `SELECT status, manifest_version, manifest_json, manifest_etag FROM clients WHERE id = $1`
-	sqlInsertClient   = `
-INSERT INTO clients (id, status, manifest_version, manifest_json, manifest_etag, bundle_digest, created_at, updated_at)
-VALUES ($1, 'accepted', 1, $2, $3, NULL, $4, $4)
-ON CONFLICT (id) DO NOTHING`
+	// sqlInsertClient inserts an accepted client whose first manifest
+	// (version 1) has no deployments; it is rendered when read.
+	sqlInsertClient = `
+WITH c AS (INSERT INTO clients (id, status, manifest_version, created_at, updated_at) VALUES ($1, 'accepted', 1, $2, $2)
+    ON CONFLICT (id) DO NOTHING RETURNING id)
+INSERT INTO manifest_versions (client_id, version, published_at) SELECT id, 1, $2 FROM c`
 	sqlClientColumns = `c.id, c.status, c.manifest_version, c.created_at, c.updated_at, c.retired_at,
 (SELECT count(*) FROM devices d WHERE d.client_id = c.id AND d.registered)`
 	sqlClient      = `SELECT ` + sqlClientColumns + ` FROM clients c WHERE c.id = $1`
@@ -66,55 +66,25 @@ ON CONFLICT (id) DO NOTHING`
 
 // ClientManifest implements fleet.Store.
 func (s *FleetStore) ClientManifest(ctx context.Context, clientID string, create bool, now time.Time) (fleet.Manifest, error) {
-	m, err := s.readManifest(ctx, s.pool, clientID)
+	m, err := s.readManifest(ctx, clientID)
 	if err == nil || !create || lifecycle.ErrorCode(err) != lifecycle.ENOTFOUND {
 		return m, err
 	}
-	if err := s.createClient(ctx, clientID, now); err != nil {
-		return fleet.Manifest{}, err
+	if _, err := s.pool.Exec(ctx, sqlInsertClient, clientID, now); err != nil {
+		return fleet.Manifest{}, translate(err)
 	}
-	return s.readManifest(ctx, s.pool, clientID)
+	return s.readManifest(ctx, clientID)
 }
 
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func (s *FleetStore) readManifest(ctx context.Context, q querier, clientID string) (fleet.Manifest, error) {
-	m := fleet.Manifest{ClientID: clientID}
-	var status string
-	var version int64
-	err := q.QueryRow(ctx, sqlClientManifest, clientID).Scan(&status, &version, &m.JSON, &m.ETag)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return m, notFound("There is no client %s.", clientID)
-	}
-	if err != nil {
-		return m, translate(err)
-	}
-	m.Status, m.Version = fleet.ClientStatus(status), uint64(version)
-	return m, nil
-}
-
-// createClient inserts an accepted client whose first manifest (version 1)
-// has no deployments.
-func (s *FleetStore) createClient(ctx context.Context, clientID string, now time.Time) error {
-	js, _, err := margo.RenderManifest(margo.StateManifest{Version: 1})
-	if err != nil {
-		return err
-	}
-	_, err = s.pool.Exec(ctx, sqlInsertClient, clientID, js, margo.ETag(js), now)
-	return translate(err)
-}
-
 // AcceptClient implements fleet.Store.
 func (s *FleetStore) AcceptClient(ctx context.Context, clientID string, now time.Time) (fleet.Client, bool, error) {
-	js, _, err := margo.RenderManifest(margo.StateManifest{Version: 1})
-	if err != nil {
-		return fleet.Client{}, false, err
-	}
 	created := false
-	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, sqlInsertClient, clientID, js, margo.ETag(js), now)
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlInsertClient, clientID, now)
 		if err != nil {
 			return err
 		}
@@ -188,60 +158,6 @@ func (s *FleetStore) Clients(ctx context.Context, after string, limit int) ([]fl
 	}
 	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Client, error) { return scanClient(r) })
 	return cs, translate(err)
-}
-
-// publish bumps the client's manifest version (locking its row) and returns
-// the new version. Call render afterwards, in the same transaction, once the
-// revisions of that version are written.
-func bumpManifest(ctx context.Context, tx pgx.Tx, clientID string) (uint64, error) {
-	var v int64
-	err := tx.QueryRow(ctx, `UPDATE clients SET manifest_version = manifest_version + 1 WHERE id = $1 RETURNING manifest_version`, clientID).Scan(&v)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, notFound("There is no client %s.", clientID)
-	}
-	return uint64(v), err
-}
-
-const sqlManifestEntries = `
-SELECT d.id::text, r.yaml
-FROM deployments d JOIN revisions r ON r.deployment_id = d.id AND r.n = d.revision
-WHERE d.client_id = $1 AND NOT d.removing
-ORDER BY d.id`
-
-// renderManifest writes the client's manifest of version v from the
-// deployments as they are now in tx, with its bundle, and announces it.
-func renderManifest(ctx context.Context, tx pgx.Tx, clientID string, v uint64, now time.Time) error {
-	rows, err := tx.Query(ctx, sqlManifestEntries, clientID)
-	if err != nil {
-		return err
-	}
-	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (margo.ManifestEntry, error) {
-		var e margo.ManifestEntry
-		err := r.Scan(&e.DeploymentID, &e.YAML)
-		return e, err
-	})
-	if err != nil {
-		return err
-	}
-	js, bundle, err := margo.RenderManifest(margo.StateManifest{Version: v, Deployments: entries})
-	if err != nil {
-		return err
-	}
-	var bundleDigest *string
-	if bundle != nil {
-		d := margo.Digest(bundle)
-		bundleDigest = &d
-		if _, err := tx.Exec(ctx, `INSERT INTO bundles (client_id, digest, content, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
-			clientID, d, bundle, now); err != nil {
-			return err
-		}
-	}
-	if _, err := tx.Exec(ctx, `UPDATE clients SET manifest_json = $2, manifest_etag = $3, bundle_digest = $4, updated_at = $5 WHERE id = $1`,
-		clientID, js, margo.ETag(js), bundleDigest, now); err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, sqlNotify, clientID)
-	return err
 }
 
 // ---- devices ----

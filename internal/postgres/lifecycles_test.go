@@ -86,6 +86,8 @@ VALUES ('c1', 'accepted', 1, '', 'e', now(), now());
 INSERT INTO devices (client_id, id, registered, capabilities, created_at, updated_at) VALUES ('c1', 'd1', true, '{}', now(), now());
 INSERT INTO deployments (id, client_id, device_id, application_id, state, state_changed_at, revision, desired_since, created_at, updated_at)
 VALUES ('00000000-0000-0000-0000-000000000001', 'c1', 'd1', 'app', 'pending', now(), 1, 1, now(), now());
+INSERT INTO documents (deployment_id, digest, yaml, created_at)
+VALUES ('00000000-0000-0000-0000-000000000001', 'sha256:` + zeros + `', 'x', now());
 `
 
 const zeros = "0000000000000000000000000000000000000000000000000000000000000000"
@@ -125,8 +127,8 @@ VALUES (` + op + `, '00000000-0000-0000-0000-000000000001', 'upgrade', $1, '1.0.
 				return lifecycle.RevisionOutcome(from).CanTransitionTo(lifecycle.RevisionOutcome(to))
 			},
 			insert: `INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome,
-    components, yaml, digest, manifest_version, created_at)
-VALUES ('00000000-0000-0000-0000-000000000001', 1, 'app', '1.0.0', 'p', '{}', 'install', $1, '{}', '', 'sha256:` + zeros + `', 1, now())`,
+    components, digest, manifest_version, created_at)
+VALUES ('00000000-0000-0000-0000-000000000001', 1, 'app', '1.0.0', 'p', '{}', 'install', $1, '{}', 'sha256:` + zeros + `', 1, now())`,
 			update: `UPDATE revisions SET outcome = $1 WHERE n = 1`,
 		},
 		{

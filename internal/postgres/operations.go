@@ -336,7 +336,7 @@ func readVisit(ctx context.Context, q reader, tx pgx.Tx, id string) (v fleet.Vis
 		if _, ok := v.Revisions[n]; ok {
 			continue
 		}
-		r, err := scanRevision(q.QueryRow(ctx, `SELECT `+sqlRevisionColumns+` FROM revisions WHERE deployment_id = $1 AND n = $2`, d.ID, n))
+		r, err := scanRevision(q.QueryRow(ctx, `SELECT `+sqlRevisionColumns+sqlRevisionFrom+` WHERE r.deployment_id = $1 AND r.n = $2`, d.ID, n))
 		if err != nil {
 			return v, false, err
 		}

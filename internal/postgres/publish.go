@@ -1,0 +1,434 @@
+package postgres
+
+// Publication: how a change reaches a client's manifest (design §5), at a
+// cost proportional to the change, whatever the client's size.
+//
+// The write side (bumpManifests, publish; called by the applier in the
+// change's transaction) stores each new revision's YAML once in documents
+// with its bundle piece (margo.NewBundlePiece) ready, and maintains the
+// client's manifest as manifest_entries: a publication closes the changed
+// deployments' open entries and opens new ones. One new manifest_versions
+// row per client per batch. No manifest JSON and no bundle is built there.
+//
+// The read side (readManifest, on a cache miss of the device poll; Bundle)
+// renders: one statement reads the client's current version and open
+// entries (one snapshot: a poll during a batch sees the old or the new
+// manifest, never a mix). The first reader of a version computes its bundle
+// digest by streaming the entries' pieces through sha256 (linear in the
+// client's size, once per version; no compression, the pieces are ready)
+// and records it before the manifest naming it is answered, so any replica
+// can then serve GET /api/v1/bundles/{digest}: a bundle is a reference
+// (version row + entries + pieces), assembled again on each fetch and
+// checked against its digest.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
+)
+
+const (
+	// sqlBumpManifests locks the clients' rows in id order (the lock order)
+	// and bumps each one's manifest version; the legacy manifest stored
+	// before migration 00007 is dropped at its first publication.
+	sqlBumpManifests = `
+WITH locked AS (SELECT id FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE)
+UPDATE clients c SET manifest_version = c.manifest_version + 1, manifest_json = NULL, manifest_etag = NULL, bundle_digest = NULL,
+    updated_at = $2
+FROM locked WHERE c.id = locked.id
+RETURNING c.id, c.manifest_version`
+	// sqlPublishVersions supersedes each client's current version and
+	// inserts the new one (after: the current version is unique).
+	sqlPublishVersions = `
+WITH n AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS n (client_id, version)),
+s AS (UPDATE manifest_versions m SET superseded_at = $3 FROM n
+    WHERE m.client_id = n.client_id AND m.superseded_at IS NULL AND m.version < n.version RETURNING 1)
+INSERT INTO manifest_versions (client_id, version, published_at)
+SELECT n.client_id, n.version, $3 FROM n CROSS JOIN (SELECT count(*) FROM s) AS done`
+	sqlInsertDocuments = `
+INSERT INTO documents (deployment_id, digest, yaml, piece, piece_crc, piece_size, created_at)
+SELECT *, $7::timestamptz FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bytea[], $5::bigint[], $6::bigint[])
+ON CONFLICT DO NOTHING`
+	// sqlCloseEntries closes the open entries of the changed deployments
+	// whose document changes (or that leave the manifest): an entry opened
+	// at the new version itself is deleted instead. $4 is the desired
+	// revision, 0 when the deployment leaves the manifest.
+	sqlCloseEntries = `
+WITH x AS (
+    SELECT x.client_id, x.deployment_id, x.v, r.digest
+    FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::int[]) AS x (client_id, deployment_id, v, n)
+    LEFT JOIN revisions r ON r.deployment_id = x.deployment_id AND r.n = x.n),
+closed AS (UPDATE manifest_entries e SET to_version = x.v FROM x
+    WHERE e.client_id = x.client_id AND e.deployment_id = x.deployment_id AND e.to_version IS NULL
+    AND e.from_version < x.v AND e.digest IS DISTINCT FROM x.digest RETURNING 1)
+DELETE FROM manifest_entries e USING x
+WHERE e.client_id = x.client_id AND e.deployment_id = x.deployment_id AND e.to_version IS NULL
+    AND e.from_version = x.v AND e.digest IS DISTINCT FROM x.digest`
+	// sqlOpenEntries opens an entry for each deployment in the manifest at
+	// its desired revision, unless its open entry already names that
+	// document. A missing revision or document fails on NOT NULL.
+	sqlOpenEntries = `
+INSERT INTO manifest_entries (client_id, deployment_id, digest, size_bytes, from_version)
+SELECT x.client_id, x.deployment_id, r.digest, octet_length(d.yaml), x.v
+FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::int[]) AS x (client_id, deployment_id, v, n)
+LEFT JOIN revisions r ON r.deployment_id = x.deployment_id AND r.n = x.n
+LEFT JOIN documents d ON d.deployment_id = r.deployment_id AND d.digest = r.digest
+ON CONFLICT (client_id, deployment_id) WHERE to_version IS NULL DO NOTHING`
+	sqlNotifyClients = `SELECT pg_notify('` + NotifyChannel + `', c) FROM unnest($1::text[]) AS c`
+)
+
+// bumpManifests gives each of clients (sorted and deduplicated here: the
+// lock order) one new manifest version, published at at: the client row is
+// bumped, its previous manifest_versions row superseded at at and the new
+// one inserted. Set-based: one statement per table, whatever the number of
+// clients. Call publish afterwards, in the same transaction, once the
+// revisions of those versions are written.
+//
+// Returns ENOTFOUND if a client does not exist.
+func bumpManifests(ctx context.Context, tx pgx.Tx, clients []string, at time.Time) (map[string]uint64, error) {
+	clients = slices.Compact(slices.Sorted(slices.Values(clients)))
+	versions := make(map[string]uint64, len(clients))
+	if len(clients) == 0 {
+		return versions, nil
+	}
+	rows, err := tx.Query(ctx, sqlBumpManifests, clients, at)
+	if err != nil {
+		return nil, err
+	}
+	type bumped struct {
+		ID      string
+		Version int64
+	}
+	bs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[bumped])
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(bs))
+	vs := make([]int64, 0, len(bs))
+	for _, b := range bs {
+		versions[b.ID] = uint64(b.Version)
+		ids, vs = append(ids, b.ID), append(vs, b.Version)
+	}
+	for _, id := range clients {
+		if _, ok := versions[id]; !ok {
+			return nil, notFound("There is no client %s.", id)
+		}
+	}
+	if _, err := tx.Exec(ctx, sqlPublishVersions, ids, vs, at); err != nil {
+		return nil, err
+	}
+	return versions, nil
+}
+
+// publish writes what the changes publish, in the applier's transaction,
+// once their revisions rows exist: the document of every new revision
+// (not a repeat: CopyOf == 0) with its bundle piece; for every change of a
+// manifest (c.Manifest) the deployment's entry at its client's new version
+// (versions, from bumpManifests): its desired revision c.After.Revision,
+// or none when it leaves the manifest (c.After.Removing); one notification
+// per client. A change of no deployment (an unregistration without any)
+// only bumps. Set-based: a handful of statements for any number of
+// changes, and no work that grows with the client's size.
+//
+// Returns an error if a change's client was not bumped or the database
+// fails.
+func publish(ctx context.Context, tx pgx.Tx, versions map[string]uint64, changes []*lifecycle.Change, at time.Time) error {
+	if err := insertDocuments(ctx, tx, changes, at); err != nil {
+		return err
+	}
+	// The last change of a deployment decides its entry.
+	var clients, ids []string
+	var vs []int64
+	var ns []int32
+	index := map[string]int{}
+	for _, c := range changes {
+		if !c.Manifest || c.After.ID == "" {
+			continue
+		}
+		v, ok := versions[c.After.ClientID]
+		if !ok {
+			return fmt.Errorf("deployment %s changes the manifest of client %s, which was not bumped", c.After.ID, c.After.ClientID)
+		}
+		n := int32(c.After.Revision)
+		if c.After.Removing {
+			n = 0
+		}
+		if i, ok := index[c.After.ID]; ok {
+			ns[i] = n
+			continue
+		}
+		index[c.After.ID] = len(ids)
+		clients, ids, vs, ns = append(clients, c.After.ClientID), append(ids, c.After.ID), append(vs, int64(v)), append(ns, n)
+	}
+	if len(ids) > 0 {
+		if _, err := tx.Exec(ctx, sqlCloseEntries, clients, ids, vs, ns); err != nil {
+			return err
+		}
+		var oc, oi []string
+		var ov []int64
+		var on []int32
+		for i, n := range ns {
+			if n > 0 {
+				oc, oi, ov, on = append(oc, clients[i]), append(oi, ids[i]), append(ov, vs[i]), append(on, n)
+			}
+		}
+		if len(oi) > 0 {
+			if _, err := tx.Exec(ctx, sqlOpenEntries, oc, oi, ov, on); err != nil {
+				return err
+			}
+		}
+	}
+	notify := make([]string, 0, len(versions))
+	for id := range versions {
+		notify = append(notify, id)
+	}
+	if len(notify) == 0 {
+		return nil
+	}
+	slices.Sort(notify)
+	_, err := tx.Exec(ctx, sqlNotifyClients, notify)
+	return err
+}
+
+// insertDocuments stores the document of every new revision of changes,
+// with its bundle piece (computed here: O(document)); a document already
+// stored (the same bytes published again) is left as it is.
+func insertDocuments(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change, at time.Time) error {
+	var ids, digests []string
+	var yamls, pieces [][]byte
+	var crcs, sizes []int64
+	seen := map[[2]string]bool{}
+	for _, c := range changes {
+		if c.Revision == nil || c.Revision.CopyOf != 0 || c.After.ID == "" {
+			continue
+		}
+		d := margo.Digest(c.Revision.YAML)
+		if seen[[2]string{c.After.ID, d}] {
+			continue
+		}
+		seen[[2]string{c.After.ID, d}] = true
+		p, err := shimNewBundlePiece(shimBundleFileName(c.After.ID), c.Revision.YAML)
+		if err != nil {
+			return fmt.Errorf("deployment %s: bundle piece: %w", c.After.ID, err)
+		}
+		ids, digests, yamls = append(ids, c.After.ID), append(digests, d), append(yamls, c.Revision.YAML)
+		pieces, crcs, sizes = append(pieces, p.Deflate), append(crcs, int64(p.CRC32)), append(sizes, p.Size)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, sqlInsertDocuments, ids, digests, yamls, pieces, crcs, sizes, at)
+	return err
+}
+
+// sqlReadManifest reads, in one statement (one snapshot), a client's status,
+// current version, legacy manifest (stored before migration 00007, served
+// as is until the next publication), the version's recorded bundle, and
+// its entries (the open ones), in bundle order.
+const sqlReadManifest = `
+SELECT c.status, c.manifest_version, c.manifest_json, c.manifest_etag, mv.bundle_digest, mv.bundle_size,
+    coalesce(e.ids, '{}'), coalesce(e.digests, '{}'), coalesce(e.sizes, '{}')
+FROM clients c
+LEFT JOIN manifest_versions mv ON mv.client_id = c.id AND mv.version = c.manifest_version
+LEFT JOIN LATERAL (
+    SELECT array_agg(deployment_id::text ORDER BY deployment_id) AS ids, array_agg(digest ORDER BY deployment_id) AS digests,
+        array_agg(size_bytes ORDER BY deployment_id) AS sizes
+    FROM manifest_entries WHERE client_id = c.id AND to_version IS NULL AND c.manifest_json IS NULL) e ON true
+WHERE c.id = $1`
+
+// readManifest returns the client's current manifest, rendered from its
+// entries (linear in the client's size: called on a cache miss of the
+// device poll). The first reader of a version records its bundle digest
+// before answering (see recordBundle).
+//
+// Returns ENOTFOUND if there is no such client.
+func (s *FleetStore) readManifest(ctx context.Context, clientID string) (fleet.Manifest, error) {
+	m := fleet.Manifest{ClientID: clientID}
+	var status string
+	var version int64
+	var legacy []byte
+	var legacyETag, bundleDigest *string
+	var bundleSize *int64
+	var ids, digests []string
+	var sizes []int64
+	err := s.pool.QueryRow(ctx, sqlReadManifest, clientID).Scan(&status, &version, &legacy, &legacyETag, &bundleDigest, &bundleSize, &ids, &digests, &sizes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, notFound("There is no client %s.", clientID)
+	}
+	if err != nil {
+		return m, translate(err)
+	}
+	m.Status, m.Version = fleet.ClientStatus(status), uint64(version)
+	if legacy != nil && legacyETag != nil {
+		m.JSON, m.ETag = legacy, *legacyETag
+		return m, nil
+	}
+	docs := make([]shimManifestDocument, len(ids))
+	for i := range ids {
+		docs[i] = shimManifestDocument{DeploymentID: ids[i], Digest: digests[i], SizeBytes: sizes[i]}
+	}
+	var digest string
+	var size int64
+	if len(docs) > 0 {
+		if bundleDigest != nil && bundleSize != nil {
+			digest, size = *bundleDigest, *bundleSize
+		} else if digest, size, err = s.recordBundle(ctx, clientID, m.Version, ids, digests); err != nil {
+			return m, translate(err)
+		}
+	}
+	if m.JSON, err = shimManifestJSON(m.Version, docs, digest, size); err != nil {
+		return m, err
+	}
+	m.ETag = margo.ETag(m.JSON)
+	return m, nil
+}
+
+// recordBundle computes the digest and size of the bundle of the client's
+// version whose entries are the documents (ids[i], digests[i]), in bundle
+// order, and records them on the version, unless another reader was first
+// (then its record is returned). Linear in the client's size, once per
+// version: the pieces are streamed through sha256, nothing is compressed
+// (but the pieces of documents stored before migration 00007, once).
+func (s *FleetStore) recordBundle(ctx context.Context, clientID string, version uint64, ids, digests []string) (string, int64, error) {
+	pieces, err := s.loadPieces(ctx, ids, digests)
+	if err != nil {
+		return "", 0, err
+	}
+	h := sha256.New()
+	size, err := shimWriteBundle(h, pieces)
+	if err != nil {
+		return "", 0, fmt.Errorf("client %s manifest %d: bundle: %w", clientID, version, err)
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	tag, err := s.pool.Exec(ctx, `UPDATE manifest_versions SET bundle_digest = $3, bundle_size = $4
+WHERE client_id = $1 AND version = $2 AND bundle_digest IS NULL`, clientID, int64(version), digest, size)
+	if err != nil || tag.RowsAffected() == 1 {
+		return digest, size, err
+	}
+	err = s.pool.QueryRow(ctx, `SELECT bundle_digest, bundle_size FROM manifest_versions WHERE client_id = $1 AND version = $2`,
+		clientID, int64(version)).Scan(&digest, &size)
+	if err != nil {
+		return "", 0, fmt.Errorf("client %s manifest %d: read its bundle digest: %w", clientID, version, err)
+	}
+	return digest, size, nil
+}
+
+const sqlLoadPieces = `
+SELECT d.piece, coalesce(d.piece_crc, 0), coalesce(d.piece_size, 0), CASE WHEN d.piece IS NULL THEN d.yaml END
+FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS x (deployment_id, digest, i)
+JOIN documents d ON d.deployment_id = x.deployment_id AND d.digest = x.digest
+ORDER BY x.i`
+
+// loadPieces returns the bundle pieces of the documents (ids[i],
+// digests[i]), in that order. A piece not stored yet (a document stored
+// before migration 00007) is computed and stored once; when a concurrent
+// reader stored it first, its piece is read back, so every replica
+// assembles the same bytes.
+func (s *FleetStore) loadPieces(ctx context.Context, ids, digests []string) ([]shimBundlePiece, error) {
+	for attempt := 0; ; attempt++ {
+		rows, err := s.pool.Query(ctx, sqlLoadPieces, ids, digests)
+		if err != nil {
+			return nil, err
+		}
+		pieces := make([]shimBundlePiece, 0, len(ids))
+		var missing []int
+		var yamls [][]byte
+		var p shimBundlePiece
+		var crc int64
+		var yaml []byte
+		_, err = pgx.ForEachRow(rows, []any{&p.Deflate, &crc, &p.Size, &yaml}, func() error {
+			if p.Deflate == nil {
+				missing, yamls = append(missing, len(pieces)), append(yamls, yaml)
+			}
+			p.CRC32 = uint32(crc)
+			pieces = append(pieces, p)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(pieces) != len(ids) {
+			return nil, fmt.Errorf("%d of %d documents of a manifest are missing", len(ids)-len(pieces), len(ids))
+		}
+		if len(missing) == 0 {
+			return pieces, nil
+		}
+		if attempt > 0 {
+			return nil, fmt.Errorf("%d bundle pieces are still missing after they were stored", len(missing))
+		}
+		var mi, md []string
+		var mp [][]byte
+		var mc, ms []int64
+		for k, i := range missing {
+			np, err := shimNewBundlePiece(shimBundleFileName(ids[i]), yamls[k])
+			if err != nil {
+				return nil, fmt.Errorf("deployment %s: bundle piece: %w", ids[i], err)
+			}
+			mi, md, mp, mc, ms = append(mi, ids[i]), append(md, digests[i]), append(mp, np.Deflate), append(mc, int64(np.CRC32)), append(ms, np.Size)
+		}
+		if _, err := s.pool.Exec(ctx, `UPDATE documents d SET piece = x.piece, piece_crc = x.crc, piece_size = x.size
+FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) AS x (deployment_id, digest, piece, crc, size)
+WHERE d.deployment_id = x.deployment_id AND d.digest = x.digest AND d.piece IS NULL`, mi, md, mp, mc, ms); err != nil {
+			return nil, err
+		}
+		// Read them back: a concurrent reader may have stored its own first.
+	}
+}
+
+// sqlVersionEntries lists the entries of the newest of the client's
+// versions whose bundle has digest $2, in bundle order: one statement, so
+// that the garbage collector cannot take half of them.
+const sqlVersionEntries = `
+WITH v AS (SELECT version FROM manifest_versions WHERE client_id = $1 AND bundle_digest = $2 ORDER BY version DESC LIMIT 1)
+SELECT e.deployment_id::text, e.digest FROM manifest_entries e, v
+WHERE e.client_id = $1 AND e.from_version <= v.version AND (e.to_version IS NULL OR e.to_version > v.version)
+ORDER BY e.deployment_id`
+
+// Bundle implements fleet.Store: a legacy bundle stored before migration
+// 00007 as it was stored, or else the bundle of a manifest version with
+// that digest, assembled from its entries' pieces and checked against the
+// digest (a mismatch is an internal error: never served).
+func (s *FleetStore) Bundle(ctx context.Context, clientID, digest string) ([]byte, error) {
+	var b []byte
+	err := s.pool.QueryRow(ctx, `SELECT content FROM bundles WHERE client_id = $1 AND digest = $2`, clientID, digest).Scan(&b)
+	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+		return b, translate(err)
+	}
+	rows, err := s.pool.Query(ctx, sqlVersionEntries, clientID, digest)
+	if err != nil {
+		return nil, translate(err)
+	}
+	var ids, digests []string
+	var id, d string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &d}, func() error {
+		ids, digests = append(ids, id), append(digests, d)
+		return nil
+	}); err != nil {
+		return nil, translate(err)
+	}
+	if len(ids) == 0 {
+		return nil, notFound("No bundle with digest %s.", digest)
+	}
+	pieces, err := s.loadPieces(ctx, ids, digests)
+	if err != nil {
+		return nil, translate(err)
+	}
+	b, err = shimAssembleBundle(pieces)
+	if err != nil {
+		return nil, fmt.Errorf("client %s bundle %s: %w", clientID, digest, err)
+	}
+	if got := margo.Digest(b); got != digest {
+		return nil, fmt.Errorf("client %s bundle %s: its pieces assemble to %s: not served", clientID, digest, got)
+	}
+	return b, nil
+}
