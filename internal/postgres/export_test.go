@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
@@ -23,3 +25,20 @@ var (
 // RunOnce exposes one run of the event pruner to this package's external
 // tests.
 func (p *EventPruner) RunOnce(ctx context.Context) (int64, error) { return p.runOnce(ctx) }
+
+// RunOnce exposes one run of the bundle collector to this package's
+// external tests.
+func (c *BundleCollector) RunOnce(ctx context.Context) (Collected, error) { return c.runOnce(ctx) }
+
+// MigrateTo applies the embedded migrations up to version, as a database
+// of an older release has them.
+func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := newProvider(db)
+	if err != nil {
+		return err
+	}
+	_, err = p.UpTo(ctx, version)
+	return err
+}

@@ -1,0 +1,517 @@
+package postgres_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/pgtest"
+	"github.com/wfm-dev/wfm/internal/postgres"
+)
+
+const pubDescription = `apiVersion: v1
+id: app
+metadata:
+  name: App
+  version: "1.0.0"
+deploymentProfiles:
+  - type: compose
+    id: app-compose
+    components:
+      - name: web
+        properties:
+          repository: oci://example.com/web
+          revision: "1.0.0"
+`
+
+func pubCaps(id string) []byte {
+	b, _ := json.Marshal(map[string]any{"properties": map[string]any{"id": id, "vendor": "v", "modelNumber": "m", "serialNumber": "s",
+		"cpus": []any{map[string]any{"cores": 2, "architecture": "amd64"}}, "memory": "1Gi", "storage": "1Gi",
+		"supportedRuntimes": []string{"oci"}, "supportedDeploymentTypes": []string{"compose"}}})
+	return b
+}
+
+func pubReport(id string, adopted uint64, state string) []byte {
+	b, _ := json.Marshal(map[string]any{"deploymentId": id, "adoptedManifestVersion": adopted, "status": map[string]any{"state": state},
+		"components": []any{map[string]any{"name": "web", "state": state}}})
+	return b
+}
+
+// clock is a settable clock for the service and the collector.
+type clock struct{ t atomic.Int64 }
+
+func newClock(t time.Time) *clock { c := &clock{}; c.set(t); return c }
+func (c *clock) now() time.Time  { return time.Unix(0, c.t.Load()).UTC() }
+func (c *clock) set(t time.Time) { c.t.Store(t.UnixNano()) }
+func (c *clock) add(d time.Duration) {
+	c.t.Add(int64(d))
+}
+
+// pubFleet is a fleet service over a fresh database with app 1.0.0 and
+// 2.0.0 in the catalog, its store (read directly: no manifest cache) and a
+// scheduler to publish operations' steps.
+type pubFleet struct {
+	pool  *pgxpool.Pool
+	store *postgres.FleetStore
+	svc   *fleet.Service
+	sched *fleet.Scheduler
+	clock *clock
+}
+
+func newPubFleet(t *testing.T) *pubFleet {
+	t.Helper()
+	pool := pgtest.New(t)
+	clk := newClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), clk.now)
+	for _, v := range []string{"1.0.0", "2.0.0"} {
+		_, _, err := cat.Add(t.Context(), []byte(strings.ReplaceAll(pubDescription, `"1.0.0"`, `"`+v+`"`)), catalog.MediaYAML)
+		require.NoError(t, err)
+	}
+	store := postgres.NewFleetStore(pool, 5)
+	svc := fleet.NewService(store, cat, fleet.Policy{AcceptAll: true, AllowOverrides: true}, clk.now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return &pubFleet{pool: pool, store: store, svc: svc, sched: fleet.NewScheduler(svc, time.Hour), clock: clk}
+}
+
+func (f *pubFleet) deploy(t *testing.T, client, device string) fleet.Deployment {
+	t.Helper()
+	_, err := f.svc.PutCapabilities(t.Context(), client, device, pubCaps(device))
+	require.NoError(t, err)
+	d, err := f.svc.CreateDeployment(t.Context(), fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: client, DeviceID: device})
+	require.NoError(t, err)
+	return d
+}
+
+// installed reports the deployment's desired revision installed.
+func (f *pubFleet) installed(t *testing.T, client, id string) {
+	t.Helper()
+	d, err := f.svc.Deployment(t.Context(), id)
+	require.NoError(t, err)
+	_, err = f.svc.ReportStatus(t.Context(), client, id, pubReport(id, d.DesiredSince, "installed"))
+	require.NoError(t, err)
+}
+
+// manifestDoc is what a device reads of a state manifest.
+type manifestDoc struct {
+	ManifestVersion uint64 `json:"manifestVersion"`
+	Bundle          *struct {
+		MediaType string `json:"mediaType"`
+		Digest    string `json:"digest"`
+		SizeBytes int64  `json:"sizeBytes"`
+		URL       string `json:"url"`
+	} `json:"bundle"`
+	Deployments []struct {
+		DeploymentID string `json:"deploymentId"`
+		Digest       string `json:"digest"`
+		SizeBytes    int64  `json:"sizeBytes"`
+		URL          string `json:"url"`
+	} `json:"deployments"`
+}
+
+// set is a manifest's deployments: id -> document digest.
+func (m manifestDoc) set() map[string]string {
+	out := map[string]string{}
+	for _, d := range m.Deployments {
+		out[d.DeploymentID] = d.Digest
+	}
+	return out
+}
+
+// untar reads a bundle as a device does, and checks that it is one gzip
+// member (some agents' readers stop after the first).
+func untar(t testing.TB, b []byte) map[string][]byte {
+	t.Helper()
+	r := bytes.NewReader(b)
+	zr, err := gzip.NewReader(r)
+	require.NoError(t, err)
+	zr.Multistream(false)
+	tr := tar.NewReader(zr)
+	files := map[string][]byte{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		data, err := io.ReadAll(tr)
+		require.NoError(t, err)
+		files[h.Name] = data
+	}
+	_, err = io.Copy(io.Discard, zr)
+	require.NoError(t, err, "gzip trailer")
+	require.Zero(t, r.Len(), "the bundle is exactly one gzip member")
+	return files
+}
+
+// published reads the client's current manifest from the store and checks
+// what a device would fetch from it: every document by its URL (digest
+// and size as listed), and the bundle (digest and size as listed) holding
+// exactly those documents, by name and bytes. It returns the manifest.
+func published(t testing.TB, ctx context.Context, s *postgres.FleetStore, client string) manifestDoc {
+	t.Helper()
+	m, err := s.ClientManifest(ctx, client, true, time.Now())
+	require.NoError(t, err)
+	var doc manifestDoc
+	require.NoError(t, json.Unmarshal(m.JSON, &doc))
+	require.Equal(t, m.Version, doc.ManifestVersion)
+	require.Equal(t, margo.ETag(m.JSON), m.ETag)
+	want := map[string][]byte{}
+	for _, d := range doc.Deployments {
+		y, err := s.DeploymentYAML(ctx, client, d.DeploymentID, d.Digest)
+		require.NoError(t, err, "document %s of manifest %d", d.DeploymentID, doc.ManifestVersion)
+		require.Equal(t, d.Digest, margo.Digest(y))
+		require.EqualValues(t, len(y), d.SizeBytes)
+		require.Equal(t, margo.DeploymentURL(d.DeploymentID, d.Digest), d.URL)
+		want[d.DeploymentID+".yaml"] = y
+	}
+	if len(doc.Deployments) == 0 {
+		require.Nil(t, doc.Bundle, "no deployments, no bundle")
+		return doc
+	}
+	require.NotNil(t, doc.Bundle)
+	b, err := s.Bundle(ctx, client, doc.Bundle.Digest)
+	require.NoError(t, err, "bundle of manifest %d", doc.ManifestVersion)
+	require.Equal(t, doc.Bundle.Digest, margo.Digest(b))
+	require.EqualValues(t, len(b), doc.Bundle.SizeBytes)
+	require.Equal(t, margo.BundleURL(doc.Bundle.Digest), doc.Bundle.URL)
+	require.Equal(t, margo.BundleMediaType, doc.Bundle.MediaType)
+	require.Equal(t, want, untar(t, b), "the bundle holds exactly the manifest's documents")
+	return doc
+}
+
+// TestBundleHoldsExactlyTheReferencedDocuments publishes creations, an
+// upgrade (a new revision), a revert (a repeated revision), a removal and
+// an unregistration, and after each checks that the manifest's documents,
+// the documents served by URL and the bundle's files are the same set.
+func TestBundleHoldsExactlyTheReferencedDocuments(t *testing.T) {
+	ctx := t.Context()
+	f := newPubFleet(t)
+	m := published(t, ctx, f.store, "c") // created on first contact: version 1, empty
+	assert.Empty(t, m.Deployments)
+
+	var ds []fleet.Deployment
+	for _, dev := range []string{"d1", "d2", "d3", "d4"} {
+		ds = append(ds, f.deploy(t, "c", dev))
+		m = published(t, ctx, f.store, "c")
+		assert.Len(t, m.Deployments, len(ds), "after creating %s", dev)
+	}
+	v1 := m.set()
+
+	// Upgrade d1: its entry moves to revision 2's document.
+	f.installed(t, "c", ds[0].ID)
+	_, _, err := f.svc.Upgrade(ctx, ds[0].ID, fleet.UpgradeRequest{TargetVersion: "2.0.0"}, fleet.Actor{ID: "t"}, false, fleet.Precondition{})
+	require.NoError(t, err)
+	_, err = f.sched.RunOnce(ctx)
+	require.NoError(t, err)
+	m = published(t, ctx, f.store, "c")
+	require.Len(t, m.Deployments, 4)
+	assert.NotEqual(t, v1[ds[0].ID], m.set()[ds[0].ID], "the upgrade's document")
+	assert.Equal(t, v1[ds[1].ID], m.set()[ds[1].ID], "the others are unchanged")
+
+	// A rollback to 1.0.0 publishes a new revision (3, a new document: its
+	// revision number is in it); a revert to revision 1 (what a drain timeout
+	// decides) repeats revision 1's document, which is not stored again.
+	f.installed(t, "c", ds[0].ID)
+	_, _, err = f.svc.Rollback(ctx, ds[0].ID, fleet.RollbackRequest{ToRevision: 1, Force: true, Reason: "test"}, fleet.Actor{ID: "t", Admin: true}, false, fleet.Precondition{})
+	require.NoError(t, err)
+	_, err = f.sched.RunOnce(ctx)
+	require.NoError(t, err)
+	m = published(t, ctx, f.store, "c")
+	assert.NotContains(t, []string{v1[ds[0].ID], ""}, m.set()[ds[0].ID], "revision 3 is a new document")
+	cur, err := f.svc.Deployment(ctx, ds[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, 3, cur.Revision)
+	d := lifecycle.Deployment{ID: cur.ID, ClientID: "c", DeviceID: cur.DeviceID, ApplicationID: "app", State: cur.State, Revision: 3,
+		InstalledRevision: cur.InstalledRevision, LastRevision: 3, Version: cur.Version.String()}
+	revert := lifecycle.NewChange(d, f.clock.now(), "t")
+	revert.Revision = &lifecycle.NewRevision{N: 4, CopyOf: 1}
+	revert.After.Revision, revert.After.LastRevision, revert.Manifest = 4, 4, true
+	require.NoError(t, pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error { return postgres.Apply(ctx, tx, []*lifecycle.Change{revert}) }))
+	m = published(t, ctx, f.store, "c")
+	assert.Equal(t, v1, m.set(), "the revert publishes revision 1's document again")
+	var revisions, documents int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM revisions WHERE deployment_id = $1),
+    (SELECT count(*) FROM documents WHERE deployment_id = $1)`, ds[0].ID).Scan(&revisions, &documents))
+	assert.Equal(t, 4, revisions)
+	assert.Equal(t, 3, documents, "a repeated revision stores no document")
+
+	// A removal and an unregistration take deployments out.
+	_, err = f.svc.RemoveDeployment(ctx, ds[1].ID, fleet.Precondition{})
+	require.NoError(t, err)
+	m = published(t, ctx, f.store, "c")
+	assert.NotContains(t, m.set(), ds[1].ID)
+	assert.Len(t, m.Deployments, 3)
+	require.NoError(t, f.svc.Unregister(ctx, "c", "d3"))
+	m = published(t, ctx, f.store, "c")
+	assert.Equal(t, map[string]string{ds[0].ID: v1[ds[0].ID], ds[3].ID: v1[ds[3].ID]}, m.set())
+	require.NoError(t, f.svc.Unregister(ctx, "c", "d1"))
+	require.NoError(t, f.svc.Unregister(ctx, "c", "d4"))
+	m = published(t, ctx, f.store, "c")
+	assert.Empty(t, m.Deployments, "no deployment left")
+
+	// The bundle of every version is still served (retention), as it was.
+	var open int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM manifest_entries WHERE client_id = 'c' AND to_version IS NULL`).Scan(&open))
+	assert.Zero(t, open, "no open entry")
+}
+
+// TestPollDuringABatchSeesOldOrNew polls a client's manifest (fresh reads,
+// no cache) in a loop while one transaction removes many of its
+// deployments at once (an unregistration): every manifest seen is the one
+// before or the one after, never a mix, and its bundle matches it.
+func TestPollDuringABatchSeesOldOrNew(t *testing.T) {
+	ctx := t.Context()
+	f := newPubFleet(t)
+	keep := f.deploy(t, "c", "stays")
+	const n = 150
+	_, err := f.svc.PutCapabilities(ctx, "c", "gateway", pubCaps("gateway"))
+	require.NoError(t, err)
+	for range n {
+		_, err := f.svc.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "gateway"})
+		require.NoError(t, err)
+	}
+	mb := published(t, ctx, f.store, "c")
+	before, vBefore := mb.set(), mb.ManifestVersion
+	require.Len(t, before, n+1)
+	after := map[string]string{keep.ID: before[keep.ID]}
+
+	done, polling := make(chan struct{}), make(chan struct{})
+	var polls, sawBefore, sawAfter int
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		checked := map[uint64]bool{} // versions whose documents and bundle were checked
+		for last := false; !last; { // one more poll once the batch is committed
+			select {
+			case <-done:
+				last = true
+			default:
+			}
+			m, err := f.store.ClientManifest(ctx, "c", false, time.Now())
+			require.NoError(t, err)
+			var doc manifestDoc
+			require.NoError(t, json.Unmarshal(m.JSON, &doc))
+			if !checked[doc.ManifestVersion] {
+				checked[doc.ManifestVersion] = true
+				published(t, ctx, f.store, "c") // the bundle is fetchable and matches
+			}
+			if polls == 0 {
+				close(polling)
+			}
+			got := doc.set()
+			polls++
+			switch {
+			case doc.ManifestVersion == vBefore && assert.ObjectsAreEqual(before, got):
+				sawBefore++
+			case doc.ManifestVersion == vBefore+1 && assert.ObjectsAreEqual(after, got):
+				sawAfter++
+			default:
+				t.Errorf("poll %d saw version %d with %d deployments: neither the %d before (version %d) nor the %d after",
+					polls, doc.ManifestVersion, len(got), len(before), vBefore, len(after))
+				return
+			}
+		}
+	})
+	<-polling
+	require.NoError(t, f.svc.Unregister(ctx, "c", "gateway"))
+	close(done)
+	wg.Wait()
+	assert.Equal(t, after, published(t, ctx, f.store, "c").set())
+	t.Logf("%d polls: %d before, %d after", polls, sawBefore, sawAfter)
+	assert.Positive(t, sawAfter, "the last poll sees the batch")
+}
+
+// TestBundleCollector checks that garbage collection never deletes a bundle
+// a current manifest or its retention still needs: a superseded bundle is
+// served until the retention has passed since its supersession, the
+// current one always, and a bundle published again is kept as current.
+func TestBundleCollector(t *testing.T) {
+	ctx := t.Context()
+	f := newPubFleet(t)
+	const retention = 24 * time.Hour
+	gc := postgres.NewBundleCollector(f.pool, retention, time.Hour, f.clock.now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	fetch := func(digest string) error {
+		_, err := f.store.Bundle(ctx, "c", digest)
+		return err
+	}
+	collect := func() postgres.Collected {
+		n, err := gc.RunOnce(ctx)
+		require.NoError(t, err)
+		return n
+	}
+
+	a := f.deploy(t, "c", "d1")
+	b1 := published(t, ctx, f.store, "c").Bundle.Digest
+	f.clock.add(time.Hour)
+	b := f.deploy(t, "c", "d2") // supersedes b1 now
+	t2 := f.clock.now()
+	b2 := published(t, ctx, f.store, "c").Bundle.Digest
+	require.NotEqual(t, b1, b2)
+
+	f.clock.set(t2.Add(retention - time.Minute))
+	collect()
+	require.NoError(t, fetch(b1), "superseded less than the retention ago: kept")
+	require.NoError(t, fetch(b2))
+
+	f.clock.set(t2.Add(retention + time.Minute))
+	n := collect()
+	assert.Positive(t, n.Versions, "versions collected")
+	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(fetch(b1)), "superseded more than the retention ago: gone")
+	require.NoError(t, fetch(b2), "the current bundle stays, however old")
+	published(t, ctx, f.store, "c")
+
+	// Much later, removing b publishes a's document alone again: b1's bytes
+	// are current again, and b2 is kept for the retention from now.
+	f.clock.add(10 * retention)
+	_, err := f.svc.RemoveDeployment(ctx, b.ID, fleet.Precondition{})
+	require.NoError(t, err)
+	t3 := f.clock.now()
+	m := published(t, ctx, f.store, "c")
+	require.Equal(t, map[string]string{a.ID: m.set()[a.ID]}, m.set())
+	require.Equal(t, b1, m.Bundle.Digest, "the same documents make the same bundle")
+	f.clock.set(t3.Add(retention - time.Minute))
+	collect()
+	require.NoError(t, fetch(b2), "superseded by a publication less than the retention ago: kept, however old its publication")
+	require.NoError(t, fetch(b1))
+	f.clock.set(t3.Add(retention + time.Minute))
+	collect()
+	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(fetch(b2)), "b2 gone after the retention")
+	require.NoError(t, fetch(b1), "current")
+	published(t, ctx, f.store, "c")
+	n = collect()
+	assert.Zero(t, n, "a second run finds nothing")
+}
+
+// BenchmarkPublishOneChange measures the publication of one change (a new
+// revision of one deployment: its document, the entry moved, one new
+// manifest version) into a client that has entries deployments already.
+// It must not grow with entries.
+func BenchmarkPublishOneChange(b *testing.B) {
+	for _, entries := range []int{10, 10000} {
+		b.Run(fmt.Sprintf("entries=%d", entries), func(b *testing.B) {
+			ctx := context.Background()
+			pool := pgtest.New(b)
+			d := seedClient(b, pool, "c", entries)
+			at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+			b.ResetTimer()
+			for i := range b.N {
+				c := lifecycle.NewChange(d, at, "bench")
+				c.After.Revision, c.After.LastRevision = d.Revision+1, d.Revision+1
+				c.Revision = &lifecycle.NewRevision{N: d.Revision + 1, Version: "1.0.0", ProfileID: "p", Kind: lifecycle.OperationReconfigure,
+					Components: []string{"web"}, YAML: fmt.Appendf(nil, "id: %s\nrevision: %d\n%s", d.ID, i, strings.Repeat("# padding\n", 60)),
+					Strategy: lifecycle.StrategyRecreate}
+				c.Manifest = true
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := postgres.Apply(ctx, tx, []*lifecycle.Change{c}); err != nil {
+					b.Fatal(err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					b.Fatal(err)
+				}
+				d = c.After
+			}
+		})
+	}
+}
+
+// BenchmarkClientManifest measures rendering a client's manifest of
+// entries deployments from its entries (a device poll's cache miss): with
+// the bundle digest recorded (every read but the first of a version), and
+// the first read of a version (the bundle digest computed over all the
+// pieces: linear in the client's size, once per version).
+func BenchmarkClientManifest(b *testing.B) {
+	for _, entries := range []int{10, 10000} {
+		ctx := context.Background()
+		pool := pgtest.New(b)
+		seedClient(b, pool, "c", entries)
+		s := postgres.NewFleetStore(pool, 0)
+		if _, err := s.ClientManifest(ctx, "c", false, time.Now()); err != nil { // computes the pieces of the seeded documents once
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("entries=%d", entries), func(b *testing.B) {
+			for range b.N {
+				if _, err := s.ClientManifest(ctx, "c", false, time.Now()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("first-read/entries=%d", entries), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				if _, err := pool.Exec(ctx, `UPDATE manifest_versions SET bundle_digest = NULL, bundle_size = NULL`); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if _, err := s.ClientManifest(ctx, "c", false, time.Now()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// seedClient writes, with SQL, an accepted client with one device and n
+// pending deployments of app 1.0.0, each with one revision whose document
+// is in the client's manifest (version 1), and returns the first
+// deployment as a decision sees it.
+func seedClient(tb testing.TB, pool *pgxpool.Pool, client string, n int) lifecycle.Deployment {
+	tb.Helper()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `
+INSERT INTO applications (id) VALUES ('app');
+INSERT INTO application_versions (application_id, version, sort_key, name, digest, media_type, raw, document)
+VALUES ('app', '1.0.0', '1.0.0', 'app', 'sha256:`+strings.Repeat("0", 64)+`', 'application/yaml', '', '{}');`)
+	require.NoError(tb, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(tb, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, q := range []string{
+		`INSERT INTO clients (id, status, manifest_version, created_at, updated_at) VALUES ($1, 'accepted', 1, now(), now())`,
+		`INSERT INTO manifest_versions (client_id, version, published_at) VALUES ($1, 1, now())`,
+		`INSERT INTO devices (client_id, id, registered, capabilities, created_at, updated_at) VALUES ($1, 'gw', true, '{}', now(), now())`,
+		`CREATE TEMP TABLE seed ON COMMIT DROP AS
+    SELECT (lpad(to_hex(i), 8, '0') || '-0000-4000-8000-000000000000')::uuid AS id,
+        convert_to('id: ' || i || E'\n' || repeat(E'# padding\n', 60), 'UTF8') AS yaml, $1::text AS client
+    FROM generate_series(1, $2::int) AS i`,
+		`INSERT INTO deployments (id, client_id, device_id, application_id, state, state_changed_at, revision, desired_since, created_at, updated_at)
+    SELECT id, client, 'gw', 'app', 'pending', now(), 1, 1, now(), now() FROM seed`,
+		`INSERT INTO documents (deployment_id, digest, yaml, created_at) SELECT id, 'sha256:' || encode(sha256(yaml), 'hex'), yaml, now() FROM seed`,
+		`INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, digest, manifest_version, created_at)
+    SELECT id, 1, 'app', '1.0.0', 'p', '{}', 'install', 'pending', '{web}', 'sha256:' || encode(sha256(yaml), 'hex'), 1, now() FROM seed`,
+		`INSERT INTO manifest_entries (client_id, deployment_id, digest, size_bytes, from_version)
+    SELECT client, id, 'sha256:' || encode(sha256(yaml), 'hex'), octet_length(yaml), 1 FROM seed`,
+	} {
+		var args []any
+		switch {
+		case strings.Contains(q, "$2"):
+			args = []any{client, n}
+		case strings.Contains(q, "$1"):
+			args = []any{client}
+		}
+		_, err := tx.Exec(ctx, q, args...)
+		require.NoError(tb, err, "%s", q)
+	}
+	require.NoError(tb, tx.Commit(ctx))
+	return lifecycle.Deployment{ID: "00000001-0000-4000-8000-000000000000", ClientID: client, DeviceID: "gw", ApplicationID: "app",
+		State: lifecycle.StatePending, Revision: 1, LastRevision: 1, Version: "1.0.0"}
+}
