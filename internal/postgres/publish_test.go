@@ -60,8 +60,8 @@ func pubReport(id string, adopted uint64, state string) []byte {
 type clock struct{ t atomic.Int64 }
 
 func newClock(t time.Time) *clock { c := &clock{}; c.set(t); return c }
-func (c *clock) now() time.Time  { return time.Unix(0, c.t.Load()).UTC() }
-func (c *clock) set(t time.Time) { c.t.Store(t.UnixNano()) }
+func (c *clock) now() time.Time   { return time.Unix(0, c.t.Load()).UTC() }
+func (c *clock) set(t time.Time)  { c.t.Store(t.UnixNano()) }
 func (c *clock) add(d time.Duration) {
 	c.t.Add(int64(d))
 }
@@ -298,7 +298,7 @@ func TestPollDuringABatchSeesOldOrNew(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		checked := map[uint64]bool{} // versions whose documents and bundle were checked
-		for last := false; !last; { // one more poll once the batch is committed
+		for last := false; !last; {  // one more poll once the batch is committed
 			select {
 			case <-done:
 				last = true
