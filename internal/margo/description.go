@@ -7,6 +7,11 @@
 // top-level id, deploymentProfiles with deviceConstraints); a legacy top-level
 // `kind` is tolerated and ignored. wfm adds one optional section, `lifecycle`
 // (design section 4), read into a lifecycle.Lifecycle.
+//
+// It also writes what devices fetch: deployment documents, state manifests
+// and bundles, a bundle assembled from per-document DEFLATE pieces (see
+// bundle.go). One thing is written by hand there: combining CRC-32s
+// (crc32Combine), which neither hash/crc32 nor a well-kept module offers.
 package margo
 
 import (

@@ -1,9 +1,6 @@
 package margo
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
@@ -27,10 +23,6 @@ const (
 	ProblemInvalidBundle   = "invalid-bundle"   // a file name is unusable or repeated
 	ProblemInvalidManifest = "invalid-manifest" // a version, deployment id or document is unusable
 )
-
-// bundleCompression is the fixed gzip level of bundles. A level is part of
-// the bytes, and so of the digest; it never changes silently.
-const bundleCompression = gzip.BestCompression
 
 // maxBundleNameLength is what a USTAR header holds without a prefix split.
 const maxBundleNameLength = 100
@@ -74,66 +66,48 @@ type BundleFile struct {
 
 // BuildBundle returns the deterministic tar+gzip archive (BundleMediaType)
 // of files: the same set of files gives the same bytes, whatever their
-// order. Entries are regular files at the archive root, sorted by name
-// (bytewise), in USTAR format, mode 0644, uid and gid 0, no user or group
-// name, modification time the Unix epoch. The gzip header has no name, no
-// modification time, and operating system 255 ("unknown"); the compression
-// level is fixed (best). The bytes are deterministic for one Go toolchain;
-// a newer compress/flate may compress differently, so store and serve the
-// bytes built at publishing time rather than rebuilding old bundles.
+// order. It is AssembleBundle of one NewBundlePiece per file, sorted by name
+// (bytewise): entries are regular files at the archive root in USTAR
+// format, mode 0644, uid and gid 0, no user or group name, modification time
+// the Unix epoch; the gzip header has no name, no modification time, and
+// operating system 255 ("unknown"). The bytes are deterministic for one Go
+// toolchain; a newer compress/flate may compress differently, so store and
+// serve the bytes built at publishing time rather than rebuilding old
+// bundles.
+//
+// Since bundles are assembled from per-file pieces (issue 11), the bytes of
+// a bundle differ from the whole-stream BestCompression archives built
+// before: the same files give a new digest. That is accepted: stored bundles
+// are never rebuilt, the store keeps serving the bytes it stored, and a
+// device fetches a bundle only by the digest its manifest names.
 //
 // Returns EINVALID with type ProblemEmptyBundle if files is empty (Margo:
 // an empty archive is never served; the manifest's bundle is null then), and
 // with type ProblemInvalidBundle if a name is unusable or repeated.
 func BuildBundle(files []BundleFile) ([]byte, error) {
 	if len(files) == 0 {
-		return nil, &lifecycle.Error{Code: lifecycle.EINVALID, Type: ProblemEmptyBundle,
-			Message: "a bundle needs at least one file: Margo never serves an empty archive (the manifest's bundle is null instead)"}
+		return nil, emptyBundleError()
 	}
 	sorted := slices.Clone(files)
 	slices.SortFunc(sorted, func(a, b BundleFile) int { return strings.Compare(a.Name, b.Name) })
+	pieces := make([]BundlePiece, 0, len(sorted))
 	for i, f := range sorted {
-		if len(f.Name) > maxBundleNameLength || !bundleNamePattern.MatchString(f.Name) {
-			return nil, &lifecycle.Error{Code: lifecycle.EINVALID, Type: ProblemInvalidBundle,
-				Message: fmt.Sprintf("bundle file name %q must be 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", truncate(f.Name), maxBundleNameLength)}
+		if err := checkBundleFileName(f.Name); err != nil {
+			return nil, err
 		}
 		if i > 0 && sorted[i-1].Name == f.Name {
 			return nil, &lifecycle.Error{Code: lifecycle.EINVALID, Type: ProblemInvalidBundle,
 				Message: fmt.Sprintf("bundle file name %q is given twice", f.Name)}
 		}
 	}
-
-	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, bundleCompression)
-	if err != nil {
-		return nil, fmt.Errorf("margo: bundle: %w", err)
-	}
-	zw.Header = gzip.Header{OS: 255} // no name, no comment, no mtime
-	tw := tar.NewWriter(zw)
-	epoch := time.Unix(0, 0)
 	for _, f := range sorted {
-		hdr := &tar.Header{
-			Typeflag: tar.TypeReg,
-			Name:     f.Name,
-			Mode:     0o644,
-			Size:     int64(len(f.Data)),
-			ModTime:  epoch,
-			Format:   tar.FormatUSTAR,
+		p, err := NewBundlePiece(f.Name, f.Data)
+		if err != nil {
+			return nil, err
 		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return nil, fmt.Errorf("margo: bundle: %s: %w", f.Name, err)
-		}
-		if _, err := tw.Write(f.Data); err != nil {
-			return nil, fmt.Errorf("margo: bundle: %s: %w", f.Name, err)
-		}
+		pieces = append(pieces, p)
 	}
-	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("margo: bundle: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("margo: bundle: %w", err)
-	}
-	return buf.Bytes(), nil
+	return AssembleBundle(pieces)
 }
 
 // ManifestEntry is one deployment of a state manifest: its id and the exact
@@ -161,14 +135,14 @@ type manifestDoc struct {
 type bundleRef struct {
 	MediaType string `json:"mediaType"`
 	Digest    string `json:"digest"`
-	SizeBytes int    `json:"sizeBytes"`
+	SizeBytes int64  `json:"sizeBytes"`
 	URL       string `json:"url"`
 }
 
 type deploymentRef struct {
 	DeploymentID string `json:"deploymentId"`
 	Digest       string `json:"digest"`
-	SizeBytes    int    `json:"sizeBytes"`
+	SizeBytes    int64  `json:"sizeBytes"`
 	URL          string `json:"url"`
 }
 
@@ -184,7 +158,8 @@ type deploymentRef struct {
 //	}
 //
 // Deployments are sorted by deploymentId; the bundle is BuildBundle of one
-// "<deploymentId>.yaml" file per deployment. With no deployments, bundle is
+// BundleFileName(deploymentId) file per deployment, and the JSON is
+// ManifestJSON of the deployments' digests and sizes and the bundle's. With no deployments, bundle is
 // null, deployments is [] and the returned bundle bytes are nil. The JSON is
 // deterministic: members in the order above, indented by two spaces, always
 // ending in one newline; manifestVersion is written as an integer, exactly
@@ -196,42 +171,110 @@ type deploymentRef struct {
 // manifest versions start at 1), a deployment id is not a canonical
 // lowercase UUID or is given twice, or a YAML is empty.
 func RenderManifest(m StateManifest) (manifestJSON []byte, bundle []byte, err error) {
-	invalid := func(format string, args ...any) error {
-		return &lifecycle.Error{Code: lifecycle.EINVALID, Type: ProblemInvalidManifest, Message: fmt.Sprintf(format, args...)}
-	}
 	if m.Version == 0 {
-		return nil, nil, invalid("manifestVersion must be at least 1")
+		return nil, nil, errManifestVersion()
 	}
 	entries := slices.Clone(m.Deployments)
 	slices.SortFunc(entries, func(a, b ManifestEntry) int { return strings.Compare(a.DeploymentID, b.DeploymentID) })
-	doc := manifestDoc{ManifestVersion: m.Version, Deployments: make([]deploymentRef, 0, len(entries))}
-	files := make([]BundleFile, 0, len(entries))
-	for i, e := range entries {
-		switch {
-		case !renderUUIDPattern.MatchString(e.DeploymentID):
-			return nil, nil, invalid("deployment id %q is not a UUID in canonical lowercase form", truncate(e.DeploymentID))
-		case i > 0 && entries[i-1].DeploymentID == e.DeploymentID:
-			return nil, nil, invalid("deployment %s is listed twice", e.DeploymentID)
-		case len(e.YAML) == 0:
-			return nil, nil, invalid("deployment %s has an empty document", e.DeploymentID)
-		}
-		d := Digest(e.YAML)
-		doc.Deployments = append(doc.Deployments, deploymentRef{
-			DeploymentID: e.DeploymentID, Digest: d, SizeBytes: len(e.YAML), URL: DeploymentURL(e.DeploymentID, d),
-		})
-		files = append(files, BundleFile{Name: e.DeploymentID + ".yaml", Data: e.YAML})
+	docs := make([]ManifestDocument, 0, len(entries))
+	for _, e := range entries {
+		docs = append(docs, ManifestDocument{DeploymentID: e.DeploymentID, Digest: Digest(e.YAML), SizeBytes: int64(len(e.YAML))})
 	}
-	if len(files) > 0 {
-		bundle, err = BuildBundle(files)
-		if err != nil {
+	if err := checkManifestDocuments(docs); err != nil {
+		return nil, nil, err
+	}
+	var bundleDigest string
+	if len(entries) > 0 {
+		pieces := make([]BundlePiece, 0, len(entries))
+		for _, e := range entries {
+			p, err := NewBundlePiece(BundleFileName(e.DeploymentID), e.YAML)
+			if err != nil {
+				return nil, nil, err
+			}
+			pieces = append(pieces, p)
+		}
+		if bundle, err = AssembleBundle(pieces); err != nil {
 			return nil, nil, err
 		}
-		d := Digest(bundle)
-		doc.Bundle = &bundleRef{MediaType: BundleMediaType, Digest: d, SizeBytes: len(bundle), URL: BundleURL(d)}
+		bundleDigest = Digest(bundle)
+	}
+	js, err := ManifestJSON(m.Version, docs, bundleDigest, int64(len(bundle)))
+	if err != nil {
+		return nil, nil, err
+	}
+	return js, bundle, nil
+}
+
+// ManifestDocument is one deployment in a state manifest, without its bytes.
+type ManifestDocument struct {
+	DeploymentID string
+	Digest       string // of the YAML
+	SizeBytes    int64
+}
+
+// ManifestJSON renders the client's state manifest (rc.3
+// UnsignedAppStateManifest), exactly the bytes RenderManifest writes for the
+// same content: deployments sorted by id, bundle null if and only if docs is
+// empty. bundleDigest and bundleSize describe the bundle of exactly these
+// docs (AssembleBundle of their pieces, sorted by BundleFileName); they are
+// ignored when docs is empty. It reads no document, so a store that keeps
+// each document's digest and size renders a manifest without its bytes.
+//
+// Returns EINVALID (type ProblemInvalidManifest) if version is 0, a
+// deployment id is not a canonical lowercase UUID or is given twice, a
+// digest is not one Digest writes, a size is not positive (a document is
+// never empty), or, with docs, the bundle's digest or size is unusable.
+func ManifestJSON(version uint64, docs []ManifestDocument, bundleDigest string, bundleSize int64) ([]byte, error) {
+	if version == 0 {
+		return nil, errManifestVersion()
+	}
+	sorted := slices.Clone(docs)
+	slices.SortFunc(sorted, func(a, b ManifestDocument) int { return strings.Compare(a.DeploymentID, b.DeploymentID) })
+	if err := checkManifestDocuments(sorted); err != nil {
+		return nil, err
+	}
+	doc := manifestDoc{ManifestVersion: version, Deployments: make([]deploymentRef, 0, len(sorted))}
+	for _, d := range sorted {
+		doc.Deployments = append(doc.Deployments, deploymentRef{
+			DeploymentID: d.DeploymentID, Digest: d.Digest, SizeBytes: d.SizeBytes, URL: DeploymentURL(d.DeploymentID, d.Digest),
+		})
+	}
+	if len(sorted) > 0 {
+		if !ValidDigest(bundleDigest) {
+			return nil, invalidManifest("bundle digest %q is not sha256:<64 lowercase hex digits>", truncate(bundleDigest))
+		}
+		if bundleSize <= 0 {
+			return nil, invalidManifest("bundle size %d must be positive", bundleSize)
+		}
+		doc.Bundle = &bundleRef{MediaType: BundleMediaType, Digest: bundleDigest, SizeBytes: bundleSize, URL: BundleURL(bundleDigest)}
 	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
-		return nil, nil, fmt.Errorf("margo: encode state manifest: %w", err)
+		return nil, fmt.Errorf("margo: encode state manifest: %w", err)
 	}
-	return append(out, '\n'), bundle, nil
+	return append(out, '\n'), nil
 }
+
+// checkManifestDocuments checks docs sorted by id: canonical ids, none
+// twice, usable digests and sizes.
+func checkManifestDocuments(docs []ManifestDocument) error {
+	for i, d := range docs {
+		switch {
+		case !renderUUIDPattern.MatchString(d.DeploymentID):
+			return invalidManifest("deployment id %q is not a UUID in canonical lowercase form", truncate(d.DeploymentID))
+		case i > 0 && docs[i-1].DeploymentID == d.DeploymentID:
+			return invalidManifest("deployment %s is listed twice", d.DeploymentID)
+		case !ValidDigest(d.Digest):
+			return invalidManifest("deployment %s: digest %q is not sha256:<64 lowercase hex digits>", d.DeploymentID, truncate(d.Digest))
+		case d.SizeBytes <= 0:
+			return invalidManifest("deployment %s has an empty document", d.DeploymentID)
+		}
+	}
+	return nil
+}
+
+func invalidManifest(format string, args ...any) error {
+	return &lifecycle.Error{Code: lifecycle.EINVALID, Type: ProblemInvalidManifest, Message: fmt.Sprintf(format, args...)}
+}
+
+func errManifestVersion() error { return invalidManifest("manifestVersion must be at least 1") }

@@ -249,6 +249,18 @@ func yamlMapping(b []byte) error {
 	return nil
 }
 
+// BundleProblems returns what is wrong with body as a Margo deployment bundle
+// (rc.3: a gzip-compressed tar whose root holds one or more
+// ApplicationDeployment YAML files, and nothing else), the findings Check
+// reports for a bundle response, so that code building bundles can be held
+// to Margo's rules without an HTTP exchange. It returns none for a good
+// bundle.
+func BundleProblems(body []byte) []string {
+	var problems []string
+	checkBundleArchive(func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }, body)
+	return problems
+}
+
 // checkBundleArchive: rc.3, "a gzip-compressed tar whose root contains one or
 // more ApplicationDeployment YAML files"; an empty archive is never served.
 func checkBundleArchive(fail func(string, ...any), body []byte) {

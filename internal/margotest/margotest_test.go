@@ -526,6 +526,27 @@ func TestBundle(t *testing.T) {
 	})
 }
 
+func TestBundleProblems(t *testing.T) {
+	good := tarGz(t, map[string][]byte{"a3e2f5dc-912e-494f-8395-52cf3769bc06.yaml": testdata(t, "ApplicationDeployment-001-helm.yaml")})
+	if p := BundleProblems(good); len(p) != 0 {
+		t.Errorf("BundleProblems(good bundle) = %q, want none", p)
+	}
+	for _, tt := range []struct {
+		name, want string
+		body       []byte
+	}{
+		{"nested", "not at the archive's root", tarGz(t, map[string][]byte{"deployments/x.yaml": []byte("id: x\n")})},
+		{"empty", "holds no file", tarGz(t, nil)},
+		{"not yaml", "not an ApplicationDeployment YAML document", tarGz(t, map[string][]byte{"x.yaml": []byte("- a list\n")})},
+		{"not gzip", "not gzip-compressed", []byte("plain bytes")},
+	} {
+		p := BundleProblems(tt.body)
+		if len(p) != 1 || !strings.Contains(p[0], tt.want) {
+			t.Errorf("BundleProblems(%s) = %q, want one problem containing %q", tt.name, p, tt.want)
+		}
+	}
+}
+
 func TestNilChecker(t *testing.T) {
 	var c *Checker
 	passes(t, func(tb testing.TB) {
