@@ -32,7 +32,7 @@ func TestMigratePublication(t *testing.T) {
 	y1, y2, y3 := []byte("id: "+d1+"\n"), []byte("id: "+d2+"\n"), []byte("id: "+d3+"\n")
 	legacy, bundle, err := margo.RenderManifest(margo.StateManifest{Version: 3, Deployments: []margo.ManifestEntry{{DeploymentID: d1, YAML: y1}, {DeploymentID: d2, YAML: y2}}})
 	require.NoError(t, err)
-	_, older, err := margo.RenderManifest(margo.StateManifest{Version: 2, Deployments: []margo.ManifestEntry{{DeploymentID: d1, YAML: y1}}})
+	_, older, err := margo.RenderManifest(margo.StateManifest{Version: 2, Deployments: []margo.ManifestEntry{{DeploymentID: d1, YAML: y1}, {DeploymentID: d3, YAML: y3}}})
 	require.NoError(t, err)
 	for _, q := range []struct {
 		sql  string

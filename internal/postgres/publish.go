@@ -217,7 +217,7 @@ func insertDocuments(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change
 			continue
 		}
 		seen[[2]string{c.After.ID, d}] = true
-		p, err := shimNewBundlePiece(shimBundleFileName(c.After.ID), c.Revision.YAML)
+		p, err := margo.NewBundlePiece(margo.BundleFileName(c.After.ID), c.Revision.YAML)
 		if err != nil {
 			return fmt.Errorf("deployment %s: bundle piece: %w", c.After.ID, err)
 		}
@@ -273,9 +273,9 @@ func (s *FleetStore) readManifest(ctx context.Context, clientID string) (fleet.M
 		m.JSON, m.ETag = legacy, *legacyETag
 		return m, nil
 	}
-	docs := make([]shimManifestDocument, len(ids))
+	docs := make([]margo.ManifestDocument, len(ids))
 	for i := range ids {
-		docs[i] = shimManifestDocument{DeploymentID: ids[i], Digest: digests[i], SizeBytes: sizes[i]}
+		docs[i] = margo.ManifestDocument{DeploymentID: ids[i], Digest: digests[i], SizeBytes: sizes[i]}
 	}
 	var digest string
 	var size int64
@@ -286,7 +286,7 @@ func (s *FleetStore) readManifest(ctx context.Context, clientID string) (fleet.M
 			return m, translate(err)
 		}
 	}
-	if m.JSON, err = shimManifestJSON(m.Version, docs, digest, size); err != nil {
+	if m.JSON, err = margo.ManifestJSON(m.Version, docs, digest, size); err != nil {
 		return m, err
 	}
 	m.ETag = margo.ETag(m.JSON)
@@ -305,7 +305,7 @@ func (s *FleetStore) recordBundle(ctx context.Context, clientID string, version 
 		return "", 0, err
 	}
 	h := sha256.New()
-	size, err := shimWriteBundle(h, pieces)
+	size, err := margo.WriteBundle(h, pieces)
 	if err != nil {
 		return "", 0, fmt.Errorf("client %s manifest %d: bundle: %w", clientID, version, err)
 	}
@@ -334,16 +334,16 @@ ORDER BY x.i`
 // before migration 00007) is computed and stored once; when a concurrent
 // reader stored it first, its piece is read back, so every replica
 // assembles the same bytes.
-func (s *FleetStore) loadPieces(ctx context.Context, ids, digests []string) ([]shimBundlePiece, error) {
+func (s *FleetStore) loadPieces(ctx context.Context, ids, digests []string) ([]margo.BundlePiece, error) {
 	for attempt := 0; ; attempt++ {
 		rows, err := s.pool.Query(ctx, sqlLoadPieces, ids, digests)
 		if err != nil {
 			return nil, err
 		}
-		pieces := make([]shimBundlePiece, 0, len(ids))
+		pieces := make([]margo.BundlePiece, 0, len(ids))
 		var missing []int
 		var yamls [][]byte
-		var p shimBundlePiece
+		var p margo.BundlePiece
 		var crc int64
 		var yaml []byte
 		_, err = pgx.ForEachRow(rows, []any{&p.Deflate, &crc, &p.Size, &yaml}, func() error {
@@ -370,7 +370,7 @@ func (s *FleetStore) loadPieces(ctx context.Context, ids, digests []string) ([]s
 		var mp [][]byte
 		var mc, ms []int64
 		for k, i := range missing {
-			np, err := shimNewBundlePiece(shimBundleFileName(ids[i]), yamls[k])
+			np, err := margo.NewBundlePiece(margo.BundleFileName(ids[i]), yamls[k])
 			if err != nil {
 				return nil, fmt.Errorf("deployment %s: bundle piece: %w", ids[i], err)
 			}
@@ -423,7 +423,7 @@ func (s *FleetStore) Bundle(ctx context.Context, clientID, digest string) ([]byt
 	if err != nil {
 		return nil, translate(err)
 	}
-	b, err = shimAssembleBundle(pieces)
+	b, err = margo.AssembleBundle(pieces)
 	if err != nil {
 		return nil, fmt.Errorf("client %s bundle %s: %w", clientID, digest, err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/margotest"
 	"github.com/wfm-dev/wfm/internal/pgtest"
 	"github.com/wfm-dev/wfm/internal/postgres"
 )
@@ -194,6 +195,7 @@ func published(t testing.TB, ctx context.Context, s *postgres.FleetStore, client
 	require.Equal(t, margo.BundleURL(doc.Bundle.Digest), doc.Bundle.URL)
 	require.Equal(t, margo.BundleMediaType, doc.Bundle.MediaType)
 	require.Equal(t, want, untar(t, b), "the bundle holds exactly the manifest's documents")
+	require.Empty(t, margotest.BundleProblems(b), "Margo's rules for a bundle")
 	return doc
 }
 
