@@ -74,6 +74,7 @@ type config struct {
 	deviceTLS12     bool
 	reportRetention int
 	eventRetention  time.Duration // how long the event log keeps an event
+	bundleRetention time.Duration // how long a superseded manifest's bundle stays fetchable
 	allowOverrides  bool
 	debugListen     string
 	deviceRate      float64
@@ -102,6 +103,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.SetOutput(stderr)
 	var c config
 	var level, mgmtRate, mgmtBurst, trustedProxies, eventRetention string
+	var bundleRetention string
 	fs.StringVar(&c.listen, "listen", env("WFM_LISTEN", "127.0.0.1:8080"), "address of the HTTP listener (env WFM_LISTEN)")
 	fs.StringVar(&c.deviceListen, "device-listen", env("WFM_DEVICE_LISTEN", "127.0.0.1:8443"), "address of the device API listener (mTLS) (env WFM_DEVICE_LISTEN)")
 	fs.StringVar(&c.trustDomain, "trust-domain", env("WFM_TRUST_DOMAIN", "wfm.local"), "SPIFFE trust domain of WFM clients (env WFM_TRUST_DOMAIN)")
@@ -125,6 +127,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.deviceTLS12, "device-tls12", getenv("WFM_DEVICE_TLS12") == "true", "also accept TLS 1.2 on the device listener (Margo allows it only as a non-default fallback) (env WFM_DEVICE_TLS12=true)")
 	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
 	fs.StringVar(&eventRetention, "event-retention", env("WFM_EVENT_RETENTION", postgres.DefaultEventRetention.String()), "how long the event log keeps an event, a duration from 1h to 87600h (10 years); pruned hourly (env WFM_EVENT_RETENTION)")
+	fs.StringVar(&bundleRetention, "bundle-retention", env("WFM_BUNDLE_RETENTION", postgres.DefaultBundleRetention.String()), "how long a superseded manifest version's bundle stays fetchable, a duration from 1h to 8760h (1 year); collected hourly (env WFM_BUNDLE_RETENTION)")
 	c.adminToken = getenv("WFM_ADMIN_TOKEN")
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", getenv("WFM_ADMIN_TOKEN_FILE"), "file holding the bootstrap admin token (env WFM_ADMIN_TOKEN_FILE; or the token itself in WFM_ADMIN_TOKEN); empty with the private PostgreSQL: <data-dir>/admin-token, created once")
 	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL; empty: start a private PostgreSQL (env DATABASE_URL)")
@@ -169,11 +172,22 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.eventRetention, err = time.ParseDuration(eventRetention); err != nil || c.eventRetention < minEventRetention || c.eventRetention > maxEventRetention {
 		return c, fmt.Errorf("-event-retention %q: want a duration from %s to %s", eventRetention, minEventRetention, maxEventRetention)
 	}
+	if c.bundleRetention, err = time.ParseDuration(bundleRetention); err != nil || c.bundleRetention < minBundleRetention || c.bundleRetention > maxBundleRetention {
+		return c, fmt.Errorf("-bundle-retention %q: want a duration from %s to %s", bundleRetention, minBundleRetention, maxBundleRetention)
+	}
 	if err := (identity.Config{TrustDomain: c.trustDomain, WFMID: c.wfmID}).Validate(); err != nil {
 		return c, err
 	}
 	return c, nil
 }
+
+// The range of -bundle-retention: below an hour (the collection interval)
+// an agent that just read a manifest could find its bundle gone; above a
+// year superseded versions only accumulate.
+const (
+	minBundleRetention = time.Hour
+	maxBundleRetention = 365 * 24 * time.Hour
+)
 
 // The range of -event-retention: below an hour (the pruning interval) a
 // consumer restarting loses events; above ten years the log only grows.
@@ -421,6 +435,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		postgres.DefaultPruneInterval, time.Now, log)
 	pruner.Start(context.WithoutCancel(ctx))
 	defer pruner.Stop()
+
+	// Superseded manifest versions (and their bundles) stay fetchable for
+	// -bundle-retention: collected now and hourly.
+	collector := postgres.NewBundleCollector(pool, c.bundleRetention, postgres.DefaultBundleGCInterval, time.Now, log)
+	collector.Start(context.WithoutCancel(ctx))
+	defer collector.Stop()
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
