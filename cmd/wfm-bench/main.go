@@ -142,6 +142,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		fmt.Fprintf(c.log, "== %s\n", g.name)
+		if time.Until(b.deadline) <= 0 {
+			f := Figure{Name: g.name, Absent: fmt.Sprintf("the run's budget (-budget %s) was used up", c.budget)}
+			figures = append(figures, f)
+			fmt.Fprintln(stdout, f.Line())
+			continue
+		}
 		got, err := g.run(ctx, b)
 		figures = append(figures, got...)
 		for _, f := range got {
