@@ -131,6 +131,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := b.prepare(ctx); err != nil {
 		return err
 	}
+	// The tree and binary as they are when the run starts.
+	m := describeMachine(ctx, b)
 
 	var figures []Figure
 	var failed []string
@@ -168,7 +170,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if c.doc != "" {
 		// A failed group is written too (its line says "error"), so
 		// that a long run is not lost; the exit status tells.
-		m := describeMachine(ctx, b)
+		if b.pgVersion != "" {
+			m.PostgreSQL = b.pgVersion
+		}
 		sec := renderSection(c.section, m, args, c.note, took, figures)
 		if err := writeSection(c.doc, c.section, sec); err != nil {
 			return err
