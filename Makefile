@@ -4,6 +4,10 @@ GO    ?= go
 BIN   := bin/wfm
 # Fuzz time per fuzz target in `make fuzz` (CI uses the default).
 FUZZTIME ?= 20s
+# Section of docs/benchmarks.md that `make bench` writes (replaced when it exists), and more
+# wfm-bench flags; WFM_BIN=<binary> measures another server build (docs/benchmarks.md).
+BENCH_SECTION ?= After issue 11
+BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
 
@@ -45,7 +49,11 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) tool staticcheck ./...
 
 .PHONY: bench
-bench: ## Run the benchmarks
+bench: ## Benchmark harness (about 10 min): every figure next to its baseline, written to docs/benchmarks.md
+	$(GO) run ./cmd/wfm-bench -section '$(BENCH_SECTION)' $(BENCH_ARGS)
+
+.PHONY: bench-go
+bench-go: ## Run every Go benchmark of the tree
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: clean
@@ -53,9 +61,9 @@ clean: ## Remove build output (keeps the local database in .data/)
 	rm -rf bin
 
 .PHONY: bench-http
-bench-http: ## Device-poll throughput vs a bare net/http 304 under wrk (needs wrk)
-	./scripts/bench-http
+bench-http: ## Device-poll throughput vs a bare net/http 304 under wrk (needs wrk), printed only
+	$(GO) run ./cmd/wfm-bench -only poll -doc '' $(BENCH_ARGS)
 
 .PHONY: bench-status
-bench-status: ## Status-report ingestion rate vs pgbench single-row INSERTs (needs wrk)
-	./scripts/bench-status
+bench-status: ## Status-report ingestion rate vs pgbench single-row INSERTs (needs wrk), printed only
+	$(GO) run ./cmd/wfm-bench -only status -doc '' $(BENCH_ARGS)

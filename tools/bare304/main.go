@@ -1,5 +1,5 @@
 // Command bare304 is the baseline of the device-poll benchmark
-// (scripts/bench-http): a bare net/http server that answers every request
+// (cmd/wfm-bench, group poll): a bare net/http server that answers every request
 // with a constant 304, as design section 11 defines it.
 package main
 
