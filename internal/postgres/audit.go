@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wfm-dev/wfm/internal/access"
@@ -48,15 +49,38 @@ func auditChange(ctx context.Context, tx pgx.Tx, at time.Time, created bool) err
 	return appendAudit(ctx, tx, e)
 }
 
-// auditBatch is auditChange for the changes apply writes: at the changes'
-// time, created when one of them creates its deployment.
-func auditBatch(ctx context.Context, tx pgx.Tx, b batch) error {
+// auditBatch is auditChange for the changes apply writes, into db (the
+// batch's pipeline): at the changes' time, created when one of them
+// creates its deployment; or, for a batch of several calls (b.audits),
+// each call's entry, created when its change created its deployment.
+func auditBatch(ctx context.Context, db execer, b batch) error {
 	if len(b.changes) == 0 {
 		return nil
 	}
-	created := false
-	for _, c := range b.changes {
-		created = created || c.Create
+	at := b.changes[0].At
+	if b.audits == nil {
+		created := false
+		for _, c := range b.changes {
+			created = created || c.Create
+		}
+		e, ok := access.PendingOf(ctx).TakeForTx(at, created)
+		if !ok {
+			return nil
+		}
+		return appendAudit(ctx, db, e)
 	}
-	return auditChange(ctx, tx, b.changes[0].At, created)
+	for _, a := range b.audits {
+		if e, ok := a.pending.TakeForTx(at, a.created); ok {
+			if err := appendAudit(ctx, db, e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// execer runs a statement (a transaction, a pool, or a pipeline being
+// built).
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
