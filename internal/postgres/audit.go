@@ -26,12 +26,17 @@ import (
 // inTx runs fn in one transaction of pool, as pgx.BeginFunc does, for a
 // store method that makes the change of a management call. The call's
 // audit entry, if fn appended it (auditChange), counts as written once the
-// transaction committed.
-func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	p := access.PendingOf(ctx)
-	p.BeginTx()
+// transaction committed. calls are the entries of further calls whose
+// changes the transaction makes (a batch of coalesced creations).
+func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error, calls ...*access.Pending) error {
+	ps := append([]*access.Pending{access.PendingOf(ctx)}, calls...)
+	for _, p := range ps {
+		p.BeginTx()
+	}
 	err := pgx.BeginFunc(ctx, pool, fn)
-	p.EndTx(err == nil)
+	for _, p := range ps {
+		p.EndTx(err == nil)
+	}
 	return err
 }
 
