@@ -175,7 +175,7 @@ func TestConcurrentCreationsCoalesce(t *testing.T) {
 	waitQueued(n + 1)
 	cancel()
 	waitFor("the cancelled call's answer", dones[n+1]) // at once; the others wait for their batch
-	require.NoError(t, s.Unregister(ctx, "c2", "x")) // while its creation waits in the queue
+	require.NoError(t, s.Unregister(ctx, "c2", "x"))   // while its creation waits in the queue
 	close(release)
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()

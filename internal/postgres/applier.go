@@ -246,18 +246,21 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 
 	sqlInsertOperations = `
 INSERT INTO operations (id, deployment_id, type, state, from_version, to_version, parameters, profile_id, strategy, drain, on_failure,
-    step_timeout, forced, force_reason, requested_by, base_revision, restore_revision, deadline, created_at, updated_at)
+    step_timeout, forced, force_reason, requested_by, base_revision, restore_revision, deadline, created_at, updated_at, reason, finished_at)
 SELECT v.id, v.deployment_id, v.type, v.state, v.from_version, v.to_version, v.parameters::jsonb, v.profile_id, v.strategy,
     NULLIF(v.drain, '')::jsonb, v.on_failure, make_interval(secs => v.step_secs), v.forced, v.force_reason, v.requested_by, v.base,
-    NULLIF(v.restore, 0), v.deadline, v.at, v.at
+    NULLIF(v.restore, 0), v.deadline, v.at, v.at, v.reason, v.finished
 FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
-    $11::text[], $12::float8[], $13::bool[], $14::text[], $15::text[], $16::int[], $17::int[], $18::timestamptz[], $19::timestamptz[])
+    $11::text[], $12::float8[], $13::bool[], $14::text[], $15::text[], $16::int[], $17::int[], $18::timestamptz[], $19::timestamptz[],
+    $20::text[], $21::timestamptz[])
     AS v(id, deployment_id, type, state, from_version, to_version, parameters, profile_id, strategy, drain, on_failure, step_secs, forced,
-        force_reason, requested_by, base, restore, deadline, at)`
+        force_reason, requested_by, base, restore, deadline, at, reason, finished)`
 
 	sqlInsertSteps = `
-INSERT INTO operation_steps (operation_id, n, version, state)
-SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[])`
+INSERT INTO operation_steps (operation_id, n, version, state, revision, published_at, finished_at)
+SELECT v.operation_id, v.n, v.version, v.state, NULLIF(v.revision, 0), v.published_at, v.finished_at
+FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[])
+    AS v(operation_id, n, version, state, revision, published_at, finished_at)`
 
 	sqlMoveOperations = `
 UPDATE operations o SET state = v.state_to, reason = CASE WHEN v.reason = '' THEN o.reason ELSE v.reason END, updated_at = v.at,
@@ -268,14 +271,14 @@ RETURNING o.id::text`
 
 	sqlInsertRevisions = `
 INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, yaml, digest,
-    manifest_version, created_at, operation_id, forced, force_reason, strategy)
+    manifest_version, created_at, operation_id, forced, force_reason, strategy, installed_at)
 SELECT v.deployment_id, v.n, v.application_id, v.version, v.profile_id, v.parameters::jsonb, v.operation, v.outcome,
     ARRAY(SELECT jsonb_array_elements_text(v.components::jsonb)), v.yaml, v.digest, v.mv, v.at, NULLIF(v.operation_id, '')::uuid,
-    v.forced, v.force_reason, v.strategy
+    v.forced, v.force_reason, v.strategy, v.installed_at
 FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bytea[],
-    $11::text[], $12::bigint[], $13::timestamptz[], $14::text[], $15::bool[], $16::text[], $17::text[])
+    $11::text[], $12::bigint[], $13::timestamptz[], $14::text[], $15::bool[], $16::text[], $17::text[], $18::timestamptz[])
     AS v(deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, yaml, digest, mv, at,
-        operation_id, forced, force_reason, strategy)`
+        operation_id, forced, force_reason, strategy, installed_at)`
 
 	sqlCopyRevision = `
 INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, yaml, digest,
@@ -335,6 +338,14 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 	if len(live) == 0 {
 		return nil // changes of no deployment (an unregistration without any): manifest and events only
 	}
+	folds := make(map[*lifecycle.Change]*fold, len(live))
+	for _, c := range live {
+		f, err := foldChange(c, b)
+		if err != nil {
+			return err
+		}
+		folds[c] = f
+	}
 
 	// New deployments.
 	{
@@ -362,7 +373,10 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 				continue
 			}
 			more = true
-			m, now := c.Operations[i], c.At
+			m, now, f := c.Operations[i], c.At, folds[c]
+			if m.From != "" && f.ops[m.ID] != nil {
+				continue // a move of an operation this change creates: written with its row
+			}
 			if m.From == "" {
 				op, ok := b.operations[m.ID]
 				if !ok {
@@ -376,12 +390,13 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 				if s := drainValue(op.Drain); s != nil {
 					drain = *s
 				}
-				ins.add(op.ID, op.DeploymentID, string(op.Type), string(m.To), op.FromVersion.String(), op.ToVersion.String(), string(params),
+				fo := f.ops[m.ID]
+				ins.add(op.ID, op.DeploymentID, string(op.Type), string(fo.state), op.FromVersion.String(), op.ToVersion.String(), string(params),
 					op.ProfileID, string(op.Strategy), drain, op.OnFailure, op.StepTimeout.Seconds(), op.Forced, op.ForceReason, op.RequestedBy,
-					int32(c.Before.Revision), int32(op.RestoreRevision), op.Deadline, now)
+					int32(c.Before.Revision), int32(op.RestoreRevision), op.Deadline, now, fo.reason, fo.finished)
 				insDeployments = append(insDeployments, op.DeploymentID)
-				for _, st := range op.Steps {
-					steps.add(op.ID, int32(st.N), st.Version.String(), string(lifecycle.StepPending))
+				for _, st := range fo.steps {
+					steps.add(op.ID, int32(st.n), st.version, string(st.state), int32(st.revision), st.published, st.finished)
 				}
 				continue
 			}
@@ -427,7 +442,7 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 			if c.Revision == nil {
 				continue
 			}
-			d, r := c.After, *c.Revision
+			d, r, f := c.After, *c.Revision, folds[c]
 			pending := string(lifecycle.InitialOutcome)
 			if r.CopyOf > 0 { // a revert repeats a revision byte for byte: copied by the database
 				var opID *string
@@ -446,8 +461,12 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 			if err != nil {
 				return err
 			}
-			a.add(d.ID, int32(r.N), d.ApplicationID, r.Version, r.ProfileID, string(params), string(r.Kind), pending, string(comps), r.YAML,
-				margo.Digest(r.YAML), version(c), c.At, r.OperationID, r.Forced, r.ForceReason, string(r.Strategy))
+			outcome, installed := lifecycle.InitialOutcome, (*time.Time)(nil)
+			if f.outcomes {
+				outcome, installed = f.outcome, f.installed
+			}
+			a.add(d.ID, int32(r.N), d.ApplicationID, r.Version, r.ProfileID, string(params), string(r.Kind), string(outcome), string(comps), r.YAML,
+				margo.Digest(r.YAML), version(c), c.At, r.OperationID, r.Forced, r.ForceReason, string(r.Strategy), installed)
 		}
 		if a.n > 0 {
 			queueExec(q, a.n, fmt.Errorf("%d revisions inserted as other rows", a.n), sqlInsertRevisions, a.args()...)
@@ -491,14 +510,19 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 	// Outcome moves, the n-th of every change together.
 	for i := 0; ; i++ {
 		var a cols
+		more := false
 		for _, c := range live {
-			if i < len(c.Outcomes) {
+			more = more || i < len(c.Outcomes)
+			if i < len(c.Outcomes) && !folds[c].outcomes {
 				m := c.Outcomes[i]
 				a.add(c.After.ID, int32(m.Revision), string(m.To), m.Others, c.At, strings.Join(outcomeStrings(m.From), ","))
 			}
 		}
-		if a.n == 0 {
+		if !more {
 			break
+		}
+		if a.n == 0 {
+			continue
 		}
 		queueExec(q, -1, nil, sqlMoveOutcomes, append(a.args(), string(lifecycle.OutcomeActive))...)
 	}
@@ -506,14 +530,22 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 	// Step moves, the n-th of every change together.
 	for i := 0; ; i++ {
 		var a cols
+		more := false
 		for _, c := range live {
 			if i < len(c.Steps) {
+				more = true
 				m := c.Steps[i]
+				if folds[c].ops[m.OperationID] != nil {
+					continue // written with the new operation's steps
+				}
 				a.add(m.OperationID, int32(m.N), string(m.To), int32(m.Revision), c.At, m.To.Terminal(), strings.Join(stepStrings(m.From), ","))
 			}
 		}
-		if a.n == 0 {
+		if !more {
 			break
+		}
+		if a.n == 0 {
+			continue
 		}
 		args := a.args()
 		// $7 is the published state; the from-states are $8.
@@ -528,6 +560,110 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 		}
 	}
 	return nil
+}
+
+// fold is what a change writes into rows it creates itself: an operation
+// the change creates and then moves (an install is created queued and
+// started at once), its steps and their moves, and a new deployment's
+// first revision and its outcome moves. Such rows are inserted as the
+// change leaves them instead of being inserted and then updated: the same
+// rows, without a second write of each (and without the foreign-key checks
+// PostgreSQL repeats on every update of a row its own transaction
+// inserted). The guards of those moves are checked here, on the rows'
+// values in memory.
+type fold struct {
+	ops       map[string]*foldedOp
+	outcomes  bool // the new revision's outcome is folded (a created deployment: no other revision exists)
+	outcome   lifecycle.RevisionOutcome
+	installed *time.Time
+}
+
+type foldedOp struct {
+	state    lifecycle.OperationState
+	reason   string
+	finished *time.Time
+	steps    []foldedStep
+}
+
+type foldedStep struct {
+	n, revision         int
+	version             string
+	state               lifecycle.StepState
+	published, finished *time.Time
+}
+
+// foldChange computes c's fold (see fold). Returns an error when a move of
+// a row the change creates does not find the row in its from-state (as the
+// guard of the UPDATE would).
+func foldChange(c *lifecycle.Change, b batch) (*fold, error) {
+	f := &fold{ops: map[string]*foldedOp{}}
+	now := c.At
+	for _, m := range c.Operations {
+		if m.From == "" {
+			op, ok := b.operations[m.ID]
+			if !ok {
+				return nil, fmt.Errorf("operation %s is created without its row", m.ID)
+			}
+			fo := &foldedOp{state: m.To}
+			for _, st := range op.Steps {
+				fo.steps = append(fo.steps, foldedStep{n: st.N, version: st.Version.String(), state: lifecycle.StepPending})
+			}
+			f.ops[m.ID] = fo
+			continue
+		}
+		fo := f.ops[m.ID]
+		if fo == nil {
+			continue
+		}
+		if fo.state != m.From {
+			return nil, fmt.Errorf("operation %s is no longer %s", m.ID, m.From)
+		}
+		fo.state = m.To
+		if m.Reason != "" {
+			fo.reason = m.Reason
+		}
+		fo.finished = nil
+		if m.To.Terminal() {
+			fo.finished = &now
+		}
+	}
+	for _, m := range c.Steps {
+		fo := f.ops[m.OperationID]
+		if fo == nil {
+			continue
+		}
+		for i := range fo.steps {
+			st := &fo.steps[i]
+			if (m.N != 0 && st.n != m.N) || !slices.Contains(m.From, st.state) {
+				continue
+			}
+			st.state = m.To
+			if m.Revision > 0 {
+				st.revision = m.Revision
+			}
+			if m.To == lifecycle.StepPublished {
+				st.published = &now
+			}
+			if m.To.Terminal() && st.finished == nil {
+				st.finished = &now
+			}
+		}
+	}
+	if c.Create && c.Revision != nil && c.Revision.CopyOf == 0 {
+		f.outcomes, f.outcome = true, lifecycle.InitialOutcome
+		n := c.Revision.N
+		for _, m := range c.Outcomes {
+			selected := (n == m.Revision) != m.Others
+			if !selected || (len(m.From) > 0 && !slices.Contains(m.From, f.outcome)) || f.outcome == m.To {
+				continue
+			}
+			f.outcome = m.To
+			if m.To == lifecycle.OutcomeActive && f.installed == nil {
+				f.installed = &now
+			}
+		}
+	}
+	return f, nil
 }
 
 // cols gathers the rows of a set-based statement column by column: add
