@@ -99,10 +99,8 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 		}
 	}
 	for _, c := range b.changes {
-		for _, m := range c.Operations {
-			if m.From == "" && newOp == "" {
-				newOp = m.ID
-			}
+		if id := queuedOperation(c); id != "" && newOp == "" {
+			newOp = id
 		}
 		v := uint64(0)
 		if c.Manifest {
@@ -119,8 +117,11 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 			`UPDATE operations SET follow_up = $2::uuid WHERE id = $1`, b.followUp[0], b.followUp[1])
 	}
 	if newOp != "" {
-		// One wake-up per batch, however many operations it creates: the
-		// payload names one of them (listeners only need the nudge).
+		// One wake-up per batch that leaves a new operation queued, however
+		// many: the payload names one of them (listeners only need the
+		// nudge). An operation started at once (an install, whose step the
+		// creation publishes) has nothing for a scheduler to do until a
+		// report or its deadline: no wake-up.
 		q.Queue(`SELECT pg_notify('`+SchedulerChannel+`', $1)`, newOp)
 	}
 	if err := auditBatch(ctx, queued{q}, b); err != nil { // the management calls' audit rows, in the change's transaction
@@ -152,6 +153,25 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 		return nil
 	}
 	return publish(ctx, tx, versions, b.changes, at)
+}
+
+// queuedOperation returns the id of an operation c creates and leaves
+// queued, "" if there is none.
+func queuedOperation(c *lifecycle.Change) string {
+	last := map[string]lifecycle.OperationState{}
+	var created []string
+	for _, m := range c.Operations {
+		if m.From == "" {
+			created = append(created, m.ID)
+		}
+		last[m.ID] = m.To
+	}
+	for _, id := range created {
+		if last[id] == lifecycle.OperationQueued {
+			return id
+		}
+	}
+	return ""
 }
 
 // rounds splits changes, in order, into rounds in which each deployment
