@@ -249,3 +249,19 @@ SELECT $1, 'd' || i, true, replace($3, 'DEVICE', 'd' || i)::jsonb, now(), now() 
 	}
 	b.ReportMetric(total.Seconds()/float64(b.N), "s/batch")
 }
+
+// TestCloseRefusesCreations: once the service is closed (at shutdown, after
+// the HTTP servers drained), a creation is refused as unavailable and makes
+// nothing.
+func TestCloseRefusesCreations(t *testing.T) {
+	ctx := t.Context()
+	s, pool := newServiceAndPool(t)
+	_, err := s.PutCapabilities(ctx, "c", "d", caps("d"))
+	require.NoError(t, err)
+	s.Close()
+	_, err = s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d"})
+	assert.Equal(t, lifecycle.EUNAVAILABLE, lifecycle.ErrorCode(err))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM deployments`).Scan(&n))
+	assert.Zero(t, n)
+}

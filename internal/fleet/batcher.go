@@ -2,10 +2,11 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
 // batcher coalesces concurrent creations into batches (group commit):
@@ -17,7 +18,9 @@ import (
 // transaction under way while one commits.
 //
 // Lanes are goroutines started on demand that end when the queue is
-// empty; Close stops taking creations and waits for them.
+// empty; Close stops taking creations and waits for them. Hand-written: it
+// is a few lines over a mutex and a queue, and a batching library would
+// not know the per-call withdrawal a cancelled context needs.
 type batcher struct {
 	store    Store
 	now      func() time.Time
@@ -52,8 +55,10 @@ const (
 	batchTimeout = 30 * time.Second // one batch's transaction
 )
 
-// errClosed is returned to creations made after Close.
-var errClosed = errors.New("fleet: the service is shutting down")
+// errClosed is returned to creations made after Close (503: nothing was
+// made, another server process may take it).
+var errClosed = &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "unavailable",
+	Message: "The server is shutting down; nothing was changed. Retry.", Extra: map[string]any{"retryable": true, "retryAfterSeconds": 1}}
 
 func newBatcher(store Store, now func() time.Time) *batcher {
 	return &batcher{store: store, now: now, lanes: batchLanes, maxBatch: maxBatch}
