@@ -113,8 +113,7 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 		events = append(events, evs...)
 	}
 	if b.followUp[0] != "" {
-		queueExec(q, 1, fmt.Errorf("operation %s is gone", b.followUp[0]),
-			`UPDATE operations SET follow_up = $2::uuid WHERE id = $1`, b.followUp[0], b.followUp[1])
+		queueExec(q, -1, nil, `UPDATE operations SET follow_up = $2::uuid WHERE id = $1`, b.followUp[0], b.followUp[1])
 	}
 	if newOp != "" {
 		// One wake-up per batch that leaves a new operation queued, however
@@ -182,15 +181,9 @@ func rounds(changes []*lifecycle.Change) [][]*lifecycle.Change {
 	var out [][]*lifecycle.Change
 	var seen []map[string]bool
 	for _, c := range changes {
-		i := 0
-		for ; i < len(out); i++ {
-			if c.After.ID == "" || !seen[i][c.After.ID] {
-				break
-			}
-		}
-		// Keep a deployment's changes in order: after its last round.
-		for j := len(out) - 1; j >= i; j-- {
-			if c.After.ID != "" && seen[j][c.After.ID] {
+		i := 0 // after the last round that holds a change of the same deployment
+		for j := len(out) - 1; j >= 0 && c.After.ID != ""; j-- {
+			if seen[j][c.After.ID] {
 				i = j + 1
 				break
 			}
