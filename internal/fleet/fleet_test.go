@@ -45,7 +45,7 @@ func newService(t *testing.T) *fleet.Service {
 	return s
 }
 
-func newServiceAndPool(t *testing.T) (*fleet.Service, *pgxpool.Pool) {
+func newServiceAndPool(t testing.TB) (*fleet.Service, *pgxpool.Pool) {
 	t.Helper()
 	pool := pgtest.New(t)
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)

@@ -47,18 +47,26 @@ type Store interface {
 	UnregisterDevice(ctx context.Context, clientID, deviceID string, now time.Time) error
 	// Device returns one device. Returns ENOTFOUND if there is none.
 	Device(ctx context.Context, clientID, deviceID string) (Device, error)
+	// DevicesByID returns the devices of keys ([client id, device id]) that
+	// exist, in one read.
+	DevicesByID(ctx context.Context, keys [][2]string) (map[[2]string]Device, error)
 	// Devices returns a page of devices matching f.
 	Devices(ctx context.Context, f DeviceFilter, after string, limit int) ([]Device, error)
 	// SetOperatorLabels replaces a device's operator labels.
 	SetOperatorLabels(ctx context.Context, clientID, deviceID string, labels map[string]string, now time.Time) (Device, error)
 
-	// CreateDeployment stores a new deployment with its first revision and
-	// its install operation (d.Install, whose one step publishes the
-	// revision) and publishes its client's manifest, in one transaction. Returns
-	// ENOTFOUND if the device is not registered, EINVALID (version-yanked)
-	// if the version was yanked meanwhile, EINVALID (client-retired) if the
-	// client is retired.
-	CreateDeployment(ctx context.Context, d NewDeployment, now time.Time) (Deployment, error)
+	// CreateDeployments stores new deployments, each with its first
+	// revision and its install operation (Install, whose one step
+	// publishes the revision), in ONE transaction: each item is decided on
+	// its own (lifecycle.DecideCreate) and an item the domain refuses gets
+	// its error in its result and changes nothing, while the others are
+	// applied as one batch: one new manifest version per affected client.
+	// The results are in the order of ds. An item's refusal is ENOTFOUND
+	// if its device is not registered or its version no longer exists,
+	// EINVALID (version-yanked) if the version was yanked meanwhile,
+	// EINVALID (client-retired) if the client is retired. Returns an error,
+	// and stores nothing, when the database fails.
+	CreateDeployments(ctx context.Context, ds []NewDeployment, now time.Time) ([]CreateResult, error)
 	// RemoveDeployment marks a deployment removing, publishes its
 	// client's manifest without it and starts op, the remove operation
 	// (lifecycle.DecideRemove; the store fills in what it reads of the
@@ -127,11 +135,23 @@ type NewDeployment struct {
 	ProfileID     string
 	Components    []string // the profile's component names
 	Parameters    map[string]any
-	// Render returns the revision's ApplicationDeployment YAML.
-	Render func() ([]byte, error)
+	// YAML is the revision's rendered ApplicationDeployment document.
+	YAML []byte
 	// Install is the install operation the creation starts: one step,
 	// revision 1, with its deadline.
 	Install Operation
+	// Call, when not nil, carries the values of the call that asked for
+	// this deployment (its actor, WithActor, and its audit entry) when
+	// several calls' creations are stored in one batch; its cancellation
+	// is not used. nil: the values of the store call's context.
+	Call context.Context
+}
+
+// CreateResult is the outcome of one item of CreateDeployments: the
+// deployment as stored, or why the item was refused.
+type CreateResult struct {
+	Deployment Deployment
+	Err        error
 }
 
 // DeviceFilter selects devices.
@@ -169,12 +189,19 @@ type Service struct {
 	log     *slog.Logger
 	cache   *manifestCache
 	wakeups chan struct{}
+	batcher *batcher
 }
 
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1)}
+	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1),
+		batcher: newBatcher(store, now)}
 }
+
+// Close stops taking creations (CreateDeployment then fails) and waits
+// until the creations already queued are stored and answered. Call it once
+// the HTTP servers have finished their requests.
+func (s *Service) Close() { s.batcher.close() }
 
 // Invalidate drops what the service remembers of a client (its manifest and
 // status); "" drops everything. Called on change notifications from any
@@ -348,90 +375,6 @@ type CreateRequest struct {
 	// requested: a duration within lifecycle.DurationInstallTimeout's
 	// range; nil for the default (lifecycle.DefaultInstallTimeout).
 	Timeout *string
-}
-
-// CreateDeployment places an application version on a device and publishes
-// revision 1 through an install operation whose deadline is the requested
-// timeout.
-//
-// Returns EINVALID (invalid-request) naming /timeout when the timeout is
-// not a duration within its range ("0s" included); EINVALID
-// (invalid-version) for a bad version; ENOTFOUND if the
-// version, client or device does not exist; EINVALID (version-yanked) for a
-// yanked version; EINVALID (unknown-profile, not-placeable) when no profile
-// fits; EINVALID (invalid-parameter-values) for bad parameter values.
-func (s *Service) CreateDeployment(ctx context.Context, req CreateRequest) (Deployment, error) {
-	var ds durations
-	timeout := ds.read(lifecycle.DurationInstallTimeout, req.Timeout, "/timeout")
-	if err := ds.err(); err != nil {
-		return Deployment{}, err
-	}
-	if timeout == 0 {
-		timeout = lifecycle.DefaultInstallTimeout
-	}
-	v, err := s.catalog.Get(ctx, req.ApplicationID, req.Version)
-	if err != nil {
-		return Deployment{}, err
-	}
-	if v.Yanked {
-		return Deployment{}, yanked(v)
-	}
-	desc, err := s.catalog.Description(v)
-	if err != nil {
-		return Deployment{}, err
-	}
-	dev, err := s.store.Device(ctx, req.ClientID, req.DeviceID)
-	if err != nil {
-		return Deployment{}, err
-	}
-	if !dev.Registered {
-		return Deployment{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "device-unregistered",
-			Message: "Device " + req.DeviceID + " of client " + req.ClientID + " is unregistered; it must report its capabilities again first."}
-	}
-	caps, err := margo.ParseCapabilities(dev.Capabilities, dev.ID)
-	if err != nil {
-		return Deployment{}, fmt.Errorf("stored capabilities of %s/%s: %w", dev.ClientID, dev.ID, err)
-	}
-	profile, err := margo.ChooseProfile(desc, caps, req.ProfileID)
-	if err != nil {
-		return Deployment{}, err
-	}
-	if err := desc.CheckValues(req.Parameters, false); err != nil {
-		return Deployment{}, err
-	}
-	values := lifecycle.MergeValues(desc.DefaultValues(), req.Parameters)
-	// Every parameter whose schema refuses an empty value must now have one,
-	// from its default or from the request.
-	if err := desc.CheckValues(values, true); err != nil {
-		return Deployment{}, err
-	}
-	id := newUUID()
-	var components []string
-	for _, c := range profile.Components {
-		components = append(components, c.Name)
-	}
-	nd := NewDeployment{
-		ID: id, ClientID: req.ClientID, DeviceID: req.DeviceID, ApplicationID: req.ApplicationID,
-		Version: v.Version, ProfileID: profile.ID, Components: components, Parameters: values,
-		Render: func() ([]byte, error) {
-			return margo.RenderDeployment(margo.DeploymentInput{
-				DeploymentID: id, DeviceID: req.DeviceID, Description: desc, Profile: profile, Values: values,
-				Extension: margo.Extension{Revision: 1, Operation: lifecycle.OperationInstall,
-					Strategy: desc.Lifecycle.Upgrade.DefaultStrategy()},
-			})
-		},
-	}
-	now := s.now().UTC()
-	nd.Install = Operation{ID: newUUID(), DeploymentID: id, Type: lifecycle.OperationInstall, State: lifecycle.OperationQueued,
-		FromVersion: v.Version, ToVersion: v.Version, Parameters: values, ProfileID: profile.ID, Strategy: lifecycle.StrategyRecreate,
-		OnFailure: OnFailureHalt, StepTimeout: timeout, RequestedBy: ActorOf(ctx), Deadline: now.Add(timeout),
-		Steps: []Step{{N: 1, Version: v.Version, State: lifecycle.StepPending}}}
-	d, err := s.store.CreateDeployment(ctx, nd, now)
-	s.cache.invalidate(req.ClientID)
-	if err == nil {
-		s.wake() // the install operation is the scheduler's to watch
-	}
-	return d, err
 }
 
 func yanked(v catalog.Version) error {

@@ -132,9 +132,7 @@ func (s *AccessStore) AppendAudit(ctx context.Context, e access.AuditEntry) erro
 	return appendAudit(ctx, s.pool, e)
 }
 
-func appendAudit(ctx context.Context, db interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}, e access.AuditEntry) error {
+func appendAudit(ctx context.Context, db execer, e access.AuditEntry) error {
 	detail := []byte("{}")
 	if len(e.Detail) > 0 {
 		var err error

@@ -21,11 +21,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
@@ -42,6 +44,17 @@ type batch struct {
 	followUp [2]string
 	// deadlineOf is the operation whose deadline a change's Deadline sets.
 	deadlineOf string
+	// audits are the audit entries of the management calls whose changes
+	// the batch writes (a batch of coalesced creations: one per call); nil
+	// means the one call ctx carries, if any (auditChange).
+	audits []callAudit
+}
+
+// callAudit is the audit entry of one call in a batch, and whether its
+// change created the call's resource.
+type callAudit struct {
+	pending *access.Pending
+	created bool
 }
 
 // apply writes b in tx: for every client whose manifest changes, one new
@@ -50,9 +63,19 @@ type batch struct {
 // outcome moves, operations and steps; the manifests; and every change's
 // events. The caller holds the deployments' row locks and commits.
 //
+// Its cost is a constant number of round trips per batch, not per change:
+// the manifest versions (bumpManifests); then every row of every change in
+// one pipeline (pgx.Batch), rows of one table and kind written by one
+// set-based statement (unnest arrays), in the order a change needs them
+// (see phases); then the manifests (publish).
+//
 // Returns an error if a guard fails (the row changed under the decision:
 // the caller must roll back) or the database fails.
 func apply(ctx context.Context, tx pgx.Tx, b batch) error {
+	if len(b.changes) == 0 {
+		return nil
+	}
+	at := b.changes[0].At
 	var clients []string
 	for _, c := range b.changes {
 		if c.Manifest && !slices.Contains(clients, c.After.ClientID) {
@@ -60,24 +83,28 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 		}
 	}
 	slices.Sort(clients)
-	versions, err := bumpManifests(ctx, tx, clients, b.changes[0].At)
-	if err != nil {
-		return err
-	}
-	var events []lifecycle.Event
-	notify := []string{}
-	for _, c := range b.changes {
-		v := versions[c.After.ClientID]
-		if err := applyOne(ctx, tx, c, v, b); err != nil {
+	versions := map[string]uint64{}
+	if len(clients) > 0 {
+		var err error
+		if versions, err = bumpManifests(ctx, tx, clients, at); err != nil {
 			return err
 		}
-		for _, m := range c.Operations {
-			if m.From == "" {
-				notify = append(notify, m.ID)
-			}
+	}
+	q := &pgx.Batch{}
+	var events []lifecycle.Event
+	newOp := ""
+	for _, round := range rounds(b.changes) {
+		if err := queueRound(q, round, versions, b); err != nil {
+			return err
 		}
-		if !c.Manifest {
-			v = 0
+	}
+	for _, c := range b.changes {
+		if id := queuedOperation(c); id != "" && newOp == "" {
+			newOp = id
+		}
+		v := uint64(0)
+		if c.Manifest {
+			v = versions[c.After.ClientID]
 		}
 		evs, err := c.Events(v)
 		if err != nil {
@@ -86,123 +113,627 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 		events = append(events, evs...)
 	}
 	if b.followUp[0] != "" {
-		if _, err := tx.Exec(ctx, `UPDATE operations SET follow_up = $2::uuid WHERE id = $1`, b.followUp[0], b.followUp[1]); err != nil {
-			return err
-		}
+		queueExec(q, -1, nil, `UPDATE operations SET follow_up = $2::uuid WHERE id = $1`, b.followUp[0], b.followUp[1])
 	}
-	if err := publish(ctx, tx, versions, b.changes, b.changes[0].At); err != nil {
+	if newOp != "" {
+		// One wake-up per batch that leaves a new operation queued, however
+		// many: the payload names one of them (listeners only need the
+		// nudge). An operation started at once (an install, whose step the
+		// creation publishes) has nothing for a scheduler to do until a
+		// report or its deadline: no wake-up.
+		q.Queue(`SELECT pg_notify('`+SchedulerChannel+`', $1)`, newOp)
+	}
+	if err := auditBatch(ctx, queued{q}, b); err != nil { // the management calls' audit rows, in the change's transaction
 		return err
 	}
-	for _, id := range notify {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify('`+SchedulerChannel+`', $1)`, id); err != nil {
+	if len(events) > 0 {
+		args, err := eventArgs(events)
+		if err != nil {
 			return err
 		}
+		q.Queue(sqlAppendEvents, args...).Query(func(rows pgx.Rows) error {
+			n := 0
+			for rows.Next() {
+				n++
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("append events: %w", err)
+			}
+			if n != len(events) {
+				return errEventBounds(n, len(events))
+			}
+			return nil
+		})
 	}
-	if err := auditBatch(ctx, tx, b); err != nil { // the management call's audit row, in the change's transaction
+	if err := tx.SendBatch(ctx, q).Close(); err != nil {
 		return err
 	}
-	return AppendEvents(ctx, tx, events)
+	// Documents of new revisions, manifest entries, notifications: after
+	// the revision rows exist (publish.go).
+	return publish(ctx, tx, versions, b.changes, at)
 }
 
-func applyOne(ctx context.Context, tx pgx.Tx, c *lifecycle.Change, v uint64, b batch) error {
-	d, now := c.After, c.At
-	if d.ID == "" {
-		return nil // a change of no deployment (an unregistration without any): manifest and events only
+// queuedOperation returns the id of an operation c creates and leaves
+// queued, "" if there is none.
+func queuedOperation(c *lifecycle.Change) string {
+	last := map[string]lifecycle.OperationState{}
+	var created []string
+	for _, m := range c.Operations {
+		if m.From == "" {
+			created = append(created, m.ID)
+		}
+		last[m.ID] = m.To
 	}
-	if c.Create {
-		if _, err := tx.Exec(ctx, `
-INSERT INTO deployments (id, client_id, device_id, application_id, state, state_reason, state_changed_at, revision, desired_since, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $7)`,
-			d.ID, d.ClientID, d.DeviceID, d.ApplicationID, string(d.State), c.Reason, now, d.Revision, int64(v)); err != nil {
-			return err
+	for _, id := range created {
+		if last[id] == lifecycle.OperationQueued {
+			return id
 		}
 	}
-	// Operations before the revision, which may name one created here; in
-	// order, so that an operation ends before its successor is inserted.
+	return ""
+}
+
+// rounds splits changes, in order, into rounds in which each deployment
+// appears at most once, so that one set-based statement never meets one
+// row twice. A batch's changes are usually of distinct deployments: one
+// round.
+func rounds(changes []*lifecycle.Change) [][]*lifecycle.Change {
+	var out [][]*lifecycle.Change
+	var seen []map[string]bool
+	for _, c := range changes {
+		i := 0 // after the last round that holds a change of the same deployment
+		for j := len(out) - 1; j >= 0 && c.After.ID != ""; j-- {
+			if seen[j][c.After.ID] {
+				i = j + 1
+				break
+			}
+		}
+		if i == len(out) {
+			out, seen = append(out, nil), append(seen, map[string]bool{})
+		}
+		out[i], seen[i][c.After.ID] = append(out[i], c), true
+	}
+	return out
+}
+
+// queued appends the statements given to Exec to a pipeline (for
+// appendAudit).
+type queued struct{ q *pgx.Batch }
+
+func (b queued) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	b.q.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+// queueExec queues a statement that must touch exactly want rows (want < 0:
+// any number), else the batch fails with errGuard.
+func queueExec(q *pgx.Batch, want int, errGuard error, sql string, args ...any) {
+	q.Queue(sql, args...).Exec(func(tag pgconn.CommandTag) error {
+		if want >= 0 && tag.RowsAffected() != int64(want) {
+			return errGuard
+		}
+		return nil
+	})
+}
+
+// queueGuarded queues a guarded UPDATE … RETURNING id of the rows ids: if
+// one of them was not updated (its guard failed), the batch fails with
+// what(id).
+func queueGuarded(q *pgx.Batch, ids []string, what func(i int) error, sql string, args ...any) {
+	q.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		got := map[string]bool{}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			got[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for i, id := range ids {
+			if !got[id] {
+				return what(i)
+			}
+		}
+		return nil
+	})
+}
+
+// The phases of a round, in the order one change needs its rows written
+// (the order applyOne used to write them one by one): the new deployment
+// rows; the operation moves, in order (the n-th move of every change
+// together: an operation is created or moved before the revision that may
+// name it, and one ends before its successor is inserted, for the
+// one-active-operation index); the revisions; the deployment updates
+// (guarded by the state the decision saw); the history rows; the outcome
+// moves and step moves, in order; the deadlines. Changes of one round are
+// of distinct deployments, so rows of different changes never meet.
+const (
+	sqlInsertDeployments = `
+INSERT INTO deployments (id, client_id, device_id, application_id, state, state_reason, state_changed_at, revision, desired_since, created_at, updated_at)
+SELECT v.id, v.client_id, v.device_id, v.application_id, v.state, v.reason, v.at, v.revision, v.since, v.at, v.at
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::int[], $9::bigint[])
+    AS v(id, client_id, device_id, application_id, state, reason, at, revision, since)`
+
+	sqlInsertOperations = `
+INSERT INTO operations (id, deployment_id, type, state, from_version, to_version, parameters, profile_id, strategy, drain, on_failure,
+    step_timeout, forced, force_reason, requested_by, base_revision, restore_revision, deadline, created_at, updated_at, reason, finished_at)
+SELECT v.id, v.deployment_id, v.type, v.state, v.from_version, v.to_version, v.parameters::jsonb, v.profile_id, v.strategy,
+    NULLIF(v.drain, '')::jsonb, v.on_failure, make_interval(secs => v.step_secs), v.forced, v.force_reason, v.requested_by, v.base,
+    NULLIF(v.restore, 0), v.deadline, v.at, v.at, v.reason, v.finished
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
+    $11::text[], $12::float8[], $13::bool[], $14::text[], $15::text[], $16::int[], $17::int[], $18::timestamptz[], $19::timestamptz[],
+    $20::text[], $21::timestamptz[])
+    AS v(id, deployment_id, type, state, from_version, to_version, parameters, profile_id, strategy, drain, on_failure, step_secs, forced,
+        force_reason, requested_by, base, restore, deadline, at, reason, finished)`
+
+	sqlInsertSteps = `
+INSERT INTO operation_steps (operation_id, n, version, state, revision, published_at, finished_at)
+SELECT v.operation_id, v.n, v.version, v.state, NULLIF(v.revision, 0), v.published_at, v.finished_at
+FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[])
+    AS v(operation_id, n, version, state, revision, published_at, finished_at)`
+
+	sqlMoveOperations = `
+UPDATE operations o SET state = v.state_to, reason = CASE WHEN v.reason = '' THEN o.reason ELSE v.reason END, updated_at = v.at,
+    finished_at = v.finished
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::text[]) AS v(id, state_to, reason, at, finished, state_from)
+WHERE o.id = v.id AND o.state = v.state_from
+RETURNING o.id::text`
+
+	sqlInsertRevisions = `
+INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, digest,
+    manifest_version, created_at, operation_id, forced, force_reason, strategy, installed_at)
+SELECT v.deployment_id, v.n, v.application_id, v.version, v.profile_id, v.parameters::jsonb, v.operation, v.outcome,
+    ARRAY(SELECT jsonb_array_elements_text(v.components::jsonb)), v.digest, v.mv, v.at, NULLIF(v.operation_id, '')::uuid,
+    v.forced, v.force_reason, v.strategy, v.installed_at
+FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+    $10::text[], $11::bigint[], $12::timestamptz[], $13::text[], $14::bool[], $15::text[], $16::text[], $17::timestamptz[])
+    AS v(deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, digest, mv, at,
+        operation_id, forced, force_reason, strategy, installed_at)`
+
+	sqlCopyRevision = `
+INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, digest,
+    manifest_version, created_at, operation_id, forced, force_reason, strategy, installed_at)
+SELECT deployment_id, $2, application_id, version, profile_id, parameters, operation, $3, components, digest,
+    $4, $5, $6, forced, force_reason, strategy, installed_at
+FROM revisions WHERE deployment_id = $1 AND n = $7`
+
+	sqlUpdateDeployments = `
+UPDATE deployments d SET state = v.state, state_reason = CASE WHEN v.reason = '' THEN d.state_reason ELSE v.reason END,
+    state_changed_at = CASE WHEN v.moved THEN v.at ELSE d.state_changed_at END, revision = v.revision,
+    installed_revision = NULLIF(v.installed, 0), removing = v.removing,
+    desired_since = CASE WHEN v.since > 0 THEN v.since ELSE d.desired_since END, updated_at = v.at, generation = d.generation + 1
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[], $5::timestamptz[], $6::int[], $7::int[], $8::bool[], $9::bigint[], $10::text[])
+    AS v(id, state, reason, moved, at, revision, installed, removing, since, state_before)
+WHERE d.id = v.id AND d.state = v.state_before
+RETURNING d.id::text`
+
+	sqlInsertHistory = `
+INSERT INTO deployment_history (deployment_id, at, from_state, to_state, cause, revision, reason)
+SELECT v.deployment_id, v.at, NULLIF(v.from_state, ''), v.to_state, v.cause, v.revision, v.reason
+FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[]) WITH ORDINALITY
+    AS v(deployment_id, at, from_state, to_state, cause, revision, reason, ord)
+ORDER BY v.ord`
+
+	// Outcome and step moves select rows by a set of states, passed as one
+	// comma-separated string per move (unnest flattens arrays of arrays).
+	sqlMoveOutcomes = `
+UPDATE revisions r SET outcome = v.outcome_to,
+    installed_at = CASE WHEN v.outcome_to = $7 THEN coalesce(r.installed_at, v.at) ELSE r.installed_at END
+FROM unnest($1::uuid[], $2::int[], $3::text[], $4::bool[], $5::timestamptz[], $6::text[]) AS v(deployment_id, n, outcome_to, others, at, outcome_from)
+WHERE r.deployment_id = v.deployment_id AND (r.n = v.n) <> v.others
+    AND (v.outcome_from = '' OR r.outcome = ANY(string_to_array(v.outcome_from, ','))) AND r.outcome <> v.outcome_to`
+
+	sqlMoveSteps = `
+UPDATE operation_steps s SET state = v.state_to, revision = coalesce(NULLIF(v.revision, 0), s.revision),
+    published_at = CASE WHEN v.state_to = $7 THEN v.at ELSE s.published_at END,
+    finished_at = CASE WHEN v.terminal THEN coalesce(s.finished_at, v.at) ELSE s.finished_at END
+FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::timestamptz[], $6::bool[], $8::text[]) AS v(operation_id, n, state_to, revision, at, terminal, state_from)
+WHERE s.operation_id = v.operation_id AND (v.n = 0 OR s.n = v.n) AND s.state = ANY(string_to_array(v.state_from, ','))`
+)
+
+// queueRound queues the statements of one round (see the phases above).
+func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uint64, b batch) error {
+	version := func(c *lifecycle.Change) int64 {
+		if !c.Manifest {
+			return 0
+		}
+		return int64(versions[c.After.ClientID])
+	}
+	var live []*lifecycle.Change // changes of a deployment
+	for _, c := range round {
+		if c.After.ID != "" {
+			live = append(live, c)
+		}
+	}
+	if len(live) == 0 {
+		return nil // changes of no deployment (an unregistration without any): manifest and events only
+	}
+	folds := make(map[*lifecycle.Change]*fold, len(live))
+	for _, c := range live {
+		f, err := foldChange(c, b)
+		if err != nil {
+			return err
+		}
+		folds[c] = f
+	}
+
+	// New deployments.
+	{
+		var a cols
+		for _, c := range live {
+			if !c.Create {
+				continue
+			}
+			d := c.After
+			a.add(d.ID, d.ClientID, d.DeviceID, d.ApplicationID, string(d.State), c.Reason, c.At, int32(d.Revision), version(c))
+		}
+		if a.n > 0 {
+			queueExec(q, a.n, fmt.Errorf("%d deployments inserted as %d rows", a.n, a.n), sqlInsertDeployments, a.args()...)
+		}
+	}
+
+	// Operation moves, the n-th of every change together.
+	for i := 0; ; i++ {
+		var ins, steps, mv cols
+		var insDeployments, mvIDs []string
+		var mvWhat []lifecycle.OperationMove
+		more := false
+		for _, c := range live {
+			if i >= len(c.Operations) {
+				continue
+			}
+			more = true
+			m, now, f := c.Operations[i], c.At, folds[c]
+			if m.From != "" && f.ops[m.ID] != nil {
+				continue // a move of an operation this change creates: written with its row
+			}
+			if m.From == "" {
+				op, ok := b.operations[m.ID]
+				if !ok {
+					return fmt.Errorf("operation %s is created without its row", m.ID)
+				}
+				params, err := json.Marshal(op.Parameters)
+				if err != nil {
+					return err
+				}
+				drain := ""
+				if s := drainValue(op.Drain); s != nil {
+					drain = *s
+				}
+				fo := f.ops[m.ID]
+				ins.add(op.ID, op.DeploymentID, string(op.Type), string(fo.state), op.FromVersion.String(), op.ToVersion.String(), string(params),
+					op.ProfileID, string(op.Strategy), drain, op.OnFailure, op.StepTimeout.Seconds(), op.Forced, op.ForceReason, op.RequestedBy,
+					int32(c.Before.Revision), int32(op.RestoreRevision), op.Deadline, now, fo.reason, fo.finished)
+				insDeployments = append(insDeployments, op.DeploymentID)
+				for _, st := range fo.steps {
+					steps.add(op.ID, int32(st.n), st.version, string(st.state), int32(st.revision), st.published, st.finished)
+				}
+				continue
+			}
+			var finished *time.Time
+			if m.To.Terminal() {
+				finished = &now
+			}
+			mv.add(m.ID, string(m.To), m.Reason, now, finished, string(m.From))
+			mvIDs, mvWhat = append(mvIDs, m.ID), append(mvWhat, m)
+		}
+		if !more {
+			break
+		}
+		if ins.n > 0 {
+			deployments := insDeployments
+			q.Queue(sqlInsertOperations, ins.args()...).Fn = func(br pgx.BatchResults) error {
+				_, err := br.Exec()
+				var pe *pgconn.PgError
+				if errors.As(err, &pe) && pe.Code == "23505" { // a concurrent request won the one-active-operation index
+					if len(deployments) == 1 {
+						return operationInProgress(deployments[0], "")
+					}
+					return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "operation-in-progress",
+						Message: "A deployment of the batch already has an operation in progress."}
+				}
+				return err
+			}
+		}
+		if steps.n > 0 {
+			queueExec(q, -1, nil, sqlInsertSteps, steps.args()...)
+		}
+		if mv.n > 0 {
+			queueGuarded(q, mvIDs, func(i int) error {
+				return fmt.Errorf("operation %s is no longer %s", mvWhat[i].ID, mvWhat[i].From)
+			}, sqlMoveOperations, mv.args()...)
+		}
+	}
+
+	// Revisions.
+	{
+		var a cols
+		for _, c := range live {
+			if c.Revision == nil {
+				continue
+			}
+			d, r, f := c.After, *c.Revision, folds[c]
+			pending := string(lifecycle.InitialOutcome)
+			if r.CopyOf > 0 { // a revert repeats a revision byte for byte: copied by the database
+				var opID *string
+				if r.OperationID != "" {
+					opID = &r.OperationID
+				}
+				queueExec(q, 1, fmt.Errorf("deployment %s has no revision %d to repeat", d.ID, r.CopyOf),
+					sqlCopyRevision, d.ID, r.N, pending, version(c), c.At, opID, r.CopyOf)
+				continue
+			}
+			params, err := json.Marshal(r.Parameters)
+			if err != nil {
+				return err
+			}
+			comps, err := json.Marshal(append([]string{}, r.Components...))
+			if err != nil {
+				return err
+			}
+			outcome, installed := lifecycle.InitialOutcome, (*time.Time)(nil)
+			if f.outcomes {
+				outcome, installed = f.outcome, f.installed
+			}
+			a.add(d.ID, int32(r.N), d.ApplicationID, r.Version, r.ProfileID, string(params), string(r.Kind), string(outcome), string(comps),
+				margo.Digest(r.YAML), version(c), c.At, r.OperationID, r.Forced, r.ForceReason, string(r.Strategy), installed)
+		}
+		if a.n > 0 {
+			queueExec(q, a.n, fmt.Errorf("%d revisions inserted as other rows", a.n), sqlInsertRevisions, a.args()...)
+		}
+	}
+
+	// Deployment updates, guarded by the state the decision saw.
+	{
+		var a cols
+		var ids []string
+		var before []lifecycle.State
+		for _, c := range live {
+			if c.Create || !c.DeploymentChanged() {
+				continue
+			}
+			d := c.After
+			a.add(d.ID, string(d.State), c.Reason, len(c.Moves) > 0, c.At, int32(d.Revision), int32(d.InstalledRevision), d.Removing,
+				version(c), string(c.Before.State))
+			ids, before = append(ids, d.ID), append(before, c.Before.State)
+		}
+		if a.n > 0 {
+			queueGuarded(q, ids, func(i int) error {
+				return fmt.Errorf("deployment %s is no longer %s: it changed under its decision", ids[i], before[i])
+			}, sqlUpdateDeployments, a.args()...)
+		}
+	}
+
+	// History rows, in order.
+	{
+		var a cols
+		for _, c := range live {
+			for _, m := range c.Moves {
+				a.add(c.After.ID, c.At, string(m.From), string(m.To), m.Cause, int32(m.Revision), m.Reason)
+			}
+		}
+		if a.n > 0 {
+			queueExec(q, a.n, fmt.Errorf("%d history rows inserted as other rows", a.n), sqlInsertHistory, a.args()...)
+		}
+	}
+
+	// Outcome moves, the n-th of every change together.
+	for i := 0; ; i++ {
+		var a cols
+		more := false
+		for _, c := range live {
+			more = more || i < len(c.Outcomes)
+			if i < len(c.Outcomes) && !folds[c].outcomes {
+				m := c.Outcomes[i]
+				a.add(c.After.ID, int32(m.Revision), string(m.To), m.Others, c.At, strings.Join(outcomeStrings(m.From), ","))
+			}
+		}
+		if !more {
+			break
+		}
+		if a.n == 0 {
+			continue
+		}
+		queueExec(q, -1, nil, sqlMoveOutcomes, append(a.args(), string(lifecycle.OutcomeActive))...)
+	}
+
+	// Step moves, the n-th of every change together.
+	for i := 0; ; i++ {
+		var a cols
+		more := false
+		for _, c := range live {
+			if i < len(c.Steps) {
+				more = true
+				m := c.Steps[i]
+				if folds[c].ops[m.OperationID] != nil {
+					continue // written with the new operation's steps
+				}
+				a.add(m.OperationID, int32(m.N), string(m.To), int32(m.Revision), c.At, m.To.Terminal(), strings.Join(stepStrings(m.From), ","))
+			}
+		}
+		if !more {
+			break
+		}
+		if a.n == 0 {
+			continue
+		}
+		args := a.args()
+		// $7 is the published state; the from-states are $8.
+		args = append(args[:6:6], string(lifecycle.StepPublished), args[6])
+		queueExec(q, -1, nil, sqlMoveSteps, args...)
+	}
+
+	// Deadlines.
+	for _, c := range live {
+		if !c.Deadline.IsZero() && b.deadlineOf != "" {
+			queueExec(q, -1, nil, `UPDATE operations SET deadline = $2, updated_at = $3 WHERE id = $1`, b.deadlineOf, c.Deadline, c.At)
+		}
+	}
+	return nil
+}
+
+// fold is what a change writes into rows it creates itself: an operation
+// the change creates and then moves (an install is created queued and
+// started at once), its steps and their moves, and a new deployment's
+// first revision and its outcome moves. Such rows are inserted as the
+// change leaves them instead of being inserted and then updated: the same
+// rows, without a second write of each (and without the foreign-key checks
+// PostgreSQL repeats on every update of a row its own transaction
+// inserted). The guards of those moves are checked here, on the rows'
+// values in memory.
+type fold struct {
+	ops       map[string]*foldedOp
+	outcomes  bool // the new revision's outcome is folded (a created deployment: no other revision exists)
+	outcome   lifecycle.RevisionOutcome
+	installed *time.Time
+}
+
+type foldedOp struct {
+	state    lifecycle.OperationState
+	reason   string
+	finished *time.Time
+	steps    []foldedStep
+}
+
+type foldedStep struct {
+	n, revision         int
+	version             string
+	state               lifecycle.StepState
+	published, finished *time.Time
+}
+
+// foldChange computes c's fold (see fold). Returns an error when a move of
+// a row the change creates does not find the row in its from-state (as the
+// guard of the UPDATE would).
+func foldChange(c *lifecycle.Change, b batch) (*fold, error) {
+	f := &fold{ops: map[string]*foldedOp{}}
+	now := c.At
 	for _, m := range c.Operations {
 		if m.From == "" {
 			op, ok := b.operations[m.ID]
 			if !ok {
-				return fmt.Errorf("operation %s is created without its row", m.ID)
+				return nil, fmt.Errorf("operation %s is created without its row", m.ID)
 			}
-			if err := insertOperation(ctx, tx, op, m.To, c.Before.Revision, now); err != nil {
-				return err
+			fo := &foldedOp{state: m.To}
+			for _, st := range op.Steps {
+				fo.steps = append(fo.steps, foldedStep{n: st.N, version: st.Version.String(), state: lifecycle.StepPending})
 			}
+			f.ops[m.ID] = fo
 			continue
 		}
-		var finished *time.Time
+		fo := f.ops[m.ID]
+		if fo == nil {
+			continue
+		}
+		if fo.state != m.From {
+			return nil, fmt.Errorf("operation %s is no longer %s", m.ID, m.From)
+		}
+		fo.state = m.To
+		if m.Reason != "" {
+			fo.reason = m.Reason
+		}
+		fo.finished = nil
 		if m.To.Terminal() {
-			finished = &now
-		}
-		tag, err := tx.Exec(ctx, `UPDATE operations SET state = $2, reason = CASE WHEN $3 = '' THEN reason ELSE $3 END, updated_at = $4,
-finished_at = $5 WHERE id = $1 AND state = $6`, m.ID, string(m.To), m.Reason, now, finished, string(m.From))
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("operation %s is no longer %s", m.ID, m.From)
-		}
-	}
-	if c.Revision != nil {
-		if err := insertRevision(ctx, tx, d, *c.Revision, v, now); err != nil {
-			return err
-		}
-	}
-	if !c.Create && c.DeploymentChanged() {
-		var installed *int
-		if d.InstalledRevision > 0 {
-			installed = &d.InstalledRevision
-		}
-		tag, err := tx.Exec(ctx, `UPDATE deployments SET state = $2, state_reason = CASE WHEN $3 = '' THEN state_reason ELSE $3 END,
-state_changed_at = CASE WHEN $4 THEN $5 ELSE state_changed_at END, revision = $6, installed_revision = $7, removing = $8,
-desired_since = CASE WHEN $9 > 0 THEN $9 ELSE desired_since END, updated_at = $5, generation = generation + 1
-WHERE id = $1 AND state = $10`,
-			d.ID, string(d.State), c.Reason, len(c.Moves) > 0, now, d.Revision, installed, d.Removing, int64(v), string(c.Before.State))
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("deployment %s is no longer %s: it changed under its decision", d.ID, c.Before.State)
-		}
-	}
-	for _, m := range c.Moves {
-		var from *string
-		if m.From != "" {
-			s := string(m.From)
-			from = &s
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO deployment_history (deployment_id, at, from_state, to_state, cause, revision, reason) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			d.ID, now, from, string(m.To), m.Cause, m.Revision, m.Reason); err != nil {
-			return err
-		}
-	}
-	for _, m := range c.Outcomes {
-		if _, err := tx.Exec(ctx, `UPDATE revisions SET outcome = $3,
-    installed_at = CASE WHEN $3::text = $6::text THEN coalesce(installed_at, $5) ELSE installed_at END
-WHERE deployment_id = $1 AND (n = $2) <> $4 AND (cardinality($7::text[]) = 0 OR outcome = ANY($7)) AND outcome <> $3`,
-			d.ID, m.Revision, string(m.To), m.Others, now, string(lifecycle.OutcomeActive), outcomeStrings(m.From)); err != nil {
-			return err
+			fo.finished = &now
 		}
 	}
 	for _, m := range c.Steps {
-		var rev *int
-		if m.Revision > 0 {
-			rev = &m.Revision
+		fo := f.ops[m.OperationID]
+		if fo == nil {
+			continue
 		}
-		if _, err := tx.Exec(ctx, `UPDATE operation_steps SET state = $3, revision = coalesce($4, revision),
-    published_at = CASE WHEN $3::text = $6::text THEN $5 ELSE published_at END,
-    finished_at = CASE WHEN $7 THEN coalesce(finished_at, $5) ELSE finished_at END
-WHERE operation_id = $1 AND ($2 = 0 OR n = $2) AND state = ANY($8)`,
-			m.OperationID, m.N, string(m.To), rev, now, string(lifecycle.StepPublished), m.To.Terminal(), stepStrings(m.From)); err != nil {
-			return err
+		for i := range fo.steps {
+			st := &fo.steps[i]
+			if (m.N != 0 && st.n != m.N) || !slices.Contains(m.From, st.state) {
+				continue
+			}
+			st.state = m.To
+			if m.Revision > 0 {
+				st.revision = m.Revision
+			}
+			if m.To == lifecycle.StepPublished {
+				st.published = &now
+			}
+			if m.To.Terminal() && st.finished == nil {
+				st.finished = &now
+			}
 		}
 	}
-	if !c.Deadline.IsZero() && b.deadlineOf != "" {
-		if _, err := tx.Exec(ctx, `UPDATE operations SET deadline = $2, updated_at = $3 WHERE id = $1`, b.deadlineOf, c.Deadline, now); err != nil {
-			return err
+	if c.Create && c.Revision != nil && c.Revision.CopyOf == 0 {
+		f.outcomes, f.outcome = true, lifecycle.InitialOutcome
+		n := c.Revision.N
+		for _, m := range c.Outcomes {
+			selected := (n == m.Revision) != m.Others
+			if !selected || (len(m.From) > 0 && !slices.Contains(m.From, f.outcome)) || f.outcome == m.To {
+				continue
+			}
+			f.outcome = m.To
+			if m.To == lifecycle.OutcomeActive && f.installed == nil {
+				f.installed = &now
+			}
 		}
 	}
-	return nil
+	return f, nil
+}
+
+// cols gathers the rows of a set-based statement column by column: add
+// takes one row's values, args returns one slice per column (pgx encodes
+// each as an array for unnest).
+type cols struct {
+	n    int
+	cols [][]any
+}
+
+func (a *cols) add(vals ...any) {
+	if a.cols == nil {
+		a.cols = make([][]any, len(vals))
+	}
+	for i, v := range vals {
+		a.cols[i] = append(a.cols[i], v)
+	}
+	a.n++
+}
+
+func (a *cols) args() []any {
+	out := make([]any, len(a.cols))
+	for i, c := range a.cols {
+		out[i] = typed(c)
+	}
+	return out
+}
+
+// typed turns a column of values of one Go type into a slice of that type,
+// which pgx encodes as a PostgreSQL array.
+func typed(c []any) any {
+	switch c[0].(type) {
+	case string:
+		return column[string](c)
+	case int32:
+		return column[int32](c)
+	case int64:
+		return column[int64](c)
+	case float64:
+		return column[float64](c)
+	case bool:
+		return column[bool](c)
+	case time.Time:
+		return column[time.Time](c)
+	case *time.Time:
+		return column[*time.Time](c)
+	case []byte:
+		return column[[]byte](c)
+	}
+	panic(fmt.Sprintf("applier: no array type for %T", c[0]))
+}
+
+func column[T any](c []any) []T {
+	out := make([]T, len(c))
+	for i, v := range c {
+		out[i] = v.(T)
+	}
+	return out
 }
 
 func outcomeStrings(os []lifecycle.RevisionOutcome) []string {
@@ -219,74 +750,6 @@ func stepStrings(ss []lifecycle.StepState) []string {
 		out[i] = string(s)
 	}
 	return out
-}
-
-// insertRevision stores a new revision, pending: its content as the change
-// says, or copied from revision CopyOf (a revert repeats it byte for byte,
-// and keeps when it became installed).
-func insertRevision(ctx context.Context, tx pgx.Tx, d lifecycle.Deployment, r lifecycle.NewRevision, v uint64, now time.Time) error {
-	var opID *string
-	if r.OperationID != "" {
-		opID = &r.OperationID
-	}
-	pending := string(lifecycle.InitialOutcome)
-	if r.CopyOf > 0 {
-		tag, err := tx.Exec(ctx, `
-INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, digest,
-    manifest_version, created_at, operation_id, forced, force_reason, strategy, installed_at)
-SELECT deployment_id, $2, application_id, version, profile_id, parameters, operation, $3, components, digest,
-    $4, $5, $6, forced, force_reason, strategy, installed_at
-FROM revisions WHERE deployment_id = $1 AND n = $7`, d.ID, r.N, pending, int64(v), now, opID, r.CopyOf)
-		if err == nil && tag.RowsAffected() != 1 {
-			err = fmt.Errorf("deployment %s has no revision %d to repeat", d.ID, r.CopyOf)
-		}
-		return err
-	}
-	params, err := json.Marshal(r.Parameters)
-	if err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `
-INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, digest,
-    manifest_version, created_at, operation_id, forced, force_reason, strategy)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
-		d.ID, r.N, d.ApplicationID, r.Version, r.ProfileID, string(params), string(r.Kind), pending, r.Components, margo.Digest(r.YAML),
-		int64(v), now, opID, r.Forced, r.ForceReason, string(r.Strategy))
-	return err
-}
-
-// insertOperation stores a new operation in state (queued) with its steps
-// pending; base is the deployment's desired revision.
-func insertOperation(ctx context.Context, tx pgx.Tx, op fleet.Operation, state lifecycle.OperationState, base int, now time.Time) error {
-	params, err := json.Marshal(op.Parameters)
-	if err != nil {
-		return err
-	}
-	var restore *int
-	if op.RestoreRevision > 0 {
-		restore = &op.RestoreRevision
-	}
-	_, err = tx.Exec(ctx, `
-INSERT INTO operations (id, deployment_id, type, state, from_version, to_version, parameters, profile_id, strategy, drain, on_failure,
-    step_timeout, forced, force_reason, requested_by, base_revision, restore_revision, deadline, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10::jsonb, $11, make_interval(secs => $12), $13, $14, $15, $16, $17, $18, $19, $19)`,
-		op.ID, op.DeploymentID, string(op.Type), string(state), op.FromVersion.String(), op.ToVersion.String(), string(params), op.ProfileID,
-		string(op.Strategy), drainValue(op.Drain), op.OnFailure, op.StepTimeout.Seconds(), op.Forced, op.ForceReason, op.RequestedBy, base,
-		restore, op.Deadline, now)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" { // a concurrent request won the one-active-operation index
-		return operationInProgress(op.DeploymentID, "")
-	}
-	if err != nil {
-		return err
-	}
-	for _, st := range op.Steps {
-		if _, err := tx.Exec(ctx, `INSERT INTO operation_steps (operation_id, n, version, state) VALUES ($1, $2, $3, $4)`,
-			op.ID, st.N, st.Version.String(), string(lifecycle.StepPending)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // reportStatement renders the status-report hot path's change into one

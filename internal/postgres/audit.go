@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wfm-dev/wfm/internal/access"
@@ -25,12 +26,17 @@ import (
 // inTx runs fn in one transaction of pool, as pgx.BeginFunc does, for a
 // store method that makes the change of a management call. The call's
 // audit entry, if fn appended it (auditChange), counts as written once the
-// transaction committed.
-func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	p := access.PendingOf(ctx)
-	p.BeginTx()
+// transaction committed. calls are the entries of further calls whose
+// changes the transaction makes (a batch of coalesced creations).
+func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error, calls ...*access.Pending) error {
+	ps := append([]*access.Pending{access.PendingOf(ctx)}, calls...)
+	for _, p := range ps {
+		p.BeginTx()
+	}
 	err := pgx.BeginFunc(ctx, pool, fn)
-	p.EndTx(err == nil)
+	for _, p := range ps {
+		p.EndTx(err == nil)
+	}
 	return err
 }
 
@@ -48,15 +54,38 @@ func auditChange(ctx context.Context, tx pgx.Tx, at time.Time, created bool) err
 	return appendAudit(ctx, tx, e)
 }
 
-// auditBatch is auditChange for the changes apply writes: at the changes'
-// time, created when one of them creates its deployment.
-func auditBatch(ctx context.Context, tx pgx.Tx, b batch) error {
+// auditBatch is auditChange for the changes apply writes, into db (the
+// batch's pipeline): at the changes' time, created when one of them
+// creates its deployment; or, for a batch of several calls (b.audits),
+// each call's entry, created when its change created its deployment.
+func auditBatch(ctx context.Context, db execer, b batch) error {
 	if len(b.changes) == 0 {
 		return nil
 	}
-	created := false
-	for _, c := range b.changes {
-		created = created || c.Create
+	at := b.changes[0].At
+	if b.audits == nil {
+		created := false
+		for _, c := range b.changes {
+			created = created || c.Create
+		}
+		e, ok := access.PendingOf(ctx).TakeForTx(at, created)
+		if !ok {
+			return nil
+		}
+		return appendAudit(ctx, db, e)
 	}
-	return auditChange(ctx, tx, b.changes[0].At, created)
+	for _, a := range b.audits {
+		if e, ok := a.pending.TakeForTx(at, a.created); ok {
+			if err := appendAudit(ctx, db, e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// execer runs a statement (a transaction, a pool, or a pipeline being
+// built).
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
@@ -56,54 +57,137 @@ func aggregate(d fleet.Deployment, last int) lifecycle.Deployment {
 		Revision: d.Revision, InstalledRevision: d.InstalledRevision, LastRevision: last, Removing: d.Removing, Version: d.Version.String()}
 }
 
-// CreateDeployment implements fleet.Store: it reads, under share locks,
-// what the decision needs (device, version, client), decides
-// (lifecycle.DecideCreate) and applies.
-func (s *FleetStore) CreateDeployment(ctx context.Context, nd fleet.NewDeployment, now time.Time) (fleet.Deployment, error) {
+// CreateDeployments implements fleet.Store: in one transaction it reads
+// what the decisions need, set-based (the devices and the application
+// versions under share locks, in key order; the clients' status), decides
+// each item (lifecycle.DecideCreate) and applies the accepted ones as one
+// batch. The audit entry of each item's call (NewDeployment.Call) is
+// written in that transaction.
+func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeployment, now time.Time) ([]fleet.CreateResult, error) {
+	if len(nds) == 0 {
+		return nil, nil
+	}
+	calls := make([]*access.Pending, 0, len(nds))
+	for _, nd := range nds {
+		if nd.Call != nil {
+			calls = append(calls, access.PendingOf(nd.Call))
+		}
+	}
+	var results []fleet.CreateResult
+	var ids []string
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var registered bool
-		err := tx.QueryRow(ctx, `SELECT registered FROM devices WHERE client_id = $1 AND id = $2 FOR SHARE`, nd.ClientID, nd.DeviceID).Scan(&registered)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		results, ids = make([]fleet.CreateResult, len(nds)), ids[:0]
+		registered, yanked, status, err := readCreateInputs(ctx, tx, nds)
+		if err != nil {
 			return err
 		}
-		var yanked bool
-		if registered {
-			err = tx.QueryRow(ctx, `SELECT yanked FROM application_versions WHERE application_id = $1 AND version = $2 FOR SHARE`, nd.ApplicationID, nd.Version.String()).Scan(&yanked)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return notFound("Application %s has no version %s.", nd.ApplicationID, nd.Version)
+		b := batch{operations: map[string]fleet.Operation{}}
+		for i, nd := range nds {
+			call := ctx
+			if nd.Call != nil {
+				call = nd.Call
+			}
+			reg := registered[[2]string{nd.ClientID, nd.DeviceID}]
+			y, known := yanked[[2]string{nd.ApplicationID, nd.Version.String()}]
+			if reg && !known {
+				results[i].Err = notFound("Application %s has no version %s.", nd.ApplicationID, nd.Version)
+				continue
+			}
+			c, err := lifecycle.DecideCreate(lifecycle.CreateInput{
+				Deployment: lifecycle.Deployment{ID: nd.ID, ClientID: nd.ClientID, DeviceID: nd.DeviceID, ApplicationID: nd.ApplicationID},
+				Revision: lifecycle.NewRevision{Version: nd.Version.String(), ProfileID: nd.ProfileID, Parameters: nd.Parameters,
+					Components: nd.Components, YAML: nd.YAML},
+				Registered: reg, Yanked: y, ClientRetired: status[nd.ClientID] != string(fleet.ClientAccepted),
+				OperationID: nd.Install.ID, Deadline: nd.Install.Deadline,
+			}, now, fleet.ActorOf(call))
+			if c := lifecycle.ErrorCode(err); c != "" && c != lifecycle.EINTERNAL && c != lifecycle.EUNAVAILABLE {
+				results[i].Err = err // the domain refuses this item; the others go on
+				continue
 			}
 			if err != nil {
 				return err
 			}
-		}
-		yaml, err := nd.Render()
-		if err != nil {
-			return err
-		}
-		var status string
-		if registered {
-			if err := tx.QueryRow(ctx, `SELECT status FROM clients WHERE id = $1`, nd.ClientID).Scan(&status); err != nil {
-				return err
+			op := nd.Install
+			op.DeploymentID = nd.ID
+			b.changes, b.operations[op.ID] = append(b.changes, c), op
+			if nd.Call != nil {
+				b.audits = append(b.audits, callAudit{pending: access.PendingOf(nd.Call), created: true})
 			}
+			ids = append(ids, nd.ID)
 		}
-		c, err := lifecycle.DecideCreate(lifecycle.CreateInput{
-			Deployment: lifecycle.Deployment{ID: nd.ID, ClientID: nd.ClientID, DeviceID: nd.DeviceID, ApplicationID: nd.ApplicationID},
-			Revision: lifecycle.NewRevision{Version: nd.Version.String(), ProfileID: nd.ProfileID, Parameters: nd.Parameters,
-				Components: nd.Components, YAML: yaml},
-			Registered: registered, Yanked: yanked, ClientRetired: status != string(fleet.ClientAccepted),
-			OperationID: nd.Install.ID, Deadline: nd.Install.Deadline,
-		}, now, fleet.ActorOf(ctx))
-		if err != nil {
-			return err
-		}
-		op := nd.Install
-		op.DeploymentID = nd.ID
-		return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}, operations: map[string]fleet.Operation{op.ID: op}})
-	})
+		return apply(ctx, tx, b)
+	}, calls...)
 	if err != nil {
-		return fleet.Deployment{}, translate(err)
+		return nil, translate(err)
 	}
-	return s.Deployment(ctx, nd.ID)
+	if len(ids) == 0 {
+		return results, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlDeploymentColumns+sqlDeploymentFrom+` WHERE d.id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Deployment, error) { return scanDeployment(r) })
+	if err != nil {
+		return nil, translate(err)
+	}
+	byID := make(map[string]fleet.Deployment, len(ds))
+	for _, d := range ds {
+		byID[d.ID] = d
+	}
+	for i, nd := range nds {
+		if results[i].Err == nil {
+			results[i].Deployment = byID[nd.ID]
+		}
+	}
+	return results, nil
+}
+
+// readCreateInputs reads, in one round trip, what deciding the creations
+// nds needs: whether each device is registered and each version yanked
+// (both locked FOR SHARE, in key order, so that concurrent batches do not
+// deadlock), and each client's status. A device or version missing from
+// the maps does not exist.
+func readCreateInputs(ctx context.Context, tx pgx.Tx, nds []fleet.NewDeployment) (registered, yanked map[[2]string]bool, status map[string]string, err error) {
+	var devClients, devIDs, apps, versions, clients []string
+	seenDev, seenVer, seenClient := map[[2]string]bool{}, map[[2]string]bool{}, map[string]bool{}
+	for _, nd := range nds {
+		if k := [2]string{nd.ClientID, nd.DeviceID}; !seenDev[k] {
+			seenDev[k] = true
+			devClients, devIDs = append(devClients, nd.ClientID), append(devIDs, nd.DeviceID)
+		}
+		if k := [2]string{nd.ApplicationID, nd.Version.String()}; !seenVer[k] {
+			seenVer[k] = true
+			apps, versions = append(apps, k[0]), append(versions, k[1])
+		}
+		if !seenClient[nd.ClientID] {
+			seenClient[nd.ClientID] = true
+			clients = append(clients, nd.ClientID)
+		}
+	}
+	registered, yanked, status = map[[2]string]bool{}, map[[2]string]bool{}, map[string]string{}
+	q := &pgx.Batch{}
+	q.Queue(`SELECT client_id, id, registered FROM devices WHERE (client_id, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+ORDER BY client_id, id FOR SHARE`, devClients, devIDs).Query(func(rows pgx.Rows) error {
+		var c, d string
+		var r bool
+		_, err := pgx.ForEachRow(rows, []any{&c, &d, &r}, func() error { registered[[2]string{c, d}] = r; return nil })
+		return err
+	})
+	q.Queue(`SELECT application_id, version, yanked FROM application_versions
+WHERE (application_id, version) IN (SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY application_id, version FOR SHARE`, apps, versions).
+		Query(func(rows pgx.Rows) error {
+			var a, v string
+			var y bool
+			_, err := pgx.ForEachRow(rows, []any{&a, &v, &y}, func() error { yanked[[2]string{a, v}] = y; return nil })
+			return err
+		})
+	q.Queue(`SELECT id, status FROM clients WHERE id = ANY($1)`, clients).Query(func(rows pgx.Rows) error {
+		var id, st string
+		_, err := pgx.ForEachRow(rows, []any{&id, &st}, func() error { status[id] = st; return nil })
+		return err
+	})
+	return registered, yanked, status, tx.SendBatch(ctx, q).Close()
 }
 
 // RemoveDeployment implements fleet.Store. It locks the deployment's

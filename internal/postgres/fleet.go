@@ -274,6 +274,27 @@ func (s *FleetStore) Device(ctx context.Context, clientID, deviceID string) (fle
 	return d, translate(err)
 }
 
+// DevicesByID implements fleet.Store.
+func (s *FleetStore) DevicesByID(ctx context.Context, keys [][2]string) (map[[2]string]fleet.Device, error) {
+	clients, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		clients[i], ids[i] = k[0], k[1]
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlDeviceColumns+` FROM devices WHERE (client_id, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, clients, ids)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Device, error) { return scanDevice(r) })
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := make(map[[2]string]fleet.Device, len(ds))
+	for _, d := range ds {
+		out[[2]string{d.ClientID, d.ID}] = d
+	}
+	return out, nil
+}
+
 // selectorSQL adds the label selector's conditions on column col.
 func selectorSQL(sel fleet.Selector, col string, w *where) {
 	for _, r := range sel {

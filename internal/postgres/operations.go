@@ -14,7 +14,8 @@ import (
 )
 
 // SchedulerChannel is the LISTEN/NOTIFY channel that wakes schedulers when
-// an operation is created or a report may let one advance.
+// a batch of changes leaves a new operation queued (once per batch; the
+// payload names one of them and is only informational).
 const SchedulerChannel = "wfm_operations"
 
 const sqlOperationColumns = `id::text, deployment_id::text, type, state, reason, from_version, to_version, parameters::text, profile_id,

@@ -1,0 +1,267 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/access"
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/postgres"
+)
+
+func manifestVersion(t testing.TB, pool *pgxpool.Pool, client string) uint64 {
+	t.Helper()
+	var v int64
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT manifest_version FROM clients WHERE id = $1`, client).Scan(&v))
+	return uint64(v)
+}
+
+// TestCreateDeploymentsIsOneManifestVersionPerClient: a batch of creations
+// over three clients bumps each client's manifest version by exactly one,
+// every revision it publishes carries that version, and the items refused
+// (an unknown device, before the transaction; a retired client, inside it)
+// get their own error and change nothing.
+func TestCreateDeploymentsIsOneManifestVersionPerClient(t *testing.T) {
+	ctx := t.Context()
+	s, pool := newServiceAndPool(t)
+	devices := map[string][]string{"a": {"a1", "a2"}, "b": {"b1"}, "c": {"c1", "c2", "c3"}, "r": {"r1"}}
+	for client, ds := range devices {
+		for _, d := range ds {
+			_, err := s.PutCapabilities(ctx, client, d, caps(d))
+			require.NoError(t, err)
+		}
+	}
+	_, err := s.RetireClient(ctx, "r")
+	require.NoError(t, err)
+	before := map[string]uint64{}
+	for client := range devices {
+		before[client] = manifestVersion(t, pool, client)
+	}
+	var reqs []fleet.CreateRequest
+	for _, cd := range [][2]string{{"c", "c3"}, {"a", "a1"}, {"b", "b1"}, {"a", "nosuch"}, {"c", "c1"}, {"r", "r1"}, {"a", "a2"}, {"c", "c2"}} {
+		reqs = append(reqs, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: cd[0], DeviceID: cd[1]})
+	}
+	rs, err := s.CreateDeployments(ctx, reqs)
+	require.NoError(t, err)
+	require.Len(t, rs, len(reqs))
+	for i, r := range rs {
+		switch reqs[i].DeviceID {
+		case "nosuch":
+			assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(r.Err), "unknown device")
+		case "r1":
+			assert.Equal(t, "client-retired", lifecycle.ErrorType(r.Err), "retired client")
+		default:
+			require.NoError(t, r.Err, reqs[i].DeviceID)
+			assert.Equal(t, reqs[i].DeviceID, r.Deployment.DeviceID, "each item answered with its own deployment")
+			assert.Equal(t, before[reqs[i].ClientID]+1, r.Deployment.DesiredSince)
+		}
+	}
+	for client, v := range before {
+		want := v + 1
+		if client == "r" {
+			want = v
+		}
+		assert.Equal(t, want, manifestVersion(t, pool, client), "client %s: one new manifest version for the batch", client)
+		m, err := postgres.NewFleetStore(pool, 0).ClientManifest(ctx, client, false, time.Now())
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM revisions r JOIN deployments d ON d.id = r.deployment_id
+WHERE d.client_id = $1 AND r.manifest_version = $2`, client, int64(want)).Scan(&n))
+		created := len(devices[client])
+		if client == "r" {
+			created = 0
+		}
+		assert.Equal(t, created, n, "client %s: its revisions carry the batch's version", client)
+		for i, r := range rs {
+			if reqs[i].ClientID == client && r.Err == nil {
+				assert.Contains(t, string(m.JSON), r.Deployment.ID, "every deployment of the batch is in the client's one new manifest")
+			}
+		}
+	}
+	var total int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM deployments`).Scan(&total))
+	assert.Equal(t, 6, total, "refused items created nothing")
+}
+
+// TestConcurrentCreationsCoalesce holds the batcher's first batch in flight
+// (a hook, not a sleep) while more creations of one client arrive: they
+// queue and are stored together as the next batch, so N+1 creations make
+// exactly 2 manifest versions. Every call gets its own deployment and its
+// own audit row, written in the batch's transaction; a call whose device was
+// unregistered while it waited gets its own ENOTFOUND while the others
+// succeed; a call whose context ends while it is queued is not made.
+func TestConcurrentCreationsCoalesce(t *testing.T) {
+	ctx := t.Context()
+	s, pool := newServiceAndPool(t)
+	const n = 6
+	for i := range n + 1 {
+		_, err := s.PutCapabilities(ctx, "c", fmt.Sprint("d", i), caps(fmt.Sprint("d", i)))
+		require.NoError(t, err)
+	}
+	for _, d := range []string{"x", "z"} {
+		_, err := s.PutCapabilities(ctx, "c2", d, caps(d))
+		require.NoError(t, err)
+	}
+	v0 := manifestVersion(t, pool, "c")
+
+	inFlight, release := make(chan struct{}), make(chan struct{})
+	queued := make(chan int, 100)
+	var once sync.Once
+	fleet.SetBatcher(s, 1, func([]fleet.NewDeployment) {
+		once.Do(func() { close(inFlight); <-release })
+	}, func(l int) { queued <- l })
+	waitFor := func(what string, ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	waitQueued := func(want int) {
+		t.Helper()
+		for {
+			select {
+			case l := <-queued:
+				if l >= want {
+					return
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("timed out waiting for %d queued creations", want)
+			}
+		}
+	}
+
+	type answer struct {
+		d       fleet.Deployment
+		err     error
+		pending *access.Pending
+	}
+	answers := make([]answer, n+2)
+	dones := make([]chan struct{}, n+2)
+	for i := range dones {
+		dones[i] = make(chan struct{})
+	}
+	var wg sync.WaitGroup
+	call := func(i int, ctx context.Context, client, device string) {
+		defer wg.Done()
+		defer close(dones[i])
+		p := access.NewPending(access.AuditEntry{Actor: "op", Action: "createDeployment", RequestID: fmt.Sprint("req-", i)}, 201, 200)
+		d, err := s.CreateDeployment(access.WithPending(ctx, p), fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: client, DeviceID: device})
+		answers[i] = answer{d: d, err: err, pending: p}
+	}
+	wg.Add(1)
+	go call(0, ctx, "c", "d0")
+	waitFor("the first batch in flight", inFlight)
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go call(i, ctx, "c", fmt.Sprint("d", i))
+	}
+	wg.Add(1)
+	go call(n, ctx, "c2", "x")
+	waitQueued(n)
+	cctx, cancel := context.WithCancel(ctx)
+	wg.Add(1)
+	go call(n+1, cctx, "c2", "z")
+	waitQueued(n + 1)
+	cancel()
+	waitFor("the cancelled call's answer", dones[n+1]) // at once; the others wait for their batch
+	require.NoError(t, s.Unregister(ctx, "c2", "x"))   // while its creation waits in the queue
+	close(release)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	waitFor("every call answered", done)
+
+	assert.Equal(t, v0+2, manifestVersion(t, pool, "c"), "N+1 creations, two batches, two manifest versions")
+	seen := map[string]bool{}
+	for i := range n {
+		a := answers[i]
+		require.NoError(t, a.err, "call %d", i)
+		assert.Equal(t, fmt.Sprint("d", i), a.d.DeviceID, "call %d gets its own deployment", i)
+		assert.False(t, seen[a.d.ID])
+		seen[a.d.ID] = true
+		want := v0 + 2
+		if i == 0 {
+			want = v0 + 1
+		}
+		assert.Equal(t, want, a.d.DesiredSince, "call %d", i)
+		status, written := a.pending.Written()
+		assert.True(t, written, "call %d: its audit row is written in the batch's transaction", i)
+		assert.Equal(t, 201, status)
+	}
+	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(answers[n].err), "the unregistered device's call: %v", answers[n].err)
+	_, written := answers[n].pending.Written()
+	assert.False(t, written, "a refused call has no success row")
+	assert.ErrorIs(t, answers[n+1].err, context.Canceled)
+	var deployments, c2, audits int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM deployments WHERE client_id = 'c'),
+(SELECT count(*) FROM deployments WHERE client_id = 'c2'), (SELECT count(*) FROM audit_log WHERE action = 'createDeployment')`).Scan(&deployments, &c2, &audits))
+	assert.Equal(t, n, deployments)
+	assert.Equal(t, 0, c2, "neither the refused nor the cancelled call created anything")
+	assert.Equal(t, n, audits, "one row per call that changed something")
+}
+
+// BenchmarkCreateBatch10000 times one Service.CreateDeployments of 10,000
+// installs for one gateway client of 10,000 registered devices (seeded by
+// SQL, untimed): validation, rendering and one store transaction. It
+// reports seconds per batch (issue 11: under 2 s).
+func BenchmarkCreateBatch10000(b *testing.B) {
+	const n = 10_000
+	s, pool := newServiceAndPool(b)
+	parsed, err := margo.ParseCapabilities(caps("DEVICE"), "DEVICE")
+	require.NoError(b, err)
+	js, _, err := margo.RenderManifest(margo.StateManifest{Version: 1})
+	require.NoError(b, err)
+	var total time.Duration
+	for i := range b.N {
+		b.StopTimer()
+		client := fmt.Sprint("gw", i)
+		_, err := pool.Exec(b.Context(), `INSERT INTO clients (id, status, manifest_version, manifest_json, manifest_etag, created_at, updated_at)
+VALUES ($1, 'accepted', 1, $2, $3, now(), now())`, client, js, margo.ETag(js))
+		require.NoError(b, err)
+		_, err = pool.Exec(b.Context(), `INSERT INTO devices (client_id, id, registered, capabilities, created_at, updated_at)
+SELECT $1, 'd' || i, true, replace($3, 'DEVICE', 'd' || i)::jsonb, now(), now() FROM generate_series(0, $2 - 1) i`, client, n, string(parsed.JSON))
+		require.NoError(b, err)
+		reqs := make([]fleet.CreateRequest, n)
+		for j := range reqs {
+			reqs[j] = fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: client, DeviceID: fmt.Sprint("d", j)}
+		}
+		b.StartTimer()
+		start := time.Now()
+		rs, err := s.CreateDeployments(b.Context(), reqs)
+		total += time.Since(start)
+		b.StopTimer()
+		require.NoError(b, err)
+		for _, r := range rs {
+			require.NoError(b, r.Err)
+		}
+		require.Equal(b, uint64(2), manifestVersion(b, pool, client), "one manifest version for the batch")
+		b.StartTimer()
+	}
+	b.ReportMetric(total.Seconds()/float64(b.N), "s/batch")
+}
+
+// TestCloseRefusesCreations: once the service is closed (at shutdown, after
+// the HTTP servers drained), a creation is refused as unavailable and makes
+// nothing.
+func TestCloseRefusesCreations(t *testing.T) {
+	ctx := t.Context()
+	s, pool := newServiceAndPool(t)
+	_, err := s.PutCapabilities(ctx, "c", "d", caps("d"))
+	require.NoError(t, err)
+	s.Close()
+	_, err = s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d"})
+	assert.Equal(t, lifecycle.EUNAVAILABLE, lifecycle.ErrorCode(err))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM deployments`).Scan(&n))
+	assert.Zero(t, n)
+}

@@ -1,0 +1,151 @@
+package fleet
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+// batcher coalesces concurrent creations into batches (group commit):
+// CreateDeployment queues its prepared creation; a lane takes everything
+// queued (up to maxBatch) and stores it with one Store.CreateDeployments,
+// one transaction and one manifest version per client; creations that
+// arrive meanwhile wait for the next batch. When a lane is idle a creation
+// is stored at once: there is no fixed delay. Two lanes keep a second
+// transaction under way while one commits.
+//
+// Lanes are goroutines started on demand that end when the queue is
+// empty; Close stops taking creations and waits for them. Hand-written: it
+// is a few lines over a mutex and a queue, and a batching library would
+// not know the per-call withdrawal a cancelled context needs.
+type batcher struct {
+	store    Store
+	now      func() time.Time
+	lanes    int
+	maxBatch int
+	// hold, when not nil, is called by a lane with a batch it took, before
+	// storing it (tests hold a batch in flight with it).
+	hold func([]NewDeployment)
+	// queued, when not nil, is called with the queue's length after a
+	// creation was queued (tests wait on it).
+	queued func(int)
+
+	mu      sync.Mutex
+	queue   []*creation
+	running int
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// creation is one call's creation waiting for its batch.
+type creation struct {
+	nd   NewDeployment
+	done chan struct{} // closed once res and err are set
+	res  CreateResult
+	err  error // the batch failed (a store failure)
+}
+
+// Defaults of the batcher: lanes and the largest batch.
+const (
+	batchLanes   = 2
+	maxBatch     = 256
+	batchTimeout = 30 * time.Second // one batch's transaction
+)
+
+// errClosed is returned to creations made after Close (503: nothing was
+// made, another server process may take it).
+var errClosed = &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "unavailable",
+	Message: "The server is shutting down; nothing was changed. Retry.", Extra: map[string]any{"retryable": true, "retryAfterSeconds": 1}}
+
+func newBatcher(store Store, now func() time.Time) *batcher {
+	return &batcher{store: store, now: now, lanes: batchLanes, maxBatch: maxBatch}
+}
+
+// create queues nd and waits for its result. If ctx ends while nd is still
+// queued, nd is withdrawn and ctx's error returned; once a batch took it,
+// create waits for that batch (bounded by batchTimeout).
+func (b *batcher) create(ctx context.Context, nd NewDeployment) (CreateResult, error) {
+	c := &creation{nd: nd, done: make(chan struct{})}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return CreateResult{}, errClosed
+	}
+	b.queue = append(b.queue, c)
+	n := len(b.queue)
+	if b.running < b.lanes {
+		b.running++
+		b.wg.Add(1)
+		go b.lane()
+	}
+	b.mu.Unlock()
+	if b.queued != nil {
+		b.queued(n)
+	}
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	if i := slices.Index(b.queue, c); i >= 0 {
+		b.queue = slices.Delete(b.queue, i, i+1)
+		b.mu.Unlock()
+		return CreateResult{}, ctx.Err()
+	}
+	b.mu.Unlock()
+	<-c.done // taken into a batch: it is made (or the batch fails)
+	return c.res, c.err
+}
+
+// lane stores batches until the queue is empty.
+func (b *batcher) lane() {
+	defer b.wg.Done()
+	for {
+		b.mu.Lock()
+		n := min(len(b.queue), b.maxBatch)
+		if n == 0 {
+			b.running--
+			b.mu.Unlock()
+			return
+		}
+		cs := slices.Clone(b.queue[:n])
+		b.queue = slices.Delete(b.queue, 0, n)
+		b.mu.Unlock()
+		b.store1(cs)
+	}
+}
+
+// store1 stores one batch and answers each of its creations.
+func (b *batcher) store1(cs []*creation) {
+	nds := make([]NewDeployment, len(cs))
+	for i, c := range cs {
+		nds[i] = c.nd
+	}
+	if b.hold != nil {
+		b.hold(nds)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	rs, err := b.store.CreateDeployments(ctx, nds, b.now().UTC())
+	for i, c := range cs {
+		if err != nil {
+			c.err = err
+		} else {
+			c.res = rs[i]
+		}
+		close(c.done)
+	}
+}
+
+// close refuses further creations and waits for the lanes to store what is
+// queued.
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.wg.Wait()
+}
