@@ -107,6 +107,16 @@ type Advance struct {
 	FollowUp *Operation
 	// Deadline, when not zero, replaces the operation's deadline.
 	Deadline time.Time
+	// Recheck, on an advance that does nothing, is when the operation is
+	// due again unless its deployment changes first (see
+	// Store.ActiveOperations).
+	Recheck time.Time
+}
+
+// Nothing reports whether a does nothing but wait (its Recheck aside).
+func (a Advance) Nothing() bool {
+	a.Recheck = time.Time{}
+	return a == Advance{}
 }
 
 // Visit is what the scheduler sees of an operation when it advances it.

@@ -109,13 +109,20 @@ func (sc *Scheduler) Stop() {
 // the database is there: trying again is all it takes.
 func collided(err error) bool { return lifecycle.ErrorType(err) == "retry" }
 
-// RunOnce visits every active operation once and returns how many it
-// advanced (visited while not held by another scheduler). An operation
-// whose visit collided with a concurrent change is left for the next pass;
-// the others are still visited. Returns EUNAVAILABLE, ending the pass, when
-// the database is unavailable.
+// RevisitBound is the scheduler's safety net: an active operation is
+// visited at least this often even when neither its deployment changed nor
+// a time-based condition (its deadline, a drain timeout) can have become
+// true, so that no rule missed can leave an operation in progress forever.
+const RevisitBound = 5 * time.Minute
+
+// RunOnce visits every active operation that is due (see
+// Store.ActiveOperations) once and returns how many it visited (read and
+// decided on, while not held by another scheduler). An operation whose
+// visit collided with a concurrent change is left for the next pass; the
+// others are still visited. Returns EUNAVAILABLE, ending the pass, when the
+// database is unavailable.
 func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
-	ids, err := sc.svc.store.ActiveOperations(ctx, 1000)
+	ids, err := sc.svc.store.ActiveOperations(ctx, 1000, sc.svc.now().UTC())
 	if err != nil {
 		return 0, err
 	}
@@ -245,7 +252,11 @@ func (s *Service) rollbackFacts(ctx context.Context, op Operation, d Deployment,
 // prepared publication with its deadline, and the follow-up rollback
 // operation.
 func (s *Service) advance(dec lifecycle.VisitDecision, pub *Publication, op Operation, d Deployment, v Visit, now time.Time) Advance {
-	adv := Advance{StepInstalled: dec.StepInstalled, Finish: dec.Finish, Reason: dec.Reason, RevertTo: dec.RevertTo, FailDeployment: dec.FailDeployment}
+	adv := Advance{StepInstalled: dec.StepInstalled, Finish: dec.Finish, Reason: dec.Reason, RevertTo: dec.RevertTo, FailDeployment: dec.FailDeployment,
+		Recheck: now.Add(RevisitBound)}
+	if !dec.Recheck.IsZero() && dec.Recheck.Before(adv.Recheck) {
+		adv.Recheck = dec.Recheck
+	}
 	if dec.Publish {
 		adv.Publish, adv.Deadline = pub, now.Add(stepBudget(op.StepTimeout, dec.PublishDrain))
 	}

@@ -34,7 +34,7 @@ func collision() error {
 	return &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "retry", Message: "The change collided with a concurrent one and was not made; retry it."}
 }
 
-func (s *collidingStore) ActiveOperations(ctx context.Context, limit int) ([]string, error) {
+func (s *collidingStore) ActiveOperations(ctx context.Context, limit int, now time.Time) ([]string, error) {
 	defer func() {
 		if s.listed != nil {
 			s.listed <- struct{}{}
@@ -43,7 +43,7 @@ func (s *collidingStore) ActiveOperations(ctx context.Context, limit int) ([]str
 	if s.failList.Add(-1) >= 0 {
 		return nil, collision()
 	}
-	return s.Store.ActiveOperations(ctx, limit)
+	return s.Store.ActiveOperations(ctx, limit, now)
 }
 
 func (s *collidingStore) AdvanceOperation(ctx context.Context, id string, decide func(fleet.Visit) (fleet.Advance, error), now time.Time) (bool, error) {

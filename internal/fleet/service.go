@@ -114,14 +114,19 @@ type Store interface {
 	// ActiveOperation returns the id of a deployment's queued or running
 	// operation, "" when there is none.
 	ActiveOperation(ctx context.Context, deploymentID string) (string, error)
-	// ActiveOperations returns the ids of queued and running operations,
-	// nearest deadline first.
-	ActiveOperations(ctx context.Context, limit int) ([]string, error)
+	// ActiveOperations returns the ids of the queued and running
+	// operations due for a visit at now, nearest deadline first: queued,
+	// never visited, their deployment changed since their last visit, or
+	// the Recheck instant their last visit recorded passed.
+	ActiveOperations(ctx context.Context, limit int, now time.Time) ([]string, error)
 	// AdvanceOperation reads an active operation and calls decide with what
 	// it sees, holding no lock (decide may read the catalog); then it claims
 	// the operation (skipping it when another scheduler holds it: visited
 	// false) and applies the decision in one transaction, unless what decide
-	// saw changed meanwhile (the next visit decides again).
+	// saw changed meanwhile (the next visit decides again). A decision to do
+	// nothing (Advance.Nothing) records the deployment generation seen and
+	// its Recheck instant instead; a decision that changes something leaves
+	// the operation due at the next pass.
 	AdvanceOperation(ctx context.Context, id string, decide func(Visit) (Advance, error), now time.Time) (visited bool, err error)
 }
 

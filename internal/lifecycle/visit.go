@@ -85,6 +85,12 @@ type VisitDecision struct {
 	// PublishDrain is the drain of the published step, for its deadline
 	// (Now plus its drain and the step timeout).
 	PublishDrain *DrainPolicy
+	// Recheck, on a decision to do nothing, is the instant after which the
+	// same inputs but a later Now can decide otherwise (the deadline, or
+	// the drain timeout of a draining step): until then, and unless the
+	// deployment changes, visiting again is useless. Zero on any other
+	// decision.
+	Recheck time.Time
 }
 
 // RollbackTarget is the revision an automatic rollback restores: what ran
@@ -124,7 +130,7 @@ func DecideVisit(in VisitInput) (VisitDecision, error) {
 		return VisitDecision{Publish: true, PublishDrain: in.Publish.Drain}, nil
 	case StepPublished:
 	default:
-		return VisitDecision{}, nil
+		return VisitDecision{Recheck: in.Deadline}, nil
 	}
 	if in.Revision != cur.Revision {
 		return VisitDecision{Finish: OperationFailed, Reason: "superseded: the deployment's desired revision changed"}, nil
@@ -153,6 +159,12 @@ func DecideVisit(in VisitInput) (VisitDecision, error) {
 	}
 	drain := in.Drain.Drain
 	stillDraining := in.DeploymentState == StateDraining && !in.Drained
+	wait := VisitDecision{Recheck: in.Deadline}
+	if drain != nil && drain.EffectiveOnTimeout() == OnTimeoutAbort && stillDraining {
+		if t := cur.PublishedAt.Add(drain.EffectiveTimeout()); t.Before(wait.Recheck) {
+			wait.Recheck = t
+		}
+	}
 	if drain != nil && drain.EffectiveOnTimeout() == OnTimeoutAbort && stillDraining &&
 		in.Now.After(cur.PublishedAt.Add(drain.EffectiveTimeout())) {
 		d := VisitDecision{Finish: OperationFailed, Reason: "drain-timeout"}
@@ -173,7 +185,7 @@ func DecideVisit(in VisitInput) (VisitDecision, error) {
 		autoRollback(&d, in)
 		return d, nil
 	}
-	return VisitDecision{}, nil
+	return wait, nil
 }
 
 // publishFailure turns a failure to prepare a step into the operation's end
@@ -226,5 +238,5 @@ func DecideRemovalVisit(state State, stateReason string, deadline, now time.Time
 	case now.After(deadline):
 		return VisitDecision{Finish: OperationFailed, Reason: "timeout: the device did not confirm the removal", FailDeployment: true}
 	}
-	return VisitDecision{}
+	return VisitDecision{Recheck: deadline}
 }

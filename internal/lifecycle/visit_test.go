@@ -50,7 +50,7 @@ func TestDecideVisit(t *testing.T) {
 		{"a step that cannot be rendered fails", base(func(in *VisitInput) { pending(in); in.Publish.Err = lasting }),
 			VisitDecision{Finish: OperationFailed, Reason: "cannot publish: invalid: no profile fits"}, nil},
 		{"a database hiccup is retried", base(func(in *VisitInput) { pending(in); in.Publish.Err = passing }), VisitDecision{}, passing},
-		{"an installed step is not visited again", base(func(in *VisitInput) { in.Current.State = StepInstalled }), VisitDecision{}, nil},
+		{"an installed step is not visited again", base(func(in *VisitInput) { in.Current.State = StepInstalled }), VisitDecision{Recheck: later}, nil},
 		{"a superseded revision fails", base(func(in *VisitInput) { in.Revision = 6 }),
 			VisitDecision{Finish: OperationFailed, Reason: "superseded: the deployment's desired revision changed"}, nil},
 		{"the last step installed succeeds", base(func(in *VisitInput) { in.Current.N, in.DeploymentState = 2, StateInstalled }),
@@ -84,13 +84,21 @@ func TestDecideVisit(t *testing.T) {
 		{"a drain timeout with nothing installed fails the deployment", base(func(in *VisitInput) {
 			in.DeploymentState, in.Drain.Drain, in.Current.PublishedAt, in.InstalledRevision = StateDraining, abort, now.Add(-11*time.Minute), 0
 		}), VisitDecision{Finish: OperationFailed, Reason: "drain-timeout", FailDeployment: true}, nil},
-		{"a drain within its timeout waits", base(func(in *VisitInput) { in.DeploymentState, in.Drain.Drain = StateDraining, abort }), VisitDecision{}, nil},
+		{"a drain within its timeout waits until its timeout", base(func(in *VisitInput) { in.DeploymentState, in.Drain.Drain = StateDraining, abort }),
+			VisitDecision{Recheck: now.Add(5 * time.Minute)}, nil},
+		{"a drain timeout after the deadline waits until the deadline", base(func(in *VisitInput) {
+			in.DeploymentState, in.Drain.Drain, in.Deadline = StateDraining, abort, now.Add(time.Minute)
+		}), VisitDecision{Recheck: now.Add(time.Minute)}, nil},
+		{"a drain at its timeout instant still waits", base(func(in *VisitInput) {
+			in.DeploymentState, in.Drain.Drain, in.Current.PublishedAt = StateDraining, abort, now.Add(-10*time.Minute)
+		}), VisitDecision{Recheck: now}, nil},
+		{"an installing device is not timed out by a drain", base(func(in *VisitInput) { in.Drain.Drain = abort }), VisitDecision{Recheck: later}, nil},
 		{"a drained device is not timed out by its drain", base(func(in *VisitInput) {
 			in.DeploymentState, in.Drain.Drain, in.Current.PublishedAt, in.Drained = StateDraining, abort, now.Add(-11*time.Minute), true
-		}), VisitDecision{}, nil},
+		}), VisitDecision{Recheck: later}, nil},
 		{"a drain that proceeds waits for the deadline", base(func(in *VisitInput) {
 			in.DeploymentState, in.Drain.Drain, in.Current.PublishedAt = StateDraining, proceed, now.Add(-11*time.Minute)
-		}), VisitDecision{}, nil},
+		}), VisitDecision{Recheck: later}, nil},
 		{"a drain past the deadline", base(func(in *VisitInput) {
 			in.DeploymentState, in.Drain.Drain, in.Deadline = StateDraining, proceed, earlier
 		}),
@@ -99,7 +107,8 @@ func TestDecideVisit(t *testing.T) {
 			VisitDecision{Finish: OperationFailed, Reason: "timeout", FailDeployment: true}, nil},
 		{"a deadline rolls back", base(func(in *VisitInput) { failedRollback(in); in.DeploymentState, in.Deadline = StateInstalling, earlier }),
 			VisitDecision{Finish: OperationFailed, Reason: "timeout", FailDeployment: true, RollBackTo: 4}, nil},
-		{"a step in progress waits", base(nil), VisitDecision{}, nil},
+		{"a step in progress waits until the deadline", base(nil), VisitDecision{Recheck: later}, nil},
+		{"a silent device at its deadline instant still waits", base(func(in *VisitInput) { in.Deadline = now }), VisitDecision{Recheck: now}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,7 +158,7 @@ func TestDecideRemovalVisit(t *testing.T) {
 		{"the removal failed", StateFailed, now.Add(time.Hour), VisitDecision{Finish: OperationFailed, Reason: "device-failed: boom"}},
 		{"a silent device past the deadline", StateRemoving, now.Add(-time.Hour),
 			VisitDecision{Finish: OperationFailed, Reason: "timeout: the device did not confirm the removal", FailDeployment: true}},
-		{"waiting", StateRemoving, now.Add(time.Hour), VisitDecision{}},
+		{"waiting until the deadline", StateRemoving, now.Add(time.Hour), VisitDecision{Recheck: now.Add(time.Hour)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

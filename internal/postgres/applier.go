@@ -816,3 +816,14 @@ ins AS (INSERT INTO status_reports (deployment_id, received_at, adopted_manifest
 	query += "\nSELECT (SELECT count(*) FROM u), " + count
 	return query, args, nev, nil
 }
+
+// recordVisit writes what a scheduler visit of operation id saw: the
+// deployment generation and the instant after which it is due again (see
+// ActiveOperations). With unchanged set, only while the operation row is as
+// the visit read it (a visit that decided nothing, outside any
+// transaction); without, unconditionally (in a visit's transaction).
+func recordVisit(ctx context.Context, db execer, id string, generation int64, recheck time.Time, unchanged *time.Time) error {
+	_, err := db.Exec(ctx, `UPDATE operations SET visited_generation = $2, recheck_at = $3 WHERE id = $1 AND ($4::timestamptz IS NULL OR updated_at = $4)`,
+		id, generation, recheck, unchanged)
+	return err
+}

@@ -282,9 +282,19 @@ func (s *FleetStore) ActiveOperation(ctx context.Context, deploymentID string) (
 	return id, translate(err)
 }
 
-// ActiveOperations implements fleet.Store.
-func (s *FleetStore) ActiveOperations(ctx context.Context, limit int) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id::text FROM operations WHERE state IN ('queued', 'running') ORDER BY deadline LIMIT $1`, limit)
+// ActiveOperations implements fleet.Store: the queued and running
+// operations that are due at now, in one query. An operation is due when it
+// is queued, was never visited, its deployment's generation differs from
+// the one its last visit saw (something changed: a report, a removal, any
+// change), or the recheck instant its last visit recorded passed (its
+// deadline, a drain timeout, or the scheduler's safety-net bound). The
+// listing reads the partial index operations_due and the deployments'
+// primary key.
+func (s *FleetStore) ActiveOperations(ctx context.Context, limit int, now time.Time) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT o.id::text FROM operations o JOIN deployments d ON d.id = o.deployment_id
+WHERE o.state IN ('queued', 'running')
+  AND (o.state = 'queued' OR o.visited_generation IS DISTINCT FROM d.generation OR o.recheck_at IS NULL OR o.recheck_at < $2)
+ORDER BY o.deadline LIMIT $1`, limit, now)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -387,10 +397,13 @@ func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide fun
 	if err != nil {
 		return true, translate(err)
 	}
-	if adv == (fleet.Advance{}) {
+	if adv.Nothing() {
 		// Nothing to do (the usual visit of an operation waiting for its
-		// device, such as every fresh install): no claim, no transaction.
-		return true, nil
+		// device, such as every fresh install): no claim, no transaction;
+		// one statement records what the visit saw, so that the operation
+		// is not visited again before it is due. A change since the read
+		// (the row's updated_at) skips it: the operation stays due.
+		return true, translate(recordVisit(ctx, s.pool, id, v.Deployment.Generation, adv.Recheck, &v.Op.UpdatedAt))
 	}
 	visited := false
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -403,10 +416,17 @@ func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide fun
 			return nil // changed since it was decided: the next pass decides again
 		}
 		b, err := advanceBatch(locked, adv, now)
-		if err != nil || b.changes[0].Empty() {
+		if err != nil {
 			return err
 		}
-		return apply(ctx, tx, b)
+		if !b.changes[0].Empty() {
+			if err := apply(ctx, tx, b); err != nil {
+				return err
+			}
+		}
+		// Due again at the next pass, which decides on the new state and
+		// records its recheck instant.
+		return recordVisit(ctx, tx, id, locked.Deployment.Generation, now, nil)
 	})
 	return visited, translate(err)
 }

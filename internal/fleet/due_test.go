@@ -1,0 +1,92 @@
+package fleet_test
+
+import (
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/pgtest"
+	"github.com/wfm-dev/wfm/internal/postgres"
+)
+
+// testClock is a clock the test sets.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// TestSchedulerVisitsOnlyDueOperations: an install waiting on a silent
+// device is visited once, then only when it is due: when a report changes
+// its deployment, when the safety net's bound passes, and at its deadline,
+// which fails it. RunOnce counts the operations it visited.
+func TestSchedulerVisitsOnlyDueOperations(t *testing.T) {
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	t0 := time.Now().UTC().Truncate(time.Second)
+	clk := &testClock{t: t0}
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), clk.now)
+	_, _, err := cat.Add(ctx, []byte(description), catalog.MediaYAML)
+	require.NoError(t, err)
+	s := fleet.NewService(postgres.NewFleetStore(pool, 5), cat, fleet.Policy{AcceptAll: true}, clk.now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, err = s.PutCapabilities(ctx, "c", "d1", caps("d1"))
+	require.NoError(t, err)
+	timeout := "10m"
+	d, err := s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d1", Timeout: &timeout})
+	require.NoError(t, err)
+	ops, _, err := s.Operations(ctx, fleet.OperationFilter{DeploymentID: d.ID}, 10, "")
+	require.NoError(t, err)
+	require.Len(t, ops, 1, "the creation is an install operation")
+	opID := ops[0].ID
+	sc := fleet.NewScheduler(s, time.Hour)
+
+	visits := func(at time.Duration, want int, why string) {
+		t.Helper()
+		clk.set(t0.Add(at))
+		n, err := sc.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want, n, "operations visited at +%s: %s", at, why)
+		op, err := s.Operation(ctx, opID)
+		require.NoError(t, err)
+		if at <= 10*time.Minute {
+			require.Equal(t, lifecycle.OperationRunning, op.State, "at +%s", at)
+		}
+	}
+	visits(0, 1, "never visited")
+	visits(0, 0, "nothing changed")
+	visits(4*time.Minute, 0, "nothing changed")
+
+	_, err = s.ReportStatus(ctx, "c", d.ID, report(d.ID, d.DesiredSince, "installing"))
+	require.NoError(t, err)
+	visits(4*time.Minute, 1, "a report changed the deployment")
+	visits(4*time.Minute, 0, "the report was seen")
+	visits(9*time.Minute, 0, "at the safety net's bound, not after it")
+	visits(9*time.Minute+time.Second, 1, "the safety net: visited at least every "+fleet.RevisitBound.String())
+	visits(9*time.Minute+2*time.Second, 0, "the safety net's visit was recorded")
+	visits(10*time.Minute, 0, "at the deadline, not after it")
+
+	visits(10*time.Minute+time.Second, 1, "the deadline passed")
+	op, err := s.Operation(ctx, opID)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.OperationFailed, op.State)
+	require.Equal(t, "timeout", op.Reason)
+	visits(time.Hour, 0, "an ended operation is never due")
+}
