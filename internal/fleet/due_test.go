@@ -1,8 +1,11 @@
 package fleet_test
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -89,4 +92,38 @@ func TestSchedulerVisitsOnlyDueOperations(t *testing.T) {
 	require.Equal(t, lifecycle.OperationFailed, op.State)
 	require.Equal(t, "timeout", op.Reason)
 	visits(time.Hour, 0, "an ended operation is never due")
+}
+
+// BenchmarkSchedulerPassWithSilentDevices is one scheduler pass over 1,000
+// running installs whose devices never report (the fleet-scale case of
+// issue 11): with due operations only, a pass visits none of them.
+func BenchmarkSchedulerPassWithSilentDevices(b *testing.B) {
+	ctx := context.Background()
+	pool := pgtest.New(b)
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	_, _, err := cat.Add(ctx, []byte(description), catalog.MediaYAML)
+	require.NoError(b, err)
+	s := fleet.NewService(postgres.NewFleetStore(pool, 5), cat, fleet.Policy{AcceptAll: true}, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var reqs []fleet.CreateRequest
+	for i := range 1000 {
+		dev := fmt.Sprint("d", i)
+		_, err := s.PutCapabilities(ctx, "c", dev, caps(dev))
+		require.NoError(b, err)
+		reqs = append(reqs, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: dev})
+	}
+	for chunk := range slices.Chunk(reqs, 100) {
+		_, err := s.CreateDeployments(ctx, chunk)
+		require.NoError(b, err)
+	}
+	sc := fleet.NewScheduler(s, time.Hour)
+	n, err := sc.RunOnce(ctx) // the first visit of each
+	require.NoError(b, err)
+	require.Equal(b, 1000, n)
+	visited := 0
+	for b.Loop() {
+		n, err := sc.RunOnce(ctx)
+		require.NoError(b, err)
+		visited += n
+	}
+	b.ReportMetric(float64(visited)/float64(b.N), "visits/pass")
 }
