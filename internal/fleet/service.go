@@ -195,7 +195,7 @@ type Service struct {
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1),
-		batcher: newBatcher(store, now)}
+		batcher: newBatcher(store, now, log)}
 }
 
 // Close stops taking creations (CreateDeployment then fails) and waits
