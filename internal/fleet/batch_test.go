@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -13,9 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wfm-dev/wfm/internal/access"
+	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/pgtest"
 	"github.com/wfm-dev/wfm/internal/postgres"
 )
 
@@ -351,4 +355,32 @@ func TestBatchFailureIsNotSharedAndPanicIsRecovered(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM deployments`).Scan(&n))
 	assert.Equal(t, 4, n, "d0..d3 made, bad and boom not")
+}
+
+// TestInstallDeadlineCountsFromTheBatch: the install operation's deadline is
+// its timeout counted from when the batch stores the creation, not from
+// when the call prepared it: time spent queued does not shorten it.
+func TestInstallDeadlineCountsFromTheBatch(t *testing.T) {
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	_, _, err := cat.Add(ctx, []byte(description), catalog.MediaYAML)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	s := fleet.NewService(postgres.NewFleetStore(pool, 5), cat, fleet.Policy{AcceptAll: true}, now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, err = s.PutCapabilities(ctx, "c", "d", caps("d"))
+	require.NoError(t, err)
+	fleet.SetBatcher(s, 1, func([]fleet.NewDeployment) { // the creation was prepared; it waited an hour in the queue
+		mu.Lock()
+		clock = clock.Add(time.Hour)
+		mu.Unlock()
+	}, nil)
+	timeout := "10m"
+	d, err := s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d", Timeout: &timeout})
+	require.NoError(t, err)
+	var deadline time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT deadline FROM operations WHERE deployment_id = $1`, d.ID).Scan(&deadline))
+	assert.Equal(t, now().Add(10*time.Minute), deadline.UTC(), "deadline = the batch's now + the timeout")
 }

@@ -61,7 +61,8 @@ type Store interface {
 	// its own (lifecycle.DecideCreate) and an item the domain refuses gets
 	// its error in its result and changes nothing, while the others are
 	// applied as one batch: one new manifest version per affected client.
-	// The results are in the order of ds. An item's refusal is ENOTFOUND
+	// Each install's deadline is now plus its StepTimeout (the time of the
+	// decision; Install.Deadline is not read). The results are in the order of ds. An item's refusal is ENOTFOUND
 	// if its device is not registered or its version no longer exists,
 	// EINVALID (version-yanked) if the version was yanked meanwhile,
 	// EINVALID (client-retired) if the client is retired. Returns an error,
