@@ -16,12 +16,13 @@ import (
 // 7 days.
 const DefaultBundleRetention = 7 * 24 * time.Hour
 
-// Bounds of the bundle collector: how often it runs and how long one run
-// may take.
-const (
-	DefaultBundleGCInterval = time.Hour
-	bundleGCTimeout         = 5 * time.Minute
-)
+// DefaultBundleGCInterval is how often the bundle collector runs when no
+// setting says otherwise: hourly is far finer than the days of retention,
+// and one run is a few set-based deletes.
+const DefaultBundleGCInterval = time.Hour
+
+// bundleGCTimeout bounds one run of the bundle collector.
+const bundleGCTimeout = 5 * time.Minute
 
 // Collected counts what one run of the bundle collector deleted.
 type Collected struct {
