@@ -42,3 +42,15 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	_, err = p.UpTo(ctx, version)
 	return err
 }
+
+// MigrateDownTo rolls the embedded migrations back to version.
+func MigrateDownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := newProvider(db)
+	if err != nil {
+		return err
+	}
+	_, err = p.DownTo(ctx, version)
+	return err
+}

@@ -113,3 +113,18 @@ VALUES ($1, 1, 'app', '1.0.0', 'p', '{}', 'install', 'superseded', '{web}', $4, 
 	}
 	published(t, ctx, s, "c")
 }
+
+// TestMigratePublicationDownRefusal: 00007's Down refuses when a client has
+// no legacy manifest, and its message names both causes: here the client
+// was only created after the upgrade, nothing was published to it.
+func TestMigratePublicationDownRefusal(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := open(t, pgtest.EmptyURL(t))
+	require.NoError(t, postgres.Migrate(ctx, pool))
+	_, err := postgres.NewFleetStore(pool, 0).ClientManifest(ctx, "c", true, time.Now())
+	require.NoError(t, err)
+	err = postgres.MigrateDownTo(ctx, pool, 6)
+	require.Error(t, err, "the Down refuses")
+	assert.Contains(t, err.Error(), "created", "the refusal names a client created since the upgrade")
+}
