@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,25 @@ func (p *EventPruner) RunOnce(ctx context.Context) (int64, error) { return p.run
 // RunOnce exposes one run of the bundle collector to this package's
 // external tests.
 func (c *BundleCollector) RunOnce(ctx context.Context) (Collected, error) { return c.runOnce(ctx) }
+
+// RunOnceAt runs the bundle collector as if the database's clock read at
+// (at is a time of the database's clock, e.g. read with DBNow).
+func (c *BundleCollector) RunOnceAt(ctx context.Context, at time.Time) (Collected, error) {
+	now, err := DBNow(ctx, c.pool)
+	if err != nil {
+		return Collected{}, err
+	}
+	c.ahead = at.Sub(now)
+	defer func() { c.ahead = 0 }()
+	return c.runOnce(ctx)
+}
+
+// DBNow reads the database's clock.
+func DBNow(ctx context.Context, pool *pgxpool.Pool) (time.Time, error) {
+	var now time.Time
+	err := pool.QueryRow(ctx, `SELECT now()`).Scan(&now)
+	return now, err
+}
 
 // MigrateTo applies the embedded migrations up to version, as a database
 // of an older release has them.

@@ -344,61 +344,70 @@ func TestPollDuringABatchSeesOldOrNew(t *testing.T) {
 // a current manifest or its retention still needs: a superseded bundle is
 // served until the retention has passed since its supersession, the
 // current one always, and a bundle published again is kept as current.
+// Times are the database's: the publishing replica's clock is two
+// retentions behind it and must not shorten the retention.
 func TestBundleCollector(t *testing.T) {
 	ctx := t.Context()
 	f := newPubFleet(t)
 	const retention = 24 * time.Hour
-	gc := postgres.NewBundleCollector(f.pool, retention, time.Hour, f.clock.now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	dbNow := func() time.Time {
+		t.Helper()
+		now, err := postgres.DBNow(ctx, f.pool)
+		require.NoError(t, err)
+		return now
+	}
+	f.clock.set(dbNow().Add(-2 * retention)) // the replica's clock is behind
+	gc := postgres.NewBundleCollector(f.pool, retention, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	fetch := func(digest string) error {
 		_, err := f.store.Bundle(ctx, "c", digest)
 		return err
 	}
-	collect := func() postgres.Collected {
-		n, err := gc.RunOnce(ctx)
+	collectAt := func(at time.Time) postgres.Collected {
+		t.Helper()
+		n, err := gc.RunOnceAt(ctx, at)
 		require.NoError(t, err)
 		return n
 	}
 
 	a := f.deploy(t, "c", "d1")
 	b1 := published(t, ctx, f.store, "c").Bundle.Digest
-	f.clock.add(time.Hour)
 	b := f.deploy(t, "c", "d2") // supersedes b1 now
-	t2 := f.clock.now()
+	t2 := dbNow()
 	b2 := published(t, ctx, f.store, "c").Bundle.Digest
 	require.NotEqual(t, b1, b2)
 
-	f.clock.set(t2.Add(retention - time.Minute))
-	collect()
+	collectAt(t2.Add(retention - time.Minute))
 	require.NoError(t, fetch(b1), "superseded less than the retention ago: kept")
 	require.NoError(t, fetch(b2))
 
-	f.clock.set(t2.Add(retention + time.Minute))
-	n := collect()
+	n := collectAt(t2.Add(retention + time.Minute))
 	assert.Positive(t, n.Versions, "versions collected")
 	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(fetch(b1)), "superseded more than the retention ago: gone")
 	require.NoError(t, fetch(b2), "the current bundle stays, however old")
 	published(t, ctx, f.store, "c")
 
-	// Much later, removing b publishes a's document alone again: b1's bytes
-	// are current again, and b2 is kept for the retention from now.
+	// Later, removing b publishes a's document alone again: b1's bytes are
+	// current again, and b2 is kept for the retention from now, however
+	// old its publication.
 	f.clock.add(10 * retention)
 	_, err := f.svc.RemoveDeployment(ctx, b.ID, fleet.Precondition{})
 	require.NoError(t, err)
-	t3 := f.clock.now()
+	t3 := dbNow()
 	m := published(t, ctx, f.store, "c")
 	require.Equal(t, map[string]string{a.ID: m.set()[a.ID]}, m.set())
 	require.Equal(t, b1, m.Bundle.Digest, "the same documents make the same bundle")
-	f.clock.set(t3.Add(retention - time.Minute))
-	collect()
-	require.NoError(t, fetch(b2), "superseded by a publication less than the retention ago: kept, however old its publication")
+	collectAt(t3.Add(retention - time.Minute))
+	require.NoError(t, fetch(b2), "superseded by a publication less than the retention ago: kept")
 	require.NoError(t, fetch(b1))
-	f.clock.set(t3.Add(retention + time.Minute))
-	collect()
+	collectAt(t3.Add(retention + time.Minute))
 	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(fetch(b2)), "b2 gone after the retention")
 	require.NoError(t, fetch(b1), "current")
 	published(t, ctx, f.store, "c")
-	n = collect()
+	n = collectAt(t3.Add(retention + time.Minute))
 	assert.Zero(t, n, "a second run finds nothing")
+	n, err = gc.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "a run now (the database's clock) finds nothing either")
 }
 
 // BenchmarkPublishOneChange measures the publication of one change (a new
