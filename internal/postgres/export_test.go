@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
@@ -73,4 +74,14 @@ func MigrateDownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error
 	}
 	_, err = p.DownTo(ctx, version)
 	return err
+}
+
+// ApplyCreating applies changes that create the operations ops (as a batch
+// of creations does).
+func ApplyCreating(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change, ops ...fleet.Operation) error {
+	b := batch{changes: changes, operations: map[string]fleet.Operation{}}
+	for _, op := range ops {
+		b.operations[op.ID] = op
+	}
+	return apply(ctx, tx, b)
 }
