@@ -100,13 +100,14 @@ UPDATE bundles b SET superseded_at = now()
 WHERE NOT EXISTS (SELECT 1 FROM clients c WHERE c.id = b.client_id AND c.bundle_digest = b.digest);
 
 -- +goose Down
--- Only possible while every client still has its legacy manifest (no
--- publication since the Up): later manifests exist only as entries.
+-- Only possible while every client still has its legacy manifest: a client
+-- published to since the Up, or created since (it never had one), has its
+-- manifest only as entries, which SQL cannot render.
 -- +goose StatementBegin
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM clients WHERE manifest_json IS NULL) THEN
-        RAISE EXCEPTION 'manifests were published since migration 00007: they cannot be rebuilt in SQL';
+        RAISE EXCEPTION 'some clients have no legacy manifest (published to or created since migration 00007): their manifests cannot be rebuilt in SQL';
     END IF;
 END $$;
 -- +goose StatementEnd

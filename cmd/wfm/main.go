@@ -439,7 +439,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	// Superseded manifest versions (and their bundles) stay fetchable for
 	// -bundle-retention: collected now and hourly.
-	collector := postgres.NewBundleCollector(pool, c.bundleRetention, postgres.DefaultBundleGCInterval, time.Now, log)
+	collector := postgres.NewBundleCollector(pool, c.bundleRetention, postgres.DefaultBundleGCInterval, log)
 	collector.Start(context.WithoutCancel(ctx))
 	defer collector.Stop()
 

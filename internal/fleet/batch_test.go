@@ -2,7 +2,10 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -12,9 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wfm-dev/wfm/internal/access"
+	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/pgtest"
 	"github.com/wfm-dev/wfm/internal/postgres"
 )
 
@@ -264,4 +269,118 @@ func TestCloseRefusesCreations(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM deployments`).Scan(&n))
 	assert.Zero(t, n)
+}
+
+// TestBatchFailureIsNotSharedAndPanicIsRecovered holds a first creation in
+// flight while four more queue, so that they are stored as one batch. The
+// store call is wrapped: it fails any call holding device "bad" (one
+// item's constraint, say) and panics on any call holding device "boom".
+// The batch fails as a whole; its creations are then stored one by one, so
+// the two others are made and only "bad" and "boom" fail, "boom" with an
+// internal error (the panic recovered); the lane lives on and a later
+// creation is made.
+func TestBatchFailureIsNotSharedAndPanicIsRecovered(t *testing.T) {
+	ctx := t.Context()
+	s, pool := newServiceAndPool(t)
+	devices := []string{"d0", "d1", "bad", "d2", "boom", "d3"}
+	for _, d := range devices {
+		_, err := s.PutCapabilities(ctx, "c", d, caps(d))
+		require.NoError(t, err)
+	}
+	errBad := errors.New("bad item")
+	fleet.WrapBatchStore(s, func(next func(context.Context, []fleet.NewDeployment, time.Time) ([]fleet.CreateResult, error)) func(context.Context, []fleet.NewDeployment, time.Time) ([]fleet.CreateResult, error) {
+		return func(ctx context.Context, nds []fleet.NewDeployment, now time.Time) ([]fleet.CreateResult, error) {
+			for _, nd := range nds {
+				switch nd.DeviceID {
+				case "bad":
+					return nil, errBad
+				case "boom":
+					panic("boom")
+				}
+			}
+			return next(ctx, nds, now)
+		}
+	})
+	inFlight, release := make(chan struct{}), make(chan struct{})
+	queued := make(chan int, 100)
+	var once sync.Once
+	fleet.SetBatcher(s, 1, func([]fleet.NewDeployment) {
+		once.Do(func() { close(inFlight); <-release })
+	}, func(l int) { queued <- l })
+	errs := make([]error, len(devices))
+	var wg sync.WaitGroup
+	call := func(i int) {
+		defer wg.Done()
+		_, errs[i] = s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: devices[i]})
+	}
+	wg.Add(1)
+	go call(0)
+	select {
+	case <-inFlight:
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out waiting for the first batch")
+	}
+	for i := 1; i < 5; i++ {
+		wg.Add(1)
+		go call(i)
+	}
+	for l := 0; l < 4; {
+		select {
+		case l = <-queued:
+		case <-time.After(30 * time.Second):
+			t.Fatal("timed out waiting for 4 queued creations")
+		}
+	}
+	close(release)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("timed out waiting for the answers")
+	}
+	for i, d := range devices[:5] {
+		switch d {
+		case "bad":
+			assert.ErrorIs(t, errs[i], errBad, d)
+		case "boom":
+			assert.Equal(t, lifecycle.EINTERNAL, lifecycle.ErrorCode(errs[i]), "%s: %v", d, errs[i])
+		default:
+			assert.NoError(t, errs[i], d)
+		}
+	}
+	wg.Add(1)
+	call(5)
+	assert.NoError(t, errs[5], "a creation after the panic is made")
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM deployments`).Scan(&n))
+	assert.Equal(t, 4, n, "d0..d3 made, bad and boom not")
+}
+
+// TestInstallDeadlineCountsFromTheBatch: the install operation's deadline is
+// its timeout counted from when the batch stores the creation, not from
+// when the call prepared it: time spent queued does not shorten it.
+func TestInstallDeadlineCountsFromTheBatch(t *testing.T) {
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	_, _, err := cat.Add(ctx, []byte(description), catalog.MediaYAML)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	s := fleet.NewService(postgres.NewFleetStore(pool, 5), cat, fleet.Policy{AcceptAll: true}, now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, err = s.PutCapabilities(ctx, "c", "d", caps("d"))
+	require.NoError(t, err)
+	fleet.SetBatcher(s, 1, func([]fleet.NewDeployment) { // the creation was prepared; it waited an hour in the queue
+		mu.Lock()
+		clock = clock.Add(time.Hour)
+		mu.Unlock()
+	}, nil)
+	timeout := "10m"
+	d, err := s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d", Timeout: &timeout})
+	require.NoError(t, err)
+	var deadline time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT deadline FROM operations WHERE deployment_id = $1`, d.ID).Scan(&deadline))
+	assert.Equal(t, now().Add(10*time.Minute), deadline.UTC(), "deadline = the batch's now + the timeout")
 }

@@ -2,6 +2,9 @@ package fleet
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -17,13 +20,25 @@ import (
 // is stored at once: there is no fixed delay. Two lanes keep a second
 // transaction under way while one commits.
 //
+// A batch the store fails as a whole (a deadlock or serialization failure,
+// a lock wait past the batch timeout, one item's constraint) is stored
+// again one creation at a time, each in its own transaction with its own
+// timeout, so that each caller gets its own outcome rather than the error
+// of unrelated creations. A panic in a store call is recovered, logged with
+// its stack and counts as that call's failure (an internal error): the lane
+// lives on and no queued creation is lost.
+//
 // Lanes are goroutines started on demand that end when the queue is
 // empty; Close stops taking creations and waits for them. Hand-written: it
 // is a few lines over a mutex and a queue, and a batching library would
 // not know the per-call withdrawal a cancelled context needs.
 type batcher struct {
-	store    Store
-	now      func() time.Time
+	store Store
+	now   func() time.Time
+	log   *slog.Logger
+	// call stores a batch; it is store.CreateDeployments (tests wrap it to
+	// fail or panic).
+	call     func(ctx context.Context, nds []NewDeployment, now time.Time) ([]CreateResult, error)
 	lanes    int
 	maxBatch int
 	// hold, when not nil, is called by a lane with a batch it took, before
@@ -60,8 +75,8 @@ const (
 var errClosed = &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "unavailable",
 	Message: "The server is shutting down; nothing was changed. Retry.", Extra: map[string]any{"retryable": true, "retryAfterSeconds": 1}}
 
-func newBatcher(store Store, now func() time.Time) *batcher {
-	return &batcher{store: store, now: now, lanes: batchLanes, maxBatch: maxBatch}
+func newBatcher(store Store, now func() time.Time, log *slog.Logger) *batcher {
+	return &batcher{store: store, now: now, log: log, call: store.CreateDeployments, lanes: batchLanes, maxBatch: maxBatch}
 }
 
 // create queues nd and waits for its result. If ctx ends while nd is still
@@ -119,7 +134,8 @@ func (b *batcher) lane() {
 	}
 }
 
-// store1 stores one batch and answers each of its creations.
+// store1 stores one batch and answers each of its creations. If the batch
+// fails as a whole, its creations are stored again one by one.
 func (b *batcher) store1(cs []*creation) {
 	nds := make([]NewDeployment, len(cs))
 	for i, c := range cs {
@@ -128,9 +144,19 @@ func (b *batcher) store1(cs []*creation) {
 	if b.hold != nil {
 		b.hold(nds)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	defer cancel()
-	rs, err := b.store.CreateDeployments(ctx, nds, b.now().UTC())
+	rs, err := b.attempt(nds)
+	if err != nil && len(cs) > 1 {
+		b.log.Warn("creation batch failed; storing its creations one by one", "creations", len(cs), "err", err)
+		for i, c := range cs {
+			r, err := b.attempt(nds[i : i+1])
+			c.err = err
+			if err == nil {
+				c.res = r[0]
+			}
+			close(c.done)
+		}
+		return
+	}
 	for i, c := range cs {
 		if err != nil {
 			c.err = err
@@ -139,6 +165,24 @@ func (b *batcher) store1(cs []*creation) {
 		}
 		close(c.done)
 	}
+}
+
+// attempt is one store call (one transaction) bounded by batchTimeout. A
+// panic in it is recovered and returned as an internal error.
+func (b *batcher) attempt(nds []NewDeployment) (rs []CreateResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			b.log.Error("creation batch panicked", "creations", len(nds), "panic", p, "stack", string(debug.Stack()))
+			rs, err = nil, lifecycle.Errorf(lifecycle.EINTERNAL, "storing %d creations panicked: %v", len(nds), p)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	rs, err = b.call(ctx, nds, b.now().UTC())
+	if err == nil && len(rs) != len(nds) {
+		return nil, fmt.Errorf("the store answered %d of %d creations", len(rs), len(nds))
+	}
+	return rs, err
 }
 
 // close refuses further creations and waits for the lanes to store what is

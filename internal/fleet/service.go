@@ -61,7 +61,8 @@ type Store interface {
 	// its own (lifecycle.DecideCreate) and an item the domain refuses gets
 	// its error in its result and changes nothing, while the others are
 	// applied as one batch: one new manifest version per affected client.
-	// The results are in the order of ds. An item's refusal is ENOTFOUND
+	// Each install's deadline is now plus its StepTimeout (the time of the
+	// decision; Install.Deadline is not read). The results are in the order of ds. An item's refusal is ENOTFOUND
 	// if its device is not registered or its version no longer exists,
 	// EINVALID (version-yanked) if the version was yanked meanwhile,
 	// EINVALID (client-retired) if the client is retired. Returns an error,
@@ -200,7 +201,7 @@ type Service struct {
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1),
-		batcher: newBatcher(store, now)}
+		batcher: newBatcher(store, now, log)}
 }
 
 // Close stops taking creations (CreateDeployment then fails) and waits

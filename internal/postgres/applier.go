@@ -606,7 +606,10 @@ type foldedStep struct {
 
 // foldChange computes c's fold (see fold). Returns an error when a move of
 // a row the change creates does not find the row in its from-state (as the
-// guard of the UPDATE would).
+// guard of the UPDATE would), and EINTERNAL when it is not a transition of
+// its life cycle (lifecycle's operation, step and revision tables): the
+// folded rows are inserted in their final state, past the transition
+// triggers of migration 00005 that guard the UPDATEs.
 func foldChange(c *lifecycle.Change, b batch) (*fold, error) {
 	f := &fold{ops: map[string]*foldedOp{}}
 	now := c.At
@@ -630,6 +633,9 @@ func foldChange(c *lifecycle.Change, b batch) (*fold, error) {
 		if fo.state != m.From {
 			return nil, fmt.Errorf("operation %s is no longer %s", m.ID, m.From)
 		}
+		if !m.From.CanTransitionTo(m.To) {
+			return nil, lifecycle.Errorf(lifecycle.EINTERNAL, "operation %s: %s -> %s is not a transition of the operation life cycle", m.ID, m.From, m.To)
+		}
 		fo.state = m.To
 		if m.Reason != "" {
 			fo.reason = m.Reason
@@ -648,6 +654,10 @@ func foldChange(c *lifecycle.Change, b batch) (*fold, error) {
 			st := &fo.steps[i]
 			if (m.N != 0 && st.n != m.N) || !slices.Contains(m.From, st.state) {
 				continue
+			}
+			if st.state != m.To && !st.state.CanTransitionTo(m.To) {
+				return nil, lifecycle.Errorf(lifecycle.EINTERNAL, "step %d of operation %s: %s -> %s is not a transition of the step life cycle",
+					st.n, m.OperationID, st.state, m.To)
 			}
 			st.state = m.To
 			if m.Revision > 0 {
@@ -668,6 +678,10 @@ func foldChange(c *lifecycle.Change, b batch) (*fold, error) {
 			selected := (n == m.Revision) != m.Others
 			if !selected || (len(m.From) > 0 && !slices.Contains(m.From, f.outcome)) || f.outcome == m.To {
 				continue
+			}
+			if !f.outcome.CanTransitionTo(m.To) {
+				return nil, lifecycle.Errorf(lifecycle.EINTERNAL, "revision %d of deployment %s: outcome %s -> %s is not a transition of the revision life cycle",
+					n, c.After.ID, f.outcome, m.To)
 			}
 			f.outcome = m.To
 			if m.To == lifecycle.OutcomeActive && f.installed == nil {

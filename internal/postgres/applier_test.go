@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/pgtest"
 	"github.com/wfm-dev/wfm/internal/postgres"
@@ -90,4 +92,62 @@ func TestApplyBatchBumpsEachClientOnce(t *testing.T) {
 	assert.Equal(t, before["a"]+1, after["a"])
 	assert.Equal(t, before["b"]+1, after["b"], "one version for three changes")
 	assert.Equal(t, before["c"], after["c"], "an unaffected client keeps its version")
+}
+
+// TestFoldedMovesFollowTheLifeCycles: the rows a change creates are
+// inserted in their final state (folded), past the transition triggers of
+// migration 00005; the applier checks each folded move against the life
+// cycle tables instead. A creation is hand-built, then given one illegal
+// move of its operation, its step or its revision: the batch fails and
+// writes nothing. The untouched creation is applied (the control).
+func TestFoldedMovesFollowTheLifeCycles(t *testing.T) {
+	ctx := t.Context()
+	f := newPubFleet(t)
+	_, err := f.svc.PutCapabilities(ctx, "c", "d1", pubCaps("d1"))
+	require.NoError(t, err)
+	now := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	v, err := lifecycle.ParseVersion("1.0.0")
+	require.NoError(t, err)
+	for i, tc := range []struct {
+		name   string
+		tamper func(c *lifecycle.Change, opID string)
+	}{
+		{"operation running -> queued", func(c *lifecycle.Change, opID string) {
+			c.Operations = append(c.Operations, lifecycle.OperationMove{ID: opID, From: lifecycle.OperationRunning, To: lifecycle.OperationQueued})
+		}},
+		{"step published -> pending", func(c *lifecycle.Change, opID string) {
+			c.Steps = append(c.Steps, lifecycle.StepMove{OperationID: opID, N: 1, From: []lifecycle.StepState{lifecycle.StepPublished}, To: lifecycle.StepPending})
+		}},
+		{"revision active -> failed", func(c *lifecycle.Change, _ string) {
+			c.Outcomes = append(c.Outcomes, lifecycle.OutcomeMove{Revision: 1, To: lifecycle.OutcomeActive}, lifecycle.OutcomeMove{Revision: 1, To: lifecycle.OutcomeFailed})
+		}},
+		{"control: no illegal move", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprintf("00000000-0000-4000-8000-%012d", i+1)
+			opID := fmt.Sprintf("00000000-0000-4000-9000-%012d", i+1)
+			c, err := lifecycle.DecideCreate(lifecycle.CreateInput{
+				Deployment: lifecycle.Deployment{ID: id, ClientID: "c", DeviceID: "d1", ApplicationID: "app"},
+				Revision:   lifecycle.NewRevision{Version: "1.0.0", ProfileID: "p", Components: []string{"web"}, YAML: []byte("id: " + id + "\n")},
+				Registered: true, OperationID: opID, Deadline: now.Add(time.Hour),
+			}, now, "op")
+			require.NoError(t, err)
+			if tc.tamper != nil {
+				tc.tamper(c, opID)
+			}
+			op := fleet.Operation{ID: opID, DeploymentID: id, Type: lifecycle.OperationInstall, State: lifecycle.OperationQueued, FromVersion: v, ToVersion: v,
+				ProfileID: "p", Strategy: lifecycle.StrategyRecreate, OnFailure: fleet.OnFailureHalt, StepTimeout: time.Hour, Deadline: now.Add(time.Hour),
+				Steps: []fleet.Step{{N: 1, Version: v, State: lifecycle.StepPending}}}
+			err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error { return postgres.ApplyCreating(ctx, tx, []*lifecycle.Change{c}, op) })
+			var n int
+			require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM deployments WHERE id = $1`, id).Scan(&n))
+			if tc.tamper == nil {
+				require.NoError(t, err)
+				assert.Equal(t, 1, n)
+				return
+			}
+			assert.Error(t, err, "an illegal folded move fails the batch")
+			assert.Zero(t, n, "and writes nothing")
+		})
+	}
 }

@@ -16,12 +16,13 @@ import (
 // 7 days.
 const DefaultBundleRetention = 7 * 24 * time.Hour
 
-// Bounds of the bundle collector: how often it runs and how long one run
-// may take.
-const (
-	DefaultBundleGCInterval = time.Hour
-	bundleGCTimeout         = 5 * time.Minute
-)
+// DefaultBundleGCInterval is how often the bundle collector runs when no
+// setting says otherwise: hourly is far finer than the days of retention,
+// and one run is a few set-based deletes.
+const DefaultBundleGCInterval = time.Hour
+
+// bundleGCTimeout bounds one run of the bundle collector.
+const bundleGCTimeout = 5 * time.Minute
 
 // Collected counts what one run of the bundle collector deleted.
 type Collected struct {
@@ -29,6 +30,10 @@ type Collected struct {
 	Entries  int64 // manifest_entries rows
 	Bundles  int64 // legacy bundle blobs (stored before migration 00007)
 }
+
+// sqlCutoff is the collector's cutoff, now minus the retention, by the
+// database's clock ($1: microseconds to add to now).
+const sqlCutoff = `SELECT now() + $1 * interval '1 microsecond'`
 
 // The garbage collector's statements. A client's version is needed while it
 // is current or was superseded less than the retention ago ($1 is now minus
@@ -55,13 +60,17 @@ AND NOT EXISTS (SELECT 1 FROM manifest_versions m WHERE m.client_id = b.client_i
 // and legacy bundles no device can need any more: once at Start, then every
 // interval. A superseded manifest's bundle stays fetchable for the
 // retention after its supersession; a current one always. Several replicas
-// may run one each.
+// may run one each. Supersessions are stamped and the cutoff is computed
+// with the database's clock, so that replicas whose clocks disagree do not
+// shorten the retention.
 type BundleCollector struct {
 	pool      *pgxpool.Pool
 	retention time.Duration
 	interval  time.Duration
-	now       func() time.Time
 	logger    *slog.Logger
+	// ahead is added to the database's clock when the cutoff is computed
+	// (zero; tests run the collector "later").
+	ahead time.Duration
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -70,15 +79,16 @@ type BundleCollector struct {
 
 // NewBundleCollector returns a collector over pool that keeps superseded
 // manifest versions for retention (zero: DefaultBundleRetention) and runs
-// every interval (zero: DefaultBundleGCInterval), reading the time from now.
-func NewBundleCollector(pool *pgxpool.Pool, retention, interval time.Duration, now func() time.Time, logger *slog.Logger) *BundleCollector {
+// every interval (zero: DefaultBundleGCInterval). The time is the
+// database's.
+func NewBundleCollector(pool *pgxpool.Pool, retention, interval time.Duration, logger *slog.Logger) *BundleCollector {
 	if retention <= 0 {
 		retention = DefaultBundleRetention
 	}
 	if interval <= 0 {
 		interval = DefaultBundleGCInterval
 	}
-	return &BundleCollector{pool: pool, retention: retention, interval: interval, now: now, logger: logger}
+	return &BundleCollector{pool: pool, retention: retention, interval: interval, logger: logger}
 }
 
 // runOnce collects once, in one transaction within bundleGCTimeout, and
@@ -87,9 +97,12 @@ func NewBundleCollector(pool *pgxpool.Pool, retention, interval time.Duration, n
 func (c *BundleCollector) runOnce(ctx context.Context) (Collected, error) {
 	ctx, cancel := context.WithTimeout(ctx, bundleGCTimeout)
 	defer cancel()
-	cutoff := c.now().Add(-c.retention)
 	var n Collected
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var cutoff time.Time
+		if err := tx.QueryRow(ctx, sqlCutoff, (c.ahead - c.retention).Microseconds()).Scan(&cutoff); err != nil {
+			return err
+		}
 		for _, st := range []struct {
 			sql string
 			n   *int64

@@ -93,12 +93,18 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 				results[i].Err = notFound("Application %s has no version %s.", nd.ApplicationID, nd.Version)
 				continue
 			}
+			op := nd.Install
+			op.DeploymentID = nd.ID
+			// The install's timeout counts from this decision, not from when
+			// the call prepared it: time spent queued for a batch is not the
+			// device's.
+			op.Deadline = now.Add(op.StepTimeout)
 			c, err := lifecycle.DecideCreate(lifecycle.CreateInput{
 				Deployment: lifecycle.Deployment{ID: nd.ID, ClientID: nd.ClientID, DeviceID: nd.DeviceID, ApplicationID: nd.ApplicationID},
 				Revision: lifecycle.NewRevision{Version: nd.Version.String(), ProfileID: nd.ProfileID, Parameters: nd.Parameters,
 					Components: nd.Components, YAML: nd.YAML},
 				Registered: reg, Yanked: y, ClientRetired: status[nd.ClientID] != string(fleet.ClientAccepted),
-				OperationID: nd.Install.ID, Deadline: nd.Install.Deadline,
+				OperationID: op.ID, Deadline: op.Deadline,
 			}, now, fleet.ActorOf(call))
 			if c := lifecycle.ErrorCode(err); c != "" && c != lifecycle.EINTERNAL && c != lifecycle.EUNAVAILABLE {
 				results[i].Err = err // the domain refuses this item; the others go on
@@ -107,8 +113,6 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 			if err != nil {
 				return err
 			}
-			op := nd.Install
-			op.DeploymentID = nd.ID
 			b.changes, b.operations[op.ID] = append(b.changes, c), op
 			if nd.Call != nil {
 				b.audits = append(b.audits, callAudit{pending: access.PendingOf(nd.Call), created: true})

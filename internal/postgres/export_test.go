@@ -2,11 +2,13 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
@@ -30,6 +32,25 @@ func (p *EventPruner) RunOnce(ctx context.Context) (int64, error) { return p.run
 // external tests.
 func (c *BundleCollector) RunOnce(ctx context.Context) (Collected, error) { return c.runOnce(ctx) }
 
+// RunOnceAt runs the bundle collector as if the database's clock read at
+// (at is a time of the database's clock, e.g. read with DBNow).
+func (c *BundleCollector) RunOnceAt(ctx context.Context, at time.Time) (Collected, error) {
+	now, err := DBNow(ctx, c.pool)
+	if err != nil {
+		return Collected{}, err
+	}
+	c.ahead = at.Sub(now)
+	defer func() { c.ahead = 0 }()
+	return c.runOnce(ctx)
+}
+
+// DBNow reads the database's clock.
+func DBNow(ctx context.Context, pool *pgxpool.Pool) (time.Time, error) {
+	var now time.Time
+	err := pool.QueryRow(ctx, `SELECT now()`).Scan(&now)
+	return now, err
+}
+
 // MigrateTo applies the embedded migrations up to version, as a database
 // of an older release has them.
 func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
@@ -41,4 +62,26 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	}
 	_, err = p.UpTo(ctx, version)
 	return err
+}
+
+// MigrateDownTo rolls the embedded migrations back to version.
+func MigrateDownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := newProvider(db)
+	if err != nil {
+		return err
+	}
+	_, err = p.DownTo(ctx, version)
+	return err
+}
+
+// ApplyCreating applies changes that create the operations ops (as a batch
+// of creations does).
+func ApplyCreating(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change, ops ...fleet.Operation) error {
+	b := batch{changes: changes, operations: map[string]fleet.Operation{}}
+	for _, op := range ops {
+		b.operations[op.ID] = op
+	}
+	return apply(ctx, tx, b)
 }

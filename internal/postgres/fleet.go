@@ -50,11 +50,13 @@ func notFound(format string, args ...any) error {
 
 const (
 	// sqlInsertClient inserts an accepted client whose first manifest
-	// (version 1) has no deployments; it is rendered when read.
+	// (version 1) has no deployments; it is rendered when read. Its
+	// publication is stamped with the database's clock (see
+	// sqlPublishVersions).
 	sqlInsertClient = `
 WITH c AS (INSERT INTO clients (id, status, manifest_version, created_at, updated_at) VALUES ($1, 'accepted', 1, $2, $2)
     ON CONFLICT (id) DO NOTHING RETURNING id)
-INSERT INTO manifest_versions (client_id, version, published_at) SELECT id, 1, $2 FROM c`
+INSERT INTO manifest_versions (client_id, version, published_at) SELECT id, 1, now() FROM c`
 	sqlClientColumns = `c.id, c.status, c.manifest_version, c.created_at, c.updated_at, c.retired_at,
 (SELECT count(*) FROM devices d WHERE d.client_id = c.id AND d.registered)`
 	sqlClient      = `SELECT ` + sqlClientColumns + ` FROM clients c WHERE c.id = $1`

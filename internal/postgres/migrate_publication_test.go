@@ -100,11 +100,14 @@ VALUES ($1, 1, 'app', '1.0.0', 'p', '{}', 'install', 'superseded', '{web}', $4, 
 
 	// The legacy bundles stay until no retained manifest names them.
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	_, err = postgres.NewBundleCollector(pool, time.Hour, 0, func() time.Time { return now.Add(30 * time.Minute) }, log).RunOnce(ctx)
+	gc := postgres.NewBundleCollector(pool, time.Hour, 0, log)
+	now, err = postgres.DBNow(ctx, pool) // supersession times are the database's
+	require.NoError(t, err)
+	_, err = gc.RunOnceAt(ctx, now.Add(30*time.Minute))
 	require.NoError(t, err)
 	_, err = s.Bundle(ctx, "c", margo.Digest(bundle))
 	require.NoError(t, err, "version 3 was superseded less than the retention ago")
-	n, err := postgres.NewBundleCollector(pool, time.Hour, 0, func() time.Time { return now.Add(3 * time.Hour) }, log).RunOnce(ctx)
+	n, err := gc.RunOnceAt(ctx, now.Add(3*time.Hour))
 	require.NoError(t, err)
 	assert.Equal(t, postgres.Collected{Versions: 1, Entries: 1, Bundles: 2}, n)
 	for _, b := range [][]byte{bundle, older} {
@@ -112,4 +115,19 @@ VALUES ($1, 1, 'app', '1.0.0', 'p', '{}', 'install', 'superseded', '{web}', $4, 
 		assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(err), "legacy bundle after the retention: %v", err)
 	}
 	published(t, ctx, s, "c")
+}
+
+// TestMigratePublicationDownRefusal: 00007's Down refuses when a client has
+// no legacy manifest, and its message names both causes: here the client
+// was only created after the upgrade, nothing was published to it.
+func TestMigratePublicationDownRefusal(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := open(t, pgtest.EmptyURL(t))
+	require.NoError(t, postgres.Migrate(ctx, pool))
+	_, err := postgres.NewFleetStore(pool, 0).ClientManifest(ctx, "c", true, time.Now())
+	require.NoError(t, err)
+	err = postgres.MigrateDownTo(ctx, pool, 6)
+	require.Error(t, err, "the Down refuses")
+	assert.Contains(t, err.Error(), "created", "the refusal names a client created since the upgrade")
 }

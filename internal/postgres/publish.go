@@ -48,13 +48,16 @@ UPDATE clients c SET manifest_version = c.manifest_version + 1, manifest_json = 
 FROM locked WHERE c.id = locked.id
 RETURNING c.id, c.manifest_version`
 	// sqlPublishVersions supersedes each client's current version and
-	// inserts the new one (after: the current version is unique).
+	// inserts the new one (after: the current version is unique). The
+	// times are the database's (now()), the clock the bundle collector's
+	// cutoff is read from: replicas' clocks may disagree, and a skewed one
+	// must not shorten a bundle's retention.
 	sqlPublishVersions = `
 WITH n AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS n (client_id, version)),
-s AS (UPDATE manifest_versions m SET superseded_at = $3 FROM n
+s AS (UPDATE manifest_versions m SET superseded_at = now() FROM n
     WHERE m.client_id = n.client_id AND m.superseded_at IS NULL AND m.version < n.version RETURNING 1)
 INSERT INTO manifest_versions (client_id, version, published_at)
-SELECT n.client_id, n.version, $3 FROM n CROSS JOIN (SELECT count(*) FROM s) AS done`
+SELECT n.client_id, n.version, now() FROM n CROSS JOIN (SELECT count(*) FROM s) AS done`
 	sqlInsertDocuments = `
 INSERT INTO documents (deployment_id, digest, yaml, piece, piece_crc, piece_size, created_at)
 SELECT *, $7::timestamptz FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bytea[], $5::bigint[], $6::bigint[])
@@ -88,9 +91,9 @@ ON CONFLICT (client_id, deployment_id) WHERE to_version IS NULL DO NOTHING`
 )
 
 // bumpManifests gives each of clients (sorted and deduplicated here: the
-// lock order) one new manifest version, published at at: the client row is
-// bumped, its previous manifest_versions row superseded at at and the new
-// one inserted. Set-based: one statement per table, whatever the number of
+// lock order) one new manifest version: the client row is bumped (updated
+// at at), its previous manifest_versions row superseded and the new one
+// inserted, both stamped with the database's clock. Set-based: one statement per table, whatever the number of
 // clients. Call publish afterwards, in the same transaction, once the
 // revisions of those versions are written.
 //
@@ -124,7 +127,7 @@ func bumpManifests(ctx context.Context, tx pgx.Tx, clients []string, at time.Tim
 			return nil, notFound("There is no client %s.", id)
 		}
 	}
-	if _, err := tx.Exec(ctx, sqlPublishVersions, ids, vs, at); err != nil {
+	if _, err := tx.Exec(ctx, sqlPublishVersions, ids, vs); err != nil {
 		return nil, err
 	}
 	return versions, nil

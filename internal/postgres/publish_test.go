@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -202,17 +203,27 @@ func published(t testing.TB, ctx context.Context, s *postgres.FleetStore, client
 // TestBundleHoldsExactlyTheReferencedDocuments publishes creations, an
 // upgrade (a new revision), a revert (a repeated revision), a removal and
 // an unregistration, and after each checks that the manifest's documents,
-// the documents served by URL and the bundle's files are the same set.
+// the documents served by URL and the bundle's files are the same set; at
+// the end, every earlier bundle is still served (within the retention).
 func TestBundleHoldsExactlyTheReferencedDocuments(t *testing.T) {
 	ctx := t.Context()
 	f := newPubFleet(t)
-	m := published(t, ctx, f.store, "c") // created on first contact: version 1, empty
+	var bundles []string // every version's bundle digest
+	pub := func() manifestDoc {
+		t.Helper()
+		m := published(t, ctx, f.store, "c")
+		if m.Bundle != nil {
+			bundles = append(bundles, m.Bundle.Digest)
+		}
+		return m
+	}
+	m := pub() // created on first contact: version 1, empty
 	assert.Empty(t, m.Deployments)
 
 	var ds []fleet.Deployment
 	for _, dev := range []string{"d1", "d2", "d3", "d4"} {
 		ds = append(ds, f.deploy(t, "c", dev))
-		m = published(t, ctx, f.store, "c")
+		m = pub()
 		assert.Len(t, m.Deployments, len(ds), "after creating %s", dev)
 	}
 	v1 := m.set()
@@ -223,7 +234,7 @@ func TestBundleHoldsExactlyTheReferencedDocuments(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.sched.RunOnce(ctx)
 	require.NoError(t, err)
-	m = published(t, ctx, f.store, "c")
+	m = pub()
 	require.Len(t, m.Deployments, 4)
 	assert.NotEqual(t, v1[ds[0].ID], m.set()[ds[0].ID], "the upgrade's document")
 	assert.Equal(t, v1[ds[1].ID], m.set()[ds[1].ID], "the others are unchanged")
@@ -236,7 +247,7 @@ func TestBundleHoldsExactlyTheReferencedDocuments(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.sched.RunOnce(ctx)
 	require.NoError(t, err)
-	m = published(t, ctx, f.store, "c")
+	m = pub()
 	assert.NotContains(t, []string{v1[ds[0].ID], ""}, m.set()[ds[0].ID], "revision 3 is a new document")
 	cur, err := f.svc.Deployment(ctx, ds[0].ID)
 	require.NoError(t, err)
@@ -247,7 +258,7 @@ func TestBundleHoldsExactlyTheReferencedDocuments(t *testing.T) {
 	revert.Revision = &lifecycle.NewRevision{N: 4, CopyOf: 1}
 	revert.After.Revision, revert.After.LastRevision, revert.Manifest = 4, 4, true
 	require.NoError(t, pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error { return postgres.Apply(ctx, tx, []*lifecycle.Change{revert}) }))
-	m = published(t, ctx, f.store, "c")
+	m = pub()
 	assert.Equal(t, v1, m.set(), "the revert publishes revision 1's document again")
 	var revisions, documents int
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM revisions WHERE deployment_id = $1),
@@ -258,27 +269,40 @@ func TestBundleHoldsExactlyTheReferencedDocuments(t *testing.T) {
 	// A removal and an unregistration take deployments out.
 	_, err = f.svc.RemoveDeployment(ctx, ds[1].ID, fleet.Precondition{})
 	require.NoError(t, err)
-	m = published(t, ctx, f.store, "c")
+	m = pub()
 	assert.NotContains(t, m.set(), ds[1].ID)
 	assert.Len(t, m.Deployments, 3)
 	require.NoError(t, f.svc.Unregister(ctx, "c", "d3"))
-	m = published(t, ctx, f.store, "c")
+	m = pub()
 	assert.Equal(t, map[string]string{ds[0].ID: v1[ds[0].ID], ds[3].ID: v1[ds[3].ID]}, m.set())
 	require.NoError(t, f.svc.Unregister(ctx, "c", "d1"))
 	require.NoError(t, f.svc.Unregister(ctx, "c", "d4"))
-	m = published(t, ctx, f.store, "c")
+	m = pub()
 	assert.Empty(t, m.Deployments, "no deployment left")
 
-	// The bundle of every version is still served (retention), as it was.
 	var open int
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM manifest_entries WHERE client_id = 'c' AND to_version IS NULL`).Scan(&open))
 	assert.Zero(t, open, "no open entry")
+
+	// The bundle of every earlier version is still served (retention), as
+	// it was.
+	require.GreaterOrEqual(t, len(bundles), 8)
+	for i, digest := range bundles {
+		b, err := f.store.Bundle(ctx, "c", digest)
+		if assert.NoError(t, err, "earlier bundle %d", i) {
+			assert.Equal(t, digest, margo.Digest(b), "earlier bundle %d, as it was", i)
+		}
+	}
 }
 
-// TestPollDuringABatchSeesOldOrNew polls a client's manifest (fresh reads,
-// no cache) in a loop while one transaction removes many of its
-// deployments at once (an unregistration): every manifest seen is the one
-// before or the one after, never a mix, and its bundle matches it.
+// TestPollDuringABatchSeesOldOrNew removes many of a client's deployments
+// in one transaction (an unregistration, its statements run here in an
+// explicit transaction) while the client's manifest is read (fresh reads,
+// no cache): by a poller that runs from before the transaction begins until
+// after it commits, and by polls between the transaction's statements,
+// while it is open. Every manifest seen is the one before or the one
+// after, never a mix; the polls between the statements see the one before
+// (with its bundle), the first after the commit the one after.
 func TestPollDuringABatchSeesOldOrNew(t *testing.T) {
 	ctx := t.Context()
 	f := newPubFleet(t)
@@ -286,36 +310,44 @@ func TestPollDuringABatchSeesOldOrNew(t *testing.T) {
 	const n = 150
 	_, err := f.svc.PutCapabilities(ctx, "c", "gateway", pubCaps("gateway"))
 	require.NoError(t, err)
+	var gateway []lifecycle.Deployment
 	for range n {
-		_, err := f.svc.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "gateway"})
+		d, err := f.svc.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "gateway"})
 		require.NoError(t, err)
+		gateway = append(gateway, lifecycle.Deployment{ID: d.ID, ClientID: "c", DeviceID: "gateway", ApplicationID: "app", State: d.State,
+			Revision: d.Revision, InstalledRevision: d.InstalledRevision, LastRevision: d.Revision, Version: d.Version.String()})
 	}
-	mb := published(t, ctx, f.store, "c")
+	slices.SortFunc(gateway, func(a, b lifecycle.Deployment) int { return strings.Compare(a.ID, b.ID) })
+	mb := published(t, ctx, f.store, "c") // also records the version's bundle digest: no poll writes
 	before, vBefore := mb.set(), mb.ManifestVersion
 	require.Len(t, before, n+1)
 	after := map[string]string{keep.ID: before[keep.ID]}
 
+	// The poller asserts with assert/t.Errorf only (it is not the test's
+	// goroutine).
 	done, polling := make(chan struct{}), make(chan struct{})
 	var polls, sawBefore, sawAfter int
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		checked := map[uint64]bool{} // versions whose documents and bundle were checked
-		for last := false; !last; {  // one more poll once the batch is committed
+		defer close(polling)
+		first := true
+		for last := false; !last; { // one more poll once the batch is committed
 			select {
 			case <-done:
 				last = true
 			default:
 			}
 			m, err := f.store.ClientManifest(ctx, "c", false, time.Now())
-			require.NoError(t, err)
-			var doc manifestDoc
-			require.NoError(t, json.Unmarshal(m.JSON, &doc))
-			if !checked[doc.ManifestVersion] {
-				checked[doc.ManifestVersion] = true
-				published(t, ctx, f.store, "c") // the bundle is fetchable and matches
+			if !assert.NoError(t, err) {
+				return
 			}
-			if polls == 0 {
-				close(polling)
+			var doc manifestDoc
+			if !assert.NoError(t, json.Unmarshal(m.JSON, &doc)) {
+				return
+			}
+			if first {
+				first = false
+				polling <- struct{}{}
 			}
 			got := doc.set()
 			polls++
@@ -331,74 +363,110 @@ func TestPollDuringABatchSeesOldOrNew(t *testing.T) {
 			}
 		}
 	})
-	<-polling
-	require.NoError(t, f.svc.Unregister(ctx, "c", "gateway"))
+	select {
+	case <-polling: // the poller runs before the transaction begins
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out waiting for the first poll")
+	}
+
+	sees := func(what string, want map[string]string, version uint64) {
+		t.Helper()
+		m := published(t, ctx, f.store, "c") // with its documents and bundle
+		assert.Equal(t, version, m.ManifestVersion, what)
+		assert.Equal(t, want, m.set(), what)
+	}
+	now := f.clock.now()
+	tx, err := f.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `UPDATE devices SET registered = false, updated_at = $2 WHERE client_id = 'c' AND id = $1`, "gateway", now)
+	require.NoError(t, err)
+	sees("after the device's update", before, vBefore)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM deployments WHERE client_id = 'c' AND device_id = 'gateway' ORDER BY id FOR UPDATE`)
+	require.NoError(t, err)
+	sees("with the deployments locked", before, vBefore)
+	changes, err := lifecycle.DecideUnregister("c", "gateway", gateway, now, "c")
+	require.NoError(t, err)
+	require.NoError(t, postgres.Apply(ctx, tx, changes))
+	for i := range 3 {
+		sees(fmt.Sprint("with the batch written, not committed, poll ", i), before, vBefore)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	sees("after the commit", after, vBefore+1)
 	close(done)
 	wg.Wait()
-	assert.Equal(t, after, published(t, ctx, f.store, "c").set())
 	t.Logf("%d polls: %d before, %d after", polls, sawBefore, sawAfter)
-	assert.Positive(t, sawAfter, "the last poll sees the batch")
+	assert.Positive(t, sawAfter, "the poller's last poll sees the batch")
 }
 
 // TestBundleCollector checks that garbage collection never deletes a bundle
 // a current manifest or its retention still needs: a superseded bundle is
 // served until the retention has passed since its supersession, the
 // current one always, and a bundle published again is kept as current.
+// Times are the database's: the publishing replica's clock is two
+// retentions behind it and must not shorten the retention.
 func TestBundleCollector(t *testing.T) {
 	ctx := t.Context()
 	f := newPubFleet(t)
 	const retention = 24 * time.Hour
-	gc := postgres.NewBundleCollector(f.pool, retention, time.Hour, f.clock.now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	dbNow := func() time.Time {
+		t.Helper()
+		now, err := postgres.DBNow(ctx, f.pool)
+		require.NoError(t, err)
+		return now
+	}
+	f.clock.set(dbNow().Add(-2 * retention)) // the replica's clock is behind
+	gc := postgres.NewBundleCollector(f.pool, retention, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	fetch := func(digest string) error {
 		_, err := f.store.Bundle(ctx, "c", digest)
 		return err
 	}
-	collect := func() postgres.Collected {
-		n, err := gc.RunOnce(ctx)
+	collectAt := func(at time.Time) postgres.Collected {
+		t.Helper()
+		n, err := gc.RunOnceAt(ctx, at)
 		require.NoError(t, err)
 		return n
 	}
 
 	a := f.deploy(t, "c", "d1")
 	b1 := published(t, ctx, f.store, "c").Bundle.Digest
-	f.clock.add(time.Hour)
 	b := f.deploy(t, "c", "d2") // supersedes b1 now
-	t2 := f.clock.now()
+	t2 := dbNow()
 	b2 := published(t, ctx, f.store, "c").Bundle.Digest
 	require.NotEqual(t, b1, b2)
 
-	f.clock.set(t2.Add(retention - time.Minute))
-	collect()
+	collectAt(t2.Add(retention - time.Minute))
 	require.NoError(t, fetch(b1), "superseded less than the retention ago: kept")
 	require.NoError(t, fetch(b2))
 
-	f.clock.set(t2.Add(retention + time.Minute))
-	n := collect()
+	n := collectAt(t2.Add(retention + time.Minute))
 	assert.Positive(t, n.Versions, "versions collected")
 	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(fetch(b1)), "superseded more than the retention ago: gone")
 	require.NoError(t, fetch(b2), "the current bundle stays, however old")
 	published(t, ctx, f.store, "c")
 
-	// Much later, removing b publishes a's document alone again: b1's bytes
-	// are current again, and b2 is kept for the retention from now.
+	// Later, removing b publishes a's document alone again: b1's bytes are
+	// current again, and b2 is kept for the retention from now, however
+	// old its publication.
 	f.clock.add(10 * retention)
 	_, err := f.svc.RemoveDeployment(ctx, b.ID, fleet.Precondition{})
 	require.NoError(t, err)
-	t3 := f.clock.now()
+	t3 := dbNow()
 	m := published(t, ctx, f.store, "c")
 	require.Equal(t, map[string]string{a.ID: m.set()[a.ID]}, m.set())
 	require.Equal(t, b1, m.Bundle.Digest, "the same documents make the same bundle")
-	f.clock.set(t3.Add(retention - time.Minute))
-	collect()
-	require.NoError(t, fetch(b2), "superseded by a publication less than the retention ago: kept, however old its publication")
+	collectAt(t3.Add(retention - time.Minute))
+	require.NoError(t, fetch(b2), "superseded by a publication less than the retention ago: kept")
 	require.NoError(t, fetch(b1))
-	f.clock.set(t3.Add(retention + time.Minute))
-	collect()
+	collectAt(t3.Add(retention + time.Minute))
 	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(fetch(b2)), "b2 gone after the retention")
 	require.NoError(t, fetch(b1), "current")
 	published(t, ctx, f.store, "c")
-	n = collect()
+	n = collectAt(t3.Add(retention + time.Minute))
 	assert.Zero(t, n, "a second run finds nothing")
+	n, err = gc.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "a run now (the database's clock) finds nothing either")
 }
 
 // BenchmarkPublishOneChange measures the publication of one change (a new
