@@ -67,7 +67,8 @@ type callAudit struct {
 // the manifest versions (bumpManifests); then every row of every change in
 // one pipeline (pgx.Batch), rows of one table and kind written by one
 // set-based statement (unnest arrays), in the order a change needs them
-// (see phases); then the manifests (publish).
+// (see phases), and the events (from copyEventsMin of them, one COPY after
+// the pipeline); then the manifests (publish).
 //
 // Returns an error if a guard fails (the row changed under the decision:
 // the caller must roll back) or the database fails.
@@ -126,7 +127,10 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 	if err := auditBatch(ctx, queued{q}, b); err != nil { // the management calls' audit rows, in the change's transaction
 		return err
 	}
-	if len(events) > 0 {
+	var xid, next int64 // for copyEvents: read in the pipeline, after every other write
+	if len(events) >= copyEventsMin {
+		q.Queue(sqlNextEvent).QueryRow(func(row pgx.Row) error { return row.Scan(&xid, &next) })
+	} else if len(events) > 0 {
 		args, err := eventArgs(events)
 		if err != nil {
 			return err
@@ -147,6 +151,11 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 	}
 	if err := tx.SendBatch(ctx, q).Close(); err != nil {
 		return err
+	}
+	if len(events) >= copyEventsMin {
+		if err := copyEvents(ctx, tx, xid, next, events); err != nil {
+			return err
+		}
 	}
 	// Documents of new revisions, manifest entries, notifications: after
 	// the revision rows exist (publish.go).

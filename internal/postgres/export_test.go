@@ -42,3 +42,11 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	_, err = p.UpTo(ctx, version)
 	return err
 }
+
+// AppendEventsBy exposes the two ways of appending events (COPY or one
+// statement) to this package's external tests; CopyEvents the COPY with a
+// given transaction id and next index (for the bounds).
+var (
+	AppendEventsBy = appendEvents
+	CopyEvents     = copyEvents
+)
