@@ -169,7 +169,8 @@ func (s *Service) version(ctx context.Context, appID, version string) (catalog.V
 }
 
 // prepareCreate validates a creation against the version's description and the
-// device, and renders its revision 1: everything but the store's part.
+// device, and renders its revision 1 and its bundle piece: everything but
+// the store's part.
 func (s *Service) prepareCreate(ctx context.Context, req CreateRequest, v catalog.Version, desc *margo.ApplicationDescription, dev Device,
 	timeout time.Duration, now time.Time) (NewDeployment, error) {
 	if !dev.Registered {
@@ -205,9 +206,13 @@ func (s *Service) prepareCreate(ctx context.Context, req CreateRequest, v catalo
 	if err != nil {
 		return NewDeployment{}, err
 	}
+	piece, err := margo.NewBundlePiece(margo.BundleFileName(id), yaml)
+	if err != nil {
+		return NewDeployment{}, fmt.Errorf("deployment %s: bundle piece: %w", id, err)
+	}
 	return NewDeployment{
 		ID: id, ClientID: req.ClientID, DeviceID: req.DeviceID, ApplicationID: req.ApplicationID,
-		Version: v.Version, ProfileID: profile.ID, Components: components, Parameters: values, YAML: yaml,
+		Version: v.Version, ProfileID: profile.ID, Components: components, Parameters: values, YAML: yaml, Piece: &piece,
 		Install: Operation{ID: newUUID(), DeploymentID: id, Type: lifecycle.OperationInstall, State: lifecycle.OperationQueued,
 			FromVersion: v.Version, ToVersion: v.Version, Parameters: values, ProfileID: profile.ID, Strategy: lifecycle.StrategyRecreate,
 			OnFailure: OnFailureHalt, StepTimeout: timeout, RequestedBy: ActorOf(ctx), Deadline: now.Add(timeout),

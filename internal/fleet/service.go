@@ -137,6 +137,11 @@ type NewDeployment struct {
 	Parameters    map[string]any
 	// YAML is the revision's rendered ApplicationDeployment document.
 	YAML []byte
+	// Piece, when not nil, is YAML's bundle piece
+	// (margo.NewBundlePiece(margo.BundleFileName(ID), YAML)), computed
+	// with the rendering, outside the store's transaction; nil: the store
+	// computes it.
+	Piece *margo.BundlePiece
 	// Install is the install operation the creation starts: one step,
 	// revision 1, with its deadline.
 	Install Operation

@@ -48,6 +48,10 @@ type batch struct {
 	// the batch writes (a batch of coalesced creations: one per call); nil
 	// means the one call ctx carries, if any (auditChange).
 	audits []callAudit
+	// pieces are bundle pieces of new revisions' documents computed
+	// before the transaction (NewDeployment.Piece), by deployment id and
+	// document digest; publish computes the others.
+	pieces map[[2]string]*margo.BundlePiece
 }
 
 // callAudit is the audit entry of one call in a batch, and whether its
@@ -159,7 +163,7 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 	}
 	// Documents of new revisions, manifest entries, notifications: after
 	// the revision rows exist (publish.go).
-	return publish(ctx, tx, versions, b.changes, at)
+	return publish(ctx, tx, versions, b.changes, b.pieces, at)
 }
 
 // queuedOperation returns the id of an operation c creates and leaves

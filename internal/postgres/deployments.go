@@ -81,7 +81,7 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 		if err != nil {
 			return err
 		}
-		b := batch{operations: map[string]fleet.Operation{}}
+		b := batch{operations: map[string]fleet.Operation{}, pieces: map[[2]string]*margo.BundlePiece{}}
 		for i, nd := range nds {
 			call := ctx
 			if nd.Call != nil {
@@ -110,6 +110,9 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 			op := nd.Install
 			op.DeploymentID = nd.ID
 			b.changes, b.operations[op.ID] = append(b.changes, c), op
+			if nd.Piece != nil {
+				b.pieces[[2]string{nd.ID, margo.Digest(nd.YAML)}] = nd.Piece
+			}
 			if nd.Call != nil {
 				b.audits = append(b.audits, callAudit{pending: access.PendingOf(nd.Call), created: true})
 			}
