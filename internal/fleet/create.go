@@ -74,7 +74,7 @@ func (s *Service) CreateDeployments(ctx context.Context, reqs []CreateRequest) (
 		err  error
 	}
 	versions := map[key]*version{}
-	var devKeys [][2]string
+	devKeys := make([][2]string, 0, len(reqs))
 	for _, r := range reqs {
 		k := key{r.ApplicationID, r.Version}
 		if versions[k] == nil {
@@ -117,8 +117,7 @@ func (s *Service) CreateDeployments(ctx context.Context, reqs []CreateRequest) (
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	var accepted []NewDeployment
-	var at []int
+	accepted, at := make([]NewDeployment, 0, len(reqs)), make([]int, 0, len(reqs))
 	for i := range reqs {
 		if results[i].Err == nil {
 			accepted, at = append(accepted, nds[i]), append(at, i)
