@@ -132,6 +132,11 @@ type NewDeployment struct {
 	DeviceID      string
 	ApplicationID string
 	Version       lifecycle.Version
+	// VersionDigest is the digest of the catalog version's description
+	// the creation was rendered from; the store refuses the creation
+	// (VersionChanged) if the stored version's is another ("" skips the
+	// check).
+	VersionDigest string
 	ProfileID     string
 	Components    []string // the profile's component names
 	Parameters    map[string]any
@@ -194,13 +199,15 @@ type Service struct {
 	log     *slog.Logger
 	cache   *manifestCache
 	wakeups chan struct{}
+	// versions remembers the catalog versions of creations (versionCache).
+	versions *versionCache
 	batcher *batcher
 }
 
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1),
-		batcher: newBatcher(store, now)}
+		batcher: newBatcher(store, now), versions: newVersionCache()}
 }
 
 // Close stops taking creations (CreateDeployment then fails) and waits
