@@ -201,7 +201,7 @@ type Service struct {
 	wakeups chan struct{}
 	// versions remembers the catalog versions of creations (versionCache).
 	versions *versionCache
-	batcher *batcher
+	batcher  *batcher
 }
 
 // NewService returns the fleet service.
