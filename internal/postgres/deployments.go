@@ -81,7 +81,7 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 		if err != nil {
 			return err
 		}
-		b := batch{operations: map[string]fleet.Operation{}, pieces: map[[2]string]*margo.BundlePiece{}}
+		b := batch{operations: map[string]fleet.Operation{}, pieces: map[[2]string]*margo.BundlePiece{}, copyMin: s.copyMin}
 		for i, nd := range nds {
 			call := ctx
 			if nd.Call != nil {

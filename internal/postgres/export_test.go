@@ -50,3 +50,10 @@ var (
 	AppendEventsBy = appendEvents
 	CopyEvents     = copyEvents
 )
+
+// CopyAllRows makes s's creations write every table's inserts with COPY,
+// whatever their number of rows.
+func CopyAllRows(s *FleetStore) *FleetStore {
+	s.copyMin = 1
+	return s
+}
