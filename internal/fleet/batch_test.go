@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,6 +20,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/margotest"
 	"github.com/wfm-dev/wfm/internal/pgtest"
 	"github.com/wfm-dev/wfm/internal/postgres"
 )
@@ -392,4 +394,47 @@ func TestInstallDeadlineCountsFromTheBatch(t *testing.T) {
 	var deadline time.Time
 	require.NoError(t, pool.QueryRow(ctx, `SELECT deadline FROM operations WHERE deployment_id = $1`, d.ID).Scan(&deadline))
 	assert.Equal(t, now().Add(10*time.Minute), deadline.UTC(), "deadline = the batch's now + the timeout")
+}
+
+// TestCreatedPiecesMatchDocuments: the bundle pieces computed with the
+// rendering, before the store's transaction (NewDeployment.Piece), are
+// stored with their documents, and are exactly the pieces of those
+// documents; a bundle assembled from them is valid.
+func TestCreatedPiecesMatchDocuments(t *testing.T) {
+	ctx := t.Context()
+	s, pool := newServiceAndPool(t)
+	var reqs []fleet.CreateRequest
+	for _, d := range []string{"p1", "p2", "p3"} {
+		_, err := s.PutCapabilities(ctx, "pc", d, caps(d))
+		require.NoError(t, err)
+		reqs = append(reqs, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "pc", DeviceID: d})
+	}
+	rs, err := s.CreateDeployments(ctx, reqs[:2])
+	require.NoError(t, err)
+	for _, r := range rs {
+		require.NoError(t, r.Err)
+	}
+	_, err = s.CreateDeployment(ctx, reqs[2])
+	require.NoError(t, err)
+	rows, err := pool.Query(ctx, `SELECT deployment_id::text, yaml, piece, piece_crc, piece_size FROM documents ORDER BY deployment_id`)
+	require.NoError(t, err)
+	var id string
+	var yaml []byte
+	var got margo.BundlePiece
+	var crc int64
+	var pieces []margo.BundlePiece
+	_, err = pgx.ForEachRow(rows, []any{&id, &yaml, &got.Deflate, &crc, &got.Size}, func() error {
+		got.CRC32 = uint32(crc)
+		want, err := margo.NewBundlePiece(margo.BundleFileName(id), yaml)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "deployment %s: stored piece", id)
+		pieces = append(pieces, got)
+		got = margo.BundlePiece{}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, pieces, 3)
+	bundle, err := margo.AssembleBundle(pieces)
+	require.NoError(t, err)
+	assert.Empty(t, margotest.BundleProblems(bundle))
 }

@@ -30,29 +30,51 @@ import (
 // yanked version; EINVALID (unknown-profile, not-placeable) when no profile
 // fits; EINVALID (invalid-parameter-values) for bad parameter values.
 func (s *Service) CreateDeployment(ctx context.Context, req CreateRequest) (Deployment, error) {
+	d, remembered, err := s.createDeployment(ctx, req)
+	if remembered && staleVersion(err) {
+		// The store refused what it found of a remembered version: read
+		// the version again, once, so that the answer is the one a fresh
+		// read gives (a yank's reason and field). A version deleted since
+		// is answered not-found by the store itself.
+		s.versions.drop(req.ApplicationID, req.Version)
+		d, _, err = s.createDeployment(ctx, req)
+	}
+	return d, err
+}
+
+// staleVersion reports whether the store refused a creation for what it
+// found of its version (which a remembered version may not show yet).
+func staleVersion(err error) bool {
+	return versionChanged(err) || lifecycle.ErrorType(err) == "version-yanked"
+}
+
+// createDeployment is CreateDeployment without the retry; remembered says
+// whether the version came from s.versions.
+func (s *Service) createDeployment(ctx context.Context, req CreateRequest) (Deployment, bool, error) {
 	timeout, err := installTimeout(req)
 	if err != nil {
-		return Deployment{}, err
+		return Deployment{}, false, err
 	}
+	_, remembered := s.versions.get(req.ApplicationID, req.Version)
 	v, desc, err := s.version(ctx, req.ApplicationID, req.Version)
 	if err != nil {
-		return Deployment{}, err
+		return Deployment{}, false, err
 	}
 	dev, err := s.store.Device(ctx, req.ClientID, req.DeviceID)
 	if err != nil {
-		return Deployment{}, err
+		return Deployment{}, false, err
 	}
 	nd, err := s.prepareCreate(ctx, req, v, desc, dev, timeout, s.now().UTC())
 	if err != nil {
-		return Deployment{}, err
+		return Deployment{}, false, err
 	}
 	nd.Call = context.WithoutCancel(ctx)
 	r, err := s.batcher.create(ctx, nd)
 	s.cache.invalidate(req.ClientID)
 	if err != nil {
-		return Deployment{}, err
+		return Deployment{}, false, err
 	}
-	return r.Deployment, r.Err
+	return r.Deployment, remembered, r.Err
 }
 
 // CreateDeployments creates many deployments at once (a rollout wave, an
@@ -74,7 +96,7 @@ func (s *Service) CreateDeployments(ctx context.Context, reqs []CreateRequest) (
 		err  error
 	}
 	versions := map[key]*version{}
-	var devKeys [][2]string
+	devKeys := make([][2]string, 0, len(reqs))
 	for _, r := range reqs {
 		k := key{r.ApplicationID, r.Version}
 		if versions[k] == nil {
@@ -117,8 +139,7 @@ func (s *Service) CreateDeployments(ctx context.Context, reqs []CreateRequest) (
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	var accepted []NewDeployment
-	var at []int
+	accepted, at := make([]NewDeployment, 0, len(reqs)), make([]int, 0, len(reqs))
 	for i := range reqs {
 		if results[i].Err == nil {
 			accepted, at = append(accepted, nds[i]), append(at, i)
@@ -136,6 +157,9 @@ func (s *Service) CreateDeployments(ctx context.Context, reqs []CreateRequest) (
 	}
 	for j, r := range stored {
 		results[at[j]] = r
+		if versionChanged(r.Err) {
+			s.versions.drop(reqs[at[j]].ApplicationID, reqs[at[j]].Version)
+		}
 	}
 	return results, nil
 }
@@ -153,13 +177,17 @@ func installTimeout(req CreateRequest) (time.Duration, error) {
 	return timeout, nil
 }
 
-// version reads a catalog version that may be deployed, and its parsed
-// description. Returns ENOTFOUND, EINVALID (invalid-version,
-// version-yanked).
+// version reads a catalog version that may be deployed (remembered in
+// s.versions: the store re-checks it), and its parsed description.
+// Returns ENOTFOUND, EINVALID (invalid-version, version-yanked).
 func (s *Service) version(ctx context.Context, appID, version string) (catalog.Version, *margo.ApplicationDescription, error) {
-	v, err := s.catalog.Get(ctx, appID, version)
-	if err != nil {
-		return v, nil, err
+	v, ok := s.versions.get(appID, version)
+	if !ok {
+		var err error
+		if v, err = s.catalog.Get(ctx, appID, version); err != nil {
+			return v, nil, err
+		}
+		s.versions.put(appID, version, v)
 	}
 	if v.Yanked {
 		return v, nil, yanked(v)
@@ -169,7 +197,8 @@ func (s *Service) version(ctx context.Context, appID, version string) (catalog.V
 }
 
 // prepareCreate validates a creation against the version's description and the
-// device, and renders its revision 1: everything but the store's part.
+// device, and renders its revision 1 and its bundle piece: everything but
+// the store's part.
 func (s *Service) prepareCreate(ctx context.Context, req CreateRequest, v catalog.Version, desc *margo.ApplicationDescription, dev Device,
 	timeout time.Duration, now time.Time) (NewDeployment, error) {
 	if !dev.Registered {
@@ -205,9 +234,13 @@ func (s *Service) prepareCreate(ctx context.Context, req CreateRequest, v catalo
 	if err != nil {
 		return NewDeployment{}, err
 	}
+	piece, err := margo.NewBundlePiece(margo.BundleFileName(id), yaml)
+	if err != nil {
+		return NewDeployment{}, fmt.Errorf("deployment %s: bundle piece: %w", id, err)
+	}
 	return NewDeployment{
 		ID: id, ClientID: req.ClientID, DeviceID: req.DeviceID, ApplicationID: req.ApplicationID,
-		Version: v.Version, ProfileID: profile.ID, Components: components, Parameters: values, YAML: yaml,
+		Version: v.Version, VersionDigest: v.Digest, ProfileID: profile.ID, Components: components, Parameters: values, YAML: yaml, Piece: &piece,
 		Install: Operation{ID: newUUID(), DeploymentID: id, Type: lifecycle.OperationInstall, State: lifecycle.OperationQueued,
 			FromVersion: v.Version, ToVersion: v.Version, Parameters: values, ProfileID: profile.ID, Strategy: lifecycle.StrategyRecreate,
 			OnFailure: OnFailureHalt, StepTimeout: timeout, RequestedBy: ActorOf(ctx), Deadline: now.Add(timeout),

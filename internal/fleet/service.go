@@ -138,11 +138,21 @@ type NewDeployment struct {
 	DeviceID      string
 	ApplicationID string
 	Version       lifecycle.Version
+	// VersionDigest is the digest of the catalog version's description
+	// the creation was rendered from; the store refuses the creation
+	// (VersionChanged) if the stored version's is another ("" skips the
+	// check).
+	VersionDigest string
 	ProfileID     string
 	Components    []string // the profile's component names
 	Parameters    map[string]any
 	// YAML is the revision's rendered ApplicationDeployment document.
 	YAML []byte
+	// Piece, when not nil, is YAML's bundle piece
+	// (margo.NewBundlePiece(margo.BundleFileName(ID), YAML)), computed
+	// with the rendering, outside the store's transaction; nil: the store
+	// computes it.
+	Piece *margo.BundlePiece
 	// Install is the install operation the creation starts: one step,
 	// revision 1, with its deadline.
 	Install Operation
@@ -195,13 +205,15 @@ type Service struct {
 	log     *slog.Logger
 	cache   *manifestCache
 	wakeups chan struct{}
-	batcher *batcher
+	// versions remembers the catalog versions of creations (versionCache).
+	versions *versionCache
+	batcher  *batcher
 }
 
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1),
-		batcher: newBatcher(store, now, log)}
+		batcher: newBatcher(store, now, log), versions: newVersionCache()}
 }
 
 // Close stops taking creations (CreateDeployment then fails) and waits

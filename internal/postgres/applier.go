@@ -18,7 +18,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -48,6 +47,21 @@ type batch struct {
 	// the batch writes (a batch of coalesced creations: one per call); nil
 	// means the one call ctx carries, if any (auditChange).
 	audits []callAudit
+	// pieces are bundle pieces of new revisions' documents computed
+	// before the transaction (NewDeployment.Piece), by deployment id and
+	// document digest; publish computes the others.
+	pieces map[[2]string]*margo.BundlePiece
+	// copyMin, when not 0, replaces copyRowsMin (tests).
+	copyMin int
+}
+
+// copyAt is the number of rows of one table from which a round's inserts
+// are written with COPY.
+func (b batch) copyAt() int {
+	if b.copyMin > 0 {
+		return b.copyMin
+	}
+	return copyRowsMin
 }
 
 // callAudit is the audit entry of one call in a batch, and whether its
@@ -67,7 +81,10 @@ type callAudit struct {
 // the manifest versions (bumpManifests); then every row of every change in
 // one pipeline (pgx.Batch), rows of one table and kind written by one
 // set-based statement (unnest arrays), in the order a change needs them
-// (see phases); then the manifests (publish).
+// (see phases; a round's inserts of copyRowsMin rows or more of one table
+// as one COPY at their place in that order: pipeline), and the events (from
+// copyEventsMin of them, one COPY after the pipeline); then the manifests
+// (publish).
 //
 // Returns an error if a guard fails (the row changed under the decision:
 // the caller must roll back) or the database fails.
@@ -90,14 +107,15 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 			return err
 		}
 	}
-	q := &pgx.Batch{}
+	p := &pipeline{}
 	var events []lifecycle.Event
 	newOp := ""
 	for _, round := range rounds(b.changes) {
-		if err := queueRound(q, round, versions, b); err != nil {
+		if err := queueRound(p, round, versions, b); err != nil {
 			return err
 		}
 	}
+	q := p.q()
 	for _, c := range b.changes {
 		if id := queuedOperation(c); id != "" && newOp == "" {
 			newOp = id
@@ -126,7 +144,10 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 	if err := auditBatch(ctx, queued{q}, b); err != nil { // the management calls' audit rows, in the change's transaction
 		return err
 	}
-	if len(events) > 0 {
+	var xid, next int64 // for copyEvents: read in the pipeline, after every other write
+	if len(events) >= copyEventsMin {
+		q.Queue(sqlNextEvent).QueryRow(func(row pgx.Row) error { return row.Scan(&xid, &next) })
+	} else if len(events) > 0 {
 		args, err := eventArgs(events)
 		if err != nil {
 			return err
@@ -145,12 +166,17 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 			return nil
 		})
 	}
-	if err := tx.SendBatch(ctx, q).Close(); err != nil {
+	if err := p.run(ctx, tx); err != nil {
 		return err
+	}
+	if len(events) >= copyEventsMin {
+		if err := copyEvents(ctx, tx, xid, next, events); err != nil {
+			return err
+		}
 	}
 	// Documents of new revisions, manifest entries, notifications: after
 	// the revision rows exist (publish.go).
-	return publish(ctx, tx, versions, b.changes, at)
+	return publish(ctx, tx, versions, b.changes, b.pieces, at)
 }
 
 // queuedOperation returns the id of an operation c creates and leaves
@@ -334,7 +360,7 @@ WHERE s.operation_id = v.operation_id AND (v.n = 0 OR s.n = v.n) AND s.state = A
 )
 
 // queueRound queues the statements of one round (see the phases above).
-func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uint64, b batch) error {
+func queueRound(p *pipeline, round []*lifecycle.Change, versions map[string]uint64, b batch) error {
 	version := func(c *lifecycle.Change) int64 {
 		if !c.Manifest {
 			return 0
@@ -369,8 +395,13 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 			d := c.After
 			a.add(d.ID, d.ClientID, d.DeviceID, d.ApplicationID, string(d.State), c.Reason, c.At, int32(d.Revision), version(c))
 		}
-		if a.n > 0 {
-			queueExec(q, a.n, fmt.Errorf("%d deployments inserted as %d rows", a.n, a.n), sqlInsertDeployments, a.args()...)
+		if a.n >= b.copyAt() {
+			p.copy("deployments", []string{"id", "client_id", "device_id", "application_id", "state", "state_reason", "state_changed_at", "revision",
+				"desired_since", "created_at", "updated_at"}, rowsOf(a, func(v []any) []any {
+				return []any{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[6], v[6]}
+			}), copyCount("deployments", a.n))
+		} else if a.n > 0 {
+			queueExec(p.q(), a.n, fmt.Errorf("%d deployments inserted as %d rows", a.n, a.n), sqlInsertDeployments, a.args()...)
 		}
 	}
 
@@ -422,26 +453,31 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 		if !more {
 			break
 		}
-		if ins.n > 0 {
+		if ins.n >= b.copyAt() {
 			deployments := insDeployments
-			q.Queue(sqlInsertOperations, ins.args()...).Fn = func(br pgx.BatchResults) error {
+			count := copyCount("operations", ins.n)
+			p.copy("operations", []string{"id", "deployment_id", "type", "state", "from_version", "to_version", "parameters", "profile_id", "strategy",
+				"drain", "on_failure", "step_timeout", "forced", "force_reason", "requested_by", "base_revision", "restore_revision", "deadline",
+				"created_at", "updated_at", "reason", "finished_at"}, rowsOf(ins, func(v []any) []any {
+				return []any{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], nullIf(v[9].(string)), v[10], secondsInterval(v[11].(float64)),
+					v[12], v[13], v[14], v[15], nullIf(v[16].(int32)), v[17], v[18], v[18], v[19], v[20]}
+			}), func(n int64, err error) error { return count(n, errOperationUnique(err, deployments)) })
+		} else if ins.n > 0 {
+			deployments := insDeployments
+			p.q().Queue(sqlInsertOperations, ins.args()...).Fn = func(br pgx.BatchResults) error {
 				_, err := br.Exec()
-				var pe *pgconn.PgError
-				if errors.As(err, &pe) && pe.Code == "23505" { // a concurrent request won the one-active-operation index
-					if len(deployments) == 1 {
-						return operationInProgress(deployments[0], "")
-					}
-					return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "operation-in-progress",
-						Message: "A deployment of the batch already has an operation in progress."}
-				}
-				return err
+				return errOperationUnique(err, deployments)
 			}
 		}
-		if steps.n > 0 {
-			queueExec(q, -1, nil, sqlInsertSteps, steps.args()...)
+		if steps.n >= b.copyAt() {
+			p.copy("operation_steps", []string{"operation_id", "n", "version", "state", "revision", "published_at", "finished_at"},
+				rowsOf(steps, func(v []any) []any { return []any{v[0], v[1], v[2], v[3], nullIf(v[4].(int32)), v[5], v[6]} }),
+				copyCount("operation_steps", steps.n))
+		} else if steps.n > 0 {
+			queueExec(p.q(), -1, nil, sqlInsertSteps, steps.args()...)
 		}
 		if mv.n > 0 {
-			queueGuarded(q, mvIDs, func(i int) error {
+			queueGuarded(p.q(), mvIDs, func(i int) error {
 				return fmt.Errorf("operation %s is no longer %s", mvWhat[i].ID, mvWhat[i].From)
 			}, sqlMoveOperations, mv.args()...)
 		}
@@ -450,6 +486,7 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 	// Revisions.
 	{
 		var a cols
+		components := map[string][]string{} // by deployment, for COPY
 		for _, c := range live {
 			if c.Revision == nil {
 				continue
@@ -461,7 +498,7 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 				if r.OperationID != "" {
 					opID = &r.OperationID
 				}
-				queueExec(q, 1, fmt.Errorf("deployment %s has no revision %d to repeat", d.ID, r.CopyOf),
+				queueExec(p.q(), 1, fmt.Errorf("deployment %s has no revision %d to repeat", d.ID, r.CopyOf),
 					sqlCopyRevision, d.ID, r.N, pending, version(c), c.At, opID, r.CopyOf)
 				continue
 			}
@@ -477,11 +514,19 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 			if f.outcomes {
 				outcome, installed = f.outcome, f.installed
 			}
+			components[d.ID] = append([]string{}, r.Components...)
 			a.add(d.ID, int32(r.N), d.ApplicationID, r.Version, r.ProfileID, string(params), string(r.Kind), string(outcome), string(comps),
 				margo.Digest(r.YAML), version(c), c.At, r.OperationID, r.Forced, r.ForceReason, string(r.Strategy), installed)
 		}
-		if a.n > 0 {
-			queueExec(q, a.n, fmt.Errorf("%d revisions inserted as other rows", a.n), sqlInsertRevisions, a.args()...)
+		if a.n >= b.copyAt() {
+			p.copy("revisions", []string{"deployment_id", "n", "application_id", "version", "profile_id", "parameters", "operation", "outcome",
+				"components", "digest", "manifest_version", "created_at", "operation_id", "forced", "force_reason", "strategy", "installed_at"},
+				rowsOf(a, func(v []any) []any {
+					return []any{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], components[v[0].(string)], v[9], v[10], v[11], nullIf(v[12].(string)),
+						v[13], v[14], v[15], v[16]}
+				}), copyCount("revisions", a.n))
+		} else if a.n > 0 {
+			queueExec(p.q(), a.n, fmt.Errorf("%d revisions inserted as other rows", a.n), sqlInsertRevisions, a.args()...)
 		}
 	}
 
@@ -500,7 +545,7 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 			ids, before = append(ids, d.ID), append(before, c.Before.State)
 		}
 		if a.n > 0 {
-			queueGuarded(q, ids, func(i int) error {
+			queueGuarded(p.q(), ids, func(i int) error {
 				return fmt.Errorf("deployment %s is no longer %s: it changed under its decision", ids[i], before[i])
 			}, sqlUpdateDeployments, a.args()...)
 		}
@@ -514,8 +559,12 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 				a.add(c.After.ID, c.At, string(m.From), string(m.To), m.Cause, int32(m.Revision), m.Reason)
 			}
 		}
-		if a.n > 0 {
-			queueExec(q, a.n, fmt.Errorf("%d history rows inserted as other rows", a.n), sqlInsertHistory, a.args()...)
+		if a.n >= b.copyAt() {
+			p.copy("deployment_history", []string{"deployment_id", "at", "from_state", "to_state", "cause", "revision", "reason"},
+				rowsOf(a, func(v []any) []any { return []any{v[0], v[1], nullIf(v[2].(string)), v[3], v[4], v[5], v[6]} }),
+				copyCount("deployment_history", a.n))
+		} else if a.n > 0 {
+			queueExec(p.q(), a.n, fmt.Errorf("%d history rows inserted as other rows", a.n), sqlInsertHistory, a.args()...)
 		}
 	}
 
@@ -536,7 +585,7 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 		if a.n == 0 {
 			continue
 		}
-		queueExec(q, -1, nil, sqlMoveOutcomes, append(a.args(), string(lifecycle.OutcomeActive))...)
+		queueExec(p.q(), -1, nil, sqlMoveOutcomes, append(a.args(), string(lifecycle.OutcomeActive))...)
 	}
 
 	// Step moves, the n-th of every change together.
@@ -562,13 +611,13 @@ func queueRound(q *pgx.Batch, round []*lifecycle.Change, versions map[string]uin
 		args := a.args()
 		// $7 is the published state; the from-states are $8.
 		args = append(args[:6:6], string(lifecycle.StepPublished), args[6])
-		queueExec(q, -1, nil, sqlMoveSteps, args...)
+		queueExec(p.q(), -1, nil, sqlMoveSteps, args...)
 	}
 
 	// Deadlines.
 	for _, c := range live {
 		if !c.Deadline.IsZero() && b.deadlineOf != "" {
-			queueExec(q, -1, nil, `UPDATE operations SET deadline = $2, updated_at = $3 WHERE id = $1`, b.deadlineOf, c.Deadline, c.At)
+			queueExec(p.q(), -1, nil, `UPDATE operations SET deadline = $2, updated_at = $3 WHERE id = $1`, b.deadlineOf, c.Deadline, c.At)
 		}
 	}
 	return nil

@@ -77,11 +77,11 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 	var ids []string
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		results, ids = make([]fleet.CreateResult, len(nds)), ids[:0]
-		registered, yanked, status, err := readCreateInputs(ctx, tx, nds)
+		registered, yanked, digests, status, err := readCreateInputs(ctx, tx, nds)
 		if err != nil {
 			return err
 		}
-		b := batch{operations: map[string]fleet.Operation{}}
+		b := batch{operations: map[string]fleet.Operation{}, pieces: map[[2]string]*margo.BundlePiece{}, copyMin: s.copyMin}
 		for i, nd := range nds {
 			call := ctx
 			if nd.Call != nil {
@@ -91,6 +91,10 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 			y, known := yanked[[2]string{nd.ApplicationID, nd.Version.String()}]
 			if reg && !known {
 				results[i].Err = notFound("Application %s has no version %s.", nd.ApplicationID, nd.Version)
+				continue
+			}
+			if d := digests[[2]string{nd.ApplicationID, nd.Version.String()}]; known && nd.VersionDigest != "" && d != nd.VersionDigest {
+				results[i].Err = fleet.VersionChanged(nd.ApplicationID, nd.Version.String()) // rendered from other content
 				continue
 			}
 			op := nd.Install
@@ -114,6 +118,9 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 				return err
 			}
 			b.changes, b.operations[op.ID] = append(b.changes, c), op
+			if nd.Piece != nil {
+				b.pieces[[2]string{nd.ID, margo.Digest(nd.YAML)}] = nd.Piece
+			}
 			if nd.Call != nil {
 				b.audits = append(b.audits, callAudit{pending: access.PendingOf(nd.Call), created: true})
 			}
@@ -148,11 +155,12 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 }
 
 // readCreateInputs reads, in one round trip, what deciding the creations
-// nds needs: whether each device is registered and each version yanked
-// (both locked FOR SHARE, in key order, so that concurrent batches do not
-// deadlock), and each client's status. A device or version missing from
+// nds needs: whether each device is registered, each version yanked and
+// its digest (both locked FOR SHARE, in key order, so that concurrent
+// batches do not deadlock), and each client's status. A device or version missing from
 // the maps does not exist.
-func readCreateInputs(ctx context.Context, tx pgx.Tx, nds []fleet.NewDeployment) (registered, yanked map[[2]string]bool, status map[string]string, err error) {
+func readCreateInputs(ctx context.Context, tx pgx.Tx, nds []fleet.NewDeployment) (registered, yanked map[[2]string]bool, digests map[[2]string]string,
+	status map[string]string, err error) {
 	var devClients, devIDs, apps, versions, clients []string
 	seenDev, seenVer, seenClient := map[[2]string]bool{}, map[[2]string]bool{}, map[string]bool{}
 	for _, nd := range nds {
@@ -169,7 +177,7 @@ func readCreateInputs(ctx context.Context, tx pgx.Tx, nds []fleet.NewDeployment)
 			clients = append(clients, nd.ClientID)
 		}
 	}
-	registered, yanked, status = map[[2]string]bool{}, map[[2]string]bool{}, map[string]string{}
+	registered, yanked, digests, status = map[[2]string]bool{}, map[[2]string]bool{}, map[[2]string]string{}, map[string]string{}
 	q := &pgx.Batch{}
 	q.Queue(`SELECT client_id, id, registered FROM devices WHERE (client_id, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 ORDER BY client_id, id FOR SHARE`, devClients, devIDs).Query(func(rows pgx.Rows) error {
@@ -178,12 +186,15 @@ ORDER BY client_id, id FOR SHARE`, devClients, devIDs).Query(func(rows pgx.Rows)
 		_, err := pgx.ForEachRow(rows, []any{&c, &d, &r}, func() error { registered[[2]string{c, d}] = r; return nil })
 		return err
 	})
-	q.Queue(`SELECT application_id, version, yanked FROM application_versions
+	q.Queue(`SELECT application_id, version, yanked, digest FROM application_versions
 WHERE (application_id, version) IN (SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY application_id, version FOR SHARE`, apps, versions).
 		Query(func(rows pgx.Rows) error {
-			var a, v string
+			var a, v, d string
 			var y bool
-			_, err := pgx.ForEachRow(rows, []any{&a, &v, &y}, func() error { yanked[[2]string{a, v}] = y; return nil })
+			_, err := pgx.ForEachRow(rows, []any{&a, &v, &y, &d}, func() error {
+				yanked[[2]string{a, v}], digests[[2]string{a, v}] = y, d
+				return nil
+			})
 			return err
 		})
 	q.Queue(`SELECT id, status FROM clients WHERE id = ANY($1)`, clients).Query(func(rows pgx.Rows) error {
@@ -191,7 +202,7 @@ WHERE (application_id, version) IN (SELECT * FROM unnest($1::text[], $2::text[])
 		_, err := pgx.ForEachRow(rows, []any{&id, &st}, func() error { status[id] = st; return nil })
 		return err
 	})
-	return registered, yanked, status, tx.SendBatch(ctx, q).Close()
+	return registered, yanked, digests, status, tx.SendBatch(ctx, q).Close()
 }
 
 // RemoveDeployment implements fleet.Store. It locks the deployment's

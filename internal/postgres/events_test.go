@@ -440,3 +440,112 @@ VALUES ((pg_current_xact_id()::text::bigint + 1000000) << 20, 'deployment.state_
 	require.NoError(t, err)
 	assert.ErrorIs(t, postgres.Check(ctx, pool), postgres.ErrEventClockBehind)
 }
+
+// TestAppendEventsCopy: events appended with COPY are the rows, with the
+// ids, that the statement appends: the same events appended in one
+// transaction by both ways, interleaved (a savepoint included), and in
+// another by the statement alone, give the same rows at the same indexes;
+// the bounds are kept.
+func TestAppendEventsCopy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t)
+	app := lifecycle.Ref{Kind: lifecycle.SubjectApplication, ID: "nginx"}
+	events := func() [][]lifecycle.Event {
+		var out [][]lifecycle.Event
+		k := 0
+		for _, n := range []int{2, 3, 1, 4, 2} {
+			var part []lifecycle.Event
+			for range n {
+				at := eventT0.Add(time.Duration(k) * time.Millisecond)
+				if k%2 == 0 {
+					part = append(part, stateChanged(t, fmt.Sprint("dép-", k), at, app))
+				} else {
+					part = append(part, stateChanged(t, fmt.Sprint("d\"", k), at))
+				}
+				k++
+			}
+			out = append(out, part)
+		}
+		return out
+	}
+	type row struct {
+		N             int64
+		Type          string
+		At            time.Time
+		Kind, Subject string
+		Refs          []string
+		Actor, Body   string
+	}
+	rowsOf := func(first int64) []row {
+		rows, err := pool.Query(ctx, `SELECT id - ($1 >> 20 << 20), type, at, subject_kind, subject_id, refs, actor, body::text
+FROM events WHERE id >> 20 = $1 >> 20 ORDER BY id`, first)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		require.NoError(t, err)
+		return out
+	}
+	appendAll := func(parts [][]lifecycle.Event, byCopy func(i int) bool) []lifecycle.Event {
+		var all []lifecycle.Event
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for i, part := range parts {
+				if i == 3 { // in a savepoint
+					if err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return postgres.AppendEventsBy(ctx, sp, part, byCopy(i)) }); err != nil {
+						return err
+					}
+				} else if err := postgres.AppendEventsBy(ctx, tx, part, byCopy(i)); err != nil {
+					return err
+				}
+				all = append(all, part...)
+			}
+			return nil
+		}))
+		return all
+	}
+	mixed := appendAll(events(), func(i int) bool { return i%2 == 1 || i == 3 })
+	plain := appendAll(events(), func(int) bool { return false })
+	for _, all := range [][]lifecycle.Event{mixed, plain} {
+		for i := range all {
+			assert.Equal(t, all[0].ID+int64(i), all[i].ID, "ids of one transaction: consecutive from its first index: %v", ids(all))
+		}
+		assert.Zero(t, all[0].ID&(1<<20-1), "the first event of a transaction has index 0")
+	}
+	got, want := rowsOf(mixed[0].ID), rowsOf(plain[0].ID)
+	require.Len(t, want, len(plain))
+	assert.Equal(t, want, got, "rows appended with COPY and with the statement")
+
+	// Bounds: a COPY that would pass the last index or the largest
+	// transaction id inserts nothing and fails.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	two := []lifecycle.Event{stateChanged(t, "x", eventT0), stateChanged(t, "y", eventT0)}
+	require.Error(t, postgres.CopyEvents(ctx, tx, 1000, 1<<20-1, two), "index bound")
+	require.Error(t, postgres.CopyEvents(ctx, tx, 1<<43, 0, two), "transaction id bound")
+	require.NoError(t, postgres.CopyEvents(ctx, tx, 1000, 1<<20-2, two), "the last two indexes")
+	var n int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM events WHERE id >> 20 = 1000`).Scan(&n))
+	assert.Equal(t, 2, n)
+}
+
+// BenchmarkAppendEvents times appending n events in one transaction with
+// COPY and with the statement (copyEventsMin is where COPY starts to win).
+func BenchmarkAppendEvents(b *testing.B) {
+	ctx := context.Background()
+	pool := pgtest.New(b)
+	for _, n := range []int{16, 64, 256, 1024, 50_000} {
+		events := make([]lifecycle.Event, n)
+		for i := range events {
+			events[i] = stateChanged(b, fmt.Sprint("d", i), eventT0)
+		}
+		for _, byCopy := range []bool{false, true} {
+			b.Run(fmt.Sprintf("n=%d/copy=%v", n, byCopy), func(b *testing.B) {
+				for b.Loop() {
+					require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						return postgres.AppendEventsBy(ctx, tx, events, byCopy)
+					}))
+				}
+			})
+		}
+	}
+}

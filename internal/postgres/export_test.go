@@ -85,3 +85,18 @@ func ApplyCreating(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change, 
 	}
 	return apply(ctx, tx, b)
 }
+
+// AppendEventsBy exposes the two ways of appending events (COPY or one
+// statement) to this package's external tests; CopyEvents the COPY with a
+// given transaction id and next index (for the bounds).
+var (
+	AppendEventsBy = appendEvents
+	CopyEvents     = copyEvents
+)
+
+// CopyAllRows makes s's creations write every table's inserts with COPY,
+// whatever their number of rows.
+func CopyAllRows(s *FleetStore) *FleetStore {
+	s.copyMin = 1
+	return s
+}

@@ -29,6 +29,8 @@ type FleetStore struct {
 	pool      *pgxpool.Pool
 	retention int
 	reports   reportCache
+	// copyMin, when not 0, replaces copyRowsMin in creations (tests).
+	copyMin int
 }
 
 var _ fleet.Store = (*FleetStore)(nil)

@@ -145,8 +145,9 @@ func bumpManifests(ctx context.Context, tx pgx.Tx, clients []string, at time.Tim
 //
 // Returns an error if a change's client was not bumped or the database
 // fails.
-func publish(ctx context.Context, tx pgx.Tx, versions map[string]uint64, changes []*lifecycle.Change, at time.Time) error {
-	if err := insertDocuments(ctx, tx, changes, at); err != nil {
+func publish(ctx context.Context, tx pgx.Tx, versions map[string]uint64, changes []*lifecycle.Change, pieces map[[2]string]*margo.BundlePiece,
+	at time.Time) error {
+	if err := insertDocuments(ctx, tx, changes, pieces, at); err != nil {
 		return err
 	}
 	// The last change of a deployment decides its entry.
@@ -204,11 +205,12 @@ func publish(ctx context.Context, tx pgx.Tx, versions map[string]uint64, changes
 }
 
 // insertDocuments stores the document of every new revision of changes,
-// with its bundle piece (computed here: O(document)); a document already
+// with its bundle piece (pieces[{deployment id, digest}], computed before the
+// transaction, or else computed here: O(document)); a document already
 // stored (the same bytes published again) is left as it is.
-func insertDocuments(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change, at time.Time) error {
+func insertDocuments(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change, pieces map[[2]string]*margo.BundlePiece, at time.Time) error {
 	var ids, digests []string
-	var yamls, pieces [][]byte
+	var yamls, deflates [][]byte
 	var crcs, sizes []int64
 	seen := map[[2]string]bool{}
 	for _, c := range changes {
@@ -220,17 +222,21 @@ func insertDocuments(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change
 			continue
 		}
 		seen[[2]string{c.After.ID, d}] = true
-		p, err := margo.NewBundlePiece(margo.BundleFileName(c.After.ID), c.Revision.YAML)
-		if err != nil {
-			return fmt.Errorf("deployment %s: bundle piece: %w", c.After.ID, err)
+		p := pieces[[2]string{c.After.ID, d}]
+		if p == nil {
+			np, err := margo.NewBundlePiece(margo.BundleFileName(c.After.ID), c.Revision.YAML)
+			if err != nil {
+				return fmt.Errorf("deployment %s: bundle piece: %w", c.After.ID, err)
+			}
+			p = &np
 		}
 		ids, digests, yamls = append(ids, c.After.ID), append(digests, d), append(yamls, c.Revision.YAML)
-		pieces, crcs, sizes = append(pieces, p.Deflate), append(crcs, int64(p.CRC32)), append(sizes, p.Size)
+		deflates, crcs, sizes = append(deflates, p.Deflate), append(crcs, int64(p.CRC32)), append(sizes, p.Size)
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, sqlInsertDocuments, ids, digests, yamls, pieces, crcs, sizes, at)
+	_, err := tx.Exec(ctx, sqlInsertDocuments, ids, digests, yamls, deflates, crcs, sizes, at)
 	return err
 }
 

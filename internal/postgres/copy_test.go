@@ -1,0 +1,103 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/pgtest"
+	"github.com/wfm-dev/wfm/internal/postgres"
+)
+
+var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+const copyDescription = `apiVersion: v1
+id: app
+metadata:
+  name: App
+  version: "1.0.0"
+deploymentProfiles:
+  - type: compose
+    id: app-compose
+    components:
+      - name: web
+        properties:
+          repository: oci://example.com/web
+          revision: "1.0.0"
+`
+
+// TestCreationsCopyRows: creations whose rows are written with COPY (every
+// table, whatever the count) and with the pipeline's statements give the
+// same rows: two clients of the same devices, created at the same time,
+// one by each path, differ only in their ids.
+func TestCreationsCopyRows(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.New(t)
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return at }
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), now)
+	_, _, err := cat.Add(ctx, []byte(copyDescription), catalog.MediaYAML)
+	require.NoError(t, err)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	services := map[string]*fleet.Service{
+		"statements": fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, now, log),
+		"copy":       fleet.NewService(postgres.CopyAllRows(postgres.NewFleetStore(pool, 0)), cat, fleet.Policy{AcceptAll: true}, now, log),
+	}
+	for client, s := range services {
+		var reqs []fleet.CreateRequest
+		for i := range 3 {
+			d := fmt.Sprint("d", i)
+			caps, _ := json.Marshal(map[string]any{"properties": map[string]any{"id": d, "vendor": "v", "modelNumber": "m", "serialNumber": "s",
+				"cpus": []any{map[string]any{"cores": 2, "architecture": "amd64"}}, "memory": "1Gi", "storage": "1Gi",
+				"supportedRuntimes": []string{"oci"}, "supportedDeploymentTypes": []string{"compose"}}})
+			_, err := s.PutCapabilities(ctx, client, d, caps)
+			require.NoError(t, err)
+			reqs = append(reqs, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: client, DeviceID: d,
+				Parameters: map[string]any{}})
+		}
+		rs, err := s.CreateDeployments(ctx, reqs)
+		require.NoError(t, err)
+		for _, r := range rs {
+			require.NoError(t, r.Err)
+		}
+	}
+	// Each table's rows of a client, by device, without the columns that
+	// hold ids (and the digest of a document that names its deployment);
+	// ids in text (a history reason names its operation) replaced.
+	queries := map[string]string{
+		"deployments": `SELECT to_jsonb(d) - 'id' - 'client_id' FROM deployments d WHERE d.client_id = $1 ORDER BY d.device_id`,
+		"operations": `SELECT to_jsonb(o) - 'id' - 'deployment_id' FROM operations o JOIN deployments d ON d.id = o.deployment_id
+WHERE d.client_id = $1 ORDER BY d.device_id`,
+		"operation_steps": `SELECT to_jsonb(s) - 'operation_id' FROM operation_steps s JOIN operations o ON o.id = s.operation_id
+JOIN deployments d ON d.id = o.deployment_id WHERE d.client_id = $1 ORDER BY d.device_id, s.n`,
+		"revisions": `SELECT to_jsonb(r) - 'deployment_id' - 'digest' - 'operation_id' FROM revisions r JOIN deployments d ON d.id = r.deployment_id
+WHERE d.client_id = $1 ORDER BY d.device_id, r.n`,
+		"deployment_history": `SELECT to_jsonb(h) - 'id' - 'deployment_id' FROM deployment_history h JOIN deployments d ON d.id = h.deployment_id
+WHERE d.client_id = $1 ORDER BY d.device_id, h.id`,
+	}
+	for table, q := range queries {
+		rows := map[string][]string{}
+		for client := range services {
+			r, err := pool.Query(ctx, q, client)
+			require.NoError(t, err)
+			for r.Next() {
+				var js string
+				require.NoError(t, r.Scan(&js))
+				rows[client] = append(rows[client], uuidRE.ReplaceAllString(js, "ID"))
+			}
+			require.NoError(t, r.Err())
+		}
+		require.NotEmpty(t, rows["statements"], table)
+		assert.Equal(t, rows["statements"], rows["copy"], "%s: rows written with COPY and with statements", table)
+	}
+}
