@@ -284,15 +284,16 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 
 	sqlInsertOperations = `
 INSERT INTO operations (id, deployment_id, type, state, from_version, to_version, parameters, profile_id, strategy, drain, on_failure,
-    step_timeout, forced, force_reason, requested_by, base_revision, restore_revision, deadline, created_at, updated_at, reason, finished_at)
+    step_timeout, forced, force_reason, requested_by, base_revision, restore_revision, deadline, created_at, updated_at, reason, finished_at,
+    visited_generation, recheck_at)
 SELECT v.id, v.deployment_id, v.type, v.state, v.from_version, v.to_version, v.parameters::jsonb, v.profile_id, v.strategy,
     NULLIF(v.drain, '')::jsonb, v.on_failure, make_interval(secs => v.step_secs), v.forced, v.force_reason, v.requested_by, v.base,
-    NULLIF(v.restore, 0), v.deadline, v.at, v.at, v.reason, v.finished
+    NULLIF(v.restore, 0), v.deadline, v.at, v.at, v.reason, v.finished, NULLIF(v.visited, 0), v.recheck
 FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
     $11::text[], $12::float8[], $13::bool[], $14::text[], $15::text[], $16::int[], $17::int[], $18::timestamptz[], $19::timestamptz[],
-    $20::text[], $21::timestamptz[])
+    $20::text[], $21::timestamptz[], $22::bigint[], $23::timestamptz[])
     AS v(id, deployment_id, type, state, from_version, to_version, parameters, profile_id, strategy, drain, on_failure, step_secs, forced,
-        force_reason, requested_by, base, restore, deadline, at, reason, finished)`
+        force_reason, requested_by, base, restore, deadline, at, reason, finished, visited, recheck)`
 
 	sqlInsertSteps = `
 INSERT INTO operation_steps (operation_id, n, version, state, revision, published_at, finished_at)
@@ -434,9 +435,10 @@ func queueRound(p *pipeline, round []*lifecycle.Change, versions map[string]uint
 					drain = *s
 				}
 				fo := f.ops[m.ID]
+				visited, recheck := createdVisit(c, fo.state, op.Deadline, now)
 				ins.add(op.ID, op.DeploymentID, string(op.Type), string(fo.state), op.FromVersion.String(), op.ToVersion.String(), string(params),
 					op.ProfileID, string(op.Strategy), drain, op.OnFailure, op.StepTimeout.Seconds(), op.Forced, op.ForceReason, op.RequestedBy,
-					int32(c.Before.Revision), int32(op.RestoreRevision), op.Deadline, now, fo.reason, fo.finished)
+					int32(c.Before.Revision), int32(op.RestoreRevision), op.Deadline, now, fo.reason, fo.finished, visited, recheck)
 				insDeployments = append(insDeployments, op.DeploymentID)
 				for _, st := range fo.steps {
 					steps.add(op.ID, int32(st.n), st.version, string(st.state), int32(st.revision), st.published, st.finished)
@@ -458,9 +460,9 @@ func queueRound(p *pipeline, round []*lifecycle.Change, versions map[string]uint
 			count := copyCount("operations", ins.n)
 			p.copy("operations", []string{"id", "deployment_id", "type", "state", "from_version", "to_version", "parameters", "profile_id", "strategy",
 				"drain", "on_failure", "step_timeout", "forced", "force_reason", "requested_by", "base_revision", "restore_revision", "deadline",
-				"created_at", "updated_at", "reason", "finished_at"}, rowsOf(ins, func(v []any) []any {
+				"created_at", "updated_at", "reason", "finished_at", "visited_generation", "recheck_at"}, rowsOf(ins, func(v []any) []any {
 				return []any{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], nullIf(v[9].(string)), v[10], secondsInterval(v[11].(float64)),
-					v[12], v[13], v[14], v[15], nullIf(v[16].(int32)), v[17], v[18], v[18], v[19], v[20]}
+					v[12], v[13], v[14], v[15], nullIf(v[16].(int32)), v[17], v[18], v[18], v[19], v[20], nullIf(v[21].(int64)), v[22]}
 			}), func(n int64, err error) error { return count(n, errOperationUnique(err, deployments)) })
 		} else if ins.n > 0 {
 			deployments := insDeployments
@@ -878,6 +880,27 @@ ins AS (INSERT INTO status_reports (deployment_id, received_at, adopted_manifest
 	}
 	query += "\nSELECT (SELECT count(*) FROM u), " + count
 	return query, args, nev, nil
+}
+
+// createdVisit is what a scheduler visit of an operation created by change
+// c in state would record, when it is known without one: an install that
+// its creation started (published with the new deployment, generation 1)
+// waits for the device; until a report changes the deployment or its
+// deadline passes, lifecycle.DecideVisit decides nothing (its Recheck is the
+// deadline), so the operation is recorded as visited at generation 1 with
+// that recheck, capped by the scheduler's safety net (fleet.RevisitBound).
+// Any other operation is left unvisited (0, nil): due at the next pass. A
+// later change of the deployment in the same batch bumps its generation,
+// which makes the operation due again.
+func createdVisit(c *lifecycle.Change, state lifecycle.OperationState, deadline, now time.Time) (int64, *time.Time) {
+	if !c.Create || state != lifecycle.OperationRunning {
+		return 0, nil
+	}
+	recheck := now.Add(fleet.RevisitBound)
+	if deadline.Before(recheck) {
+		recheck = deadline
+	}
+	return 1, &recheck
 }
 
 // recordVisit writes what a scheduler visit of operation id saw: the
