@@ -6,7 +6,7 @@ BIN   := bin/wfm
 FUZZTIME ?= 20s
 # Section of docs/benchmarks.md that `make bench` writes (replaced when it exists), and more
 # wfm-bench flags; WFM_BIN=<binary> measures another server build (docs/benchmarks.md).
-BENCH_SECTION ?= After issue 11
+BENCH_SECTION ?= Latest run
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
