@@ -176,7 +176,7 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 	}
 	// Documents of new revisions, manifest entries, notifications: after
 	// the revision rows exist (publish.go).
-	return publish(ctx, tx, versions, b.changes, b.pieces, at)
+	return publish(ctx, tx, versions, b.changes, b.pieces, at, b.copyAt())
 }
 
 // queuedOperation returns the id of an operation c creates and leaves

@@ -37,8 +37,8 @@ deploymentProfiles:
 `
 
 // TestCreationsCopyRows: creations whose rows are written with COPY (every
-// table, whatever the count) and with the pipeline's statements give the
-// same rows: two clients of the same devices, created at the same time,
+// table, documents and manifest entries included, whatever the count) and
+// with the pipeline's statements give the same rows: two clients of the same devices, created at the same time,
 // one by each path, differ only in their ids.
 func TestCreationsCopyRows(t *testing.T) {
 	ctx := context.Background()
@@ -84,6 +84,20 @@ JOIN deployments d ON d.id = o.deployment_id WHERE d.client_id = $1 ORDER BY d.d
 WHERE d.client_id = $1 ORDER BY d.device_id, r.n`,
 		"deployment_history": `SELECT to_jsonb(h) - 'id' - 'deployment_id' FROM deployment_history h JOIN deployments d ON d.id = h.deployment_id
 WHERE d.client_id = $1 ORDER BY d.device_id, h.id`,
+		// A document's YAML and piece name its deployment: the YAML is
+		// compared as text (its name, derived from the id, replaced), the
+		// piece by its CRC's presence and its size.
+		"documents": `SELECT jsonb_build_object('yaml', regexp_replace(convert_from(doc.yaml, 'UTF8'), 'name: app-[0-9a-f]{8}', 'name: NAME'), 'piece', doc.piece IS NOT NULL AND octet_length(doc.piece) > 0,
+    'piece_crc', doc.piece_crc IS NOT NULL, 'piece_size', doc.piece_size, 'created_at', doc.created_at, 'revisions', array_agg(r.n ORDER BY r.n))
+FROM documents doc JOIN deployments d ON d.id = doc.deployment_id JOIN revisions r ON r.deployment_id = doc.deployment_id AND r.digest = doc.digest
+WHERE d.client_id = $1 GROUP BY d.device_id, doc.deployment_id, doc.digest ORDER BY d.device_id`,
+		// An entry's digest is compared as the revision it names.
+		"manifest_entries": `SELECT to_jsonb(e) - 'client_id' - 'deployment_id' - 'digest' || jsonb_build_object('revision', r.n,
+    'size_is_document', e.size_bytes = octet_length(doc.yaml))
+FROM manifest_entries e JOIN deployments d ON d.id = e.deployment_id
+LEFT JOIN revisions r ON r.deployment_id = e.deployment_id AND r.digest = e.digest
+LEFT JOIN documents doc ON doc.deployment_id = e.deployment_id AND doc.digest = e.digest
+WHERE e.client_id = $1 ORDER BY d.device_id, e.from_version`,
 	}
 	for table, q := range queries {
 		rows := map[string][]string{}

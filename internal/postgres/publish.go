@@ -146,8 +146,15 @@ func bumpManifests(ctx context.Context, tx pgx.Tx, clients []string, at time.Tim
 // Returns an error if a change's client was not bumped or the database
 // fails.
 func publish(ctx context.Context, tx pgx.Tx, versions map[string]uint64, changes []*lifecycle.Change, pieces map[[2]string]*margo.BundlePiece,
-	at time.Time) error {
-	if err := insertDocuments(ctx, tx, changes, pieces, at); err != nil {
+	at time.Time, copyAt int) error {
+	created := map[string]bool{}
+	for _, c := range changes {
+		if c.Create {
+			created[c.After.ID] = true
+		}
+	}
+	docs, err := insertDocuments(ctx, tx, changes, pieces, at, created, copyAt)
+	if err != nil {
 		return err
 	}
 	// The last change of a deployment decides its entry.
@@ -174,23 +181,8 @@ func publish(ctx context.Context, tx pgx.Tx, versions map[string]uint64, changes
 		index[c.After.ID] = len(ids)
 		clients, ids, vs, ns = append(clients, c.After.ClientID), append(ids, c.After.ID), append(vs, int64(v)), append(ns, n)
 	}
-	if len(ids) > 0 {
-		if _, err := tx.Exec(ctx, sqlCloseEntries, clients, ids, vs, ns); err != nil {
-			return err
-		}
-		var oc, oi []string
-		var ov []int64
-		var on []int32
-		for i, n := range ns {
-			if n > 0 {
-				oc, oi, ov, on = append(oc, clients[i]), append(oi, ids[i]), append(ov, vs[i]), append(on, n)
-			}
-		}
-		if len(oi) > 0 {
-			if _, err := tx.Exec(ctx, sqlOpenEntries, oc, oi, ov, on); err != nil {
-				return err
-			}
-		}
+	if err := publishEntries(ctx, tx, clients, ids, vs, ns, created, docs, copyAt); err != nil {
+		return err
 	}
 	notify := make([]string, 0, len(versions))
 	for id := range versions {
@@ -200,24 +192,106 @@ func publish(ctx context.Context, tx pgx.Tx, versions map[string]uint64, changes
 		return nil
 	}
 	slices.Sort(notify)
-	_, err := tx.Exec(ctx, sqlNotifyClients, notify)
+	_, err = tx.Exec(ctx, sqlNotifyClients, notify)
 	return err
+}
+
+// publishEntries closes and opens the manifest entries of deployments
+// ids[i] of clients[i] at versions vs[i], at their desired revisions ns[i]
+// (0: the deployment leaves the manifest). A deployment created in the
+// batch (created) has no entry to close; from copyAt of them, their new
+// entries are written with one COPY, named by their documents stored in
+// the batch (docs, by deployment id and revision number); the others go
+// through sqlCloseEntries and sqlOpenEntries. Both paths write the same
+// rows.
+func publishEntries(ctx context.Context, tx pgx.Tx, clients, ids []string, vs []int64, ns []int32, created map[string]bool,
+	docs map[docAt]storedDoc, copyAt int) error {
+	var copied [][]any
+	for i, id := range ids {
+		if d, ok := docs[docAt{id, ns[i]}]; ok && created[id] {
+			copied = append(copied, []any{clients[i], id, d.digest, d.size, vs[i]})
+		}
+	}
+	if len(copied) < copyAt {
+		copied = nil
+	}
+	if len(copied) > 0 {
+		// Keep the others for the statements.
+		k := 0
+		for i, id := range ids {
+			if _, ok := docs[docAt{id, ns[i]}]; ok && created[id] {
+				continue
+			}
+			clients[k], ids[k], vs[k], ns[k] = clients[i], id, vs[i], ns[i]
+			k++
+		}
+		clients, ids, vs, ns = clients[:k], ids[:k], vs[:k], ns[:k]
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{"manifest_entries"},
+			[]string{"client_id", "deployment_id", "digest", "size_bytes", "from_version"}, pgx.CopyFromRows(copied))
+		if err := copyCount("manifest_entries", len(copied))(n, err); err != nil {
+			return err
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sqlCloseEntries, clients, ids, vs, ns); err != nil {
+		return err
+	}
+	var oc, oi []string
+	var ov []int64
+	var on []int32
+	for i, n := range ns {
+		if n > 0 {
+			oc, oi, ov, on = append(oc, clients[i]), append(oi, ids[i]), append(ov, vs[i]), append(on, n)
+		}
+	}
+	if len(oi) > 0 {
+		if _, err := tx.Exec(ctx, sqlOpenEntries, oc, oi, ov, on); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// docAt names a deployment's revision: its deployment id and number.
+type docAt struct {
+	id string
+	n  int32
+}
+
+// storedDoc is a document insertDocuments stored: its digest and size in
+// bytes (a manifest entry's).
+type storedDoc struct {
+	digest string
+	size   int64
 }
 
 // insertDocuments stores the document of every new revision of changes,
 // with its bundle piece (pieces[{deployment id, digest}], computed before the
 // transaction, or else computed here: O(document)); a document already
-// stored (the same bytes published again) is left as it is.
-func insertDocuments(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change, pieces map[[2]string]*margo.BundlePiece, at time.Time) error {
-	var ids, digests []string
-	var yamls, deflates [][]byte
-	var crcs, sizes []int64
+// stored (the same bytes published again) is left as it is. The documents
+// of deployments created in the batch (created: none of theirs can exist)
+// are written with one COPY from copyAt of them, the others with
+// sqlInsertDocuments. It returns the new revisions' documents, by
+// deployment id and revision number.
+func insertDocuments(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change, pieces map[[2]string]*margo.BundlePiece, at time.Time,
+	created map[string]bool, copyAt int) (map[docAt]storedDoc, error) {
+	type row struct {
+		id, digest string
+		yaml       []byte
+		piece      *margo.BundlePiece
+	}
+	var rows []row
+	docs := map[docAt]storedDoc{}
 	seen := map[[2]string]bool{}
+	nCreated := 0
 	for _, c := range changes {
 		if c.Revision == nil || c.Revision.CopyOf != 0 || c.After.ID == "" {
 			continue
 		}
 		d := margo.Digest(c.Revision.YAML)
+		docs[docAt{c.After.ID, int32(c.Revision.N)}] = storedDoc{d, int64(len(c.Revision.YAML))}
 		if seen[[2]string{c.After.ID, d}] {
 			continue
 		}
@@ -226,18 +300,40 @@ func insertDocuments(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change
 		if p == nil {
 			np, err := margo.NewBundlePiece(margo.BundleFileName(c.After.ID), c.Revision.YAML)
 			if err != nil {
-				return fmt.Errorf("deployment %s: bundle piece: %w", c.After.ID, err)
+				return nil, fmt.Errorf("deployment %s: bundle piece: %w", c.After.ID, err)
 			}
 			p = &np
 		}
-		ids, digests, yamls = append(ids, c.After.ID), append(digests, d), append(yamls, c.Revision.YAML)
-		deflates, crcs, sizes = append(deflates, p.Deflate), append(crcs, int64(p.CRC32)), append(sizes, p.Size)
+		rows = append(rows, row{c.After.ID, d, c.Revision.YAML, p})
+		if created[c.After.ID] {
+			nCreated++
+		}
+	}
+	byCopy := nCreated >= copyAt
+	var copied [][]any
+	var ids, digests []string
+	var yamls, deflates [][]byte
+	var crcs, sizes []int64
+	for _, r := range rows {
+		if byCopy && created[r.id] {
+			copied = append(copied, []any{r.id, r.digest, r.yaml, r.piece.Deflate, int64(r.piece.CRC32), r.piece.Size, at})
+			continue
+		}
+		ids, digests, yamls = append(ids, r.id), append(digests, r.digest), append(yamls, r.yaml)
+		deflates, crcs, sizes = append(deflates, r.piece.Deflate), append(crcs, int64(r.piece.CRC32)), append(sizes, r.piece.Size)
+	}
+	if len(copied) > 0 {
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{"documents"},
+			[]string{"deployment_id", "digest", "yaml", "piece", "piece_crc", "piece_size", "created_at"}, pgx.CopyFromRows(copied))
+		if err := copyCount("documents", len(copied))(n, err); err != nil {
+			return nil, err
+		}
 	}
 	if len(ids) == 0 {
-		return nil
+		return docs, nil
 	}
 	_, err := tx.Exec(ctx, sqlInsertDocuments, ids, digests, yamls, deflates, crcs, sizes, at)
-	return err
+	return docs, err
 }
 
 // sqlReadManifest reads, in one statement (one snapshot), a client's status,
