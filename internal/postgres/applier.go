@@ -107,28 +107,35 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 			return err
 		}
 	}
+	// The events (JSON bodies: CPU only) are built while the rounds are
+	// queued, on another core; both only read the changes.
+	built := make(chan batchEventsResult, 1)
+	go func() {
+		evs, err := batchEvents(b.changes, versions)
+		built <- batchEventsResult{evs, err}
+	}()
 	p := &pipeline{}
-	var events []lifecycle.Event
-	newOp := ""
+	var err error
 	for _, round := range rounds(b.changes) {
-		if err := queueRound(p, round, versions, b); err != nil {
-			return err
+		if err = queueRound(p, round, versions, b); err != nil {
+			break
 		}
 	}
+	ev := <-built
+	if err != nil {
+		return err
+	}
+	if ev.err != nil {
+		return ev.err
+	}
+	events := ev.events
+	newOp := ""
 	q := p.q()
 	for _, c := range b.changes {
-		if id := queuedOperation(c); id != "" && newOp == "" {
+		if id := queuedOperation(c); id != "" {
 			newOp = id
+			break
 		}
-		v := uint64(0)
-		if c.Manifest {
-			v = versions[c.After.ClientID]
-		}
-		evs, err := c.Events(v)
-		if err != nil {
-			return err
-		}
-		events = append(events, evs...)
 	}
 	if b.followUp[0] != "" {
 		queueExec(q, -1, nil, `UPDATE operations SET follow_up = $2::uuid WHERE id = $1`, b.followUp[0], b.followUp[1])
@@ -177,6 +184,30 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 	// Documents of new revisions, manifest entries, notifications: after
 	// the revision rows exist (publish.go).
 	return publish(ctx, tx, versions, b.changes, b.pieces, at, b.copyAt())
+}
+
+// batchEventsResult is what batchEvents returns.
+type batchEventsResult struct {
+	events []lifecycle.Event
+	err    error
+}
+
+// batchEvents returns the events of changes, in order; a change of a
+// manifest names its client's new version (versions).
+func batchEvents(changes []*lifecycle.Change, versions map[string]uint64) ([]lifecycle.Event, error) {
+	var events []lifecycle.Event
+	for _, c := range changes {
+		v := uint64(0)
+		if c.Manifest {
+			v = versions[c.After.ClientID]
+		}
+		evs, err := c.Events(v)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, evs...)
+	}
+	return events, nil
 }
 
 // queuedOperation returns the id of an operation c creates and leaves
