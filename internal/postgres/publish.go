@@ -141,7 +141,9 @@ func bumpManifests(ctx context.Context, tx pgx.Tx, clients []string, at time.Tim
 // or none when it leaves the manifest (c.After.Removing); one notification
 // per client. A change of no deployment (an unregistration without any)
 // only bumps. Set-based: a handful of statements for any number of
-// changes, and no work that grows with the client's size.
+// changes, and no work that grows with the client's size; the documents and
+// new entries of deployments the batch creates, from copyAt of them (the
+// applier's COPY threshold, batch.copyAt), with one COPY each.
 //
 // Returns an error if a change's client was not bumped or the database
 // fails.
