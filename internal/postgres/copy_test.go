@@ -21,21 +21,6 @@ import (
 
 var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
-const copyDescription = `apiVersion: v1
-id: app
-metadata:
-  name: App
-  version: "1.0.0"
-deploymentProfiles:
-  - type: compose
-    id: app-compose
-    components:
-      - name: web
-        properties:
-          repository: oci://example.com/web
-          revision: "1.0.0"
-`
-
 // TestCreationsCopyRows: creations whose rows are written with COPY (every
 // table, documents and manifest entries included, whatever the count) and
 // with the pipeline's statements give the same rows: two clients of the same devices, created at the same time,
@@ -46,7 +31,7 @@ func TestCreationsCopyRows(t *testing.T) {
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	now := func() time.Time { return at }
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), now)
-	_, _, err := cat.Add(ctx, []byte(copyDescription), catalog.MediaYAML)
+	_, _, err := cat.Add(ctx, []byte(pubDescription), catalog.MediaYAML)
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	services := map[string]*fleet.Service{
