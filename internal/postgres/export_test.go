@@ -100,3 +100,6 @@ func CopyAllRows(s *FleetStore) *FleetStore {
 	s.copyMin = 1
 	return s
 }
+
+// SmallBundle is smallBundle, for this package's external tests.
+const SmallBundle = smallBundle

@@ -585,3 +585,34 @@ VALUES ('app', '1.0.0', '1.0.0', 'app', 'sha256:`+strings.Repeat("0", 64)+`', 'a
 	return lifecycle.Deployment{ID: "00000001-0000-4000-8000-000000000000", ClientID: client, DeviceID: "gw", ApplicationID: "app",
 		State: lifecycle.StatePending, Revision: 1, LastRevision: 1, Version: "1.0.0"}
 }
+
+// TestSmallClientBundleRecordedAtPublication: a client with at most a few
+// documents gets its new bundle digest recorded by the publication itself
+// (so the first poll only reads), equal to the bundle then served; a client
+// with more documents leaves it to the first read of the version, which
+// records it.
+func TestSmallClientBundleRecordedAtPublication(t *testing.T) {
+	ctx := t.Context()
+	f := newPubFleet(t)
+	recorded := func(client string) *string {
+		t.Helper()
+		var digest *string
+		require.NoError(t, f.pool.QueryRow(ctx, `SELECT m.bundle_digest FROM manifest_versions m JOIN clients c
+ON c.id = m.client_id AND c.manifest_version = m.version WHERE c.id = $1`, client).Scan(&digest))
+		return digest
+	}
+	f.deploy(t, "small", "d0")
+	d := recorded("small")
+	require.NotNil(t, d, "recorded by the publication, before any read")
+	doc := published(t, ctx, f.store, "small")
+	require.Equal(t, *d, doc.Bundle.Digest, "the recorded digest is the bundle's")
+
+	for i := range postgres.SmallBundle + 1 {
+		f.deploy(t, "big", fmt.Sprint("d", i))
+	}
+	require.Nil(t, recorded("big"), "more than SmallBundle documents: left to the first read")
+	doc = published(t, ctx, f.store, "big")
+	d = recorded("big")
+	require.NotNil(t, d, "recorded by the first read")
+	require.Equal(t, *d, doc.Bundle.Digest)
+}
