@@ -120,12 +120,7 @@ func TestConcurrentCreationsCoalesce(t *testing.T) {
 	}
 	v0 := manifestVersion(t, pool, "c")
 
-	inFlight, release := make(chan struct{}), make(chan struct{})
-	queued := make(chan int, 100)
-	var once sync.Once
-	fleet.SetBatcher(s, 1, func([]fleet.NewDeployment) {
-		once.Do(func() { close(inFlight); <-release })
-	}, func(l int) { queued <- l })
+	inFlight, release, queued := holdFirstBatch(s)
 	waitFor := func(what string, ch <-chan struct{}) {
 		t.Helper()
 		select {
@@ -266,6 +261,18 @@ SELECT $1, 'd' || i, true, replace($3, 'DEVICE', 'd' || i)::jsonb, now(), now() 
 	b.ReportMetric(reads.Seconds()/float64(b.N), "s/first-read")
 }
 
+// holdFirstBatch gives s one lane whose first batch waits, once taken, until
+// release is closed (inFlight is closed when it is taken); queued receives
+// the queue's length after each creation queued.
+func holdFirstBatch(s *fleet.Service) (inFlight, release chan struct{}, queued chan int) {
+	inFlight, release, queued = make(chan struct{}), make(chan struct{}), make(chan int, 100)
+	var once sync.Once
+	fleet.SetBatcher(s, 1, func([]fleet.NewDeployment) {
+		once.Do(func() { close(inFlight); <-release })
+	}, func(l int) { queued <- l })
+	return inFlight, release, queued
+}
+
 // TestCloseRefusesCreations: once the service is closed (at shutdown, after
 // the HTTP servers drained), a creation is refused as unavailable and makes
 // nothing.
@@ -312,12 +319,7 @@ func TestBatchFailureIsNotSharedAndPanicIsRecovered(t *testing.T) {
 			return next(ctx, nds, now)
 		}
 	})
-	inFlight, release := make(chan struct{}), make(chan struct{})
-	queued := make(chan int, 100)
-	var once sync.Once
-	fleet.SetBatcher(s, 1, func([]fleet.NewDeployment) {
-		once.Do(func() { close(inFlight); <-release })
-	}, func(l int) { queued <- l })
+	inFlight, release, queued := holdFirstBatch(s)
 	errs := make([]error, len(devices))
 	var wg sync.WaitGroup
 	call := func(i int) {

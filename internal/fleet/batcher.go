@@ -33,9 +33,8 @@ import (
 // is a few lines over a mutex and a queue, and a batching library would
 // not know the per-call withdrawal a cancelled context needs.
 type batcher struct {
-	store Store
-	now   func() time.Time
-	log   *slog.Logger
+	now func() time.Time
+	log *slog.Logger
 	// call stores a batch; it is store.CreateDeployments (tests wrap it to
 	// fail or panic).
 	call     func(ctx context.Context, nds []NewDeployment, now time.Time) ([]CreateResult, error)
@@ -72,11 +71,10 @@ const (
 
 // errClosed is returned to creations made after Close (503: nothing was
 // made, another server process may take it).
-var errClosed = &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "unavailable",
-	Message: "The server is shutting down; nothing was changed. Retry.", Extra: map[string]any{"retryable": true, "retryAfterSeconds": 1}}
+var errClosed = lifecycle.Retryable("unavailable", 1, "The server is shutting down; nothing was changed. Retry.")
 
 func newBatcher(store Store, now func() time.Time, log *slog.Logger) *batcher {
-	return &batcher{store: store, now: now, log: log, call: store.CreateDeployments, lanes: batchLanes, maxBatch: maxBatch}
+	return &batcher{now: now, log: log, call: store.CreateDeployments, lanes: batchLanes, maxBatch: maxBatch}
 }
 
 // create queues nd and waits for its result. If ctx ends while nd is still

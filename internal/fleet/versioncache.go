@@ -64,9 +64,8 @@ const ProblemVersionChanged = "version-changed"
 // VersionChanged returns the error the store answers for a creation
 // rendered from a version whose stored digest is no longer digest.
 func VersionChanged(appID, version string) error {
-	return &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: ProblemVersionChanged,
-		Message: "Version " + version + " of " + appID + " changed while the deployment was being prepared; nothing was changed. Retry.",
-		Extra:   map[string]any{"retryable": true, "retryAfterSeconds": 1}}
+	return lifecycle.Retryable(ProblemVersionChanged, 1,
+		"Version "+version+" of "+appID+" changed while the deployment was being prepared; nothing was changed. Retry.")
 }
 
 // versionChanged reports whether err is VersionChanged's.

@@ -64,6 +64,15 @@ func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Type: string(code), Message: fmt.Sprintf(format, args...)}
 }
 
+// Retryable returns an EUNAVAILABLE error of problem type typ whose
+// problem body tells the caller to retry after retryAfterSeconds
+// (members retryable and retryAfterSeconds, as Margo's ErrorResponse has
+// them): the answer to a change that was not made for a passing reason.
+func Retryable(typ string, retryAfterSeconds int, message string) *Error {
+	return &Error{Code: EUNAVAILABLE, Type: typ, Message: message,
+		Extra: map[string]any{"retryable": true, "retryAfterSeconds": retryAfterSeconds}}
+}
+
 // ErrorCode returns the code of the first *Error in err's chain, EINTERNAL for
 // any other non-nil error and "" for nil.
 func ErrorCode(err error) Code {

@@ -257,8 +257,7 @@ func translate(err error) error {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") { // deadlock, serialization failure
-		return &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "retry",
-			Message: "The change collided with a concurrent one and was not made; retry it.", Extra: map[string]any{"retryable": true, "retryAfterSeconds": 1}}
+		return lifecycle.Retryable("retry", 1, "The change collided with a concurrent one and was not made; retry it.")
 	}
 	return fmt.Errorf("postgres: %w", err)
 }

@@ -69,9 +69,7 @@ const UnavailableRetryAfter = 5
 
 // errUnavailable is the domain error for an unreachable database.
 func errUnavailable() *lifecycle.Error {
-	return &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "unavailable",
-		Message: "The server cannot reach its database; nothing was changed. Retry later.",
-		Extra:   map[string]any{"retryable": true, "retryAfterSeconds": UnavailableRetryAfter}}
+	return lifecycle.Retryable("unavailable", UnavailableRetryAfter, "The server cannot reach its database; nothing was changed. Retry later.")
 }
 
 // unreachable reports whether err means the database cannot be reached (as
