@@ -478,8 +478,8 @@ func TestAppendEventsCopy(t *testing.T) {
 		Actor, Body   string
 	}
 	rowsOf := func(first int64) []row {
-		rows, err := pool.Query(ctx, `SELECT id - ($1 >> 20 << 20), type, at, subject_kind, subject_id, refs, actor, body::text
-FROM events WHERE id >> 20 = $1 >> 20 ORDER BY id`, first)
+		rows, err := pool.Query(ctx, `SELECT id - ($1::bigint >> 20 << 20), type, at, subject_kind, subject_id, refs, actor, body::text
+FROM events WHERE id >> 20 = $1::bigint >> 20 ORDER BY id`, first)
 		require.NoError(t, err)
 		out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 		require.NoError(t, err)
