@@ -227,7 +227,7 @@ func (s *Service) prepareCreate(ctx context.Context, req CreateRequest, v catalo
 	for _, c := range profile.Components {
 		components = append(components, c.Name)
 	}
-	yaml, err := margo.RenderDeployment(margo.DeploymentInput{
+	yaml, err := s.specs.Render(margo.DeploymentInput{
 		DeploymentID: id, DeviceID: req.DeviceID, Description: desc, Profile: profile, Values: values,
 		Extension: margo.Extension{Revision: 1, Operation: lifecycle.OperationInstall, Strategy: desc.Lifecycle.Upgrade.DefaultStrategy()},
 	})

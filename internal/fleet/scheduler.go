@@ -344,7 +344,7 @@ func (s *Service) publication(ctx context.Context, op Operation, st Step, d Depl
 	if err != nil {
 		return nil, err
 	}
-	yaml, err := margo.RenderDeployment(margo.DeploymentInput{
+	yaml, err := s.specs.Render(margo.DeploymentInput{
 		DeploymentID: d.ID, DeviceID: d.DeviceID, Description: desc, Profile: profile, Values: values,
 		Extension: margo.Extension{Revision: v.LastRevision + 1, Operation: op.Type, FromVersion: d.Version, Strategy: strategy, Drain: drain},
 	})

@@ -208,12 +208,18 @@ type Service struct {
 	// versions remembers the catalog versions of creations (versionCache).
 	versions *versionCache
 	batcher  *batcher
+	// specs keeps rendered specs (margo.SpecCache): a wave of creations or
+	// steps of one version with the same parameters encodes its spec once.
+	specs *margo.SpecCache
 }
+
+// specCacheSize bounds Service.specs (a few KiB each).
+const specCacheSize = 1024
 
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1),
-		batcher: newBatcher(store, now, log), versions: newVersionCache()}
+		batcher: newBatcher(store, now, log), versions: newVersionCache(), specs: margo.NewSpecCache(specCacheSize)}
 }
 
 // Close stops taking creations (CreateDeployment then fails) and waits

@@ -163,18 +163,66 @@ const (
 // or not supported by the description's version; Drain has a negative
 // Timeout or an unknown OnTimeout.
 func RenderDeployment(in DeploymentInput) ([]byte, error) {
+	return render(in, nil)
+}
+
+// render is RenderDeployment, taking the encoded spec from specs (and
+// storing it there) when specs is not nil. The document is encoded in two
+// parts, the root mapping's id and metadata, then its spec, and the two
+// are joined: a block mapping's entries are written one after the other,
+// each from its own node, so the bytes are those of the whole mapping
+// encoded at once (TestRenderPartsAreTheWhole compares them).
+func render(in DeploymentInput, specs *SpecCache) ([]byte, error) {
 	r := renderer{}
-	doc := r.document(in)
-	if len(r.problems) > 0 {
-		return nil, &lifecycle.Error{Code: lifecycle.EINVALID, Type: ProblemInvalidRender,
-			Message: fmt.Sprintf("cannot render the ApplicationDeployment: %d problem(s), first: %s: %s",
-				len(r.problems), r.problems[0].Pointer, r.problems[0].Detail),
-			Fields: r.problems}
+	d := in.Description
+	if d == nil {
+		r.add("/description", "is required")
+		return nil, r.err()
 	}
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
+	name, namespace := r.check(in)
+	key, cacheable := specs.key(in)
+	var spec []byte
+	if cacheable {
+		spec = specs.get(key)
+	}
+	var specNode *yaml.Node
+	if spec == nil {
+		specNode = r.spec(in)
+	}
+	metadata := r.mapping(
+		"name", r.str(name, "/name"),
+		"namespace", r.str(namespace, "/namespace"),
+		"deviceId", r.str(in.DeviceID, "/deviceId"),
+	)
+	head := r.mapping(
+		"id", r.str(in.DeploymentID, "/deploymentId"),
+		"metadata", metadata,
+	)
+	if len(r.problems) > 0 {
+		return nil, r.err()
+	}
+	out, err := encodeDocument(head, 0)
+	if err != nil {
+		return nil, err
+	}
+	if spec == nil {
+		if spec, err = encodeDocument(r.mapping("spec", specNode), 0); err != nil {
+			return nil, err
+		}
+		if cacheable {
+			specs.put(key, spec)
+		}
+	}
+	return append(out, spec...), nil
+}
+
+// encodeDocument encodes the mapping root as one YAML document, 4-space
+// indented; size is a capacity hint.
+func encodeDocument(root *yaml.Node, size int) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, max(size, 256)))
+	enc := yaml.NewEncoder(buf)
 	enc.SetIndent(4)
-	if err := enc.Encode(doc); err != nil {
+	if err := enc.Encode(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}); err != nil {
 		return nil, fmt.Errorf("margo: encode ApplicationDeployment: %w", err)
 	}
 	if err := enc.Close(); err != nil {
@@ -192,25 +240,31 @@ func (r *renderer) add(p, format string, args ...any) {
 	r.problems = append(r.problems, lifecycle.FieldError{Pointer: p, Detail: fmt.Sprintf(format, args...)})
 }
 
-func (r *renderer) document(in DeploymentInput) *yaml.Node {
+// err is the error of the problems found.
+func (r *renderer) err() error {
+	return &lifecycle.Error{Code: lifecycle.EINVALID, Type: ProblemInvalidRender,
+		Message: fmt.Sprintf("cannot render the ApplicationDeployment: %d problem(s), first: %s: %s",
+			len(r.problems), r.problems[0].Pointer, r.problems[0].Detail),
+		Fields: r.problems}
+}
+
+// check checks the document's own members (everything but the spec) and
+// returns metadata's name and namespace.
+func (r *renderer) check(in DeploymentInput) (name, namespace string) {
 	d := in.Description
-	if d == nil {
-		r.add("/description", "is required")
-		return nil
-	}
 	if !renderUUIDPattern.MatchString(in.DeploymentID) {
 		r.add("/deploymentId", "must be a UUID in canonical lowercase form, got %q", truncate(in.DeploymentID))
 	}
 	if len(in.DeviceID) > MaxDeviceIDLength || !renderDeviceIDPattern.MatchString(in.DeviceID) {
 		r.add("/deviceId", "must be a Margo device id ({id}[/{id}…][/*], RFC 3986 unreserved characters), got %q", truncate(in.DeviceID))
 	}
-	name := in.Name
+	name = in.Name
 	if name == "" {
 		name = d.ID + "-" + in.DeploymentID[:min(8, len(in.DeploymentID))]
 	} else if len(name) > MaxKubernetesNameLength || !renderNamePattern.MatchString(name) {
 		r.add("/name", "must be a Kubernetes object name (lowercase letters, digits, '-' and '.', at most %d characters), got %q", MaxKubernetesNameLength, truncate(name))
 	}
-	namespace := in.Namespace
+	namespace = in.Namespace
 	if namespace == "" {
 		namespace = DefaultNamespace
 	} else if len(namespace) > MaxNamespaceLength || !renderLabelPattern.MatchString(namespace) {
@@ -221,24 +275,19 @@ func (r *renderer) document(in DeploymentInput) *yaml.Node {
 	} else if !reflect.DeepEqual(own, in.Profile) {
 		r.add("/profile", "differs from the description's deployment profile %q; pass it unchanged", truncate(in.Profile.ID))
 	}
+	return name, namespace
+}
 
-	spec := r.mapping(
+// spec is the document's spec: a function of the description, the profile,
+// the values and the extension only (SpecCache keys on them).
+func (r *renderer) spec(in DeploymentInput) *yaml.Node {
+	d := in.Description
+	return r.mapping(
 		"applicationId", r.str(d.ID, "/description/id"),
 		"deploymentProfile", r.profile(in.Profile),
 		"parameters", r.parameters(d, in.Profile, in.Values),
 		DeploymentExtensionMember, r.extension(d, in.Extension),
 	)
-	metadata := r.mapping(
-		"name", r.str(name, "/name"),
-		"namespace", r.str(namespace, "/namespace"),
-		"deviceId", r.str(in.DeviceID, "/deviceId"),
-	)
-	root := r.mapping(
-		"id", r.str(in.DeploymentID, "/deploymentId"),
-		"metadata", metadata,
-		"spec", spec,
-	)
-	return &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
 }
 
 func (r *renderer) profile(p DeploymentProfile) *yaml.Node {

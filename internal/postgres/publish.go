@@ -88,6 +88,11 @@ FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::int[]) AS x (client_id, de
 LEFT JOIN revisions r ON r.deployment_id = x.deployment_id AND r.n = x.n
 LEFT JOIN documents d ON d.deployment_id = r.deployment_id AND d.digest = r.digest
 ON CONFLICT (client_id, deployment_id) WHERE to_version IS NULL DO NOTHING`
+	// sqlInsertEntries opens the entries of deployments created in the
+	// batch: none can have one, and their documents were just stored.
+	sqlInsertEntries = `
+INSERT INTO manifest_entries (client_id, deployment_id, digest, size_bytes, from_version)
+SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[], $5::bigint[])`
 	sqlNotifyClients = `SELECT pg_notify('` + NotifyChannel + `', c) FROM unnest($1::text[]) AS c`
 )
 
@@ -281,36 +286,38 @@ WHERE m.client_id = x.client_id AND m.version = x.version AND m.bundle_digest IS
 // publishEntries closes and opens the manifest entries of deployments
 // ids[i] of clients[i] at versions vs[i], at their desired revisions ns[i]
 // (0: the deployment leaves the manifest). A deployment created in the
-// batch (created) has no entry to close; from copyAt of them, their new
-// entries are written with one COPY, named by their documents stored in
-// the batch (docs, by deployment id and revision number); the others go
-// through sqlCloseEntries and sqlOpenEntries. Both paths write the same
-// rows.
+// batch (created) has no entry to close, and its document was stored in
+// the batch (docs, by deployment id and revision number): its new entry is
+// written from what is known, with sqlInsertEntries, or with one COPY
+// from copyAt of them; the others go through sqlCloseEntries and
+// sqlOpenEntries. Both paths write the same rows.
 func publishEntries(ctx context.Context, tx pgx.Tx, clients, ids []string, vs []int64, ns []int32, created map[string]bool,
 	docs map[docAt]storedDoc, copyAt int) error {
-	var copied [][]any
+	var nc, ni, nd []string
+	var nv, nsz []int64
+	k := 0 // the others, kept for the statements
 	for i, id := range ids {
 		if d, ok := docs[docAt{id, ns[i]}]; ok && created[id] {
-			copied = append(copied, []any{clients[i], id, d.digest, d.size, vs[i]})
+			nc, ni, nd, nsz, nv = append(nc, clients[i]), append(ni, id), append(nd, d.digest), append(nsz, d.size), append(nv, vs[i])
+			continue
 		}
+		clients[k], ids[k], vs[k], ns[k] = clients[i], id, vs[i], ns[i]
+		k++
 	}
-	if len(copied) < copyAt {
-		copied = nil
-	}
-	if len(copied) > 0 {
-		// Keep the others for the statements.
-		k := 0
-		for i, id := range ids {
-			if _, ok := docs[docAt{id, ns[i]}]; ok && created[id] {
-				continue
-			}
-			clients[k], ids[k], vs[k], ns[k] = clients[i], id, vs[i], ns[i]
-			k++
+	clients, ids, vs, ns = clients[:k], ids[:k], vs[:k], ns[:k]
+	switch {
+	case len(ni) >= copyAt:
+		rows := make([][]any, len(ni))
+		for i := range ni {
+			rows[i] = []any{nc[i], ni[i], nd[i], nsz[i], nv[i]}
 		}
-		clients, ids, vs, ns = clients[:k], ids[:k], vs[:k], ns[:k]
 		n, err := tx.CopyFrom(ctx, pgx.Identifier{"manifest_entries"},
-			[]string{"client_id", "deployment_id", "digest", "size_bytes", "from_version"}, pgx.CopyFromRows(copied))
-		if err := copyCount("manifest_entries", len(copied))(n, err); err != nil {
+			[]string{"client_id", "deployment_id", "digest", "size_bytes", "from_version"}, pgx.CopyFromRows(rows))
+		if err := copyCount("manifest_entries", len(rows))(n, err); err != nil {
+			return err
+		}
+	case len(ni) > 0:
+		if _, err := tx.Exec(ctx, sqlInsertEntries, nc, ni, nd, nsz, nv); err != nil {
 			return err
 		}
 	}
