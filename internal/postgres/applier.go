@@ -173,6 +173,12 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 			return nil
 		})
 	}
+	// Documents of new revisions, manifest entries, the pieces of small
+	// bundles, notifications: after the revision rows (publish.go).
+	small, err := queuePublish(p, versions, b.changes, b.pieces, at, b.copyAt())
+	if err != nil {
+		return err
+	}
 	if err := p.run(ctx, tx); err != nil {
 		return err
 	}
@@ -181,9 +187,7 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 			return err
 		}
 	}
-	// Documents of new revisions, manifest entries, notifications: after
-	// the revision rows exist (publish.go).
-	return publish(ctx, tx, versions, b.changes, b.pieces, at, b.copyAt())
+	return recordSmallBundles(ctx, tx, small)
 }
 
 // batchEventsResult is what batchEvents returns.

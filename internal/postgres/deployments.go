@@ -126,30 +126,32 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 			}
 			ids = append(ids, nd.ID)
 		}
-		return apply(ctx, tx, b)
+		if err := apply(ctx, tx, b); err != nil || len(ids) == 0 {
+			return err
+		}
+		// The created deployments as a read shows them, in the same
+		// transaction (no round trip after the commit).
+		rows, err := tx.Query(ctx, `SELECT `+sqlDeploymentColumns+sqlDeploymentFrom+` WHERE d.id = ANY($1::uuid[])`, ids)
+		if err != nil {
+			return err
+		}
+		ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Deployment, error) { return scanDeployment(r) })
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]fleet.Deployment, len(ds))
+		for _, d := range ds {
+			byID[d.ID] = d
+		}
+		for i, nd := range nds {
+			if results[i].Err == nil {
+				results[i].Deployment = byID[nd.ID]
+			}
+		}
+		return nil
 	}, calls...)
 	if err != nil {
 		return nil, translate(err)
-	}
-	if len(ids) == 0 {
-		return results, nil
-	}
-	rows, err := s.pool.Query(ctx, `SELECT `+sqlDeploymentColumns+sqlDeploymentFrom+` WHERE d.id = ANY($1::uuid[])`, ids)
-	if err != nil {
-		return nil, translate(err)
-	}
-	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Deployment, error) { return scanDeployment(r) })
-	if err != nil {
-		return nil, translate(err)
-	}
-	byID := make(map[string]fleet.Deployment, len(ds))
-	for _, d := range ds {
-		byID[d.ID] = d
-	}
-	for i, nd := range nds {
-		if results[i].Err == nil {
-			results[i].Deployment = byID[nd.ID]
-		}
 	}
 	return results, nil
 }

@@ -54,7 +54,7 @@ const (
 	// sqlInsertClient inserts an accepted client whose first manifest
 	// (version 1) has no deployments; it is rendered when read. Its
 	// publication is stamped with the database's clock (see
-	// sqlPublishVersions).
+	// sqlBumpManifests).
 	sqlInsertClient = `
 WITH c AS (INSERT INTO clients (id, status, manifest_version, created_at, updated_at) VALUES ($1, 'accepted', 1, $2, $2)
     ON CONFLICT (id) DO NOTHING RETURNING id)

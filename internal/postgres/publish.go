@@ -3,8 +3,8 @@ package postgres
 // Publication: how a change reaches a client's manifest (design §5), at a
 // cost proportional to the change, whatever the client's size.
 //
-// The write side (bumpManifests, publish; called by the applier in the
-// change's transaction) stores each new revision's YAML once in documents
+// The write side (bumpManifests, queuePublish; called by the applier in
+// the change's transaction) stores each new revision's YAML once in documents
 // with its bundle piece (margo.NewBundlePiece) ready, and maintains the
 // client's manifest as manifest_entries: a publication closes the changed
 // deployments' open entries and opens new ones. One new manifest_versions
@@ -39,26 +39,26 @@ import (
 )
 
 const (
-	// sqlBumpManifests locks the clients' rows in id order (the lock order)
-	// and bumps each one's manifest version; the legacy manifest stored
-	// before migration 00007 is dropped at its first publication.
+	// sqlBumpManifests locks the clients' rows in id order (the lock order),
+	// bumps each one's manifest version (the legacy manifest stored before
+	// migration 00007 is dropped at its first publication), supersedes each
+	// client's current manifest_versions row and inserts the new one (after
+	// the supersession: the current version is unique; the cross join on
+	// its count orders them). The times of the versions are the database's
+	// (now()), the clock the bundle collector's cutoff is read from:
+	// replicas' clocks may disagree, and a skewed one must not shorten a
+	// bundle's retention. One statement, one round trip.
 	sqlBumpManifests = `
-WITH locked AS (SELECT id FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE)
-UPDATE clients c SET manifest_version = c.manifest_version + 1, manifest_json = NULL, manifest_etag = NULL, bundle_digest = NULL,
-    updated_at = $2
-FROM locked WHERE c.id = locked.id
-RETURNING c.id, c.manifest_version`
-	// sqlPublishVersions supersedes each client's current version and
-	// inserts the new one (after: the current version is unique). The
-	// times are the database's (now()), the clock the bundle collector's
-	// cutoff is read from: replicas' clocks may disagree, and a skewed one
-	// must not shorten a bundle's retention.
-	sqlPublishVersions = `
-WITH n AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS n (client_id, version)),
-s AS (UPDATE manifest_versions m SET superseded_at = now() FROM n
-    WHERE m.client_id = n.client_id AND m.superseded_at IS NULL AND m.version < n.version RETURNING 1)
-INSERT INTO manifest_versions (client_id, version, published_at)
-SELECT n.client_id, n.version, now() FROM n CROSS JOIN (SELECT count(*) FROM s) AS done`
+WITH locked AS (SELECT id FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE),
+bumped AS (UPDATE clients c SET manifest_version = c.manifest_version + 1, manifest_json = NULL, manifest_etag = NULL,
+    bundle_digest = NULL, updated_at = $2
+    FROM locked WHERE c.id = locked.id
+    RETURNING c.id, c.manifest_version),
+superseded AS (UPDATE manifest_versions m SET superseded_at = now() FROM bumped
+    WHERE m.client_id = bumped.id AND m.superseded_at IS NULL AND m.version < bumped.manifest_version RETURNING 1),
+published AS (INSERT INTO manifest_versions (client_id, version, published_at)
+    SELECT bumped.id, bumped.manifest_version, now() FROM bumped CROSS JOIN (SELECT count(*) FROM superseded) AS done)
+SELECT id, manifest_version FROM bumped`
 	sqlInsertDocuments = `
 INSERT INTO documents (deployment_id, digest, yaml, piece, piece_crc, piece_size, created_at)
 SELECT *, $7::timestamptz FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bytea[], $5::bigint[], $6::bigint[])
@@ -99,9 +99,9 @@ SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[], $5::bigin
 // bumpManifests gives each of clients (sorted and deduplicated here: the
 // lock order) one new manifest version: the client row is bumped (updated
 // at at), its previous manifest_versions row superseded and the new one
-// inserted, both stamped with the database's clock. Set-based: one statement per table, whatever the number of
-// clients. Call publish afterwards, in the same transaction, once the
-// revisions of those versions are written.
+// inserted, both stamped with the database's clock. One statement,
+// whatever the number of clients. Call queuePublish afterwards, in the
+// same transaction, once the revisions of those versions are queued.
 //
 // Returns ENOTFOUND if a client does not exist.
 func bumpManifests(ctx context.Context, tx pgx.Tx, clients []string, at time.Time) (map[string]uint64, error) {
@@ -122,48 +122,47 @@ func bumpManifests(ctx context.Context, tx pgx.Tx, clients []string, at time.Tim
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, 0, len(bs))
-	vs := make([]int64, 0, len(bs))
 	for _, b := range bs {
 		versions[b.ID] = uint64(b.Version)
-		ids, vs = append(ids, b.ID), append(vs, b.Version)
 	}
 	for _, id := range clients {
 		if _, ok := versions[id]; !ok {
 			return nil, notFound("There is no client %s.", id)
 		}
 	}
-	if _, err := tx.Exec(ctx, sqlPublishVersions, ids, vs); err != nil {
-		return nil, err
-	}
 	return versions, nil
 }
 
-// publish writes what the changes publish, in the applier's transaction,
-// once their revisions rows exist: the document of every new revision
-// (not a repeat: CopyOf == 0) with its bundle piece; for every change of a
-// manifest (c.Manifest) the deployment's entry at its client's new version
+// queuePublish queues on p what the changes publish, in the applier's
+// transaction, after the statements that write their revisions rows (p
+// runs in order): the document of every new revision (not a repeat:
+// CopyOf == 0) with its bundle piece; for every change of a manifest
+// (c.Manifest) the deployment's entry at its client's new version
 // (versions, from bumpManifests): its desired revision c.After.Revision,
-// or none when it leaves the manifest (c.After.Removing); one notification
-// per client. A change of no deployment (an unregistration without any)
-// only bumps. Set-based: a handful of statements for any number of
-// changes, and no work that grows with the client's size; the documents and
-// new entries of deployments the batch creates, from copyAt of them (the
-// applier's COPY threshold, batch.copyAt), with one COPY each.
+// or none when it leaves the manifest (c.After.Removing); the pieces of
+// the clients whose bundle publication records (recordSmallBundles); one
+// notification per client. A change of no deployment (an unregistration
+// without any) only bumps. Set-based: a handful of statements for any
+// number of changes, and no work that grows with the client's size; the
+// documents and new entries of deployments the batch creates, from copyAt
+// of them (the applier's COPY threshold, batch.copyAt), with one COPY each.
 //
-// Returns an error if a change's client was not bumped or the database
-// fails.
-func publish(ctx context.Context, tx pgx.Tx, versions map[string]uint64, changes []*lifecycle.Change, pieces map[[2]string]*margo.BundlePiece,
-	at time.Time, copyAt int) error {
+// The returned smallBundles is complete once p has run; pass it to
+// recordSmallBundles.
+//
+// Returns an error if a change's client was not bumped or a piece cannot
+// be made.
+func queuePublish(p *pipeline, versions map[string]uint64, changes []*lifecycle.Change, pieces map[[2]string]*margo.BundlePiece,
+	at time.Time, copyAt int) (*smallBundles, error) {
 	created := map[string]bool{}
 	for _, c := range changes {
 		if c.Create {
 			created[c.After.ID] = true
 		}
 	}
-	docs, err := insertDocuments(ctx, tx, changes, pieces, at, created, copyAt)
+	docs, err := queueDocuments(p, changes, pieces, at, created, copyAt)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The last change of a deployment decides its entry.
 	var clients, ids []string
@@ -176,7 +175,7 @@ func publish(ctx context.Context, tx pgx.Tx, versions map[string]uint64, changes
 		}
 		v, ok := versions[c.After.ClientID]
 		if !ok {
-			return fmt.Errorf("deployment %s changes the manifest of client %s, which was not bumped", c.After.ID, c.After.ClientID)
+			return nil, fmt.Errorf("deployment %s changes the manifest of client %s, which was not bumped", c.After.ID, c.After.ClientID)
 		}
 		n := int32(c.After.Revision)
 		if c.After.Removing {
@@ -189,22 +188,17 @@ func publish(ctx context.Context, tx pgx.Tx, versions map[string]uint64, changes
 		index[c.After.ID] = len(ids)
 		clients, ids, vs, ns = append(clients, c.After.ClientID), append(ids, c.After.ID), append(vs, int64(v)), append(ns, n)
 	}
-	if err := publishEntries(ctx, tx, clients, ids, vs, ns, created, docs, copyAt); err != nil {
-		return err
-	}
-	if err := recordSmallBundles(ctx, tx, versions); err != nil {
-		return err
-	}
+	queueEntries(p, clients, ids, vs, ns, created, docs, copyAt)
+	small := queueSmallBundles(p, versions)
 	notify := make([]string, 0, len(versions))
 	for id := range versions {
 		notify = append(notify, id)
 	}
-	if len(notify) == 0 {
-		return nil
+	if len(notify) > 0 {
+		slices.Sort(notify)
+		p.q().Queue(sqlNotifyClients, notify)
 	}
-	slices.Sort(notify)
-	_, err = tx.Exec(ctx, sqlNotifyClients, notify)
-	return err
+	return small, nil
 }
 
 // smallBundle is the number of documents up to which a client's new bundle
@@ -228,71 +222,81 @@ JOIN documents d ON d.deployment_id = e.deployment_id AND d.digest = e.digest
 WHERE e.to_version IS NULL
 ORDER BY e.client_id, e.deployment_id`
 
-// recordSmallBundles records the bundle digest and size of the new version
-// of every client of versions with at most smallBundle documents, as
-// recordBundle would on the first read. A client with a document whose
-// piece is not stored yet (stored before migration 00007) is left to that
-// read.
-func recordSmallBundles(ctx context.Context, tx pgx.Tx, versions map[string]uint64) error {
+// smallBundles is what queueSmallBundles reads: the pieces, in bundle
+// order, of the clients of versions with at most smallBundle documents.
+type smallBundles struct {
+	versions   map[string]uint64
+	byClient   map[string][]margo.BundlePiece
+	incomplete map[string]bool
+}
+
+// queueSmallBundles queues the read of the pieces of the new version of
+// every client of versions with at most smallBundle documents, after the
+// entries are written.
+func queueSmallBundles(p *pipeline, versions map[string]uint64) *smallBundles {
+	sb := &smallBundles{versions: versions, byClient: map[string][]margo.BundlePiece{}, incomplete: map[string]bool{}}
 	if len(versions) == 0 {
-		return nil
+		return sb
 	}
 	clients := make([]string, 0, len(versions))
 	for id := range versions {
 		clients = append(clients, id)
 	}
-	rows, err := tx.Query(ctx, sqlSmallBundles, clients, smallBundle)
-	if err != nil {
+	p.q().Queue(sqlSmallBundles, clients, smallBundle).Query(func(rows pgx.Rows) error {
+		var client string
+		var piece margo.BundlePiece
+		var crc int64
+		_, err := pgx.ForEachRow(rows, []any{&client, &piece.Deflate, &crc, &piece.Size}, func() error {
+			if piece.Deflate == nil {
+				sb.incomplete[client] = true
+			}
+			piece.CRC32 = uint32(crc)
+			sb.byClient[client] = append(sb.byClient[client], piece)
+			return nil
+		})
 		return err
-	}
-	byClient := map[string][]margo.BundlePiece{}
-	incomplete := map[string]bool{}
-	var client string
-	var p margo.BundlePiece
-	var crc int64
-	if _, err := pgx.ForEachRow(rows, []any{&client, &p.Deflate, &crc, &p.Size}, func() error {
-		if p.Deflate == nil {
-			incomplete[client] = true
-		}
-		p.CRC32 = uint32(crc)
-		byClient[client] = append(byClient[client], p)
-		return nil
-	}); err != nil {
-		return err
-	}
+	})
+	return sb
+}
+
+// recordSmallBundles records the bundle digest and size of the new version
+// of every client sb read, as recordBundle would on the first read. A
+// client with a document whose piece is not stored yet (stored before
+// migration 00007) is left to that read.
+func recordSmallBundles(ctx context.Context, tx pgx.Tx, sb *smallBundles) error {
 	var ids, digests []string
 	var vs, sizes []int64
-	for id, pieces := range byClient {
-		if incomplete[id] {
+	for id, pieces := range sb.byClient {
+		if sb.incomplete[id] {
 			continue
 		}
 		h := sha256.New()
 		size, err := margo.WriteBundle(h, pieces)
 		if err != nil {
-			return fmt.Errorf("client %s manifest %d: bundle: %w", id, versions[id], err)
+			return fmt.Errorf("client %s manifest %d: bundle: %w", id, sb.versions[id], err)
 		}
-		ids, vs = append(ids, id), append(vs, int64(versions[id]))
+		ids, vs = append(ids, id), append(vs, int64(sb.versions[id]))
 		digests, sizes = append(digests, "sha256:"+hex.EncodeToString(h.Sum(nil))), append(sizes, size)
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err = tx.Exec(ctx, `UPDATE manifest_versions m SET bundle_digest = x.digest, bundle_size = x.size
+	_, err := tx.Exec(ctx, `UPDATE manifest_versions m SET bundle_digest = x.digest, bundle_size = x.size
 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[]) AS x (client_id, version, digest, size)
 WHERE m.client_id = x.client_id AND m.version = x.version AND m.bundle_digest IS NULL`, ids, vs, digests, sizes)
 	return err
 }
 
-// publishEntries closes and opens the manifest entries of deployments
-// ids[i] of clients[i] at versions vs[i], at their desired revisions ns[i]
-// (0: the deployment leaves the manifest). A deployment created in the
-// batch (created) has no entry to close, and its document was stored in
-// the batch (docs, by deployment id and revision number): its new entry is
-// written from what is known, with sqlInsertEntries, or with one COPY
-// from copyAt of them; the others go through sqlCloseEntries and
-// sqlOpenEntries. Both paths write the same rows.
-func publishEntries(ctx context.Context, tx pgx.Tx, clients, ids []string, vs []int64, ns []int32, created map[string]bool,
-	docs map[docAt]storedDoc, copyAt int) error {
+// queueEntries queues the closing and opening of the manifest entries of
+// deployments ids[i] of clients[i] at versions vs[i], at their desired
+// revisions ns[i] (0: the deployment leaves the manifest). A deployment
+// created in the batch (created) has no entry to close, and its document
+// was stored in the batch (docs, by deployment id and revision number):
+// its new entry is written from what is known, with sqlInsertEntries, or
+// with one COPY from copyAt of them; the others go through sqlCloseEntries
+// and sqlOpenEntries. Both paths write the same rows.
+func queueEntries(p *pipeline, clients, ids []string, vs []int64, ns []int32, created map[string]bool,
+	docs map[docAt]storedDoc, copyAt int) {
 	var nc, ni, nd []string
 	var nv, nsz []int64
 	k := 0 // the others, kept for the statements
@@ -311,22 +315,15 @@ func publishEntries(ctx context.Context, tx pgx.Tx, clients, ids []string, vs []
 		for i := range ni {
 			rows[i] = []any{nc[i], ni[i], nd[i], nsz[i], nv[i]}
 		}
-		n, err := tx.CopyFrom(ctx, pgx.Identifier{"manifest_entries"},
-			[]string{"client_id", "deployment_id", "digest", "size_bytes", "from_version"}, pgx.CopyFromRows(rows))
-		if err := copyCount("manifest_entries", len(rows))(n, err); err != nil {
-			return err
-		}
+		p.copy("manifest_entries", []string{"client_id", "deployment_id", "digest", "size_bytes", "from_version"}, rows,
+			copyCount("manifest_entries", len(rows)))
 	case len(ni) > 0:
-		if _, err := tx.Exec(ctx, sqlInsertEntries, nc, ni, nd, nsz, nv); err != nil {
-			return err
-		}
+		p.q().Queue(sqlInsertEntries, nc, ni, nd, nsz, nv)
 	}
 	if len(ids) == 0 {
-		return nil
+		return
 	}
-	if _, err := tx.Exec(ctx, sqlCloseEntries, clients, ids, vs, ns); err != nil {
-		return err
-	}
+	p.q().Queue(sqlCloseEntries, clients, ids, vs, ns)
 	var oc, oi []string
 	var ov []int64
 	var on []int32
@@ -336,11 +333,8 @@ func publishEntries(ctx context.Context, tx pgx.Tx, clients, ids []string, vs []
 		}
 	}
 	if len(oi) > 0 {
-		if _, err := tx.Exec(ctx, sqlOpenEntries, oc, oi, ov, on); err != nil {
-			return err
-		}
+		p.q().Queue(sqlOpenEntries, oc, oi, ov, on)
 	}
-	return nil
 }
 
 // docAt names a deployment's revision: its deployment id and number.
@@ -349,14 +343,14 @@ type docAt struct {
 	n  int32
 }
 
-// storedDoc is a document insertDocuments stored: its digest and size in
+// storedDoc is a document queueDocuments stores: its digest and size in
 // bytes (a manifest entry's).
 type storedDoc struct {
 	digest string
 	size   int64
 }
 
-// insertDocuments stores the document of every new revision of changes,
+// queueDocuments queues the storing of the document of every new revision of changes,
 // with its bundle piece (pieces[{deployment id, digest}], computed before the
 // transaction, or else computed here: O(document)); a document already
 // stored (the same bytes published again) is left as it is. The documents
@@ -364,7 +358,7 @@ type storedDoc struct {
 // are written with one COPY from copyAt of them, the others with
 // sqlInsertDocuments. It returns the new revisions' documents, by
 // deployment id and revision number.
-func insertDocuments(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change, pieces map[[2]string]*margo.BundlePiece, at time.Time,
+func queueDocuments(p *pipeline, changes []*lifecycle.Change, pieces map[[2]string]*margo.BundlePiece, at time.Time,
 	created map[string]bool, copyAt int) (map[docAt]storedDoc, error) {
 	type row struct {
 		id, digest string
@@ -412,17 +406,13 @@ func insertDocuments(ctx context.Context, tx pgx.Tx, changes []*lifecycle.Change
 		deflates, crcs, sizes = append(deflates, r.piece.Deflate), append(crcs, int64(r.piece.CRC32)), append(sizes, r.piece.Size)
 	}
 	if len(copied) > 0 {
-		n, err := tx.CopyFrom(ctx, pgx.Identifier{"documents"},
-			[]string{"deployment_id", "digest", "yaml", "piece", "piece_crc", "piece_size", "created_at"}, pgx.CopyFromRows(copied))
-		if err := copyCount("documents", len(copied))(n, err); err != nil {
-			return nil, err
-		}
+		p.copy("documents", []string{"deployment_id", "digest", "yaml", "piece", "piece_crc", "piece_size", "created_at"}, copied,
+			copyCount("documents", len(copied)))
 	}
-	if len(ids) == 0 {
-		return docs, nil
+	if len(ids) > 0 {
+		p.q().Queue(sqlInsertDocuments, ids, digests, yamls, deflates, crcs, sizes, at)
 	}
-	_, err := tx.Exec(ctx, sqlInsertDocuments, ids, digests, yamls, deflates, crcs, sizes, at)
-	return docs, err
+	return docs, nil
 }
 
 // sqlReadManifest reads, in one statement (one snapshot), a client's status,
