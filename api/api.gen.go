@@ -1565,8 +1565,8 @@ type MemberRevertOutcome string
 // MemberStatus Where a member is. pending: its wave has not started it; in-progress: its operation runs;
 // succeeded; failed: its operation failed or passed its deadline (counts as a failure); cancelled: its
 // operation was cancelled by the rollout, or it was never started because the rollout ended (counts as
-// no failure); reverted / not-reverted: an abort with revert took it back, or may not (the supplier's
-// reason in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
+// no failure); reverted / not-reverted: an abort with revert took it back, or may not or could not (the
+// supplier's reason, or the failure, in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
 // excluded: at start, or later by the `exclude` action (`reason` says which).
 type MemberStatus string
 
@@ -2075,8 +2075,8 @@ type RolloutMember struct {
 	// Status Where a member is. pending: its wave has not started it; in-progress: its operation runs;
 	// succeeded; failed: its operation failed or passed its deadline (counts as a failure); cancelled: its
 	// operation was cancelled by the rollout, or it was never started because the rollout ended (counts as
-	// no failure); reverted / not-reverted: an abort with revert took it back, or may not (the supplier's
-	// reason in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
+	// no failure); reverted / not-reverted: an abort with revert took it back, or may not or could not (the
+	// supplier's reason, or the failure, in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
 	// excluded: at start, or later by the `exclude` action (`reason` says which).
 	Status    MemberStatus `json:"status"`
 	UpdatedAt *time.Time   `json:"updatedAt,omitempty"`

@@ -1566,8 +1566,8 @@ type MemberRevertOutcome string
 // MemberStatus Where a member is. pending: its wave has not started it; in-progress: its operation runs;
 // succeeded; failed: its operation failed or passed its deadline (counts as a failure); cancelled: its
 // operation was cancelled by the rollout, or it was never started because the rollout ended (counts as
-// no failure); reverted / not-reverted: an abort with revert took it back, or may not (the supplier's
-// reason in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
+// no failure); reverted / not-reverted: an abort with revert took it back, or may not or could not (the
+// supplier's reason, or the failure, in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
 // excluded: at start, or later by the `exclude` action (`reason` says which).
 type MemberStatus string
 
@@ -2076,8 +2076,8 @@ type RolloutMember struct {
 	// Status Where a member is. pending: its wave has not started it; in-progress: its operation runs;
 	// succeeded; failed: its operation failed or passed its deadline (counts as a failure); cancelled: its
 	// operation was cancelled by the rollout, or it was never started because the rollout ended (counts as
-	// no failure); reverted / not-reverted: an abort with revert took it back, or may not (the supplier's
-	// reason in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
+	// no failure); reverted / not-reverted: an abort with revert took it back, or may not or could not (the
+	// supplier's reason, or the failure, in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
 	// excluded: at start, or later by the `exclude` action (`reason` says which).
 	Status    MemberStatus `json:"status"`
 	UpdatedAt *time.Time   `json:"updatedAt,omitempty"`
@@ -3748,8 +3748,10 @@ type ClientInterface interface {
 	// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
 	// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
 	// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
-	// once every revert operation ended (at once without `revert`). 409 `rollout-state` in `aborting` and in the
-	// terminal states.
+	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+	// state, is 409 `rollout-state`.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -3770,8 +3772,10 @@ type ClientInterface interface {
 	// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
 	// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
 	// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
-	// once every revert operation ended (at once without `revert`). 409 `rollout-state` in `aborting` and in the
-	// terminal states.
+	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+	// state, is 409 `rollout-state`.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -5015,8 +5019,10 @@ func (c *Client) GetRollout(ctx context.Context, rolloutId RolloutIdPath, reqEdi
 // `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
 // (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
 // `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
-// once every revert operation ended (at once without `revert`). 409 `rollout-state` in `aborting` and in the
-// terminal states.
+// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+// state, is 409 `rollout-state`.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -5047,8 +5053,10 @@ func (c *Client) AbortRolloutWithBody(ctx context.Context, rolloutId RolloutIdPa
 // `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
 // (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
 // `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
-// once every revert operation ended (at once without `revert`). 409 `rollout-state` in `aborting` and in the
-// terminal states.
+// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+// state, is 409 `rollout-state`.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -9155,8 +9163,10 @@ type ClientWithResponsesInterface interface {
 	// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
 	// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
 	// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
-	// once every revert operation ended (at once without `revert`). 409 `rollout-state` in `aborting` and in the
-	// terminal states.
+	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+	// state, is 409 `rollout-state`.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -9177,8 +9187,10 @@ type ClientWithResponsesInterface interface {
 	// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
 	// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
 	// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
-	// once every revert operation ended (at once without `revert`). 409 `rollout-state` in `aborting` and in the
-	// terminal states.
+	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+	// state, is 409 `rollout-state`.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -16054,8 +16066,10 @@ func (c *ClientWithResponses) GetRolloutWithResponse(ctx context.Context, rollou
 // `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
 // (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
 // `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
-// once every revert operation ended (at once without `revert`). 409 `rollout-state` in `aborting` and in the
-// terminal states.
+// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+// state, is 409 `rollout-state`.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -16082,8 +16096,10 @@ func (c *ClientWithResponses) AbortRolloutWithBodyWithResponse(ctx context.Conte
 // `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
 // (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
 // `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
-// once every revert operation ended (at once without `revert`). 409 `rollout-state` in `aborting` and in the
-// terminal states.
+// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+// state, is 409 `rollout-state`.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
