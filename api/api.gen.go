@@ -178,6 +178,39 @@ func (e DrainRulesOnTimeout) Valid() bool {
 	}
 }
 
+// Defines values for ExclusionReason.
+const (
+	ExclusionReasonAtTarget      ExclusionReason = "at-target"
+	ExclusionReasonBusy          ExclusionReason = "busy"
+	ExclusionReasonNoRevision    ExclusionReason = "no-revision"
+	ExclusionReasonNotSeen       ExclusionReason = "not-seen"
+	ExclusionReasonOperator      ExclusionReason = "operator"
+	ExclusionReasonPolicyRefused ExclusionReason = "policy-refused"
+	ExclusionReasonUnplaceable   ExclusionReason = "unplaceable"
+)
+
+// Valid indicates whether the value is a known member of the ExclusionReason enum.
+func (e ExclusionReason) Valid() bool {
+	switch e {
+	case ExclusionReasonAtTarget:
+		return true
+	case ExclusionReasonBusy:
+		return true
+	case ExclusionReasonNoRevision:
+		return true
+	case ExclusionReasonNotSeen:
+		return true
+	case ExclusionReasonOperator:
+		return true
+	case ExclusionReasonPolicyRefused:
+		return true
+	case ExclusionReasonUnplaceable:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LifecycleRulesStrategies.
 const (
 	LifecycleRulesStrategiesBlueGreen LifecycleRulesStrategies = "blueGreen"
@@ -190,6 +223,126 @@ func (e LifecycleRulesStrategies) Valid() bool {
 	case LifecycleRulesStrategiesBlueGreen:
 		return true
 	case LifecycleRulesStrategiesRecreate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MemberClassification.
+const (
+	MemberClassificationEligible MemberClassification = "eligible"
+	MemberClassificationExcluded MemberClassification = "excluded"
+)
+
+// Valid indicates whether the value is a known member of the MemberClassification enum.
+func (e MemberClassification) Valid() bool {
+	switch e {
+	case MemberClassificationEligible:
+		return true
+	case MemberClassificationExcluded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MemberPlanKind.
+const (
+	MemberPlanKindDirect MemberPlanKind = "direct"
+	MemberPlanKindHops   MemberPlanKind = "hops"
+)
+
+// Valid indicates whether the value is a known member of the MemberPlanKind enum.
+func (e MemberPlanKind) Valid() bool {
+	switch e {
+	case MemberPlanKindDirect:
+		return true
+	case MemberPlanKindHops:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MemberRevertOutcome.
+const (
+	MemberRevertOutcomeFailed      MemberRevertOutcome = "failed"
+	MemberRevertOutcomeInProgress  MemberRevertOutcome = "in-progress"
+	MemberRevertOutcomeNotReverted MemberRevertOutcome = "not-reverted"
+	MemberRevertOutcomePending     MemberRevertOutcome = "pending"
+	MemberRevertOutcomeReverted    MemberRevertOutcome = "reverted"
+)
+
+// Valid indicates whether the value is a known member of the MemberRevertOutcome enum.
+func (e MemberRevertOutcome) Valid() bool {
+	switch e {
+	case MemberRevertOutcomeFailed:
+		return true
+	case MemberRevertOutcomeInProgress:
+		return true
+	case MemberRevertOutcomeNotReverted:
+		return true
+	case MemberRevertOutcomePending:
+		return true
+	case MemberRevertOutcomeReverted:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MemberStatus.
+const (
+	MemberStatusCancelled   MemberStatus = "cancelled"
+	MemberStatusExcluded    MemberStatus = "excluded"
+	MemberStatusFailed      MemberStatus = "failed"
+	MemberStatusInProgress  MemberStatus = "in-progress"
+	MemberStatusNotReverted MemberStatus = "not-reverted"
+	MemberStatusPending     MemberStatus = "pending"
+	MemberStatusRemoved     MemberStatus = "removed"
+	MemberStatusReverted    MemberStatus = "reverted"
+	MemberStatusSucceeded   MemberStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the MemberStatus enum.
+func (e MemberStatus) Valid() bool {
+	switch e {
+	case MemberStatusCancelled:
+		return true
+	case MemberStatusExcluded:
+		return true
+	case MemberStatusFailed:
+		return true
+	case MemberStatusInProgress:
+		return true
+	case MemberStatusNotReverted:
+		return true
+	case MemberStatusPending:
+		return true
+	case MemberStatusRemoved:
+		return true
+	case MemberStatusReverted:
+		return true
+	case MemberStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OnFailure.
+const (
+	OnFailureHalt     OnFailure = "halt"
+	OnFailureRollback OnFailure = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the OnFailure enum.
+func (e OnFailure) Valid() bool {
+	switch e {
+	case OnFailureHalt:
+		return true
+	case OnFailureRollback:
 		return true
 	default:
 		return false
@@ -472,6 +625,141 @@ func (e Role) Valid() bool {
 	}
 }
 
+// Defines values for RolloutAction.
+const (
+	RolloutActionInstall     RolloutAction = "install"
+	RolloutActionReconfigure RolloutAction = "reconfigure"
+	RolloutActionRollback    RolloutAction = "rollback"
+	RolloutActionUpgrade     RolloutAction = "upgrade"
+)
+
+// Valid indicates whether the value is a known member of the RolloutAction enum.
+func (e RolloutAction) Valid() bool {
+	switch e {
+	case RolloutActionInstall:
+		return true
+	case RolloutActionReconfigure:
+		return true
+	case RolloutActionRollback:
+		return true
+	case RolloutActionUpgrade:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RolloutCause.
+const (
+	RolloutCauseApprovalRequired     RolloutCause = "approval-required"
+	RolloutCauseApproved             RolloutCause = "approved"
+	RolloutCauseCompleted            RolloutCause = "completed"
+	RolloutCauseDeadlinePassed       RolloutCause = "deadline-passed"
+	RolloutCauseOperatorAborted      RolloutCause = "operator-aborted"
+	RolloutCauseOperatorCancelled    RolloutCause = "operator-cancelled"
+	RolloutCauseOperatorPaused       RolloutCause = "operator-paused"
+	RolloutCauseOperatorResumed      RolloutCause = "operator-resumed"
+	RolloutCauseRevertFinished       RolloutCause = "revert-finished"
+	RolloutCauseStarted              RolloutCause = "started"
+	RolloutCauseTargetVersionDeleted RolloutCause = "target-version-deleted"
+	RolloutCauseTargetVersionYanked  RolloutCause = "target-version-yanked"
+	RolloutCauseThresholdExceeded    RolloutCause = "threshold-exceeded"
+)
+
+// Valid indicates whether the value is a known member of the RolloutCause enum.
+func (e RolloutCause) Valid() bool {
+	switch e {
+	case RolloutCauseApprovalRequired:
+		return true
+	case RolloutCauseApproved:
+		return true
+	case RolloutCauseCompleted:
+		return true
+	case RolloutCauseDeadlinePassed:
+		return true
+	case RolloutCauseOperatorAborted:
+		return true
+	case RolloutCauseOperatorCancelled:
+		return true
+	case RolloutCauseOperatorPaused:
+		return true
+	case RolloutCauseOperatorResumed:
+		return true
+	case RolloutCauseRevertFinished:
+		return true
+	case RolloutCauseStarted:
+		return true
+	case RolloutCauseTargetVersionDeleted:
+		return true
+	case RolloutCauseTargetVersionYanked:
+		return true
+	case RolloutCauseThresholdExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RolloutState.
+const (
+	RolloutStateAborted   RolloutState = "aborted"
+	RolloutStateAborting  RolloutState = "aborting"
+	RolloutStateCancelled RolloutState = "cancelled"
+	RolloutStateFailed    RolloutState = "failed"
+	RolloutStatePaused    RolloutState = "paused"
+	RolloutStateRunning   RolloutState = "running"
+	RolloutStateSucceeded RolloutState = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the RolloutState enum.
+func (e RolloutState) Valid() bool {
+	switch e {
+	case RolloutStateAborted:
+		return true
+	case RolloutStateAborting:
+		return true
+	case RolloutStateCancelled:
+		return true
+	case RolloutStateFailed:
+		return true
+	case RolloutStatePaused:
+		return true
+	case RolloutStateRunning:
+		return true
+	case RolloutStateSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RolloutWaitingReason.
+const (
+	RolloutWaitingReasonApprovalRequired  RolloutWaitingReason = "approval-required"
+	RolloutWaitingReasonOperatorPaused    RolloutWaitingReason = "operator-paused"
+	RolloutWaitingReasonSoak              RolloutWaitingReason = "soak"
+	RolloutWaitingReasonThresholdExceeded RolloutWaitingReason = "threshold-exceeded"
+	RolloutWaitingReasonWindow            RolloutWaitingReason = "window"
+)
+
+// Valid indicates whether the value is a known member of the RolloutWaitingReason enum.
+func (e RolloutWaitingReason) Valid() bool {
+	switch e {
+	case RolloutWaitingReasonApprovalRequired:
+		return true
+	case RolloutWaitingReasonOperatorPaused:
+		return true
+	case RolloutWaitingReasonSoak:
+		return true
+	case RolloutWaitingReasonThresholdExceeded:
+		return true
+	case RolloutWaitingReasonWindow:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StatusExtensionPhase.
 const (
 	StatusExtensionPhaseDrained     StatusExtensionPhase = "drained"
@@ -493,6 +781,24 @@ func (e StatusExtensionPhase) Valid() bool {
 	case StatusExtensionPhaseSwitching:
 		return true
 	case StatusExtensionPhaseVerifying:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ThresholdAction.
+const (
+	ThresholdActionAbort ThresholdAction = "abort"
+	ThresholdActionPause ThresholdAction = "pause"
+)
+
+// Valid indicates whether the value is a known member of the ThresholdAction enum.
+func (e ThresholdAction) Valid() bool {
+	switch e {
+	case ThresholdActionAbort:
+		return true
+	case ThresholdActionPause:
 		return true
 	default:
 		return false
@@ -526,6 +832,24 @@ func (e TransitionCause) Valid() bool {
 	}
 }
 
+// Defines values for UpgradePathMode.
+const (
+	UpgradePathModeAuto   UpgradePathMode = "auto"
+	UpgradePathModeDirect UpgradePathMode = "direct"
+)
+
+// Valid indicates whether the value is a known member of the UpgradePathMode enum.
+func (e UpgradePathMode) Valid() bool {
+	switch e {
+	case UpgradePathModeAuto:
+		return true
+	case UpgradePathModeDirect:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UpgradeRequestOnFailure.
 const (
 	UpgradeRequestOnFailureHalt     UpgradeRequestOnFailure = "halt"
@@ -546,16 +870,16 @@ func (e UpgradeRequestOnFailure) Valid() bool {
 
 // Defines values for UpgradeRequestPath.
 const (
-	Auto   UpgradeRequestPath = "auto"
-	Direct UpgradeRequestPath = "direct"
+	UpgradeRequestPathAuto   UpgradeRequestPath = "auto"
+	UpgradeRequestPathDirect UpgradeRequestPath = "direct"
 )
 
 // Valid indicates whether the value is a known member of the UpgradeRequestPath enum.
 func (e UpgradeRequestPath) Valid() bool {
 	switch e {
-	case Auto:
+	case UpgradeRequestPathAuto:
 		return true
-	case Direct:
+	case UpgradeRequestPathDirect:
 		return true
 	default:
 		return false
@@ -580,6 +904,24 @@ func (e UpgradeRequestStrategy) Valid() bool {
 	}
 }
 
+// Defines values for UpgradeStrategy.
+const (
+	UpgradeStrategyBlueGreen UpgradeStrategy = "blueGreen"
+	UpgradeStrategyRecreate  UpgradeStrategy = "recreate"
+)
+
+// Valid indicates whether the value is a known member of the UpgradeStrategy enum.
+func (e UpgradeStrategy) Valid() bool {
+	switch e {
+	case UpgradeStrategyBlueGreen:
+		return true
+	case UpgradeStrategyRecreate:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WFMClientStatus.
 const (
 	Accepted WFMClientStatus = "accepted"
@@ -592,6 +934,54 @@ func (e WFMClientStatus) Valid() bool {
 	case Accepted:
 		return true
 	case Retired:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WaveApproval.
+const (
+	WaveApprovalAuto   WaveApproval = "auto"
+	WaveApprovalManual WaveApproval = "manual"
+)
+
+// Valid indicates whether the value is a known member of the WaveApproval enum.
+func (e WaveApproval) Valid() bool {
+	switch e {
+	case WaveApprovalAuto:
+		return true
+	case WaveApprovalManual:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WaveState.
+const (
+	WaveStateFailed     WaveState = "failed"
+	WaveStatePassed     WaveState = "passed"
+	WaveStatePending    WaveState = "pending"
+	WaveStatePublishing WaveState = "publishing"
+	WaveStateSoaking    WaveState = "soaking"
+	WaveStateStopped    WaveState = "stopped"
+)
+
+// Valid indicates whether the value is a known member of the WaveState enum.
+func (e WaveState) Valid() bool {
+	switch e {
+	case WaveStateFailed:
+		return true
+	case WaveStatePassed:
+		return true
+	case WaveStatePending:
+		return true
+	case WaveStatePublishing:
+		return true
+	case WaveStateSoaking:
+		return true
+	case WaveStateStopped:
 		return true
 	default:
 		return false
@@ -614,6 +1004,18 @@ func (e ListAuditParamsOutcome) Valid() bool {
 	default:
 		return false
 	}
+}
+
+// AbortRolloutRequest defines model for AbortRolloutRequest.
+type AbortRolloutRequest struct {
+	// Force Revert members whose policy refuses it too (admin only, with `revert` and a `reason`; audited).
+	Force *bool `json:"force,omitempty"`
+
+	// Reason Required with force; recorded in the audit log and on each forced revision.
+	Reason *string `json:"reason,omitempty"`
+
+	// Revert Also return every member the rollout changed to its revision from before the rollout, where policy allows it.
+	Revert *bool `json:"revert,omitempty"`
 }
 
 // AcceptClientRequest defines model for AcceptClientRequest.
@@ -753,6 +1155,57 @@ type CreateDeploymentRequest struct {
 	Version string  `json:"version"`
 }
 
+// CreateRolloutRequest One application, one action with its options in the member of the same name (required for that
+// action; a member of another action is refused, 422), a target and the waves.
+//
+// Example: {"action":"upgrade","applicationId":"com-example-svc","onThreshold":"abort","target":{"labels":"site=plant-alfa"},"upgrade":{"path":"auto","targetVersion":"2.0.0"},"waves":[{"approval":"manual","size":{"count":1}},{"maxFailures":{"percent":2},"size":{"percent":10},"soak":"30m"},{"maxFailures":{"percent":2},"size":{"percent":100}}]}
+type CreateRolloutRequest struct {
+	// Action What a rollout does to each member: `install` creates a deployment on each matching device that does
+	// not have the application; `upgrade`, `reconfigure` and `rollback` run the single-deployment operation
+	// of that name on each matching deployment.
+	Action        RolloutAction `json:"action"`
+	ApplicationId string        `json:"applicationId"`
+
+	// Deadline How long the rollout may run, from its start: a duration from 1m to 8760h (Go syntax, such as
+	// 72h). A rollout still running or paused then fails (cause `deadline-passed`). Absent - 168h.
+	Deadline *string `json:"deadline,omitempty"`
+
+	// Install The options of an `install` rollout, as `POST /mgmt/v1/deployments` takes them for one device.
+	Install *RolloutInstallOptions `json:"install,omitempty"`
+
+	// MaxInFlight The most member operations the rollout runs at a time, across its waves.
+	MaxInFlight *int `json:"maxInFlight,omitempty"`
+
+	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+	OnThreshold *ThresholdAction `json:"onThreshold,omitempty"`
+
+	// Reconfigure The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
+	Reconfigure *RolloutReconfigureOptions `json:"reconfigure,omitempty"`
+
+	// Rollback The options of a `rollback` rollout. Each member goes back to its own most recent revision at
+	// `toVersion`, checked against its installed version's rollback policy (excluded `policy-refused`
+	// otherwise); a member that never ran that version is excluded `no-revision`.
+	Rollback *RolloutRollbackOptions `json:"rollback,omitempty"`
+
+	// Target Which devices (install) or deployments of the application (upgrade, reconfigure, rollback) the
+	// rollout takes: every criterion given must hold; none given - all of them. `versions` and `states`
+	// select existing deployments and are refused (422) for `install`. Resolved once, at start.
+	Target RolloutTarget `json:"target"`
+
+	// Upgrade The options of an `upgrade` rollout, those of `POST /mgmt/v1/deployments/{id}/upgrade` for each member.
+	Upgrade *RolloutUpgradeOptions `json:"upgrade,omitempty"`
+
+	// Waves Taken in order from the eligible members. The sizes must cover every eligible member (end with
+	// `{"percent": 100}` to take the rest), and no wave may be empty (422 `invalid-waves` otherwise).
+	// Absent - `[{"size": {"count": 1}}, {"size": {"percent": 10}}, {"size": {"percent": 100}}]`, where a
+	// wave that would be empty is dropped instead of refused.
+	Waves *[]WaveSpec `json:"waves,omitempty"`
+
+	// Window A daily time window: a wave starts publishing only inside it (operations already started go on
+	// outside it). `end` before `start` spans midnight; `start` equal to `end` is refused (422).
+	Window *RolloutWindow `json:"window,omitempty"`
+}
+
 // CreateTokenRequest defines model for CreateTokenRequest.
 type CreateTokenRequest struct {
 	// ExpiresIn How long until the token expires: a duration from 1s to 87600h (Go syntax, such as 720h).
@@ -862,6 +1315,12 @@ type Device struct {
 	// Labels Effective labels (reported, overridden by the operator's).
 	Labels map[string]interface{} `json:"labels"`
 
+	// LastSeenAt When the device was last seen on the device API: its client's manifest poll, a status report of
+	// one of its deployments, or its capabilities report. Recorded at most once a minute per device
+	// (it may lag by up to a minute); absent when it has not been seen since wfm records it. Rollouts
+	// leave out devices not seen recently (`target.notSeenFor`).
+	LastSeenAt *time.Time `json:"lastSeenAt,omitempty"`
+
 	// OperatorLabels Label keys (1-253 chars) to values (strings up to 256 chars).
 	OperatorLabels Labels `json:"operatorLabels"`
 
@@ -891,6 +1350,15 @@ type DeviceLabels struct {
 type DeviceList struct {
 	Items      []Device `json:"items"`
 	NextCursor *string  `json:"nextCursor,omitempty"`
+}
+
+// DeviceRef defines model for DeviceRef.
+type DeviceRef struct {
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
+	ClientId ClientId `json:"clientId"`
+	DeviceId DeviceId `json:"deviceId"`
 }
 
 // DeviceState defines model for DeviceState.
@@ -944,6 +1412,62 @@ type DurationNotice struct {
 	//
 	// Example: 10m0s
 	Used *string `json:"used,omitempty"`
+}
+
+// ExcludeMemberRequest The member's key: `deploymentId` for upgrade, reconfigure and rollback rollouts; `clientId` and
+// `deviceId` together for install rollouts (422 otherwise).
+type ExcludeMemberRequest struct {
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
+	ClientId     *ClientId           `json:"clientId,omitempty"`
+	DeploymentId *openapi_types.UUID `json:"deploymentId,omitempty"`
+	DeviceId     *DeviceId           `json:"deviceId,omitempty"`
+}
+
+// ExclusionCounts Excluded members by reason (an ExclusionReason each).
+type ExclusionCounts struct {
+	AtTarget      int `json:"at-target"`
+	Busy          int `json:"busy"`
+	NoRevision    int `json:"no-revision"`
+	NotSeen       int `json:"not-seen"`
+	Operator      int `json:"operator"`
+	PolicyRefused int `json:"policy-refused"`
+	Unplaceable   int `json:"unplaceable"`
+}
+
+// ExclusionGroup defines model for ExclusionGroup.
+type ExclusionGroup struct {
+	Count    int           `json:"count"`
+	Examples []PlanExample `json:"examples"`
+
+	// Reason Why a member is excluded. At start: `at-target` (already at the target version; for install, the
+	// device already has the application; for reconfigure, it already has the parameters),
+	// `policy-refused` (the supplier's policy refuses the change: `minUpgradeFrom` with no path, a rollback
+	// policy, an immutable parameter; `reasonDetail` has the supplier's reason), `no-revision` (rollback:
+	// the member never ran that version), `unplaceable` (the device's capabilities do not fit the version's
+	// requirements or profile), `busy` (a member of another active rollout, or an operation in progress on
+	// the deployment), `not-seen` (the device was not seen within `target.notSeenFor`). Later:
+	// `operator` (the `exclude` action; such a member stays classified `eligible`).
+	Reason ExclusionReason `json:"reason"`
+}
+
+// ExclusionReason Why a member is excluded. At start: `at-target` (already at the target version; for install, the
+// device already has the application; for reconfigure, it already has the parameters),
+// `policy-refused` (the supplier's policy refuses the change: `minUpgradeFrom` with no path, a rollback
+// policy, an immutable parameter; `reasonDetail` has the supplier's reason), `no-revision` (rollback:
+// the member never ran that version), `unplaceable` (the device's capabilities do not fit the version's
+// requirements or profile), `busy` (a member of another active rollout, or an operation in progress on
+// the deployment), `not-seen` (the device was not seen within `target.notSeenFor`). Later:
+// `operator` (the `exclude` action; such a member stays classified `eligible`).
+type ExclusionReason string
+
+// FailureBudget Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
+// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
+// first failure stops the wave.
+type FailureBudget struct {
+	Count   *int `json:"count,omitempty"`
+	Percent *int `json:"percent,omitempty"`
 }
 
 // FieldProblem defines model for FieldProblem.
@@ -1001,12 +1525,73 @@ type LifecycleRulesStrategies string
 // first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
 type ManifestVersion = uint64
 
+// MemberClassification How a member was classified when the rollout started.
+type MemberClassification string
+
+// MemberPlan How an eligible member reaches the target: `direct`, or `hops` through the versions in `through`
+// (passed on the way, the start and the target excluded). install, reconfigure and rollback plans are
+// always direct.
+type MemberPlan struct {
+	Kind MemberPlanKind `json:"kind"`
+
+	// Through Example: ["1.5.0"]
+	Through *[]string `json:"through,omitempty"`
+}
+
+// MemberPlanKind defines model for MemberPlan.Kind.
+type MemberPlanKind string
+
+// MemberRevert What an abort with revert did to the member.
+type MemberRevert struct {
+	// Forced Reverted by an admin's override of the policy.
+	Forced      *bool               `json:"forced,omitempty"`
+	OperationId *openapi_types.UUID `json:"operationId,omitempty"`
+
+	// Outcome pending / in-progress: the revert operation waits or runs; reverted; not-reverted: the installed
+	// version's policy refuses it (`reason` is the supplier's); failed: the revert operation failed
+	// (`reason` says why). A member the rollout never changed has no revert.
+	Outcome MemberRevertOutcome `json:"outcome"`
+	Reason  *string             `json:"reason,omitempty"`
+
+	// ToRevision The revision from before the rollout (none for install members: the deployment is removed).
+	ToRevision *int `json:"toRevision,omitempty"`
+}
+
+// MemberRevertOutcome pending / in-progress: the revert operation waits or runs; reverted; not-reverted: the installed
+// version's policy refuses it (`reason` is the supplier's); failed: the revert operation failed
+// (`reason` says why). A member the rollout never changed has no revert.
+type MemberRevertOutcome string
+
+// MemberStatus Where a member is. pending: its wave has not started it; in-progress: its operation runs;
+// succeeded; failed: its operation failed or passed its deadline (counts as a failure); cancelled: its
+// operation was cancelled by the rollout, or it was never started because the rollout ended (counts as
+// no failure); reverted / not-reverted: an abort with revert took it back, or may not or could not (the
+// supplier's reason, or the failure, in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
+// excluded: at start, or later by the `exclude` action (`reason` says which).
+type MemberStatus string
+
+// MemberStatusCounts Members by status (a MemberStatus each).
+type MemberStatusCounts struct {
+	Cancelled   int `json:"cancelled"`
+	Excluded    int `json:"excluded"`
+	Failed      int `json:"failed"`
+	InProgress  int `json:"in-progress"`
+	NotReverted int `json:"not-reverted"`
+	Pending     int `json:"pending"`
+	Removed     int `json:"removed"`
+	Reverted    int `json:"reverted"`
+	Succeeded   int `json:"succeeded"`
+}
+
 // NewToken defines model for NewToken.
 type NewToken struct {
 	// Secret The bearer token. Shown once; store it now.
 	Secret string `json:"secret"`
 	Token  Token  `json:"token"`
 }
+
+// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+type OnFailure string
 
 // Operation defines model for Operation.
 type Operation struct {
@@ -1118,6 +1703,52 @@ type PlanCheck struct {
 	Detail string `json:"detail"`
 	Name   string `json:"name"`
 	Passed bool   `json:"passed"`
+}
+
+// PlanExample defines model for PlanExample.
+type PlanExample struct {
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
+	ClientId     ClientId            `json:"clientId"`
+	DeploymentId *openapi_types.UUID `json:"deploymentId,omitempty"`
+	DeviceId     DeviceId            `json:"deviceId"`
+	FromVersion  *string             `json:"fromVersion,omitempty"`
+	ReasonDetail *string             `json:"reasonDetail,omitempty"`
+}
+
+// PlanGroup The eligible members that share one plan (for hops, one path).
+type PlanGroup struct {
+	Count    int           `json:"count"`
+	Examples []PlanExample `json:"examples"`
+
+	// Plan How an eligible member reaches the target: `direct`, or `hops` through the versions in `through`
+	// (passed on the way, the start and the target excluded). install, reconfigure and rollback plans are
+	// always direct.
+	Plan MemberPlan `json:"plan"`
+}
+
+// PlannedWave defines model for PlannedWave.
+type PlannedWave struct {
+	AllowedFailures int `json:"allowedFailures"`
+
+	// Approval auto (the default): the wave starts when the previous one passed; manual: it also waits for `approve` (the rollout shows `paused`, cause `approval-required`).
+	Approval WaveApproval `json:"approval"`
+	Index    int          `json:"index"`
+
+	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
+	// first failure stops the wave.
+	MaxFailures  FailureBudget `json:"maxFailures"`
+	MinSuccess   int           `json:"minSuccess"`
+	ResolvedSize int           `json:"resolvedSize"`
+
+	// Size Exactly one of `count` (members) or `percent` (of the eligible members, rounded up, at least 1). A
+	// wave never takes more than what is left.
+	Size WaveSize `json:"size"`
+
+	// Soak The soak time in Go's canonical form, a duration from 0s to 168h (0s - none).
+	Soak string `json:"soak"`
 }
 
 // Problem RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
@@ -1254,6 +1885,423 @@ type RollbackRules struct {
 	Window *string `json:"window,omitempty"`
 }
 
+// Rollout defines model for Rollout.
+type Rollout struct {
+	// Abort The abort as asked (by an operator, or by a threshold with `onThreshold: abort`).
+	Abort *RolloutAbort `json:"abort,omitempty"`
+
+	// Action What a rollout does to each member: `install` creates a deployment on each matching device that does
+	// not have the application; `upgrade`, `reconfigure` and `rollback` run the single-deployment operation
+	// of that name on each matching deployment.
+	Action        RolloutAction `json:"action"`
+	ApplicationId string        `json:"applicationId"`
+	Counts        RolloutCounts `json:"counts"`
+	CreatedAt     time.Time     `json:"createdAt"`
+
+	// CreatedBy The token id that created it.
+	CreatedBy string `json:"createdBy"`
+
+	// CurrentWave The wave publishing, soaking or waiting to start; absent before the first and once the rollout ended.
+	CurrentWave *int `json:"currentWave,omitempty"`
+
+	// Deadline The rollout's deadline as a duration from its start, in Go's canonical form, from 1m to 8760h.
+	//
+	// Example: 168h0m0s
+	Deadline   string    `json:"deadline"`
+	DeadlineAt time.Time `json:"deadlineAt"`
+
+	// Generation Goes up with every change of the rollout; the `ETag` is derived from it.
+	Generation int64 `json:"generation"`
+
+	// History Every transition, oldest first (the first is `started`). Each is also an event in the event log.
+	History []RolloutTransition `json:"history"`
+	Id      openapi_types.UUID  `json:"id"`
+
+	// Install The options of an `install` rollout, as `POST /mgmt/v1/deployments` takes them for one device.
+	Install     *RolloutInstallOptions `json:"install,omitempty"`
+	MaxInFlight int                    `json:"maxInFlight"`
+
+	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+	OnThreshold ThresholdAction `json:"onThreshold"`
+
+	// Reconfigure The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
+	Reconfigure *RolloutReconfigureOptions `json:"reconfigure,omitempty"`
+
+	// Rollback The options of a `rollback` rollout. Each member goes back to its own most recent revision at
+	// `toVersion`, checked against its installed version's rollback policy (excluded `policy-refused`
+	// otherwise); a member that never ran that version is excluded `no-revision`.
+	Rollback *RolloutRollbackOptions `json:"rollback,omitempty"`
+
+	// State running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
+	// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+	// flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
+	// nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
+	// outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
+	// succeeded, aborted, cancelled, failed.
+	State RolloutState `json:"state"`
+
+	// StateCause Why a rollout entered its state. `started` (creation, no previous state); to paused:
+	// `operator-paused`, `approval-required`, `threshold-exceeded`; paused to running: `operator-resumed`,
+	// `approved`; to succeeded: `completed`; to cancelled: `operator-cancelled`; to aborting:
+	// `operator-aborted`, `threshold-exceeded` (with `onThreshold: abort`); aborting to aborted:
+	// `revert-finished`; to failed: `target-version-yanked`, `target-version-deleted`, `deadline-passed`.
+	StateCause     RolloutCause `json:"stateCause"`
+	StateChangedAt time.Time    `json:"stateChangedAt"`
+
+	// Target Which devices (install) or deployments of the application (upgrade, reconfigure, rollback) the
+	// rollout takes: every criterion given must hold; none given - all of them. `versions` and `states`
+	// select existing deployments and are refused (422) for `install`. Resolved once, at start.
+	Target    RolloutTarget `json:"target"`
+	UpdatedAt time.Time     `json:"updatedAt"`
+
+	// Upgrade The options of an `upgrade` rollout, those of `POST /mgmt/v1/deployments/{id}/upgrade` for each member.
+	Upgrade *RolloutUpgradeOptions `json:"upgrade,omitempty"`
+
+	// Waiting Why the rollout starts nothing now, while it is running or paused.
+	Waiting *RolloutWaiting `json:"waiting,omitempty"`
+	Waves   []RolloutWave   `json:"waves"`
+
+	// Window A daily time window: a wave starts publishing only inside it (operations already started go on
+	// outside it). `end` before `start` spans midnight; `start` equal to `end` is refused (422).
+	Window *RolloutWindow `json:"window,omitempty"`
+}
+
+// RolloutAbort The abort as asked (by an operator, or by a threshold with `onThreshold: abort`).
+type RolloutAbort struct {
+	At          time.Time `json:"at"`
+	Forced      bool      `json:"forced"`
+	Reason      *string   `json:"reason,omitempty"`
+	RequestedBy string    `json:"requestedBy"`
+	Revert      bool      `json:"revert"`
+}
+
+// RolloutAction What a rollout does to each member: `install` creates a deployment on each matching device that does
+// not have the application; `upgrade`, `reconfigure` and `rollback` run the single-deployment operation
+// of that name on each matching deployment.
+type RolloutAction string
+
+// RolloutCause Why a rollout entered its state. `started` (creation, no previous state); to paused:
+// `operator-paused`, `approval-required`, `threshold-exceeded`; paused to running: `operator-resumed`,
+// `approved`; to succeeded: `completed`; to cancelled: `operator-cancelled`; to aborting:
+// `operator-aborted`, `threshold-exceeded` (with `onThreshold: abort`); aborting to aborted:
+// `revert-finished`; to failed: `target-version-yanked`, `target-version-deleted`, `deadline-passed`.
+type RolloutCause string
+
+// RolloutCounts defines model for RolloutCounts.
+type RolloutCounts struct {
+	// ByStatus Members by status (a MemberStatus each).
+	ByStatus MemberStatusCounts `json:"byStatus"`
+
+	// Eligible Members classified eligible at start.
+	Eligible int `json:"eligible"`
+
+	// Excluded Members classified excluded at start (members excluded later by an operator are in byStatus).
+	Excluded int `json:"excluded"`
+
+	// ExcludedByReason Excluded members by reason (an ExclusionReason each).
+	ExcludedByReason ExclusionCounts `json:"excludedByReason"`
+
+	// Total Every member resolved at start.
+	Total int `json:"total"`
+}
+
+// RolloutInstallOptions The options of an `install` rollout, as `POST /mgmt/v1/deployments` takes them for one device.
+type RolloutInstallOptions struct {
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters *ParameterValues `json:"parameters,omitempty"`
+
+	// ProfileId A deployment profile of the description; omitted - per device, the first one it can run.
+	ProfileId *string `json:"profileId,omitempty"`
+
+	// Timeout How long each device may take to install revision 1: a duration from 1s to 168h (Go syntax, such
+	// as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
+	Timeout *string `json:"timeout,omitempty"`
+	Version string  `json:"version"`
+}
+
+// RolloutList defines model for RolloutList.
+type RolloutList struct {
+	Items      []Rollout `json:"items"`
+	NextCursor *string   `json:"nextCursor,omitempty"`
+}
+
+// RolloutMember defines model for RolloutMember.
+type RolloutMember struct {
+	// Classification How a member was classified when the rollout started.
+	Classification MemberClassification `json:"classification"`
+
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
+	ClientId ClientId `json:"clientId"`
+
+	// DeploymentId Absent for an install member whose deployment is not created yet.
+	DeploymentId *openapi_types.UUID `json:"deploymentId,omitempty"`
+	DeviceId     DeviceId            `json:"deviceId"`
+
+	// FromRevision The desired revision before the rollout, the one a revert returns to (absent for install members).
+	FromRevision *int `json:"fromRevision,omitempty"`
+
+	// FromVersion The version before the rollout (absent for install members).
+	FromVersion *string `json:"fromVersion,omitempty"`
+
+	// OperationId The member's operation, once started.
+	OperationId *openapi_types.UUID `json:"operationId,omitempty"`
+
+	// Plan How an eligible member reaches the target: `direct`, or `hops` through the versions in `through`
+	// (passed on the way, the start and the target excluded). install, reconfigure and rollback plans are
+	// always direct.
+	Plan *MemberPlan `json:"plan,omitempty"`
+
+	// Reason Why a member is excluded. At start: `at-target` (already at the target version; for install, the
+	// device already has the application; for reconfigure, it already has the parameters),
+	// `policy-refused` (the supplier's policy refuses the change: `minUpgradeFrom` with no path, a rollback
+	// policy, an immutable parameter; `reasonDetail` has the supplier's reason), `no-revision` (rollback:
+	// the member never ran that version), `unplaceable` (the device's capabilities do not fit the version's
+	// requirements or profile), `busy` (a member of another active rollout, or an operation in progress on
+	// the deployment), `not-seen` (the device was not seen within `target.notSeenFor`). Later:
+	// `operator` (the `exclude` action; such a member stays classified `eligible`).
+	Reason *ExclusionReason `json:"reason,omitempty"`
+
+	// ReasonDetail For an excluded member, what refused it (for policy-refused, the supplier's reason).
+	ReasonDetail *string `json:"reasonDetail,omitempty"`
+
+	// Result How its operation ended, for a person (the operation's reason when it failed).
+	Result *string `json:"result,omitempty"`
+
+	// Revert What an abort with revert did to the member.
+	Revert *MemberRevert `json:"revert,omitempty"`
+
+	// Status Where a member is. pending: its wave has not started it; in-progress: its operation runs;
+	// succeeded; failed: its operation failed or passed its deadline (counts as a failure); cancelled: its
+	// operation was cancelled by the rollout, or it was never started because the rollout ended (counts as
+	// no failure); reverted / not-reverted: an abort with revert took it back, or may not or could not (the
+	// supplier's reason, or the failure, in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
+	// excluded: at start, or later by the `exclude` action (`reason` says which).
+	Status    MemberStatus `json:"status"`
+	UpdatedAt *time.Time   `json:"updatedAt,omitempty"`
+
+	// Wave The wave that takes it (eligible members only).
+	Wave *int `json:"wave,omitempty"`
+}
+
+// RolloutMemberList defines model for RolloutMemberList.
+type RolloutMemberList struct {
+	Items      []RolloutMember `json:"items"`
+	NextCursor *string         `json:"nextCursor,omitempty"`
+}
+
+// RolloutPlan defines model for RolloutPlan.
+type RolloutPlan struct {
+	// Action What a rollout does to each member: `install` creates a deployment on each matching device that does
+	// not have the application; `upgrade`, `reconfigure` and `rollback` run the single-deployment operation
+	// of that name on each matching deployment.
+	Action        RolloutAction `json:"action"`
+	ApplicationId string        `json:"applicationId"`
+	Eligible      int           `json:"eligible"`
+	Excluded      int           `json:"excluded"`
+
+	// ExcludedByReason Excluded members by reason (an ExclusionReason each).
+	ExcludedByReason ExclusionCounts `json:"excludedByReason"`
+
+	// Exclusions The excluded members by reason, largest group first.
+	Exclusions []ExclusionGroup `json:"exclusions"`
+
+	// Plans The eligible members by plan, largest group first.
+	Plans []PlanGroup `json:"plans"`
+	Total int         `json:"total"`
+
+	// Waves The waves a create would cut now (empty when nothing is eligible).
+	Waves []PlannedWave `json:"waves"`
+}
+
+// RolloutReconfigureOptions The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
+type RolloutReconfigureOptions struct {
+	// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+	OnFailure *OnFailure `json:"onFailure,omitempty"`
+
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters ParameterValues `json:"parameters"`
+
+	// Timeout How long each member may take to install its revision: a duration from 1s to 168h (Go syntax,
+	// such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
+	Timeout *string `json:"timeout,omitempty"`
+}
+
+// RolloutRollbackOptions The options of a `rollback` rollout. Each member goes back to its own most recent revision at
+// `toVersion`, checked against its installed version's rollback policy (excluded `policy-refused`
+// otherwise); a member that never ran that version is excluded `no-revision`.
+type RolloutRollbackOptions struct {
+	// Timeout How long each member may take to install its revision: a duration from 1s to 168h (Go syntax,
+	// such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
+	Timeout   *string `json:"timeout,omitempty"`
+	ToVersion string  `json:"toVersion"`
+}
+
+// RolloutState running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
+// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+// flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
+// nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
+// outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
+// succeeded, aborted, cancelled, failed.
+type RolloutState string
+
+// RolloutTarget Which devices (install) or deployments of the application (upgrade, reconfigure, rollback) the
+// rollout takes: every criterion given must hold; none given - all of them. `versions` and `states`
+// select existing deployments and are refused (422) for `install`. Resolved once, at start.
+type RolloutTarget struct {
+	Clients *[]ClientId  `json:"clients,omitempty"`
+	Devices *[]DeviceRef `json:"devices,omitempty"`
+
+	// Labels A label selector on the device's effective labels, as in the deployments and devices lists:
+	// comma-separated `key=value`, `key!=value`, `key`, `!key`, all of which must hold.
+	//
+	//
+	// Example: site=plant-alfa,!decommissioned
+	Labels *string `json:"labels,omitempty"`
+
+	// NotSeenFor Members whose device was not seen (`lastSeenAt`) within this duration are excluded `not-seen`:
+	// a duration from 5m to 8760h (Go syntax, such as 30m or 24h; `lastSeenAt` is recorded at most once a
+	// minute). Absent - no device is left out for that.
+	NotSeenFor *string `json:"notSeenFor,omitempty"`
+
+	// States Current states of the deployments to take.
+	States *[]DeploymentState `json:"states,omitempty"`
+
+	// Versions Current versions (of the desired revision) of the deployments to take.
+	Versions *[]string `json:"versions,omitempty"`
+}
+
+// RolloutTransition defines model for RolloutTransition.
+type RolloutTransition struct {
+	// Actor The token id of the operator, or `scheduler` for the rollout's own transitions.
+	Actor string    `json:"actor"`
+	At    time.Time `json:"at"`
+
+	// Cause Why a rollout entered its state. `started` (creation, no previous state); to paused:
+	// `operator-paused`, `approval-required`, `threshold-exceeded`; paused to running: `operator-resumed`,
+	// `approved`; to succeeded: `completed`; to cancelled: `operator-cancelled`; to aborting:
+	// `operator-aborted`, `threshold-exceeded` (with `onThreshold: abort`); aborting to aborted:
+	// `revert-finished`; to failed: `target-version-yanked`, `target-version-deleted`, `deadline-passed`.
+	Cause RolloutCause `json:"cause"`
+
+	// Detail What happened, for a person (e.g. wave 2: 3 failures, maxFailures allows 2).
+	Detail *string `json:"detail,omitempty"`
+
+	// From running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
+	// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+	// flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
+	// nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
+	// outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
+	// succeeded, aborted, cancelled, failed.
+	From *RolloutState `json:"from,omitempty"`
+
+	// To running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
+	// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+	// flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
+	// nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
+	// outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
+	// succeeded, aborted, cancelled, failed.
+	To RolloutState `json:"to"`
+}
+
+// RolloutUpgradeOptions The options of an `upgrade` rollout, those of `POST /mgmt/v1/deployments/{id}/upgrade` for each member.
+type RolloutUpgradeOptions struct {
+	Drain *DrainOverride `json:"drain,omitempty"`
+
+	// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+	OnFailure *OnFailure `json:"onFailure,omitempty"`
+
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters *ParameterValues `json:"parameters,omitempty"`
+
+	// Path direct (the default): only a direct upgrade (members that need hops are excluded `policy-refused`); auto: members that need hops get a `hops` plan.
+	Path          *UpgradePathMode `json:"path,omitempty"`
+	Strategy      *UpgradeStrategy `json:"strategy,omitempty"`
+	TargetVersion string           `json:"targetVersion"`
+
+	// Timeout How long each step of each member may take to install, on top of the drain timeout: a duration
+	// from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
+	Timeout *string `json:"timeout,omitempty"`
+}
+
+// RolloutWaiting Why the rollout starts nothing now, while it is running or paused.
+type RolloutWaiting struct {
+	// Message Example: wave 2 waits for approve
+	Message string               `json:"message"`
+	Reason  RolloutWaitingReason `json:"reason"`
+
+	// Until When the wait ends by itself (soak, window); absent when it needs an operator.
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// RolloutWaitingReason defines model for RolloutWaiting.Reason.
+type RolloutWaitingReason string
+
+// RolloutWave defines model for RolloutWave.
+type RolloutWave struct {
+	// AllowedFailures maxFailures resolved to a count of this wave.
+	AllowedFailures int `json:"allowedFailures"`
+
+	// Approval auto (the default): the wave starts when the previous one passed; manual: it also waits for `approve` (the rollout shows `paused`, cause `approval-required`).
+	Approval   WaveApproval `json:"approval"`
+	ApprovedAt *time.Time   `json:"approvedAt,omitempty"`
+	ApprovedBy *string      `json:"approvedBy,omitempty"`
+
+	// Counts Members by status (a MemberStatus each).
+	Counts     MemberStatusCounts `json:"counts"`
+	FinishedAt *time.Time         `json:"finishedAt,omitempty"`
+
+	// Index 1 for the first wave.
+	Index int `json:"index"`
+
+	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
+	// first failure stops the wave.
+	MaxFailures FailureBudget `json:"maxFailures"`
+	MinSuccess  int           `json:"minSuccess"`
+
+	// ResolvedSize The members this wave took.
+	ResolvedSize int `json:"resolvedSize"`
+
+	// SettledAt When every member of the wave had ended.
+	SettledAt *time.Time `json:"settledAt,omitempty"`
+
+	// Size Exactly one of `count` (members) or `percent` (of the eligible members, rounded up, at least 1). A
+	// wave never takes more than what is left.
+	Size WaveSize `json:"size"`
+
+	// Soak The soak time in Go's canonical form, a duration from 0s to 168h (0s - none).
+	//
+	// Example: 30m0s
+	Soak      string     `json:"soak"`
+	SoakUntil *time.Time `json:"soakUntil,omitempty"`
+	StartedAt *time.Time `json:"startedAt,omitempty"`
+
+	// State pending: the wave has started nothing yet (a manual wave waits for `approve` in this state);
+	// publishing: it starts its members' operations (at most `maxInFlight` at a time) and waits for their
+	// results; soaking: every member settled (ended) with the thresholds met, and the soak time runs;
+	// passed: settled, thresholds met, soak over (the next wave may start); failed: `maxFailures` was
+	// exceeded, or the wave settled below `minSuccess`; stopped: the rollout was cancelled, aborted or
+	// failed before the wave passed or failed.
+	State WaveState `json:"state"`
+}
+
+// RolloutWindow A daily time window: a wave starts publishing only inside it (operations already started go on
+// outside it). `end` before `start` spans midnight; `start` equal to `end` is refused (422).
+type RolloutWindow struct {
+	// End Example: 04:00
+	End string `json:"end"`
+
+	// Start Example: 22:00
+	Start string `json:"start"`
+
+	// TimeZone An IANA time zone name (422 when unknown).
+	//
+	// Example: Europe/Berlin
+	TimeZone string `json:"timeZone"`
+}
+
 // StatusError defines model for StatusError.
 type StatusError struct {
 	Code    *string `json:"code,omitempty"`
@@ -1284,6 +2332,9 @@ type StatusReport struct {
 	Stale bool        `json:"stale"`
 	State DeviceState `json:"state"`
 }
+
+// ThresholdAction What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+type ThresholdAction string
 
 // Token defines model for Token.
 type Token struct {
@@ -1345,6 +2396,9 @@ type UpgradePath struct {
 	Path   []string `json:"path"`
 }
 
+// UpgradePathMode direct (the default): only a direct upgrade (members that need hops are excluded `policy-refused`); auto: members that need hops get a `hops` plan.
+type UpgradePathMode string
+
 // UpgradeRequest Example: {"path":"auto","targetVersion":"2.0.0"}
 type UpgradeRequest struct {
 	Drain     *DrainOverride           `json:"drain,omitempty"`
@@ -1371,6 +2425,9 @@ type UpgradeRequestPath string
 // UpgradeRequestStrategy defines model for UpgradeRequest.Strategy.
 type UpgradeRequestStrategy string
 
+// UpgradeStrategy defines model for UpgradeStrategy.
+type UpgradeStrategy string
+
 // WFMClient defines model for WFMClient.
 type WFMClient struct {
 	CreatedAt   time.Time `json:"createdAt"`
@@ -1396,6 +2453,47 @@ type WFMClientList struct {
 	Items      []WFMClient `json:"items"`
 	NextCursor *string     `json:"nextCursor,omitempty"`
 }
+
+// WaveApproval auto (the default): the wave starts when the previous one passed; manual: it also waits for `approve` (the rollout shows `paused`, cause `approval-required`).
+type WaveApproval string
+
+// WaveSize Exactly one of `count` (members) or `percent` (of the eligible members, rounded up, at least 1). A
+// wave never takes more than what is left.
+type WaveSize struct {
+	Count   *int `json:"count,omitempty"`
+	Percent *int `json:"percent,omitempty"`
+}
+
+// WaveSpec defines model for WaveSpec.
+type WaveSpec struct {
+	// Approval auto (the default): the wave starts when the previous one passed; manual: it also waits for `approve` (the rollout shows `paused`, cause `approval-required`).
+	Approval *WaveApproval `json:"approval,omitempty"`
+
+	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
+	// first failure stops the wave.
+	MaxFailures *FailureBudget `json:"maxFailures,omitempty"`
+
+	// MinSuccess The percent of the wave (its resolved size, less members excluded or removed meanwhile) that must
+	// succeed for it to pass, checked when it settled. Members cancelled by the rollout count neither way.
+	MinSuccess *int `json:"minSuccess,omitempty"`
+
+	// Size Exactly one of `count` (members) or `percent` (of the eligible members, rounded up, at least 1). A
+	// wave never takes more than what is left.
+	Size WaveSize `json:"size"`
+
+	// Soak How long to wait after the wave settled, thresholds met, before the next wave may start: a
+	// duration from 0s to 168h (Go syntax, such as 30m or 2h). Absent - 0s, no soak.
+	Soak *string `json:"soak,omitempty"`
+}
+
+// WaveState pending: the wave has started nothing yet (a manual wave waits for `approve` in this state);
+// publishing: it starts its members' operations (at most `maxInFlight` at a time) and waits for their
+// results; soaking: every member settled (ended) with the thresholds met, and the soak time runs;
+// passed: settled, thresholds met, soak over (the next wave may start); failed: `maxFailures` was
+// exceeded, or the wave settled below `minSuccess`; stopped: the rollout was cancelled, aborted or
+// failed before the wave passed or failed.
+type WaveState string
 
 // YankRequest defines model for YankRequest.
 type YankRequest struct {
@@ -1440,6 +2538,9 @@ type Limit = int
 
 // OperationIdPath defines model for OperationIdPath.
 type OperationIdPath = string
+
+// RolloutIdPath defines model for RolloutIdPath.
+type RolloutIdPath = string
 
 // Version defines model for Version.
 type Version = string
@@ -1677,6 +2778,93 @@ type CancelOperationParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ListRolloutsParams defines parameters for ListRollouts.
+type ListRolloutsParams struct {
+	ApplicationId *string       `form:"applicationId,omitempty" json:"applicationId,omitempty"`
+	State         *RolloutState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CreateRolloutParams defines parameters for CreateRollout.
+type CreateRolloutParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// AbortRolloutParams defines parameters for AbortRollout.
+type AbortRolloutParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ApproveRolloutParams defines parameters for ApproveRollout.
+type ApproveRolloutParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// CancelRolloutParams defines parameters for CancelRollout.
+type CancelRolloutParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ExcludeRolloutMemberParams defines parameters for ExcludeRolloutMember.
+type ExcludeRolloutMemberParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ListRolloutMembersParams defines parameters for ListRolloutMembers.
+type ListRolloutMembersParams struct {
+	Wave           *int                  `form:"wave,omitempty" json:"wave,omitempty"`
+	Status         *MemberStatus         `form:"status,omitempty" json:"status,omitempty"`
+	Classification *MemberClassification `form:"classification,omitempty" json:"classification,omitempty"`
+	Reason         *ExclusionReason      `form:"reason,omitempty" json:"reason,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// PauseRolloutParams defines parameters for PauseRollout.
+type PauseRolloutParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ResumeRolloutParams defines parameters for ResumeRollout.
+type ResumeRolloutParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListTokensParams defines parameters for ListTokens.
 type ListTokensParams struct {
 	// Limit Largest number of items in the page.
@@ -1715,6 +2903,18 @@ type RollbackDeploymentJSONRequestBody = RollbackRequest
 
 // UpgradeDeploymentJSONRequestBody defines body for UpgradeDeployment for application/json ContentType.
 type UpgradeDeploymentJSONRequestBody = UpgradeRequest
+
+// CreateRolloutJSONRequestBody defines body for CreateRollout for application/json ContentType.
+type CreateRolloutJSONRequestBody = CreateRolloutRequest
+
+// PlanRolloutJSONRequestBody defines body for PlanRollout for application/json ContentType.
+type PlanRolloutJSONRequestBody = CreateRolloutRequest
+
+// AbortRolloutJSONRequestBody defines body for AbortRollout for application/json ContentType.
+type AbortRolloutJSONRequestBody = AbortRolloutRequest
+
+// ExcludeRolloutMemberJSONRequestBody defines body for ExcludeRolloutMember for application/json ContentType.
+type ExcludeRolloutMemberJSONRequestBody = ExcludeMemberRequest
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = CreateTokenRequest
@@ -2032,6 +3232,39 @@ type ServerInterface interface {
 	// CancelOperation Cancel a queued or running operation
 	// (POST /mgmt/v1/operations/{operationId}/cancel)
 	CancelOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath, params CancelOperationParams)
+	// ListRollouts List rollouts, newest first
+	// (GET /mgmt/v1/rollouts)
+	ListRollouts(w http.ResponseWriter, r *http.Request, params ListRolloutsParams)
+	// CreateRollout Start a rollout of one change to many deployments, in waves
+	// (POST /mgmt/v1/rollouts)
+	CreateRollout(w http.ResponseWriter, r *http.Request, params CreateRolloutParams)
+	// PlanRollout What a rollout would do, changing nothing
+	// (POST /mgmt/v1/rollouts/plan)
+	PlanRollout(w http.ResponseWriter, r *http.Request)
+	// GetRollout Get one rollout with its progress
+	// (GET /mgmt/v1/rollouts/{rolloutId})
+	GetRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath)
+	// AbortRollout Abort a rollout (cancel work in flight, optionally revert what it changed)
+	// (POST /mgmt/v1/rollouts/{rolloutId}/abort)
+	AbortRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params AbortRolloutParams)
+	// ApproveRollout Approve the next manual wave
+	// (POST /mgmt/v1/rollouts/{rolloutId}/approve)
+	ApproveRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ApproveRolloutParams)
+	// CancelRollout Cancel a rollout (start nothing new, let work in flight finish)
+	// (POST /mgmt/v1/rollouts/{rolloutId}/cancel)
+	CancelRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params CancelRolloutParams)
+	// ExcludeRolloutMember Exclude one member from a rollout
+	// (POST /mgmt/v1/rollouts/{rolloutId}/exclude)
+	ExcludeRolloutMember(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ExcludeRolloutMemberParams)
+	// ListRolloutMembers List a rollout's members with classification, plan, wave, operation and result
+	// (GET /mgmt/v1/rollouts/{rolloutId}/members)
+	ListRolloutMembers(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ListRolloutMembersParams)
+	// PauseRollout Pause a running rollout
+	// (POST /mgmt/v1/rollouts/{rolloutId}/pause)
+	PauseRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params PauseRolloutParams)
+	// ResumeRollout Resume a paused rollout
+	// (POST /mgmt/v1/rollouts/{rolloutId}/resume)
+	ResumeRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ResumeRolloutParams)
 	// ListTokens List API tokens (never their secrets)
 	// (GET /mgmt/v1/tokens)
 	ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams)
@@ -2278,6 +3511,72 @@ func (_ Unimplemented) GetOperation(w http.ResponseWriter, r *http.Request, oper
 // CancelOperation Cancel a queued or running operation
 // (POST /mgmt/v1/operations/{operationId}/cancel)
 func (_ Unimplemented) CancelOperation(w http.ResponseWriter, r *http.Request, operationId OperationIdPath, params CancelOperationParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListRollouts List rollouts, newest first
+// (GET /mgmt/v1/rollouts)
+func (_ Unimplemented) ListRollouts(w http.ResponseWriter, r *http.Request, params ListRolloutsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateRollout Start a rollout of one change to many deployments, in waves
+// (POST /mgmt/v1/rollouts)
+func (_ Unimplemented) CreateRollout(w http.ResponseWriter, r *http.Request, params CreateRolloutParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PlanRollout What a rollout would do, changing nothing
+// (POST /mgmt/v1/rollouts/plan)
+func (_ Unimplemented) PlanRollout(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetRollout Get one rollout with its progress
+// (GET /mgmt/v1/rollouts/{rolloutId})
+func (_ Unimplemented) GetRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// AbortRollout Abort a rollout (cancel work in flight, optionally revert what it changed)
+// (POST /mgmt/v1/rollouts/{rolloutId}/abort)
+func (_ Unimplemented) AbortRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params AbortRolloutParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ApproveRollout Approve the next manual wave
+// (POST /mgmt/v1/rollouts/{rolloutId}/approve)
+func (_ Unimplemented) ApproveRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ApproveRolloutParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CancelRollout Cancel a rollout (start nothing new, let work in flight finish)
+// (POST /mgmt/v1/rollouts/{rolloutId}/cancel)
+func (_ Unimplemented) CancelRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params CancelRolloutParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ExcludeRolloutMember Exclude one member from a rollout
+// (POST /mgmt/v1/rollouts/{rolloutId}/exclude)
+func (_ Unimplemented) ExcludeRolloutMember(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ExcludeRolloutMemberParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListRolloutMembers List a rollout's members with classification, plan, wave, operation and result
+// (GET /mgmt/v1/rollouts/{rolloutId}/members)
+func (_ Unimplemented) ListRolloutMembers(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ListRolloutMembersParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PauseRollout Pause a running rollout
+// (POST /mgmt/v1/rollouts/{rolloutId}/pause)
+func (_ Unimplemented) PauseRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params PauseRolloutParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ResumeRollout Resume a paused rollout
+// (POST /mgmt/v1/rollouts/{rolloutId}/resume)
+func (_ Unimplemented) ResumeRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ResumeRolloutParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -4169,6 +5468,680 @@ func (siw *ServerInterfaceWrapper) CancelOperation(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// ListRollouts operation middleware
+func (siw *ServerInterfaceWrapper) ListRollouts(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListRolloutsParams
+
+	// ------------- Optional query parameter "applicationId" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "applicationId", r.URL.Query(), &params.ApplicationId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "applicationId"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "applicationId", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", r.URL.Query(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListRollouts(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateRollout operation middleware
+func (siw *ServerInterfaceWrapper) CreateRollout(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateRolloutParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateRollout(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PlanRollout operation middleware
+func (siw *ServerInterfaceWrapper) PlanRollout(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PlanRollout(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetRollout operation middleware
+func (siw *ServerInterfaceWrapper) GetRollout(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "rolloutId" -------------
+	var rolloutId RolloutIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rolloutId", chi.URLParam(r, "rolloutId"), &rolloutId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "rolloutId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetRollout(w, r, rolloutId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AbortRollout operation middleware
+func (siw *ServerInterfaceWrapper) AbortRollout(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "rolloutId" -------------
+	var rolloutId RolloutIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rolloutId", chi.URLParam(r, "rolloutId"), &rolloutId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "rolloutId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params AbortRolloutParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AbortRollout(w, r, rolloutId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ApproveRollout operation middleware
+func (siw *ServerInterfaceWrapper) ApproveRollout(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "rolloutId" -------------
+	var rolloutId RolloutIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rolloutId", chi.URLParam(r, "rolloutId"), &rolloutId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "rolloutId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ApproveRolloutParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ApproveRollout(w, r, rolloutId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CancelRollout operation middleware
+func (siw *ServerInterfaceWrapper) CancelRollout(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "rolloutId" -------------
+	var rolloutId RolloutIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rolloutId", chi.URLParam(r, "rolloutId"), &rolloutId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "rolloutId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CancelRolloutParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CancelRollout(w, r, rolloutId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ExcludeRolloutMember operation middleware
+func (siw *ServerInterfaceWrapper) ExcludeRolloutMember(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "rolloutId" -------------
+	var rolloutId RolloutIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rolloutId", chi.URLParam(r, "rolloutId"), &rolloutId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "rolloutId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ExcludeRolloutMemberParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExcludeRolloutMember(w, r, rolloutId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListRolloutMembers operation middleware
+func (siw *ServerInterfaceWrapper) ListRolloutMembers(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "rolloutId" -------------
+	var rolloutId RolloutIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rolloutId", chi.URLParam(r, "rolloutId"), &rolloutId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "rolloutId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListRolloutMembersParams
+
+	// ------------- Optional query parameter "wave" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "wave", r.URL.Query(), &params.Wave, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "wave"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "wave", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "status" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "status", r.URL.Query(), &params.Status, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "status"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "status", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "classification" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "classification", r.URL.Query(), &params.Classification, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "classification"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "classification", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "reason" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "reason", r.URL.Query(), &params.Reason, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "reason"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "reason", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListRolloutMembers(w, r, rolloutId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PauseRollout operation middleware
+func (siw *ServerInterfaceWrapper) PauseRollout(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "rolloutId" -------------
+	var rolloutId RolloutIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rolloutId", chi.URLParam(r, "rolloutId"), &rolloutId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "rolloutId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params PauseRolloutParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PauseRollout(w, r, rolloutId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ResumeRollout operation middleware
+func (siw *ServerInterfaceWrapper) ResumeRollout(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "rolloutId" -------------
+	var rolloutId RolloutIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "rolloutId", chi.URLParam(r, "rolloutId"), &rolloutId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "rolloutId", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ResumeRolloutParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch IfMatch
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-Match", Err: err})
+			return
+		}
+
+		params.IfMatch = &IfMatch
+
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ResumeRollout(w, r, rolloutId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTokens operation middleware
 func (siw *ServerInterfaceWrapper) ListTokens(w http.ResponseWriter, r *http.Request) {
 
@@ -4530,6 +6503,39 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/mgmt/v1/applications/{applicationId}/upgrade-path", wrapper.GetUpgradePath)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/rollouts", wrapper.ListRollouts)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/rollouts", wrapper.CreateRollout)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/rollouts/plan", wrapper.PlanRollout)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/rollouts/{rolloutId}", wrapper.GetRollout)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/rollouts/{rolloutId}/members", wrapper.ListRolloutMembers)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/rollouts/{rolloutId}/pause", wrapper.PauseRollout)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/rollouts/{rolloutId}/resume", wrapper.ResumeRollout)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/rollouts/{rolloutId}/approve", wrapper.ApproveRollout)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/rollouts/{rolloutId}/cancel", wrapper.CancelRollout)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/rollouts/{rolloutId}/abort", wrapper.AbortRollout)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/rollouts/{rolloutId}/exclude", wrapper.ExcludeRolloutMember)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealth)
@@ -9671,6 +11677,1747 @@ func (response CancelOperationdefaultApplicationProblemPlusJSONResponse) VisitCa
 	return err
 }
 
+type ListRolloutsRequestObject struct {
+	Params ListRolloutsParams
+}
+
+type ListRolloutsResponseObject interface {
+	VisitListRolloutsResponse(w http.ResponseWriter) error
+}
+
+type ListRollouts200JSONResponse RolloutList
+
+func (response ListRollouts200JSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRollouts400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListRollouts400ApplicationProblemPlusJSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRollouts401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListRollouts401ApplicationProblemPlusJSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRollouts403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListRollouts403ApplicationProblemPlusJSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRollouts422ApplicationProblemPlusJSONResponse Problem
+
+func (response ListRollouts422ApplicationProblemPlusJSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRollouts429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListRollouts429ApplicationProblemPlusJSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRollouts503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListRollouts503ApplicationProblemPlusJSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRolloutsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListRolloutsdefaultApplicationProblemPlusJSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRolloutRequestObject struct {
+	Params CreateRolloutParams
+	Body   *CreateRolloutJSONRequestBody
+}
+
+type CreateRolloutResponseObject interface {
+	VisitCreateRolloutResponse(w http.ResponseWriter) error
+}
+
+type CreateRollout201ResponseHeaders struct {
+	ETag     string
+	Location string
+}
+
+type CreateRollout201JSONResponse struct {
+	Body    Rollout
+	Headers CreateRollout201ResponseHeaders
+}
+
+func (response CreateRollout201JSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRollout400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRollout400ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRollout401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateRollout401ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRollout403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateRollout403ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRollout404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateRollout404ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRollout422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateRollout422ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRollout429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRollout429ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRollout503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CreateRollout503ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRolloutdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateRolloutdefaultApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRolloutRequestObject struct {
+	Body *PlanRolloutJSONRequestBody
+}
+
+type PlanRolloutResponseObject interface {
+	VisitPlanRolloutResponse(w http.ResponseWriter) error
+}
+
+type PlanRollout200JSONResponse RolloutPlan
+
+func (response PlanRollout200JSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollout400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PlanRollout400ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollout401ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanRollout401ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollout403ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanRollout403ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollout404ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanRollout404ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollout422ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanRollout422ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollout429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PlanRollout429ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollout503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response PlanRollout503ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRolloutdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PlanRolloutdefaultApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRolloutRequestObject struct {
+	RolloutId RolloutIdPath `json:"rolloutId"`
+}
+
+type GetRolloutResponseObject interface {
+	VisitGetRolloutResponse(w http.ResponseWriter) error
+}
+
+type GetRollout200ResponseHeaders struct {
+	ETag string
+}
+
+type GetRollout200JSONResponse struct {
+	Body    Rollout
+	Headers GetRollout200ResponseHeaders
+}
+
+func (response GetRollout200JSONResponse) VisitGetRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRollout401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetRollout401ApplicationProblemPlusJSONResponse) VisitGetRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRollout403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetRollout403ApplicationProblemPlusJSONResponse) VisitGetRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRollout404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetRollout404ApplicationProblemPlusJSONResponse) VisitGetRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRollout429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetRollout429ApplicationProblemPlusJSONResponse) VisitGetRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRollout503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetRollout503ApplicationProblemPlusJSONResponse) VisitGetRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetRolloutdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetRolloutdefaultApplicationProblemPlusJSONResponse) VisitGetRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRolloutRequestObject struct {
+	RolloutId RolloutIdPath `json:"rolloutId"`
+	Params    AbortRolloutParams
+	Body      *AbortRolloutJSONRequestBody
+}
+
+type AbortRolloutResponseObject interface {
+	VisitAbortRolloutResponse(w http.ResponseWriter) error
+}
+
+type AbortRollout200ResponseHeaders struct {
+	ETag string
+}
+
+type AbortRollout200JSONResponse struct {
+	Body    Rollout
+	Headers AbortRollout200ResponseHeaders
+}
+
+func (response AbortRollout200JSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRollout400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response AbortRollout400ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRollout401ApplicationProblemPlusJSONResponse Problem
+
+func (response AbortRollout401ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRollout403ApplicationProblemPlusJSONResponse Problem
+
+func (response AbortRollout403ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRollout404ApplicationProblemPlusJSONResponse Problem
+
+func (response AbortRollout404ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRollout409ApplicationProblemPlusJSONResponse Problem
+
+func (response AbortRollout409ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRollout412ApplicationProblemPlusJSONResponse Problem
+
+func (response AbortRollout412ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRollout422ApplicationProblemPlusJSONResponse Problem
+
+func (response AbortRollout422ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRollout429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AbortRollout429ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRollout503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response AbortRollout503ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AbortRolloutdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AbortRolloutdefaultApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveRolloutRequestObject struct {
+	RolloutId RolloutIdPath `json:"rolloutId"`
+	Params    ApproveRolloutParams
+}
+
+type ApproveRolloutResponseObject interface {
+	VisitApproveRolloutResponse(w http.ResponseWriter) error
+}
+
+type ApproveRollout200ResponseHeaders struct {
+	ETag string
+}
+
+type ApproveRollout200JSONResponse struct {
+	Body    Rollout
+	Headers ApproveRollout200ResponseHeaders
+}
+
+func (response ApproveRollout200JSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveRollout401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveRollout401ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveRollout403ApplicationProblemPlusJSONResponse Problem
+
+func (response ApproveRollout403ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveRollout404ApplicationProblemPlusJSONResponse Problem
+
+func (response ApproveRollout404ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveRollout409ApplicationProblemPlusJSONResponse Problem
+
+func (response ApproveRollout409ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveRollout412ApplicationProblemPlusJSONResponse Problem
+
+func (response ApproveRollout412ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveRollout422ApplicationProblemPlusJSONResponse Problem
+
+func (response ApproveRollout422ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveRollout429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveRollout429ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveRollout503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ApproveRollout503ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveRolloutdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ApproveRolloutdefaultApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRolloutRequestObject struct {
+	RolloutId RolloutIdPath `json:"rolloutId"`
+	Params    CancelRolloutParams
+}
+
+type CancelRolloutResponseObject interface {
+	VisitCancelRolloutResponse(w http.ResponseWriter) error
+}
+
+type CancelRollout200ResponseHeaders struct {
+	ETag string
+}
+
+type CancelRollout200JSONResponse struct {
+	Body    Rollout
+	Headers CancelRollout200ResponseHeaders
+}
+
+func (response CancelRollout200JSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRollout401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CancelRollout401ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRollout403ApplicationProblemPlusJSONResponse Problem
+
+func (response CancelRollout403ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRollout404ApplicationProblemPlusJSONResponse Problem
+
+func (response CancelRollout404ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRollout409ApplicationProblemPlusJSONResponse Problem
+
+func (response CancelRollout409ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRollout412ApplicationProblemPlusJSONResponse Problem
+
+func (response CancelRollout412ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRollout422ApplicationProblemPlusJSONResponse Problem
+
+func (response CancelRollout422ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRollout429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CancelRollout429ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRollout503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CancelRollout503ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelRolloutdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CancelRolloutdefaultApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExcludeRolloutMemberRequestObject struct {
+	RolloutId RolloutIdPath `json:"rolloutId"`
+	Params    ExcludeRolloutMemberParams
+	Body      *ExcludeRolloutMemberJSONRequestBody
+}
+
+type ExcludeRolloutMemberResponseObject interface {
+	VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error
+}
+
+type ExcludeRolloutMember200ResponseHeaders struct {
+	ETag string
+}
+
+type ExcludeRolloutMember200JSONResponse struct {
+	Body    Rollout
+	Headers ExcludeRolloutMember200ResponseHeaders
+}
+
+func (response ExcludeRolloutMember200JSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExcludeRolloutMember400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ExcludeRolloutMember400ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExcludeRolloutMember401ApplicationProblemPlusJSONResponse Problem
+
+func (response ExcludeRolloutMember401ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExcludeRolloutMember403ApplicationProblemPlusJSONResponse Problem
+
+func (response ExcludeRolloutMember403ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExcludeRolloutMember404ApplicationProblemPlusJSONResponse Problem
+
+func (response ExcludeRolloutMember404ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExcludeRolloutMember409ApplicationProblemPlusJSONResponse Problem
+
+func (response ExcludeRolloutMember409ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExcludeRolloutMember412ApplicationProblemPlusJSONResponse Problem
+
+func (response ExcludeRolloutMember412ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExcludeRolloutMember422ApplicationProblemPlusJSONResponse Problem
+
+func (response ExcludeRolloutMember422ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExcludeRolloutMember429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ExcludeRolloutMember429ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExcludeRolloutMember503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ExcludeRolloutMember503ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExcludeRolloutMemberdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ExcludeRolloutMemberdefaultApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRolloutMembersRequestObject struct {
+	RolloutId RolloutIdPath `json:"rolloutId"`
+	Params    ListRolloutMembersParams
+}
+
+type ListRolloutMembersResponseObject interface {
+	VisitListRolloutMembersResponse(w http.ResponseWriter) error
+}
+
+type ListRolloutMembers200JSONResponse RolloutMemberList
+
+func (response ListRolloutMembers200JSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRolloutMembers400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListRolloutMembers400ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRolloutMembers401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListRolloutMembers401ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRolloutMembers403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListRolloutMembers403ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRolloutMembers404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListRolloutMembers404ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRolloutMembers422ApplicationProblemPlusJSONResponse Problem
+
+func (response ListRolloutMembers422ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRolloutMembers429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListRolloutMembers429ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRolloutMembers503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListRolloutMembers503ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRolloutMembersdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListRolloutMembersdefaultApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseRolloutRequestObject struct {
+	RolloutId RolloutIdPath `json:"rolloutId"`
+	Params    PauseRolloutParams
+}
+
+type PauseRolloutResponseObject interface {
+	VisitPauseRolloutResponse(w http.ResponseWriter) error
+}
+
+type PauseRollout200ResponseHeaders struct {
+	ETag string
+}
+
+type PauseRollout200JSONResponse struct {
+	Body    Rollout
+	Headers PauseRollout200ResponseHeaders
+}
+
+func (response PauseRollout200JSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseRollout401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PauseRollout401ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseRollout403ApplicationProblemPlusJSONResponse Problem
+
+func (response PauseRollout403ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseRollout404ApplicationProblemPlusJSONResponse Problem
+
+func (response PauseRollout404ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseRollout409ApplicationProblemPlusJSONResponse Problem
+
+func (response PauseRollout409ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseRollout412ApplicationProblemPlusJSONResponse Problem
+
+func (response PauseRollout412ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseRollout422ApplicationProblemPlusJSONResponse Problem
+
+func (response PauseRollout422ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseRollout429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PauseRollout429ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseRollout503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response PauseRollout503ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseRolloutdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PauseRolloutdefaultApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRolloutRequestObject struct {
+	RolloutId RolloutIdPath `json:"rolloutId"`
+	Params    ResumeRolloutParams
+}
+
+type ResumeRolloutResponseObject interface {
+	VisitResumeRolloutResponse(w http.ResponseWriter) error
+}
+
+type ResumeRollout200ResponseHeaders struct {
+	ETag string
+}
+
+type ResumeRollout200JSONResponse struct {
+	Body    Rollout
+	Headers ResumeRollout200ResponseHeaders
+}
+
+func (response ResumeRollout200JSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRollout401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRollout401ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRollout403ApplicationProblemPlusJSONResponse Problem
+
+func (response ResumeRollout403ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRollout404ApplicationProblemPlusJSONResponse Problem
+
+func (response ResumeRollout404ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRollout409ApplicationProblemPlusJSONResponse Problem
+
+func (response ResumeRollout409ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRollout412ApplicationProblemPlusJSONResponse Problem
+
+func (response ResumeRollout412ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRollout422ApplicationProblemPlusJSONResponse Problem
+
+func (response ResumeRollout422ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRollout429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRollout429ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRollout503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeRollout503ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeRolloutdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ResumeRolloutdefaultApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTokensRequestObject struct {
 	Params ListTokensParams
 }
@@ -10332,6 +14079,39 @@ type StrictServerInterface interface {
 	// CancelOperation Cancel a queued or running operation
 	// (POST /mgmt/v1/operations/{operationId}/cancel)
 	CancelOperation(ctx context.Context, request CancelOperationRequestObject) (CancelOperationResponseObject, error)
+	// ListRollouts List rollouts, newest first
+	// (GET /mgmt/v1/rollouts)
+	ListRollouts(ctx context.Context, request ListRolloutsRequestObject) (ListRolloutsResponseObject, error)
+	// CreateRollout Start a rollout of one change to many deployments, in waves
+	// (POST /mgmt/v1/rollouts)
+	CreateRollout(ctx context.Context, request CreateRolloutRequestObject) (CreateRolloutResponseObject, error)
+	// PlanRollout What a rollout would do, changing nothing
+	// (POST /mgmt/v1/rollouts/plan)
+	PlanRollout(ctx context.Context, request PlanRolloutRequestObject) (PlanRolloutResponseObject, error)
+	// GetRollout Get one rollout with its progress
+	// (GET /mgmt/v1/rollouts/{rolloutId})
+	GetRollout(ctx context.Context, request GetRolloutRequestObject) (GetRolloutResponseObject, error)
+	// AbortRollout Abort a rollout (cancel work in flight, optionally revert what it changed)
+	// (POST /mgmt/v1/rollouts/{rolloutId}/abort)
+	AbortRollout(ctx context.Context, request AbortRolloutRequestObject) (AbortRolloutResponseObject, error)
+	// ApproveRollout Approve the next manual wave
+	// (POST /mgmt/v1/rollouts/{rolloutId}/approve)
+	ApproveRollout(ctx context.Context, request ApproveRolloutRequestObject) (ApproveRolloutResponseObject, error)
+	// CancelRollout Cancel a rollout (start nothing new, let work in flight finish)
+	// (POST /mgmt/v1/rollouts/{rolloutId}/cancel)
+	CancelRollout(ctx context.Context, request CancelRolloutRequestObject) (CancelRolloutResponseObject, error)
+	// ExcludeRolloutMember Exclude one member from a rollout
+	// (POST /mgmt/v1/rollouts/{rolloutId}/exclude)
+	ExcludeRolloutMember(ctx context.Context, request ExcludeRolloutMemberRequestObject) (ExcludeRolloutMemberResponseObject, error)
+	// ListRolloutMembers List a rollout's members with classification, plan, wave, operation and result
+	// (GET /mgmt/v1/rollouts/{rolloutId}/members)
+	ListRolloutMembers(ctx context.Context, request ListRolloutMembersRequestObject) (ListRolloutMembersResponseObject, error)
+	// PauseRollout Pause a running rollout
+	// (POST /mgmt/v1/rollouts/{rolloutId}/pause)
+	PauseRollout(ctx context.Context, request PauseRolloutRequestObject) (PauseRolloutResponseObject, error)
+	// ResumeRollout Resume a paused rollout
+	// (POST /mgmt/v1/rollouts/{rolloutId}/resume)
+	ResumeRollout(ctx context.Context, request ResumeRolloutRequestObject) (ResumeRolloutResponseObject, error)
 	// ListTokens List API tokens (never their secrets)
 	// (GET /mgmt/v1/tokens)
 	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
@@ -11471,6 +15251,328 @@ func (sh *strictHandler) CancelOperation(w http.ResponseWriter, r *http.Request,
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(CancelOperationResponseObject); ok {
 		if err := validResponse.VisitCancelOperationResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListRollouts operation middleware
+func (sh *strictHandler) ListRollouts(w http.ResponseWriter, r *http.Request, params ListRolloutsParams) {
+	var request ListRolloutsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListRollouts(ctx, request.(ListRolloutsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListRollouts")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListRolloutsResponseObject); ok {
+		if err := validResponse.VisitListRolloutsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateRollout operation middleware
+func (sh *strictHandler) CreateRollout(w http.ResponseWriter, r *http.Request, params CreateRolloutParams) {
+	var request CreateRolloutRequestObject
+
+	request.Params = params
+
+	var body CreateRolloutJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateRollout(ctx, request.(CreateRolloutRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateRollout")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateRolloutResponseObject); ok {
+		if err := validResponse.VisitCreateRolloutResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// PlanRollout operation middleware
+func (sh *strictHandler) PlanRollout(w http.ResponseWriter, r *http.Request) {
+	var request PlanRolloutRequestObject
+
+	var body PlanRolloutJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PlanRollout(ctx, request.(PlanRolloutRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PlanRollout")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PlanRolloutResponseObject); ok {
+		if err := validResponse.VisitPlanRolloutResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetRollout operation middleware
+func (sh *strictHandler) GetRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath) {
+	var request GetRolloutRequestObject
+
+	request.RolloutId = rolloutId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetRollout(ctx, request.(GetRolloutRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetRollout")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetRolloutResponseObject); ok {
+		if err := validResponse.VisitGetRolloutResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// AbortRollout operation middleware
+func (sh *strictHandler) AbortRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params AbortRolloutParams) {
+	var request AbortRolloutRequestObject
+
+	request.RolloutId = rolloutId
+	request.Params = params
+
+	var body AbortRolloutJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.AbortRollout(ctx, request.(AbortRolloutRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AbortRollout")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(AbortRolloutResponseObject); ok {
+		if err := validResponse.VisitAbortRolloutResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ApproveRollout operation middleware
+func (sh *strictHandler) ApproveRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ApproveRolloutParams) {
+	var request ApproveRolloutRequestObject
+
+	request.RolloutId = rolloutId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ApproveRollout(ctx, request.(ApproveRolloutRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ApproveRollout")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ApproveRolloutResponseObject); ok {
+		if err := validResponse.VisitApproveRolloutResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CancelRollout operation middleware
+func (sh *strictHandler) CancelRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params CancelRolloutParams) {
+	var request CancelRolloutRequestObject
+
+	request.RolloutId = rolloutId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CancelRollout(ctx, request.(CancelRolloutRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CancelRollout")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CancelRolloutResponseObject); ok {
+		if err := validResponse.VisitCancelRolloutResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ExcludeRolloutMember operation middleware
+func (sh *strictHandler) ExcludeRolloutMember(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ExcludeRolloutMemberParams) {
+	var request ExcludeRolloutMemberRequestObject
+
+	request.RolloutId = rolloutId
+	request.Params = params
+
+	var body ExcludeRolloutMemberJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ExcludeRolloutMember(ctx, request.(ExcludeRolloutMemberRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ExcludeRolloutMember")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ExcludeRolloutMemberResponseObject); ok {
+		if err := validResponse.VisitExcludeRolloutMemberResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListRolloutMembers operation middleware
+func (sh *strictHandler) ListRolloutMembers(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ListRolloutMembersParams) {
+	var request ListRolloutMembersRequestObject
+
+	request.RolloutId = rolloutId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListRolloutMembers(ctx, request.(ListRolloutMembersRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListRolloutMembers")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListRolloutMembersResponseObject); ok {
+		if err := validResponse.VisitListRolloutMembersResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// PauseRollout operation middleware
+func (sh *strictHandler) PauseRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params PauseRolloutParams) {
+	var request PauseRolloutRequestObject
+
+	request.RolloutId = rolloutId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PauseRollout(ctx, request.(PauseRolloutRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PauseRollout")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PauseRolloutResponseObject); ok {
+		if err := validResponse.VisitPauseRolloutResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ResumeRollout operation middleware
+func (sh *strictHandler) ResumeRollout(w http.ResponseWriter, r *http.Request, rolloutId RolloutIdPath, params ResumeRolloutParams) {
+	var request ResumeRolloutRequestObject
+
+	request.RolloutId = rolloutId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ResumeRollout(ctx, request.(ResumeRolloutRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResumeRollout")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ResumeRolloutResponseObject); ok {
+		if err := validResponse.VisitResumeRolloutResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

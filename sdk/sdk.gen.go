@@ -179,6 +179,39 @@ func (e DrainRulesOnTimeout) Valid() bool {
 	}
 }
 
+// Defines values for ExclusionReason.
+const (
+	ExclusionReasonAtTarget      ExclusionReason = "at-target"
+	ExclusionReasonBusy          ExclusionReason = "busy"
+	ExclusionReasonNoRevision    ExclusionReason = "no-revision"
+	ExclusionReasonNotSeen       ExclusionReason = "not-seen"
+	ExclusionReasonOperator      ExclusionReason = "operator"
+	ExclusionReasonPolicyRefused ExclusionReason = "policy-refused"
+	ExclusionReasonUnplaceable   ExclusionReason = "unplaceable"
+)
+
+// Valid indicates whether the value is a known member of the ExclusionReason enum.
+func (e ExclusionReason) Valid() bool {
+	switch e {
+	case ExclusionReasonAtTarget:
+		return true
+	case ExclusionReasonBusy:
+		return true
+	case ExclusionReasonNoRevision:
+		return true
+	case ExclusionReasonNotSeen:
+		return true
+	case ExclusionReasonOperator:
+		return true
+	case ExclusionReasonPolicyRefused:
+		return true
+	case ExclusionReasonUnplaceable:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LifecycleRulesStrategies.
 const (
 	LifecycleRulesStrategiesBlueGreen LifecycleRulesStrategies = "blueGreen"
@@ -191,6 +224,126 @@ func (e LifecycleRulesStrategies) Valid() bool {
 	case LifecycleRulesStrategiesBlueGreen:
 		return true
 	case LifecycleRulesStrategiesRecreate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MemberClassification.
+const (
+	MemberClassificationEligible MemberClassification = "eligible"
+	MemberClassificationExcluded MemberClassification = "excluded"
+)
+
+// Valid indicates whether the value is a known member of the MemberClassification enum.
+func (e MemberClassification) Valid() bool {
+	switch e {
+	case MemberClassificationEligible:
+		return true
+	case MemberClassificationExcluded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MemberPlanKind.
+const (
+	MemberPlanKindDirect MemberPlanKind = "direct"
+	MemberPlanKindHops   MemberPlanKind = "hops"
+)
+
+// Valid indicates whether the value is a known member of the MemberPlanKind enum.
+func (e MemberPlanKind) Valid() bool {
+	switch e {
+	case MemberPlanKindDirect:
+		return true
+	case MemberPlanKindHops:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MemberRevertOutcome.
+const (
+	MemberRevertOutcomeFailed      MemberRevertOutcome = "failed"
+	MemberRevertOutcomeInProgress  MemberRevertOutcome = "in-progress"
+	MemberRevertOutcomeNotReverted MemberRevertOutcome = "not-reverted"
+	MemberRevertOutcomePending     MemberRevertOutcome = "pending"
+	MemberRevertOutcomeReverted    MemberRevertOutcome = "reverted"
+)
+
+// Valid indicates whether the value is a known member of the MemberRevertOutcome enum.
+func (e MemberRevertOutcome) Valid() bool {
+	switch e {
+	case MemberRevertOutcomeFailed:
+		return true
+	case MemberRevertOutcomeInProgress:
+		return true
+	case MemberRevertOutcomeNotReverted:
+		return true
+	case MemberRevertOutcomePending:
+		return true
+	case MemberRevertOutcomeReverted:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MemberStatus.
+const (
+	MemberStatusCancelled   MemberStatus = "cancelled"
+	MemberStatusExcluded    MemberStatus = "excluded"
+	MemberStatusFailed      MemberStatus = "failed"
+	MemberStatusInProgress  MemberStatus = "in-progress"
+	MemberStatusNotReverted MemberStatus = "not-reverted"
+	MemberStatusPending     MemberStatus = "pending"
+	MemberStatusRemoved     MemberStatus = "removed"
+	MemberStatusReverted    MemberStatus = "reverted"
+	MemberStatusSucceeded   MemberStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the MemberStatus enum.
+func (e MemberStatus) Valid() bool {
+	switch e {
+	case MemberStatusCancelled:
+		return true
+	case MemberStatusExcluded:
+		return true
+	case MemberStatusFailed:
+		return true
+	case MemberStatusInProgress:
+		return true
+	case MemberStatusNotReverted:
+		return true
+	case MemberStatusPending:
+		return true
+	case MemberStatusRemoved:
+		return true
+	case MemberStatusReverted:
+		return true
+	case MemberStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OnFailure.
+const (
+	OnFailureHalt     OnFailure = "halt"
+	OnFailureRollback OnFailure = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the OnFailure enum.
+func (e OnFailure) Valid() bool {
+	switch e {
+	case OnFailureHalt:
+		return true
+	case OnFailureRollback:
 		return true
 	default:
 		return false
@@ -473,6 +626,141 @@ func (e Role) Valid() bool {
 	}
 }
 
+// Defines values for RolloutAction.
+const (
+	RolloutActionInstall     RolloutAction = "install"
+	RolloutActionReconfigure RolloutAction = "reconfigure"
+	RolloutActionRollback    RolloutAction = "rollback"
+	RolloutActionUpgrade     RolloutAction = "upgrade"
+)
+
+// Valid indicates whether the value is a known member of the RolloutAction enum.
+func (e RolloutAction) Valid() bool {
+	switch e {
+	case RolloutActionInstall:
+		return true
+	case RolloutActionReconfigure:
+		return true
+	case RolloutActionRollback:
+		return true
+	case RolloutActionUpgrade:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RolloutCause.
+const (
+	RolloutCauseApprovalRequired     RolloutCause = "approval-required"
+	RolloutCauseApproved             RolloutCause = "approved"
+	RolloutCauseCompleted            RolloutCause = "completed"
+	RolloutCauseDeadlinePassed       RolloutCause = "deadline-passed"
+	RolloutCauseOperatorAborted      RolloutCause = "operator-aborted"
+	RolloutCauseOperatorCancelled    RolloutCause = "operator-cancelled"
+	RolloutCauseOperatorPaused       RolloutCause = "operator-paused"
+	RolloutCauseOperatorResumed      RolloutCause = "operator-resumed"
+	RolloutCauseRevertFinished       RolloutCause = "revert-finished"
+	RolloutCauseStarted              RolloutCause = "started"
+	RolloutCauseTargetVersionDeleted RolloutCause = "target-version-deleted"
+	RolloutCauseTargetVersionYanked  RolloutCause = "target-version-yanked"
+	RolloutCauseThresholdExceeded    RolloutCause = "threshold-exceeded"
+)
+
+// Valid indicates whether the value is a known member of the RolloutCause enum.
+func (e RolloutCause) Valid() bool {
+	switch e {
+	case RolloutCauseApprovalRequired:
+		return true
+	case RolloutCauseApproved:
+		return true
+	case RolloutCauseCompleted:
+		return true
+	case RolloutCauseDeadlinePassed:
+		return true
+	case RolloutCauseOperatorAborted:
+		return true
+	case RolloutCauseOperatorCancelled:
+		return true
+	case RolloutCauseOperatorPaused:
+		return true
+	case RolloutCauseOperatorResumed:
+		return true
+	case RolloutCauseRevertFinished:
+		return true
+	case RolloutCauseStarted:
+		return true
+	case RolloutCauseTargetVersionDeleted:
+		return true
+	case RolloutCauseTargetVersionYanked:
+		return true
+	case RolloutCauseThresholdExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RolloutState.
+const (
+	RolloutStateAborted   RolloutState = "aborted"
+	RolloutStateAborting  RolloutState = "aborting"
+	RolloutStateCancelled RolloutState = "cancelled"
+	RolloutStateFailed    RolloutState = "failed"
+	RolloutStatePaused    RolloutState = "paused"
+	RolloutStateRunning   RolloutState = "running"
+	RolloutStateSucceeded RolloutState = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the RolloutState enum.
+func (e RolloutState) Valid() bool {
+	switch e {
+	case RolloutStateAborted:
+		return true
+	case RolloutStateAborting:
+		return true
+	case RolloutStateCancelled:
+		return true
+	case RolloutStateFailed:
+		return true
+	case RolloutStatePaused:
+		return true
+	case RolloutStateRunning:
+		return true
+	case RolloutStateSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RolloutWaitingReason.
+const (
+	RolloutWaitingReasonApprovalRequired  RolloutWaitingReason = "approval-required"
+	RolloutWaitingReasonOperatorPaused    RolloutWaitingReason = "operator-paused"
+	RolloutWaitingReasonSoak              RolloutWaitingReason = "soak"
+	RolloutWaitingReasonThresholdExceeded RolloutWaitingReason = "threshold-exceeded"
+	RolloutWaitingReasonWindow            RolloutWaitingReason = "window"
+)
+
+// Valid indicates whether the value is a known member of the RolloutWaitingReason enum.
+func (e RolloutWaitingReason) Valid() bool {
+	switch e {
+	case RolloutWaitingReasonApprovalRequired:
+		return true
+	case RolloutWaitingReasonOperatorPaused:
+		return true
+	case RolloutWaitingReasonSoak:
+		return true
+	case RolloutWaitingReasonThresholdExceeded:
+		return true
+	case RolloutWaitingReasonWindow:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StatusExtensionPhase.
 const (
 	StatusExtensionPhaseDrained     StatusExtensionPhase = "drained"
@@ -494,6 +782,24 @@ func (e StatusExtensionPhase) Valid() bool {
 	case StatusExtensionPhaseSwitching:
 		return true
 	case StatusExtensionPhaseVerifying:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ThresholdAction.
+const (
+	ThresholdActionAbort ThresholdAction = "abort"
+	ThresholdActionPause ThresholdAction = "pause"
+)
+
+// Valid indicates whether the value is a known member of the ThresholdAction enum.
+func (e ThresholdAction) Valid() bool {
+	switch e {
+	case ThresholdActionAbort:
+		return true
+	case ThresholdActionPause:
 		return true
 	default:
 		return false
@@ -527,6 +833,24 @@ func (e TransitionCause) Valid() bool {
 	}
 }
 
+// Defines values for UpgradePathMode.
+const (
+	UpgradePathModeAuto   UpgradePathMode = "auto"
+	UpgradePathModeDirect UpgradePathMode = "direct"
+)
+
+// Valid indicates whether the value is a known member of the UpgradePathMode enum.
+func (e UpgradePathMode) Valid() bool {
+	switch e {
+	case UpgradePathModeAuto:
+		return true
+	case UpgradePathModeDirect:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UpgradeRequestOnFailure.
 const (
 	UpgradeRequestOnFailureHalt     UpgradeRequestOnFailure = "halt"
@@ -547,16 +871,16 @@ func (e UpgradeRequestOnFailure) Valid() bool {
 
 // Defines values for UpgradeRequestPath.
 const (
-	Auto   UpgradeRequestPath = "auto"
-	Direct UpgradeRequestPath = "direct"
+	UpgradeRequestPathAuto   UpgradeRequestPath = "auto"
+	UpgradeRequestPathDirect UpgradeRequestPath = "direct"
 )
 
 // Valid indicates whether the value is a known member of the UpgradeRequestPath enum.
 func (e UpgradeRequestPath) Valid() bool {
 	switch e {
-	case Auto:
+	case UpgradeRequestPathAuto:
 		return true
-	case Direct:
+	case UpgradeRequestPathDirect:
 		return true
 	default:
 		return false
@@ -581,6 +905,24 @@ func (e UpgradeRequestStrategy) Valid() bool {
 	}
 }
 
+// Defines values for UpgradeStrategy.
+const (
+	UpgradeStrategyBlueGreen UpgradeStrategy = "blueGreen"
+	UpgradeStrategyRecreate  UpgradeStrategy = "recreate"
+)
+
+// Valid indicates whether the value is a known member of the UpgradeStrategy enum.
+func (e UpgradeStrategy) Valid() bool {
+	switch e {
+	case UpgradeStrategyBlueGreen:
+		return true
+	case UpgradeStrategyRecreate:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WFMClientStatus.
 const (
 	Accepted WFMClientStatus = "accepted"
@@ -593,6 +935,54 @@ func (e WFMClientStatus) Valid() bool {
 	case Accepted:
 		return true
 	case Retired:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WaveApproval.
+const (
+	WaveApprovalAuto   WaveApproval = "auto"
+	WaveApprovalManual WaveApproval = "manual"
+)
+
+// Valid indicates whether the value is a known member of the WaveApproval enum.
+func (e WaveApproval) Valid() bool {
+	switch e {
+	case WaveApprovalAuto:
+		return true
+	case WaveApprovalManual:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WaveState.
+const (
+	WaveStateFailed     WaveState = "failed"
+	WaveStatePassed     WaveState = "passed"
+	WaveStatePending    WaveState = "pending"
+	WaveStatePublishing WaveState = "publishing"
+	WaveStateSoaking    WaveState = "soaking"
+	WaveStateStopped    WaveState = "stopped"
+)
+
+// Valid indicates whether the value is a known member of the WaveState enum.
+func (e WaveState) Valid() bool {
+	switch e {
+	case WaveStateFailed:
+		return true
+	case WaveStatePassed:
+		return true
+	case WaveStatePending:
+		return true
+	case WaveStatePublishing:
+		return true
+	case WaveStateSoaking:
+		return true
+	case WaveStateStopped:
 		return true
 	default:
 		return false
@@ -615,6 +1005,18 @@ func (e ListAuditParamsOutcome) Valid() bool {
 	default:
 		return false
 	}
+}
+
+// AbortRolloutRequest defines model for AbortRolloutRequest.
+type AbortRolloutRequest struct {
+	// Force Revert members whose policy refuses it too (admin only, with `revert` and a `reason`; audited).
+	Force *bool `json:"force,omitempty"`
+
+	// Reason Required with force; recorded in the audit log and on each forced revision.
+	Reason *string `json:"reason,omitempty"`
+
+	// Revert Also return every member the rollout changed to its revision from before the rollout, where policy allows it.
+	Revert *bool `json:"revert,omitempty"`
 }
 
 // AcceptClientRequest defines model for AcceptClientRequest.
@@ -754,6 +1156,57 @@ type CreateDeploymentRequest struct {
 	Version string  `json:"version"`
 }
 
+// CreateRolloutRequest One application, one action with its options in the member of the same name (required for that
+// action; a member of another action is refused, 422), a target and the waves.
+//
+// Example: {"action":"upgrade","applicationId":"com-example-svc","onThreshold":"abort","target":{"labels":"site=plant-alfa"},"upgrade":{"path":"auto","targetVersion":"2.0.0"},"waves":[{"approval":"manual","size":{"count":1}},{"maxFailures":{"percent":2},"size":{"percent":10},"soak":"30m"},{"maxFailures":{"percent":2},"size":{"percent":100}}]}
+type CreateRolloutRequest struct {
+	// Action What a rollout does to each member: `install` creates a deployment on each matching device that does
+	// not have the application; `upgrade`, `reconfigure` and `rollback` run the single-deployment operation
+	// of that name on each matching deployment.
+	Action        RolloutAction `json:"action"`
+	ApplicationId string        `json:"applicationId"`
+
+	// Deadline How long the rollout may run, from its start: a duration from 1m to 8760h (Go syntax, such as
+	// 72h). A rollout still running or paused then fails (cause `deadline-passed`). Absent - 168h.
+	Deadline *string `json:"deadline,omitempty"`
+
+	// Install The options of an `install` rollout, as `POST /mgmt/v1/deployments` takes them for one device.
+	Install *RolloutInstallOptions `json:"install,omitempty"`
+
+	// MaxInFlight The most member operations the rollout runs at a time, across its waves.
+	MaxInFlight *int `json:"maxInFlight,omitempty"`
+
+	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+	OnThreshold *ThresholdAction `json:"onThreshold,omitempty"`
+
+	// Reconfigure The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
+	Reconfigure *RolloutReconfigureOptions `json:"reconfigure,omitempty"`
+
+	// Rollback The options of a `rollback` rollout. Each member goes back to its own most recent revision at
+	// `toVersion`, checked against its installed version's rollback policy (excluded `policy-refused`
+	// otherwise); a member that never ran that version is excluded `no-revision`.
+	Rollback *RolloutRollbackOptions `json:"rollback,omitempty"`
+
+	// Target Which devices (install) or deployments of the application (upgrade, reconfigure, rollback) the
+	// rollout takes: every criterion given must hold; none given - all of them. `versions` and `states`
+	// select existing deployments and are refused (422) for `install`. Resolved once, at start.
+	Target RolloutTarget `json:"target"`
+
+	// Upgrade The options of an `upgrade` rollout, those of `POST /mgmt/v1/deployments/{id}/upgrade` for each member.
+	Upgrade *RolloutUpgradeOptions `json:"upgrade,omitempty"`
+
+	// Waves Taken in order from the eligible members. The sizes must cover every eligible member (end with
+	// `{"percent": 100}` to take the rest), and no wave may be empty (422 `invalid-waves` otherwise).
+	// Absent - `[{"size": {"count": 1}}, {"size": {"percent": 10}}, {"size": {"percent": 100}}]`, where a
+	// wave that would be empty is dropped instead of refused.
+	Waves *[]WaveSpec `json:"waves,omitempty"`
+
+	// Window A daily time window: a wave starts publishing only inside it (operations already started go on
+	// outside it). `end` before `start` spans midnight; `start` equal to `end` is refused (422).
+	Window *RolloutWindow `json:"window,omitempty"`
+}
+
 // CreateTokenRequest defines model for CreateTokenRequest.
 type CreateTokenRequest struct {
 	// ExpiresIn How long until the token expires: a duration from 1s to 87600h (Go syntax, such as 720h).
@@ -863,6 +1316,12 @@ type Device struct {
 	// Labels Effective labels (reported, overridden by the operator's).
 	Labels map[string]interface{} `json:"labels"`
 
+	// LastSeenAt When the device was last seen on the device API: its client's manifest poll, a status report of
+	// one of its deployments, or its capabilities report. Recorded at most once a minute per device
+	// (it may lag by up to a minute); absent when it has not been seen since wfm records it. Rollouts
+	// leave out devices not seen recently (`target.notSeenFor`).
+	LastSeenAt *time.Time `json:"lastSeenAt,omitempty"`
+
 	// OperatorLabels Label keys (1-253 chars) to values (strings up to 256 chars).
 	OperatorLabels Labels `json:"operatorLabels"`
 
@@ -892,6 +1351,15 @@ type DeviceLabels struct {
 type DeviceList struct {
 	Items      []Device `json:"items"`
 	NextCursor *string  `json:"nextCursor,omitempty"`
+}
+
+// DeviceRef defines model for DeviceRef.
+type DeviceRef struct {
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
+	ClientId ClientId `json:"clientId"`
+	DeviceId DeviceId `json:"deviceId"`
 }
 
 // DeviceState defines model for DeviceState.
@@ -945,6 +1413,62 @@ type DurationNotice struct {
 	//
 	// Example: 10m0s
 	Used *string `json:"used,omitempty"`
+}
+
+// ExcludeMemberRequest The member's key: `deploymentId` for upgrade, reconfigure and rollback rollouts; `clientId` and
+// `deviceId` together for install rollouts (422 otherwise).
+type ExcludeMemberRequest struct {
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
+	ClientId     *ClientId           `json:"clientId,omitempty"`
+	DeploymentId *openapi_types.UUID `json:"deploymentId,omitempty"`
+	DeviceId     *DeviceId           `json:"deviceId,omitempty"`
+}
+
+// ExclusionCounts Excluded members by reason (an ExclusionReason each).
+type ExclusionCounts struct {
+	AtTarget      int `json:"at-target"`
+	Busy          int `json:"busy"`
+	NoRevision    int `json:"no-revision"`
+	NotSeen       int `json:"not-seen"`
+	Operator      int `json:"operator"`
+	PolicyRefused int `json:"policy-refused"`
+	Unplaceable   int `json:"unplaceable"`
+}
+
+// ExclusionGroup defines model for ExclusionGroup.
+type ExclusionGroup struct {
+	Count    int           `json:"count"`
+	Examples []PlanExample `json:"examples"`
+
+	// Reason Why a member is excluded. At start: `at-target` (already at the target version; for install, the
+	// device already has the application; for reconfigure, it already has the parameters),
+	// `policy-refused` (the supplier's policy refuses the change: `minUpgradeFrom` with no path, a rollback
+	// policy, an immutable parameter; `reasonDetail` has the supplier's reason), `no-revision` (rollback:
+	// the member never ran that version), `unplaceable` (the device's capabilities do not fit the version's
+	// requirements or profile), `busy` (a member of another active rollout, or an operation in progress on
+	// the deployment), `not-seen` (the device was not seen within `target.notSeenFor`). Later:
+	// `operator` (the `exclude` action; such a member stays classified `eligible`).
+	Reason ExclusionReason `json:"reason"`
+}
+
+// ExclusionReason Why a member is excluded. At start: `at-target` (already at the target version; for install, the
+// device already has the application; for reconfigure, it already has the parameters),
+// `policy-refused` (the supplier's policy refuses the change: `minUpgradeFrom` with no path, a rollback
+// policy, an immutable parameter; `reasonDetail` has the supplier's reason), `no-revision` (rollback:
+// the member never ran that version), `unplaceable` (the device's capabilities do not fit the version's
+// requirements or profile), `busy` (a member of another active rollout, or an operation in progress on
+// the deployment), `not-seen` (the device was not seen within `target.notSeenFor`). Later:
+// `operator` (the `exclude` action; such a member stays classified `eligible`).
+type ExclusionReason string
+
+// FailureBudget Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
+// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
+// first failure stops the wave.
+type FailureBudget struct {
+	Count   *int `json:"count,omitempty"`
+	Percent *int `json:"percent,omitempty"`
 }
 
 // FieldProblem defines model for FieldProblem.
@@ -1002,12 +1526,73 @@ type LifecycleRulesStrategies string
 // first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
 type ManifestVersion = uint64
 
+// MemberClassification How a member was classified when the rollout started.
+type MemberClassification string
+
+// MemberPlan How an eligible member reaches the target: `direct`, or `hops` through the versions in `through`
+// (passed on the way, the start and the target excluded). install, reconfigure and rollback plans are
+// always direct.
+type MemberPlan struct {
+	Kind MemberPlanKind `json:"kind"`
+
+	// Through Example: ["1.5.0"]
+	Through *[]string `json:"through,omitempty"`
+}
+
+// MemberPlanKind defines model for MemberPlan.Kind.
+type MemberPlanKind string
+
+// MemberRevert What an abort with revert did to the member.
+type MemberRevert struct {
+	// Forced Reverted by an admin's override of the policy.
+	Forced      *bool               `json:"forced,omitempty"`
+	OperationId *openapi_types.UUID `json:"operationId,omitempty"`
+
+	// Outcome pending / in-progress: the revert operation waits or runs; reverted; not-reverted: the installed
+	// version's policy refuses it (`reason` is the supplier's); failed: the revert operation failed
+	// (`reason` says why). A member the rollout never changed has no revert.
+	Outcome MemberRevertOutcome `json:"outcome"`
+	Reason  *string             `json:"reason,omitempty"`
+
+	// ToRevision The revision from before the rollout (none for install members: the deployment is removed).
+	ToRevision *int `json:"toRevision,omitempty"`
+}
+
+// MemberRevertOutcome pending / in-progress: the revert operation waits or runs; reverted; not-reverted: the installed
+// version's policy refuses it (`reason` is the supplier's); failed: the revert operation failed
+// (`reason` says why). A member the rollout never changed has no revert.
+type MemberRevertOutcome string
+
+// MemberStatus Where a member is. pending: its wave has not started it; in-progress: its operation runs;
+// succeeded; failed: its operation failed or passed its deadline (counts as a failure); cancelled: its
+// operation was cancelled by the rollout, or it was never started because the rollout ended (counts as
+// no failure); reverted / not-reverted: an abort with revert took it back, or may not or could not (the
+// supplier's reason, or the failure, in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
+// excluded: at start, or later by the `exclude` action (`reason` says which).
+type MemberStatus string
+
+// MemberStatusCounts Members by status (a MemberStatus each).
+type MemberStatusCounts struct {
+	Cancelled   int `json:"cancelled"`
+	Excluded    int `json:"excluded"`
+	Failed      int `json:"failed"`
+	InProgress  int `json:"in-progress"`
+	NotReverted int `json:"not-reverted"`
+	Pending     int `json:"pending"`
+	Removed     int `json:"removed"`
+	Reverted    int `json:"reverted"`
+	Succeeded   int `json:"succeeded"`
+}
+
 // NewToken defines model for NewToken.
 type NewToken struct {
 	// Secret The bearer token. Shown once; store it now.
 	Secret string `json:"secret"`
 	Token  Token  `json:"token"`
 }
+
+// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+type OnFailure string
 
 // Operation defines model for Operation.
 type Operation struct {
@@ -1119,6 +1704,52 @@ type PlanCheck struct {
 	Detail string `json:"detail"`
 	Name   string `json:"name"`
 	Passed bool   `json:"passed"`
+}
+
+// PlanExample defines model for PlanExample.
+type PlanExample struct {
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
+	ClientId     ClientId            `json:"clientId"`
+	DeploymentId *openapi_types.UUID `json:"deploymentId,omitempty"`
+	DeviceId     DeviceId            `json:"deviceId"`
+	FromVersion  *string             `json:"fromVersion,omitempty"`
+	ReasonDetail *string             `json:"reasonDetail,omitempty"`
+}
+
+// PlanGroup The eligible members that share one plan (for hops, one path).
+type PlanGroup struct {
+	Count    int           `json:"count"`
+	Examples []PlanExample `json:"examples"`
+
+	// Plan How an eligible member reaches the target: `direct`, or `hops` through the versions in `through`
+	// (passed on the way, the start and the target excluded). install, reconfigure and rollback plans are
+	// always direct.
+	Plan MemberPlan `json:"plan"`
+}
+
+// PlannedWave defines model for PlannedWave.
+type PlannedWave struct {
+	AllowedFailures int `json:"allowedFailures"`
+
+	// Approval auto (the default): the wave starts when the previous one passed; manual: it also waits for `approve` (the rollout shows `paused`, cause `approval-required`).
+	Approval WaveApproval `json:"approval"`
+	Index    int          `json:"index"`
+
+	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
+	// first failure stops the wave.
+	MaxFailures  FailureBudget `json:"maxFailures"`
+	MinSuccess   int           `json:"minSuccess"`
+	ResolvedSize int           `json:"resolvedSize"`
+
+	// Size Exactly one of `count` (members) or `percent` (of the eligible members, rounded up, at least 1). A
+	// wave never takes more than what is left.
+	Size WaveSize `json:"size"`
+
+	// Soak The soak time in Go's canonical form, a duration from 0s to 168h (0s - none).
+	Soak string `json:"soak"`
 }
 
 // Problem RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
@@ -1255,6 +1886,423 @@ type RollbackRules struct {
 	Window *string `json:"window,omitempty"`
 }
 
+// Rollout defines model for Rollout.
+type Rollout struct {
+	// Abort The abort as asked (by an operator, or by a threshold with `onThreshold: abort`).
+	Abort *RolloutAbort `json:"abort,omitempty"`
+
+	// Action What a rollout does to each member: `install` creates a deployment on each matching device that does
+	// not have the application; `upgrade`, `reconfigure` and `rollback` run the single-deployment operation
+	// of that name on each matching deployment.
+	Action        RolloutAction `json:"action"`
+	ApplicationId string        `json:"applicationId"`
+	Counts        RolloutCounts `json:"counts"`
+	CreatedAt     time.Time     `json:"createdAt"`
+
+	// CreatedBy The token id that created it.
+	CreatedBy string `json:"createdBy"`
+
+	// CurrentWave The wave publishing, soaking or waiting to start; absent before the first and once the rollout ended.
+	CurrentWave *int `json:"currentWave,omitempty"`
+
+	// Deadline The rollout's deadline as a duration from its start, in Go's canonical form, from 1m to 8760h.
+	//
+	// Example: 168h0m0s
+	Deadline   string    `json:"deadline"`
+	DeadlineAt time.Time `json:"deadlineAt"`
+
+	// Generation Goes up with every change of the rollout; the `ETag` is derived from it.
+	Generation int64 `json:"generation"`
+
+	// History Every transition, oldest first (the first is `started`). Each is also an event in the event log.
+	History []RolloutTransition `json:"history"`
+	Id      openapi_types.UUID  `json:"id"`
+
+	// Install The options of an `install` rollout, as `POST /mgmt/v1/deployments` takes them for one device.
+	Install     *RolloutInstallOptions `json:"install,omitempty"`
+	MaxInFlight int                    `json:"maxInFlight"`
+
+	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+	OnThreshold ThresholdAction `json:"onThreshold"`
+
+	// Reconfigure The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
+	Reconfigure *RolloutReconfigureOptions `json:"reconfigure,omitempty"`
+
+	// Rollback The options of a `rollback` rollout. Each member goes back to its own most recent revision at
+	// `toVersion`, checked against its installed version's rollback policy (excluded `policy-refused`
+	// otherwise); a member that never ran that version is excluded `no-revision`.
+	Rollback *RolloutRollbackOptions `json:"rollback,omitempty"`
+
+	// State running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
+	// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+	// flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
+	// nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
+	// outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
+	// succeeded, aborted, cancelled, failed.
+	State RolloutState `json:"state"`
+
+	// StateCause Why a rollout entered its state. `started` (creation, no previous state); to paused:
+	// `operator-paused`, `approval-required`, `threshold-exceeded`; paused to running: `operator-resumed`,
+	// `approved`; to succeeded: `completed`; to cancelled: `operator-cancelled`; to aborting:
+	// `operator-aborted`, `threshold-exceeded` (with `onThreshold: abort`); aborting to aborted:
+	// `revert-finished`; to failed: `target-version-yanked`, `target-version-deleted`, `deadline-passed`.
+	StateCause     RolloutCause `json:"stateCause"`
+	StateChangedAt time.Time    `json:"stateChangedAt"`
+
+	// Target Which devices (install) or deployments of the application (upgrade, reconfigure, rollback) the
+	// rollout takes: every criterion given must hold; none given - all of them. `versions` and `states`
+	// select existing deployments and are refused (422) for `install`. Resolved once, at start.
+	Target    RolloutTarget `json:"target"`
+	UpdatedAt time.Time     `json:"updatedAt"`
+
+	// Upgrade The options of an `upgrade` rollout, those of `POST /mgmt/v1/deployments/{id}/upgrade` for each member.
+	Upgrade *RolloutUpgradeOptions `json:"upgrade,omitempty"`
+
+	// Waiting Why the rollout starts nothing now, while it is running or paused.
+	Waiting *RolloutWaiting `json:"waiting,omitempty"`
+	Waves   []RolloutWave   `json:"waves"`
+
+	// Window A daily time window: a wave starts publishing only inside it (operations already started go on
+	// outside it). `end` before `start` spans midnight; `start` equal to `end` is refused (422).
+	Window *RolloutWindow `json:"window,omitempty"`
+}
+
+// RolloutAbort The abort as asked (by an operator, or by a threshold with `onThreshold: abort`).
+type RolloutAbort struct {
+	At          time.Time `json:"at"`
+	Forced      bool      `json:"forced"`
+	Reason      *string   `json:"reason,omitempty"`
+	RequestedBy string    `json:"requestedBy"`
+	Revert      bool      `json:"revert"`
+}
+
+// RolloutAction What a rollout does to each member: `install` creates a deployment on each matching device that does
+// not have the application; `upgrade`, `reconfigure` and `rollback` run the single-deployment operation
+// of that name on each matching deployment.
+type RolloutAction string
+
+// RolloutCause Why a rollout entered its state. `started` (creation, no previous state); to paused:
+// `operator-paused`, `approval-required`, `threshold-exceeded`; paused to running: `operator-resumed`,
+// `approved`; to succeeded: `completed`; to cancelled: `operator-cancelled`; to aborting:
+// `operator-aborted`, `threshold-exceeded` (with `onThreshold: abort`); aborting to aborted:
+// `revert-finished`; to failed: `target-version-yanked`, `target-version-deleted`, `deadline-passed`.
+type RolloutCause string
+
+// RolloutCounts defines model for RolloutCounts.
+type RolloutCounts struct {
+	// ByStatus Members by status (a MemberStatus each).
+	ByStatus MemberStatusCounts `json:"byStatus"`
+
+	// Eligible Members classified eligible at start.
+	Eligible int `json:"eligible"`
+
+	// Excluded Members classified excluded at start (members excluded later by an operator are in byStatus).
+	Excluded int `json:"excluded"`
+
+	// ExcludedByReason Excluded members by reason (an ExclusionReason each).
+	ExcludedByReason ExclusionCounts `json:"excludedByReason"`
+
+	// Total Every member resolved at start.
+	Total int `json:"total"`
+}
+
+// RolloutInstallOptions The options of an `install` rollout, as `POST /mgmt/v1/deployments` takes them for one device.
+type RolloutInstallOptions struct {
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters *ParameterValues `json:"parameters,omitempty"`
+
+	// ProfileId A deployment profile of the description; omitted - per device, the first one it can run.
+	ProfileId *string `json:"profileId,omitempty"`
+
+	// Timeout How long each device may take to install revision 1: a duration from 1s to 168h (Go syntax, such
+	// as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
+	Timeout *string `json:"timeout,omitempty"`
+	Version string  `json:"version"`
+}
+
+// RolloutList defines model for RolloutList.
+type RolloutList struct {
+	Items      []Rollout `json:"items"`
+	NextCursor *string   `json:"nextCursor,omitempty"`
+}
+
+// RolloutMember defines model for RolloutMember.
+type RolloutMember struct {
+	// Classification How a member was classified when the rollout started.
+	Classification MemberClassification `json:"classification"`
+
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
+	ClientId ClientId `json:"clientId"`
+
+	// DeploymentId Absent for an install member whose deployment is not created yet.
+	DeploymentId *openapi_types.UUID `json:"deploymentId,omitempty"`
+	DeviceId     DeviceId            `json:"deviceId"`
+
+	// FromRevision The desired revision before the rollout, the one a revert returns to (absent for install members).
+	FromRevision *int `json:"fromRevision,omitempty"`
+
+	// FromVersion The version before the rollout (absent for install members).
+	FromVersion *string `json:"fromVersion,omitempty"`
+
+	// OperationId The member's operation, once started.
+	OperationId *openapi_types.UUID `json:"operationId,omitempty"`
+
+	// Plan How an eligible member reaches the target: `direct`, or `hops` through the versions in `through`
+	// (passed on the way, the start and the target excluded). install, reconfigure and rollback plans are
+	// always direct.
+	Plan *MemberPlan `json:"plan,omitempty"`
+
+	// Reason Why a member is excluded. At start: `at-target` (already at the target version; for install, the
+	// device already has the application; for reconfigure, it already has the parameters),
+	// `policy-refused` (the supplier's policy refuses the change: `minUpgradeFrom` with no path, a rollback
+	// policy, an immutable parameter; `reasonDetail` has the supplier's reason), `no-revision` (rollback:
+	// the member never ran that version), `unplaceable` (the device's capabilities do not fit the version's
+	// requirements or profile), `busy` (a member of another active rollout, or an operation in progress on
+	// the deployment), `not-seen` (the device was not seen within `target.notSeenFor`). Later:
+	// `operator` (the `exclude` action; such a member stays classified `eligible`).
+	Reason *ExclusionReason `json:"reason,omitempty"`
+
+	// ReasonDetail For an excluded member, what refused it (for policy-refused, the supplier's reason).
+	ReasonDetail *string `json:"reasonDetail,omitempty"`
+
+	// Result How its operation ended, for a person (the operation's reason when it failed).
+	Result *string `json:"result,omitempty"`
+
+	// Revert What an abort with revert did to the member.
+	Revert *MemberRevert `json:"revert,omitempty"`
+
+	// Status Where a member is. pending: its wave has not started it; in-progress: its operation runs;
+	// succeeded; failed: its operation failed or passed its deadline (counts as a failure); cancelled: its
+	// operation was cancelled by the rollout, or it was never started because the rollout ended (counts as
+	// no failure); reverted / not-reverted: an abort with revert took it back, or may not or could not (the
+	// supplier's reason, or the failure, in `revert`); removed: its deployment was deleted or its device unregistered meanwhile;
+	// excluded: at start, or later by the `exclude` action (`reason` says which).
+	Status    MemberStatus `json:"status"`
+	UpdatedAt *time.Time   `json:"updatedAt,omitempty"`
+
+	// Wave The wave that takes it (eligible members only).
+	Wave *int `json:"wave,omitempty"`
+}
+
+// RolloutMemberList defines model for RolloutMemberList.
+type RolloutMemberList struct {
+	Items      []RolloutMember `json:"items"`
+	NextCursor *string         `json:"nextCursor,omitempty"`
+}
+
+// RolloutPlan defines model for RolloutPlan.
+type RolloutPlan struct {
+	// Action What a rollout does to each member: `install` creates a deployment on each matching device that does
+	// not have the application; `upgrade`, `reconfigure` and `rollback` run the single-deployment operation
+	// of that name on each matching deployment.
+	Action        RolloutAction `json:"action"`
+	ApplicationId string        `json:"applicationId"`
+	Eligible      int           `json:"eligible"`
+	Excluded      int           `json:"excluded"`
+
+	// ExcludedByReason Excluded members by reason (an ExclusionReason each).
+	ExcludedByReason ExclusionCounts `json:"excludedByReason"`
+
+	// Exclusions The excluded members by reason, largest group first.
+	Exclusions []ExclusionGroup `json:"exclusions"`
+
+	// Plans The eligible members by plan, largest group first.
+	Plans []PlanGroup `json:"plans"`
+	Total int         `json:"total"`
+
+	// Waves The waves a create would cut now (empty when nothing is eligible).
+	Waves []PlannedWave `json:"waves"`
+}
+
+// RolloutReconfigureOptions The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
+type RolloutReconfigureOptions struct {
+	// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+	OnFailure *OnFailure `json:"onFailure,omitempty"`
+
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters ParameterValues `json:"parameters"`
+
+	// Timeout How long each member may take to install its revision: a duration from 1s to 168h (Go syntax,
+	// such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
+	Timeout *string `json:"timeout,omitempty"`
+}
+
+// RolloutRollbackOptions The options of a `rollback` rollout. Each member goes back to its own most recent revision at
+// `toVersion`, checked against its installed version's rollback policy (excluded `policy-refused`
+// otherwise); a member that never ran that version is excluded `no-revision`.
+type RolloutRollbackOptions struct {
+	// Timeout How long each member may take to install its revision: a duration from 1s to 168h (Go syntax,
+	// such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
+	Timeout   *string `json:"timeout,omitempty"`
+	ToVersion string  `json:"toVersion"`
+}
+
+// RolloutState running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
+// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+// flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
+// nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
+// outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
+// succeeded, aborted, cancelled, failed.
+type RolloutState string
+
+// RolloutTarget Which devices (install) or deployments of the application (upgrade, reconfigure, rollback) the
+// rollout takes: every criterion given must hold; none given - all of them. `versions` and `states`
+// select existing deployments and are refused (422) for `install`. Resolved once, at start.
+type RolloutTarget struct {
+	Clients *[]ClientId  `json:"clients,omitempty"`
+	Devices *[]DeviceRef `json:"devices,omitempty"`
+
+	// Labels A label selector on the device's effective labels, as in the deployments and devices lists:
+	// comma-separated `key=value`, `key!=value`, `key`, `!key`, all of which must hold.
+	//
+	//
+	// Example: site=plant-alfa,!decommissioned
+	Labels *string `json:"labels,omitempty"`
+
+	// NotSeenFor Members whose device was not seen (`lastSeenAt`) within this duration are excluded `not-seen`:
+	// a duration from 5m to 8760h (Go syntax, such as 30m or 24h; `lastSeenAt` is recorded at most once a
+	// minute). Absent - no device is left out for that.
+	NotSeenFor *string `json:"notSeenFor,omitempty"`
+
+	// States Current states of the deployments to take.
+	States *[]DeploymentState `json:"states,omitempty"`
+
+	// Versions Current versions (of the desired revision) of the deployments to take.
+	Versions *[]string `json:"versions,omitempty"`
+}
+
+// RolloutTransition defines model for RolloutTransition.
+type RolloutTransition struct {
+	// Actor The token id of the operator, or `scheduler` for the rollout's own transitions.
+	Actor string    `json:"actor"`
+	At    time.Time `json:"at"`
+
+	// Cause Why a rollout entered its state. `started` (creation, no previous state); to paused:
+	// `operator-paused`, `approval-required`, `threshold-exceeded`; paused to running: `operator-resumed`,
+	// `approved`; to succeeded: `completed`; to cancelled: `operator-cancelled`; to aborting:
+	// `operator-aborted`, `threshold-exceeded` (with `onThreshold: abort`); aborting to aborted:
+	// `revert-finished`; to failed: `target-version-yanked`, `target-version-deleted`, `deadline-passed`.
+	Cause RolloutCause `json:"cause"`
+
+	// Detail What happened, for a person (e.g. wave 2: 3 failures, maxFailures allows 2).
+	Detail *string `json:"detail,omitempty"`
+
+	// From running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
+	// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+	// flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
+	// nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
+	// outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
+	// succeeded, aborted, cancelled, failed.
+	From *RolloutState `json:"from,omitempty"`
+
+	// To running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
+	// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+	// flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
+	// nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
+	// outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
+	// succeeded, aborted, cancelled, failed.
+	To RolloutState `json:"to"`
+}
+
+// RolloutUpgradeOptions The options of an `upgrade` rollout, those of `POST /mgmt/v1/deployments/{id}/upgrade` for each member.
+type RolloutUpgradeOptions struct {
+	Drain *DrainOverride `json:"drain,omitempty"`
+
+	// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+	OnFailure *OnFailure `json:"onFailure,omitempty"`
+
+	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
+	Parameters *ParameterValues `json:"parameters,omitempty"`
+
+	// Path direct (the default): only a direct upgrade (members that need hops are excluded `policy-refused`); auto: members that need hops get a `hops` plan.
+	Path          *UpgradePathMode `json:"path,omitempty"`
+	Strategy      *UpgradeStrategy `json:"strategy,omitempty"`
+	TargetVersion string           `json:"targetVersion"`
+
+	// Timeout How long each step of each member may take to install, on top of the drain timeout: a duration
+	// from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
+	Timeout *string `json:"timeout,omitempty"`
+}
+
+// RolloutWaiting Why the rollout starts nothing now, while it is running or paused.
+type RolloutWaiting struct {
+	// Message Example: wave 2 waits for approve
+	Message string               `json:"message"`
+	Reason  RolloutWaitingReason `json:"reason"`
+
+	// Until When the wait ends by itself (soak, window); absent when it needs an operator.
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// RolloutWaitingReason defines model for RolloutWaiting.Reason.
+type RolloutWaitingReason string
+
+// RolloutWave defines model for RolloutWave.
+type RolloutWave struct {
+	// AllowedFailures maxFailures resolved to a count of this wave.
+	AllowedFailures int `json:"allowedFailures"`
+
+	// Approval auto (the default): the wave starts when the previous one passed; manual: it also waits for `approve` (the rollout shows `paused`, cause `approval-required`).
+	Approval   WaveApproval `json:"approval"`
+	ApprovedAt *time.Time   `json:"approvedAt,omitempty"`
+	ApprovedBy *string      `json:"approvedBy,omitempty"`
+
+	// Counts Members by status (a MemberStatus each).
+	Counts     MemberStatusCounts `json:"counts"`
+	FinishedAt *time.Time         `json:"finishedAt,omitempty"`
+
+	// Index 1 for the first wave.
+	Index int `json:"index"`
+
+	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
+	// first failure stops the wave.
+	MaxFailures FailureBudget `json:"maxFailures"`
+	MinSuccess  int           `json:"minSuccess"`
+
+	// ResolvedSize The members this wave took.
+	ResolvedSize int `json:"resolvedSize"`
+
+	// SettledAt When every member of the wave had ended.
+	SettledAt *time.Time `json:"settledAt,omitempty"`
+
+	// Size Exactly one of `count` (members) or `percent` (of the eligible members, rounded up, at least 1). A
+	// wave never takes more than what is left.
+	Size WaveSize `json:"size"`
+
+	// Soak The soak time in Go's canonical form, a duration from 0s to 168h (0s - none).
+	//
+	// Example: 30m0s
+	Soak      string     `json:"soak"`
+	SoakUntil *time.Time `json:"soakUntil,omitempty"`
+	StartedAt *time.Time `json:"startedAt,omitempty"`
+
+	// State pending: the wave has started nothing yet (a manual wave waits for `approve` in this state);
+	// publishing: it starts its members' operations (at most `maxInFlight` at a time) and waits for their
+	// results; soaking: every member settled (ended) with the thresholds met, and the soak time runs;
+	// passed: settled, thresholds met, soak over (the next wave may start); failed: `maxFailures` was
+	// exceeded, or the wave settled below `minSuccess`; stopped: the rollout was cancelled, aborted or
+	// failed before the wave passed or failed.
+	State WaveState `json:"state"`
+}
+
+// RolloutWindow A daily time window: a wave starts publishing only inside it (operations already started go on
+// outside it). `end` before `start` spans midnight; `start` equal to `end` is refused (422).
+type RolloutWindow struct {
+	// End Example: 04:00
+	End string `json:"end"`
+
+	// Start Example: 22:00
+	Start string `json:"start"`
+
+	// TimeZone An IANA time zone name (422 when unknown).
+	//
+	// Example: Europe/Berlin
+	TimeZone string `json:"timeZone"`
+}
+
 // StatusError defines model for StatusError.
 type StatusError struct {
 	Code    *string `json:"code,omitempty"`
@@ -1285,6 +2333,9 @@ type StatusReport struct {
 	Stale bool        `json:"stale"`
 	State DeviceState `json:"state"`
 }
+
+// ThresholdAction What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+type ThresholdAction string
 
 // Token defines model for Token.
 type Token struct {
@@ -1346,6 +2397,9 @@ type UpgradePath struct {
 	Path   []string `json:"path"`
 }
 
+// UpgradePathMode direct (the default): only a direct upgrade (members that need hops are excluded `policy-refused`); auto: members that need hops get a `hops` plan.
+type UpgradePathMode string
+
 // UpgradeRequest Example: {"path":"auto","targetVersion":"2.0.0"}
 type UpgradeRequest struct {
 	Drain     *DrainOverride           `json:"drain,omitempty"`
@@ -1372,6 +2426,9 @@ type UpgradeRequestPath string
 // UpgradeRequestStrategy defines model for UpgradeRequest.Strategy.
 type UpgradeRequestStrategy string
 
+// UpgradeStrategy defines model for UpgradeStrategy.
+type UpgradeStrategy string
+
 // WFMClient defines model for WFMClient.
 type WFMClient struct {
 	CreatedAt   time.Time `json:"createdAt"`
@@ -1397,6 +2454,47 @@ type WFMClientList struct {
 	Items      []WFMClient `json:"items"`
 	NextCursor *string     `json:"nextCursor,omitempty"`
 }
+
+// WaveApproval auto (the default): the wave starts when the previous one passed; manual: it also waits for `approve` (the rollout shows `paused`, cause `approval-required`).
+type WaveApproval string
+
+// WaveSize Exactly one of `count` (members) or `percent` (of the eligible members, rounded up, at least 1). A
+// wave never takes more than what is left.
+type WaveSize struct {
+	Count   *int `json:"count,omitempty"`
+	Percent *int `json:"percent,omitempty"`
+}
+
+// WaveSpec defines model for WaveSpec.
+type WaveSpec struct {
+	// Approval auto (the default): the wave starts when the previous one passed; manual: it also waits for `approve` (the rollout shows `paused`, cause `approval-required`).
+	Approval *WaveApproval `json:"approval,omitempty"`
+
+	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
+	// first failure stops the wave.
+	MaxFailures *FailureBudget `json:"maxFailures,omitempty"`
+
+	// MinSuccess The percent of the wave (its resolved size, less members excluded or removed meanwhile) that must
+	// succeed for it to pass, checked when it settled. Members cancelled by the rollout count neither way.
+	MinSuccess *int `json:"minSuccess,omitempty"`
+
+	// Size Exactly one of `count` (members) or `percent` (of the eligible members, rounded up, at least 1). A
+	// wave never takes more than what is left.
+	Size WaveSize `json:"size"`
+
+	// Soak How long to wait after the wave settled, thresholds met, before the next wave may start: a
+	// duration from 0s to 168h (Go syntax, such as 30m or 2h). Absent - 0s, no soak.
+	Soak *string `json:"soak,omitempty"`
+}
+
+// WaveState pending: the wave has started nothing yet (a manual wave waits for `approve` in this state);
+// publishing: it starts its members' operations (at most `maxInFlight` at a time) and waits for their
+// results; soaking: every member settled (ended) with the thresholds met, and the soak time runs;
+// passed: settled, thresholds met, soak over (the next wave may start); failed: `maxFailures` was
+// exceeded, or the wave settled below `minSuccess`; stopped: the rollout was cancelled, aborted or
+// failed before the wave passed or failed.
+type WaveState string
 
 // YankRequest defines model for YankRequest.
 type YankRequest struct {
@@ -1441,6 +2539,9 @@ type Limit = int
 
 // OperationIdPath defines model for OperationIdPath.
 type OperationIdPath = string
+
+// RolloutIdPath defines model for RolloutIdPath.
+type RolloutIdPath = string
 
 // Version defines model for Version.
 type Version = string
@@ -1678,6 +2779,93 @@ type CancelOperationParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ListRolloutsParams defines parameters for ListRollouts.
+type ListRolloutsParams struct {
+	ApplicationId *string       `form:"applicationId,omitempty" json:"applicationId,omitempty"`
+	State         *RolloutState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CreateRolloutParams defines parameters for CreateRollout.
+type CreateRolloutParams struct {
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// AbortRolloutParams defines parameters for AbortRollout.
+type AbortRolloutParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ApproveRolloutParams defines parameters for ApproveRollout.
+type ApproveRolloutParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// CancelRolloutParams defines parameters for CancelRollout.
+type CancelRolloutParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ExcludeRolloutMemberParams defines parameters for ExcludeRolloutMember.
+type ExcludeRolloutMemberParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ListRolloutMembersParams defines parameters for ListRolloutMembers.
+type ListRolloutMembersParams struct {
+	Wave           *int                  `form:"wave,omitempty" json:"wave,omitempty"`
+	Status         *MemberStatus         `form:"status,omitempty" json:"status,omitempty"`
+	Classification *MemberClassification `form:"classification,omitempty" json:"classification,omitempty"`
+	Reason         *ExclusionReason      `form:"reason,omitempty" json:"reason,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// PauseRolloutParams defines parameters for PauseRollout.
+type PauseRolloutParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ResumeRolloutParams defines parameters for ResumeRollout.
+type ResumeRolloutParams struct {
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListTokensParams defines parameters for ListTokens.
 type ListTokensParams struct {
 	// Limit Largest number of items in the page.
@@ -1716,6 +2904,18 @@ type RollbackDeploymentJSONRequestBody = RollbackRequest
 
 // UpgradeDeploymentJSONRequestBody defines body for UpgradeDeployment for application/json ContentType.
 type UpgradeDeploymentJSONRequestBody = UpgradeRequest
+
+// CreateRolloutJSONRequestBody defines body for CreateRollout for application/json ContentType.
+type CreateRolloutJSONRequestBody = CreateRolloutRequest
+
+// PlanRolloutJSONRequestBody defines body for PlanRollout for application/json ContentType.
+type PlanRolloutJSONRequestBody = CreateRolloutRequest
+
+// AbortRolloutJSONRequestBody defines body for AbortRollout for application/json ContentType.
+type AbortRolloutJSONRequestBody = AbortRolloutRequest
+
+// ExcludeRolloutMemberJSONRequestBody defines body for ExcludeRolloutMember for application/json ContentType.
+type ExcludeRolloutMemberJSONRequestBody = ExcludeMemberRequest
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = CreateTokenRequest
@@ -2259,7 +3459,8 @@ type ClientInterface interface {
 	// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
 	// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
 	// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
-	// cancels it.
+	// cancels it. A device that is a member of an active `install` rollout of the same application refuses
+	// it: 409 `rollout-member`, naming the rollout (`rolloutId`).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2278,7 +3479,8 @@ type ClientInterface interface {
 	// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
 	// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
 	// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
-	// cancels it.
+	// cancels it. A device that is a member of an active `install` rollout of the same application refuses
+	// it: 409 `rollout-member`, naming the rollout (`rolloutId`).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2313,6 +3515,8 @@ type ClientInterface interface {
 	//
 	// Values are validated against the description's configuration schema; unknown parameters and changes
 	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2323,6 +3527,8 @@ type ClientInterface interface {
 	//
 	// Values are validated against the description's configuration schema; unknown parameters and changes
 	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2346,6 +3552,8 @@ type ClientInterface interface {
 	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 	// the revision, and possible only when the server allows overrides.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2359,6 +3567,8 @@ type ClientInterface interface {
 	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 	// the revision, and possible only when the server allows overrides.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2378,6 +3588,8 @@ type ClientInterface interface {
 	// after the previous one is installed. Operator-set parameters carry over unless the target says
 	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
 	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2392,6 +3604,8 @@ type ClientInterface interface {
 	// after the previous one is installed. Operator-set parameters carry over unless the target says
 	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
 	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2416,10 +3630,257 @@ type ClientInterface interface {
 	// CancelOperation Cancel a queued or running operation
 	//
 	// The operation ends `cancelled`; the deployment keeps whatever revision is desired now (a hop already
-	// published stays published). Cancelling an ended operation is 409.
+	// published stays published). Cancelling an ended operation is 409. An operation a rollout started, while
+	// the rollout is active, is refused: 409 `rollout-member` naming the rollout (`rolloutId`); pause,
+	// cancel or abort the rollout, or exclude the member.
 	//
 	// Corresponds with POST /mgmt/v1/operations/{operationId}/cancel (the `CancelOperation` operationId).
 	CancelOperation(ctx context.Context, operationId OperationIdPath, params *CancelOperationParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRollouts List rollouts, newest first
+	//
+	// Role: viewer. Filters combine (all must hold).
+	//
+	// Corresponds with GET /mgmt/v1/rollouts (the `ListRollouts` operationId).
+	ListRollouts(ctx context.Context, params *ListRolloutsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRolloutWithBody Start a rollout of one change to many deployments, in waves
+	//
+	// Role: operator. One application, one `action` (`install`, `upgrade`, `reconfigure`, `rollback`) with
+	// its options in the member of the same name, and a `target` selector. Membership is resolved once, now:
+	// every matching deployment (for `install`: every matching device) becomes a member, classified
+	// `eligible` with its plan (`direct`, or `hops` through named versions) or `excluded` with a reason
+	// code (`at-target`, `policy-refused`, `no-revision`, `unplaceable`, `busy`, `not-seen`). Excluded members
+	// are listed but count toward no wave and no threshold; a device or deployment that appears later is
+	// not added. The eligible members are cut into `waves` (default: one member, then 10%, then the rest)
+	// in a stable order (client id, device id, deployment id). The rollout starts `running` (cause
+	// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
+	//
+	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
+	// * Waves that cover fewer members than are eligible, or a wave that would be empty: 422
+	//   `invalid-waves` naming the wave; nothing is created.
+	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
+	//   version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
+	//   does not take: 422 `invalid-request` naming the member.
+	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
+	//
+	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts (the `CreateRollout` operationId).
+	CreateRolloutWithBody(ctx context.Context, params *CreateRolloutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRollout Start a rollout of one change to many deployments, in waves
+	//
+	// Role: operator. One application, one `action` (`install`, `upgrade`, `reconfigure`, `rollback`) with
+	// its options in the member of the same name, and a `target` selector. Membership is resolved once, now:
+	// every matching deployment (for `install`: every matching device) becomes a member, classified
+	// `eligible` with its plan (`direct`, or `hops` through named versions) or `excluded` with a reason
+	// code (`at-target`, `policy-refused`, `no-revision`, `unplaceable`, `busy`, `not-seen`). Excluded members
+	// are listed but count toward no wave and no threshold; a device or deployment that appears later is
+	// not added. The eligible members are cut into `waves` (default: one member, then 10%, then the rest)
+	// in a stable order (client id, device id, deployment id). The rollout starts `running` (cause
+	// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
+	//
+	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
+	// * Waves that cover fewer members than are eligible, or a wave that would be empty: 422
+	//   `invalid-waves` naming the wave; nothing is created.
+	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
+	//   version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
+	//   does not take: 422 `invalid-request` naming the member.
+	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
+	//
+	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts (the `CreateRollout` operationId).
+	CreateRollout(ctx context.Context, params *CreateRolloutParams, body CreateRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PlanRolloutWithBody What a rollout would do, changing nothing
+	//
+	// Role: operator. Takes the body of `POST /mgmt/v1/rollouts` and answers what creating it would do
+	// now: the members by classification and by plan (multi-hop plans grouped by path), the excluded by
+	// reason, the waves with their resolved sizes and thresholds, and at most 5 examples of each group. It
+	// writes nothing (no rollout, no deployment, no manifest version), so it takes no `Idempotency-Key`:
+	// repeating it is safe. A request `POST /mgmt/v1/rollouts` would refuse is refused the same way
+	// (404, 422), except that an empty eligible set is answered 200 with `eligible: 0` (the counts by
+	// reason are the answer then). The answer is a snapshot: the fleet may change before a create.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/plan (the `PlanRollout` operationId).
+	PlanRolloutWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PlanRollout What a rollout would do, changing nothing
+	//
+	// Role: operator. Takes the body of `POST /mgmt/v1/rollouts` and answers what creating it would do
+	// now: the members by classification and by plan (multi-hop plans grouped by path), the excluded by
+	// reason, the waves with their resolved sizes and thresholds, and at most 5 examples of each group. It
+	// writes nothing (no rollout, no deployment, no manifest version), so it takes no `Idempotency-Key`:
+	// repeating it is safe. A request `POST /mgmt/v1/rollouts` would refuse is refused the same way
+	// (404, 422), except that an empty eligible set is answered 200 with `eligible: 0` (the counts by
+	// reason are the answer then). The answer is a snapshot: the fleet may change before a create.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/plan (the `PlanRollout` operationId).
+	PlanRollout(ctx context.Context, body PlanRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRollout Get one rollout with its progress
+	//
+	// Role: viewer. The rollout's state and why, every transition, the counts by classification and by
+	// member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
+	// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+	//
+	// Corresponds with GET /mgmt/v1/rollouts/{rolloutId} (the `GetRollout` operationId).
+	GetRollout(ctx context.Context, rolloutId RolloutIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AbortRolloutWithBody Abort a rollout (cancel work in flight, optionally revert what it changed)
+	//
+	// Role: operator; `force` needs admin. `running` or `paused` -> `aborting` (cause `operator-aborted`):
+	// nothing new starts, and every operation in flight is cancelled the way `POST /mgmt/v1/operations/{id}/cancel`
+	// cancels one. With `revert: true`, every member the rollout changed goes back to its revision from before
+	// the rollout where the installed version's policy allows it (a multi-hop member back past all its hops; an
+	// `install` member's deployment is removed; a `rollback` member is upgraded back, under `minUpgradeFrom`);
+	// a member that may not be reverted is listed `not-reverted` with the supplier's reason and left as it is.
+	// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
+	// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
+	// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
+	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+	// state, is 409 `rollout-state`.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/abort (the `AbortRollout` operationId).
+	AbortRolloutWithBody(ctx context.Context, rolloutId RolloutIdPath, params *AbortRolloutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AbortRollout Abort a rollout (cancel work in flight, optionally revert what it changed)
+	//
+	// Role: operator; `force` needs admin. `running` or `paused` -> `aborting` (cause `operator-aborted`):
+	// nothing new starts, and every operation in flight is cancelled the way `POST /mgmt/v1/operations/{id}/cancel`
+	// cancels one. With `revert: true`, every member the rollout changed goes back to its revision from before
+	// the rollout where the installed version's policy allows it (a multi-hop member back past all its hops; an
+	// `install` member's deployment is removed; a `rollback` member is upgraded back, under `minUpgradeFrom`);
+	// a member that may not be reverted is listed `not-reverted` with the supplier's reason and left as it is.
+	// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
+	// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
+	// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
+	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+	// state, is 409 `rollout-state`.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/abort (the `AbortRollout` operationId).
+	AbortRollout(ctx context.Context, rolloutId RolloutIdPath, params *AbortRolloutParams, body AbortRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ApproveRollout Approve the next manual wave
+	//
+	// Role: operator. The rollout is `paused` with cause `approval-required`: `paused` -> `running` (cause
+	// `approved`), and the waiting manual wave starts publishing (inside the window, if there is one). Each
+	// approval starts one wave; send `If-Match` so that a double click does not approve the wave after it.
+	// 409 `rollout-state` when no wave waits for approval.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/approve (the `ApproveRollout` operationId).
+	ApproveRollout(ctx context.Context, rolloutId RolloutIdPath, params *ApproveRolloutParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelRollout Cancel a rollout (start nothing new, let work in flight finish)
+	//
+	// Role: operator. `running` or `paused` -> `cancelled` (cause `operator-cancelled`) at once: no wave and
+	// no member operation starts any more; operations in flight finish on their own and their members show
+	// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state` in
+	// `aborting` and in the terminal states.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/cancel (the `CancelRollout` operationId).
+	CancelRollout(ctx context.Context, rolloutId RolloutIdPath, params *CancelRolloutParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExcludeRolloutMemberWithBody Exclude one member from a rollout
+	//
+	// Role: operator. The member, named by `deploymentId` (upgrade, reconfigure, rollback) or by `clientId`
+	// and `deviceId` (install), leaves the rollout: status `excluded`, reason `operator`. It keeps whatever
+	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
+	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
+	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
+	// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/exclude (the `ExcludeRolloutMember` operationId).
+	ExcludeRolloutMemberWithBody(ctx context.Context, rolloutId RolloutIdPath, params *ExcludeRolloutMemberParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExcludeRolloutMember Exclude one member from a rollout
+	//
+	// Role: operator. The member, named by `deploymentId` (upgrade, reconfigure, rollback) or by `clientId`
+	// and `deviceId` (install), leaves the rollout: status `excluded`, reason `operator`. It keeps whatever
+	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
+	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
+	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
+	// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/exclude (the `ExcludeRolloutMember` operationId).
+	ExcludeRolloutMember(ctx context.Context, rolloutId RolloutIdPath, params *ExcludeRolloutMemberParams, body ExcludeRolloutMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRolloutMembers List a rollout's members with classification, plan, wave, operation and result
+	//
+	// Role: viewer. Every member resolved at start, eligible and excluded, ordered as the waves take them
+	// (client id, device id, deployment id). Filters combine (all must hold); `reason` matches excluded
+	// members (at start, or later with reason `operator`).
+	//
+	// Corresponds with GET /mgmt/v1/rollouts/{rolloutId}/members (the `ListRolloutMembers` operationId).
+	ListRolloutMembers(ctx context.Context, rolloutId RolloutIdPath, params *ListRolloutMembersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PauseRollout Pause a running rollout
+	//
+	// Role: operator. `running` -> `paused` (cause `operator-paused`): no new member operation starts and no
+	// wave starts; operations in flight go on and their results still count against the wave's thresholds.
+	// Pausing a paused rollout changes nothing (200). 409 `rollout-state` in `aborting` and in the terminal
+	// states.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/pause (the `PauseRollout` operationId).
+	PauseRollout(ctx context.Context, rolloutId RolloutIdPath, params *PauseRolloutParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeRollout Resume a paused rollout
+	//
+	// Role: operator. `paused` -> `running` (cause `operator-resumed`), whatever paused it: an operator, or
+	// a threshold with `onThreshold: pause`. Resuming after a threshold accepts the failures so far: that
+	// wave's remaining members go on and its thresholds do not stop it again; later waves have their own. A rollout
+	// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state`, naming
+	// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state`
+	// in `aborting` and in the terminal states.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/resume (the `ResumeRollout` operationId).
+	ResumeRollout(ctx context.Context, rolloutId RolloutIdPath, params *ResumeRolloutParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTokens List API tokens (never their secrets)
 	//
@@ -3029,7 +4490,8 @@ func (c *Client) ListDeployments(ctx context.Context, params *ListDeploymentsPar
 // (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
 // past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
 // it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
-// cancels it.
+// cancels it. A device that is a member of an active `install` rollout of the same application refuses
+// it: 409 `rollout-member`, naming the rollout (`rolloutId`).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3058,7 +4520,8 @@ func (c *Client) CreateDeploymentWithBody(ctx context.Context, params *CreateDep
 // (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
 // past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
 // it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
-// cancels it.
+// cancels it. A device that is a member of an active `install` rollout of the same application refuses
+// it: 409 `rollout-member`, naming the rollout (`rolloutId`).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3133,6 +4596,8 @@ func (c *Client) ListHistory(ctx context.Context, deploymentId DeploymentIdPath,
 //
 // Values are validated against the description's configuration schema; unknown parameters and changes
 // to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3153,6 +4618,8 @@ func (c *Client) ReconfigureDeploymentWithBody(ctx context.Context, deploymentId
 //
 // Values are validated against the description's configuration schema; unknown parameters and changes
 // to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3206,6 +4673,8 @@ func (c *Client) GetRevision(ctx context.Context, deploymentId DeploymentIdPath,
 // the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 // `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 // the revision, and possible only when the server allows overrides.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3229,6 +4698,8 @@ func (c *Client) RollbackDeploymentWithBody(ctx context.Context, deploymentId De
 // the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 // `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 // the revision, and possible only when the server allows overrides.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3268,6 +4739,8 @@ func (c *Client) GetDeploymentStatus(ctx context.Context, deploymentId Deploymen
 // after the previous one is installed. Operator-set parameters carry over unless the target says
 // `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
 // nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3292,6 +4765,8 @@ func (c *Client) UpgradeDeploymentWithBody(ctx context.Context, deploymentId Dep
 // after the previous one is installed. Operator-set parameters carry over unless the target says
 // `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
 // nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3356,11 +4831,408 @@ func (c *Client) GetOperation(ctx context.Context, operationId OperationIdPath, 
 // CancelOperation Cancel a queued or running operation
 //
 // The operation ends `cancelled`; the deployment keeps whatever revision is desired now (a hop already
-// published stays published). Cancelling an ended operation is 409.
+// published stays published). Cancelling an ended operation is 409. An operation a rollout started, while
+// the rollout is active, is refused: 409 `rollout-member` naming the rollout (`rolloutId`); pause,
+// cancel or abort the rollout, or exclude the member.
 //
 // Corresponds with POST /mgmt/v1/operations/{operationId}/cancel (the `CancelOperation` operationId).
 func (c *Client) CancelOperation(ctx context.Context, operationId OperationIdPath, params *CancelOperationParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelOperationRequest(c.Server, operationId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRollouts List rollouts, newest first
+//
+// Role: viewer. Filters combine (all must hold).
+//
+// Corresponds with GET /mgmt/v1/rollouts (the `ListRollouts` operationId).
+func (c *Client) ListRollouts(ctx context.Context, params *ListRolloutsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRolloutsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRolloutWithBody Start a rollout of one change to many deployments, in waves
+//
+// Role: operator. One application, one `action` (`install`, `upgrade`, `reconfigure`, `rollback`) with
+// its options in the member of the same name, and a `target` selector. Membership is resolved once, now:
+// every matching deployment (for `install`: every matching device) becomes a member, classified
+// `eligible` with its plan (`direct`, or `hops` through named versions) or `excluded` with a reason
+// code (`at-target`, `policy-refused`, `no-revision`, `unplaceable`, `busy`, `not-seen`). Excluded members
+// are listed but count toward no wave and no threshold; a device or deployment that appears later is
+// not added. The eligible members are cut into `waves` (default: one member, then 10%, then the rest)
+// in a stable order (client id, device id, deployment id). The rollout starts `running` (cause
+// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
+//
+//   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
+//   - Waves that cover fewer members than are eligible, or a wave that would be empty: 422
+//     `invalid-waves` naming the wave; nothing is created.
+//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
+//     version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
+//     does not take: 422 `invalid-request` naming the member.
+//   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
+//
+// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/rollouts (the `CreateRollout` operationId).
+func (c *Client) CreateRolloutWithBody(ctx context.Context, params *CreateRolloutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRolloutRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRollout Start a rollout of one change to many deployments, in waves
+//
+// Role: operator. One application, one `action` (`install`, `upgrade`, `reconfigure`, `rollback`) with
+// its options in the member of the same name, and a `target` selector. Membership is resolved once, now:
+// every matching deployment (for `install`: every matching device) becomes a member, classified
+// `eligible` with its plan (`direct`, or `hops` through named versions) or `excluded` with a reason
+// code (`at-target`, `policy-refused`, `no-revision`, `unplaceable`, `busy`, `not-seen`). Excluded members
+// are listed but count toward no wave and no threshold; a device or deployment that appears later is
+// not added. The eligible members are cut into `waves` (default: one member, then 10%, then the rest)
+// in a stable order (client id, device id, deployment id). The rollout starts `running` (cause
+// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
+//
+//   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
+//   - Waves that cover fewer members than are eligible, or a wave that would be empty: 422
+//     `invalid-waves` naming the wave; nothing is created.
+//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
+//     version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
+//     does not take: 422 `invalid-request` naming the member.
+//   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
+//
+// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/rollouts (the `CreateRollout` operationId).
+func (c *Client) CreateRollout(ctx context.Context, params *CreateRolloutParams, body CreateRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRolloutRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PlanRolloutWithBody What a rollout would do, changing nothing
+//
+// Role: operator. Takes the body of `POST /mgmt/v1/rollouts` and answers what creating it would do
+// now: the members by classification and by plan (multi-hop plans grouped by path), the excluded by
+// reason, the waves with their resolved sizes and thresholds, and at most 5 examples of each group. It
+// writes nothing (no rollout, no deployment, no manifest version), so it takes no `Idempotency-Key`:
+// repeating it is safe. A request `POST /mgmt/v1/rollouts` would refuse is refused the same way
+// (404, 422), except that an empty eligible set is answered 200 with `eligible: 0` (the counts by
+// reason are the answer then). The answer is a snapshot: the fleet may change before a create.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/rollouts/plan (the `PlanRollout` operationId).
+func (c *Client) PlanRolloutWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPlanRolloutRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PlanRollout What a rollout would do, changing nothing
+//
+// Role: operator. Takes the body of `POST /mgmt/v1/rollouts` and answers what creating it would do
+// now: the members by classification and by plan (multi-hop plans grouped by path), the excluded by
+// reason, the waves with their resolved sizes and thresholds, and at most 5 examples of each group. It
+// writes nothing (no rollout, no deployment, no manifest version), so it takes no `Idempotency-Key`:
+// repeating it is safe. A request `POST /mgmt/v1/rollouts` would refuse is refused the same way
+// (404, 422), except that an empty eligible set is answered 200 with `eligible: 0` (the counts by
+// reason are the answer then). The answer is a snapshot: the fleet may change before a create.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/rollouts/plan (the `PlanRollout` operationId).
+func (c *Client) PlanRollout(ctx context.Context, body PlanRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPlanRolloutRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRollout Get one rollout with its progress
+//
+// Role: viewer. The rollout's state and why, every transition, the counts by classification and by
+// member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
+// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+//
+// Corresponds with GET /mgmt/v1/rollouts/{rolloutId} (the `GetRollout` operationId).
+func (c *Client) GetRollout(ctx context.Context, rolloutId RolloutIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRolloutRequest(c.Server, rolloutId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AbortRolloutWithBody Abort a rollout (cancel work in flight, optionally revert what it changed)
+//
+// Role: operator; `force` needs admin. `running` or `paused` -> `aborting` (cause `operator-aborted`):
+// nothing new starts, and every operation in flight is cancelled the way `POST /mgmt/v1/operations/{id}/cancel`
+// cancels one. With `revert: true`, every member the rollout changed goes back to its revision from before
+// the rollout where the installed version's policy allows it (a multi-hop member back past all its hops; an
+// `install` member's deployment is removed; a `rollback` member is upgraded back, under `minUpgradeFrom`);
+// a member that may not be reverted is listed `not-reverted` with the supplier's reason and left as it is.
+// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
+// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
+// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
+// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+// state, is 409 `rollout-state`.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/abort (the `AbortRollout` operationId).
+func (c *Client) AbortRolloutWithBody(ctx context.Context, rolloutId RolloutIdPath, params *AbortRolloutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAbortRolloutRequestWithBody(c.Server, rolloutId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AbortRollout Abort a rollout (cancel work in flight, optionally revert what it changed)
+//
+// Role: operator; `force` needs admin. `running` or `paused` -> `aborting` (cause `operator-aborted`):
+// nothing new starts, and every operation in flight is cancelled the way `POST /mgmt/v1/operations/{id}/cancel`
+// cancels one. With `revert: true`, every member the rollout changed goes back to its revision from before
+// the rollout where the installed version's policy allows it (a multi-hop member back past all its hops; an
+// `install` member's deployment is removed; a `rollback` member is upgraded back, under `minUpgradeFrom`);
+// a member that may not be reverted is listed `not-reverted` with the supplier's reason and left as it is.
+// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
+// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
+// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
+// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+// state, is 409 `rollout-state`.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/abort (the `AbortRollout` operationId).
+func (c *Client) AbortRollout(ctx context.Context, rolloutId RolloutIdPath, params *AbortRolloutParams, body AbortRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAbortRolloutRequest(c.Server, rolloutId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ApproveRollout Approve the next manual wave
+//
+// Role: operator. The rollout is `paused` with cause `approval-required`: `paused` -> `running` (cause
+// `approved`), and the waiting manual wave starts publishing (inside the window, if there is one). Each
+// approval starts one wave; send `If-Match` so that a double click does not approve the wave after it.
+// 409 `rollout-state` when no wave waits for approval.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/approve (the `ApproveRollout` operationId).
+func (c *Client) ApproveRollout(ctx context.Context, rolloutId RolloutIdPath, params *ApproveRolloutParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewApproveRolloutRequest(c.Server, rolloutId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelRollout Cancel a rollout (start nothing new, let work in flight finish)
+//
+// Role: operator. `running` or `paused` -> `cancelled` (cause `operator-cancelled`) at once: no wave and
+// no member operation starts any more; operations in flight finish on their own and their members show
+// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state` in
+// `aborting` and in the terminal states.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/cancel (the `CancelRollout` operationId).
+func (c *Client) CancelRollout(ctx context.Context, rolloutId RolloutIdPath, params *CancelRolloutParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelRolloutRequest(c.Server, rolloutId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExcludeRolloutMemberWithBody Exclude one member from a rollout
+//
+// Role: operator. The member, named by `deploymentId` (upgrade, reconfigure, rollback) or by `clientId`
+// and `deviceId` (install), leaves the rollout: status `excluded`, reason `operator`. It keeps whatever
+// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
+// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
+// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
+// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/exclude (the `ExcludeRolloutMember` operationId).
+func (c *Client) ExcludeRolloutMemberWithBody(ctx context.Context, rolloutId RolloutIdPath, params *ExcludeRolloutMemberParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExcludeRolloutMemberRequestWithBody(c.Server, rolloutId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExcludeRolloutMember Exclude one member from a rollout
+//
+// Role: operator. The member, named by `deploymentId` (upgrade, reconfigure, rollback) or by `clientId`
+// and `deviceId` (install), leaves the rollout: status `excluded`, reason `operator`. It keeps whatever
+// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
+// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
+// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
+// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/exclude (the `ExcludeRolloutMember` operationId).
+func (c *Client) ExcludeRolloutMember(ctx context.Context, rolloutId RolloutIdPath, params *ExcludeRolloutMemberParams, body ExcludeRolloutMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExcludeRolloutMemberRequest(c.Server, rolloutId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRolloutMembers List a rollout's members with classification, plan, wave, operation and result
+//
+// Role: viewer. Every member resolved at start, eligible and excluded, ordered as the waves take them
+// (client id, device id, deployment id). Filters combine (all must hold); `reason` matches excluded
+// members (at start, or later with reason `operator`).
+//
+// Corresponds with GET /mgmt/v1/rollouts/{rolloutId}/members (the `ListRolloutMembers` operationId).
+func (c *Client) ListRolloutMembers(ctx context.Context, rolloutId RolloutIdPath, params *ListRolloutMembersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRolloutMembersRequest(c.Server, rolloutId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PauseRollout Pause a running rollout
+//
+// Role: operator. `running` -> `paused` (cause `operator-paused`): no new member operation starts and no
+// wave starts; operations in flight go on and their results still count against the wave's thresholds.
+// Pausing a paused rollout changes nothing (200). 409 `rollout-state` in `aborting` and in the terminal
+// states.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/pause (the `PauseRollout` operationId).
+func (c *Client) PauseRollout(ctx context.Context, rolloutId RolloutIdPath, params *PauseRolloutParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseRolloutRequest(c.Server, rolloutId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeRollout Resume a paused rollout
+//
+// Role: operator. `paused` -> `running` (cause `operator-resumed`), whatever paused it: an operator, or
+// a threshold with `onThreshold: pause`. Resuming after a threshold accepts the failures so far: that
+// wave's remaining members go on and its thresholds do not stop it again; later waves have their own. A rollout
+// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state`, naming
+// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state`
+// in `aborting` and in the terminal states.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/resume (the `ResumeRollout` operationId).
+func (c *Client) ResumeRollout(ctx context.Context, rolloutId RolloutIdPath, params *ResumeRolloutParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeRolloutRequest(c.Server, rolloutId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -5703,6 +7575,732 @@ func NewCancelOperationRequest(server string, operationId OperationIdPath, param
 	return req, nil
 }
 
+// NewListRolloutsRequest constructs an http.Request for the ListRollouts method
+func NewListRolloutsRequest(server string, params *ListRolloutsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/rollouts")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.ApplicationId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "applicationId", *params.ApplicationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateRolloutRequest calls the generic CreateRollout builder with application/json body
+func NewCreateRolloutRequest(server string, params *CreateRolloutParams, body CreateRolloutJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateRolloutRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewCreateRolloutRequestWithBody constructs an http.Request for the CreateRollout method, with any body, and a specified content type
+func NewCreateRolloutRequestWithBody(server string, params *CreateRolloutParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/rollouts")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPlanRolloutRequest calls the generic PlanRollout builder with application/json body
+func NewPlanRolloutRequest(server string, body PlanRolloutJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPlanRolloutRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewPlanRolloutRequestWithBody constructs an http.Request for the PlanRollout method, with any body, and a specified content type
+func NewPlanRolloutRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/rollouts/plan")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetRolloutRequest constructs an http.Request for the GetRollout method
+func NewGetRolloutRequest(server string, rolloutId RolloutIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "rolloutId", rolloutId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/rollouts/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAbortRolloutRequest calls the generic AbortRollout builder with application/json body
+func NewAbortRolloutRequest(server string, rolloutId RolloutIdPath, params *AbortRolloutParams, body AbortRolloutJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAbortRolloutRequestWithBody(server, rolloutId, params, "application/json", bodyReader)
+}
+
+// NewAbortRolloutRequestWithBody constructs an http.Request for the AbortRollout method, with any body, and a specified content type
+func NewAbortRolloutRequestWithBody(server string, rolloutId RolloutIdPath, params *AbortRolloutParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "rolloutId", rolloutId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/rollouts/%s/abort", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewApproveRolloutRequest constructs an http.Request for the ApproveRollout method
+func NewApproveRolloutRequest(server string, rolloutId RolloutIdPath, params *ApproveRolloutParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "rolloutId", rolloutId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/rollouts/%s/approve", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewCancelRolloutRequest constructs an http.Request for the CancelRollout method
+func NewCancelRolloutRequest(server string, rolloutId RolloutIdPath, params *CancelRolloutParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "rolloutId", rolloutId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/rollouts/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewExcludeRolloutMemberRequest calls the generic ExcludeRolloutMember builder with application/json body
+func NewExcludeRolloutMemberRequest(server string, rolloutId RolloutIdPath, params *ExcludeRolloutMemberParams, body ExcludeRolloutMemberJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExcludeRolloutMemberRequestWithBody(server, rolloutId, params, "application/json", bodyReader)
+}
+
+// NewExcludeRolloutMemberRequestWithBody constructs an http.Request for the ExcludeRolloutMember method, with any body, and a specified content type
+func NewExcludeRolloutMemberRequestWithBody(server string, rolloutId RolloutIdPath, params *ExcludeRolloutMemberParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "rolloutId", rolloutId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/rollouts/%s/exclude", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewListRolloutMembersRequest constructs an http.Request for the ListRolloutMembers method
+func NewListRolloutMembersRequest(server string, rolloutId RolloutIdPath, params *ListRolloutMembersParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "rolloutId", rolloutId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/rollouts/%s/members", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Wave != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wave", *params.Wave, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Classification != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "classification", *params.Classification, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Reason != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "reason", *params.Reason, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPauseRolloutRequest constructs an http.Request for the PauseRollout method
+func NewPauseRolloutRequest(server string, rolloutId RolloutIdPath, params *PauseRolloutParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "rolloutId", rolloutId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/rollouts/%s/pause", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewResumeRolloutRequest constructs an http.Request for the ResumeRollout method
+func NewResumeRolloutRequest(server string, rolloutId RolloutIdPath, params *ResumeRolloutParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "rolloutId", rolloutId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/rollouts/%s/resume", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewListTokensRequest constructs an http.Request for the ListTokens method
 func NewListTokensRequest(server string, params *ListTokensParams) (*http.Request, error) {
 	var err error
@@ -6252,7 +8850,8 @@ type ClientWithResponsesInterface interface {
 	// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
 	// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
 	// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
-	// cancels it.
+	// cancels it. A device that is a member of an active `install` rollout of the same application refuses
+	// it: 409 `rollout-member`, naming the rollout (`rolloutId`).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6271,7 +8870,8 @@ type ClientWithResponsesInterface interface {
 	// (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
 	// past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
 	// it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
-	// cancels it.
+	// cancels it. A device that is a member of an active `install` rollout of the same application refuses
+	// it: 409 `rollout-member`, naming the rollout (`rolloutId`).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6312,6 +8912,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Values are validated against the description's configuration schema; unknown parameters and changes
 	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6322,6 +8924,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Values are validated against the description's configuration schema; unknown parameters and changes
 	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6349,6 +8953,8 @@ type ClientWithResponsesInterface interface {
 	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 	// the revision, and possible only when the server allows overrides.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6362,6 +8968,8 @@ type ClientWithResponsesInterface interface {
 	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 	// the revision, and possible only when the server allows overrides.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6383,6 +8991,8 @@ type ClientWithResponsesInterface interface {
 	// after the previous one is installed. Operator-set parameters carry over unless the target says
 	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
 	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6397,6 +9007,8 @@ type ClientWithResponsesInterface interface {
 	// after the previous one is installed. Operator-set parameters carry over unless the target says
 	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
 	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6427,12 +9039,273 @@ type ClientWithResponsesInterface interface {
 	// CancelOperationWithResponse Cancel a queued or running operation
 	//
 	// The operation ends `cancelled`; the deployment keeps whatever revision is desired now (a hop already
-	// published stays published). Cancelling an ended operation is 409.
+	// published stays published). Cancelling an ended operation is 409. An operation a rollout started, while
+	// the rollout is active, is refused: 409 `rollout-member` naming the rollout (`rolloutId`); pause,
+	// cancel or abort the rollout, or exclude the member.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /mgmt/v1/operations/{operationId}/cancel (the `CancelOperation` operationId).
 	CancelOperationWithResponse(ctx context.Context, operationId OperationIdPath, params *CancelOperationParams, reqEditors ...RequestEditorFn) (*CancelOperationResponse, error)
+
+	// ListRolloutsWithResponse List rollouts, newest first
+	//
+	// Role: viewer. Filters combine (all must hold).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/rollouts (the `ListRollouts` operationId).
+	ListRolloutsWithResponse(ctx context.Context, params *ListRolloutsParams, reqEditors ...RequestEditorFn) (*ListRolloutsResponse, error)
+
+	// CreateRolloutWithBodyWithResponse Start a rollout of one change to many deployments, in waves
+	//
+	// Role: operator. One application, one `action` (`install`, `upgrade`, `reconfigure`, `rollback`) with
+	// its options in the member of the same name, and a `target` selector. Membership is resolved once, now:
+	// every matching deployment (for `install`: every matching device) becomes a member, classified
+	// `eligible` with its plan (`direct`, or `hops` through named versions) or `excluded` with a reason
+	// code (`at-target`, `policy-refused`, `no-revision`, `unplaceable`, `busy`, `not-seen`). Excluded members
+	// are listed but count toward no wave and no threshold; a device or deployment that appears later is
+	// not added. The eligible members are cut into `waves` (default: one member, then 10%, then the rest)
+	// in a stable order (client id, device id, deployment id). The rollout starts `running` (cause
+	// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
+	//
+	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
+	// * Waves that cover fewer members than are eligible, or a wave that would be empty: 422
+	//   `invalid-waves` naming the wave; nothing is created.
+	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
+	//   version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
+	//   does not take: 422 `invalid-request` naming the member.
+	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
+	//
+	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts (the `CreateRollout` operationId).
+	CreateRolloutWithBodyWithResponse(ctx context.Context, params *CreateRolloutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateRolloutResponse, error)
+
+	// CreateRolloutWithResponse Start a rollout of one change to many deployments, in waves
+	//
+	// Role: operator. One application, one `action` (`install`, `upgrade`, `reconfigure`, `rollback`) with
+	// its options in the member of the same name, and a `target` selector. Membership is resolved once, now:
+	// every matching deployment (for `install`: every matching device) becomes a member, classified
+	// `eligible` with its plan (`direct`, or `hops` through named versions) or `excluded` with a reason
+	// code (`at-target`, `policy-refused`, `no-revision`, `unplaceable`, `busy`, `not-seen`). Excluded members
+	// are listed but count toward no wave and no threshold; a device or deployment that appears later is
+	// not added. The eligible members are cut into `waves` (default: one member, then 10%, then the rest)
+	// in a stable order (client id, device id, deployment id). The rollout starts `running` (cause
+	// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
+	//
+	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
+	// * Waves that cover fewer members than are eligible, or a wave that would be empty: 422
+	//   `invalid-waves` naming the wave; nothing is created.
+	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
+	//   version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
+	//   does not take: 422 `invalid-request` naming the member.
+	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
+	//
+	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts (the `CreateRollout` operationId).
+	CreateRolloutWithResponse(ctx context.Context, params *CreateRolloutParams, body CreateRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRolloutResponse, error)
+
+	// PlanRolloutWithBodyWithResponse What a rollout would do, changing nothing
+	//
+	// Role: operator. Takes the body of `POST /mgmt/v1/rollouts` and answers what creating it would do
+	// now: the members by classification and by plan (multi-hop plans grouped by path), the excluded by
+	// reason, the waves with their resolved sizes and thresholds, and at most 5 examples of each group. It
+	// writes nothing (no rollout, no deployment, no manifest version), so it takes no `Idempotency-Key`:
+	// repeating it is safe. A request `POST /mgmt/v1/rollouts` would refuse is refused the same way
+	// (404, 422), except that an empty eligible set is answered 200 with `eligible: 0` (the counts by
+	// reason are the answer then). The answer is a snapshot: the fleet may change before a create.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/plan (the `PlanRollout` operationId).
+	PlanRolloutWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PlanRolloutResponse, error)
+
+	// PlanRolloutWithResponse What a rollout would do, changing nothing
+	//
+	// Role: operator. Takes the body of `POST /mgmt/v1/rollouts` and answers what creating it would do
+	// now: the members by classification and by plan (multi-hop plans grouped by path), the excluded by
+	// reason, the waves with their resolved sizes and thresholds, and at most 5 examples of each group. It
+	// writes nothing (no rollout, no deployment, no manifest version), so it takes no `Idempotency-Key`:
+	// repeating it is safe. A request `POST /mgmt/v1/rollouts` would refuse is refused the same way
+	// (404, 422), except that an empty eligible set is answered 200 with `eligible: 0` (the counts by
+	// reason are the answer then). The answer is a snapshot: the fleet may change before a create.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/plan (the `PlanRollout` operationId).
+	PlanRolloutWithResponse(ctx context.Context, body PlanRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*PlanRolloutResponse, error)
+
+	// GetRolloutWithResponse Get one rollout with its progress
+	//
+	// Role: viewer. The rollout's state and why, every transition, the counts by classification and by
+	// member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
+	// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/rollouts/{rolloutId} (the `GetRollout` operationId).
+	GetRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, reqEditors ...RequestEditorFn) (*GetRolloutResponse, error)
+
+	// AbortRolloutWithBodyWithResponse Abort a rollout (cancel work in flight, optionally revert what it changed)
+	//
+	// Role: operator; `force` needs admin. `running` or `paused` -> `aborting` (cause `operator-aborted`):
+	// nothing new starts, and every operation in flight is cancelled the way `POST /mgmt/v1/operations/{id}/cancel`
+	// cancels one. With `revert: true`, every member the rollout changed goes back to its revision from before
+	// the rollout where the installed version's policy allows it (a multi-hop member back past all its hops; an
+	// `install` member's deployment is removed; a `rollback` member is upgraded back, under `minUpgradeFrom`);
+	// a member that may not be reverted is listed `not-reverted` with the supplier's reason and left as it is.
+	// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
+	// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
+	// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
+	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+	// state, is 409 `rollout-state`.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/abort (the `AbortRollout` operationId).
+	AbortRolloutWithBodyWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *AbortRolloutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AbortRolloutResponse, error)
+
+	// AbortRolloutWithResponse Abort a rollout (cancel work in flight, optionally revert what it changed)
+	//
+	// Role: operator; `force` needs admin. `running` or `paused` -> `aborting` (cause `operator-aborted`):
+	// nothing new starts, and every operation in flight is cancelled the way `POST /mgmt/v1/operations/{id}/cancel`
+	// cancels one. With `revert: true`, every member the rollout changed goes back to its revision from before
+	// the rollout where the installed version's policy allows it (a multi-hop member back past all its hops; an
+	// `install` member's deployment is removed; a `rollback` member is upgraded back, under `minUpgradeFrom`);
+	// a member that may not be reverted is listed `not-reverted` with the supplier's reason and left as it is.
+	// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
+	// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
+	// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
+	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+	// state, is 409 `rollout-state`.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/abort (the `AbortRollout` operationId).
+	AbortRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *AbortRolloutParams, body AbortRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*AbortRolloutResponse, error)
+
+	// ApproveRolloutWithResponse Approve the next manual wave
+	//
+	// Role: operator. The rollout is `paused` with cause `approval-required`: `paused` -> `running` (cause
+	// `approved`), and the waiting manual wave starts publishing (inside the window, if there is one). Each
+	// approval starts one wave; send `If-Match` so that a double click does not approve the wave after it.
+	// 409 `rollout-state` when no wave waits for approval.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/approve (the `ApproveRollout` operationId).
+	ApproveRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *ApproveRolloutParams, reqEditors ...RequestEditorFn) (*ApproveRolloutResponse, error)
+
+	// CancelRolloutWithResponse Cancel a rollout (start nothing new, let work in flight finish)
+	//
+	// Role: operator. `running` or `paused` -> `cancelled` (cause `operator-cancelled`) at once: no wave and
+	// no member operation starts any more; operations in flight finish on their own and their members show
+	// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state` in
+	// `aborting` and in the terminal states.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/cancel (the `CancelRollout` operationId).
+	CancelRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *CancelRolloutParams, reqEditors ...RequestEditorFn) (*CancelRolloutResponse, error)
+
+	// ExcludeRolloutMemberWithBodyWithResponse Exclude one member from a rollout
+	//
+	// Role: operator. The member, named by `deploymentId` (upgrade, reconfigure, rollback) or by `clientId`
+	// and `deviceId` (install), leaves the rollout: status `excluded`, reason `operator`. It keeps whatever
+	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
+	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
+	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
+	// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/exclude (the `ExcludeRolloutMember` operationId).
+	ExcludeRolloutMemberWithBodyWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *ExcludeRolloutMemberParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExcludeRolloutMemberResponse, error)
+
+	// ExcludeRolloutMemberWithResponse Exclude one member from a rollout
+	//
+	// Role: operator. The member, named by `deploymentId` (upgrade, reconfigure, rollback) or by `clientId`
+	// and `deviceId` (install), leaves the rollout: status `excluded`, reason `operator`. It keeps whatever
+	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
+	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
+	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
+	// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/exclude (the `ExcludeRolloutMember` operationId).
+	ExcludeRolloutMemberWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *ExcludeRolloutMemberParams, body ExcludeRolloutMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*ExcludeRolloutMemberResponse, error)
+
+	// ListRolloutMembersWithResponse List a rollout's members with classification, plan, wave, operation and result
+	//
+	// Role: viewer. Every member resolved at start, eligible and excluded, ordered as the waves take them
+	// (client id, device id, deployment id). Filters combine (all must hold); `reason` matches excluded
+	// members (at start, or later with reason `operator`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/rollouts/{rolloutId}/members (the `ListRolloutMembers` operationId).
+	ListRolloutMembersWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *ListRolloutMembersParams, reqEditors ...RequestEditorFn) (*ListRolloutMembersResponse, error)
+
+	// PauseRolloutWithResponse Pause a running rollout
+	//
+	// Role: operator. `running` -> `paused` (cause `operator-paused`): no new member operation starts and no
+	// wave starts; operations in flight go on and their results still count against the wave's thresholds.
+	// Pausing a paused rollout changes nothing (200). 409 `rollout-state` in `aborting` and in the terminal
+	// states.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/pause (the `PauseRollout` operationId).
+	PauseRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *PauseRolloutParams, reqEditors ...RequestEditorFn) (*PauseRolloutResponse, error)
+
+	// ResumeRolloutWithResponse Resume a paused rollout
+	//
+	// Role: operator. `paused` -> `running` (cause `operator-resumed`), whatever paused it: an operator, or
+	// a threshold with `onThreshold: pause`. Resuming after a threshold accepts the failures so far: that
+	// wave's remaining members go on and its thresholds do not stop it again; later waves have their own. A rollout
+	// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state`, naming
+	// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state`
+	// in `aborting` and in the terminal states.
+	//
+	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+	// change and its new `ETag`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/resume (the `ResumeRollout` operationId).
+	ResumeRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *ResumeRolloutParams, reqEditors ...RequestEditorFn) (*ResumeRolloutResponse, error)
 
 	// ListTokensWithResponse List API tokens (never their secrets)
 	//
@@ -10475,6 +13348,1319 @@ func (r CancelOperationResponse) ContentType() string {
 	return ""
 }
 
+// ListRolloutsResponse429Headers the declared response headers of an HTTP 429 response for ListRollouts
+type ListRolloutsResponse429Headers struct {
+	RetryAfter int
+}
+
+// ListRolloutsResponse503Headers the declared response headers of an HTTP 503 response for ListRollouts
+type ListRolloutsResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListRolloutsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RolloutList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListRolloutsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListRolloutsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRolloutsResponse) GetJSON200() *RolloutList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListRolloutsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRolloutsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRolloutsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListRolloutsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListRolloutsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListRolloutsResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListRolloutsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRolloutsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRolloutsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRolloutsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRolloutsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateRolloutResponse201Headers the declared response headers of an HTTP 201 response for CreateRollout
+type CreateRolloutResponse201Headers struct {
+	ETag     string
+	Location string
+}
+
+// CreateRolloutResponse429Headers the declared response headers of an HTTP 429 response for CreateRollout
+type CreateRolloutResponse429Headers struct {
+	RetryAfter int
+}
+
+// CreateRolloutResponse503Headers the declared response headers of an HTTP 503 response for CreateRollout
+type CreateRolloutResponse503Headers struct {
+	RetryAfter int
+}
+
+type CreateRolloutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Rollout
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateRolloutResponse201Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateRolloutResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateRolloutResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateRolloutResponse) GetJSON201() *Rollout {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateRolloutResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateRolloutResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateRolloutResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateRolloutResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateRolloutResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateRolloutResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateRolloutResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateRolloutResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateRolloutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateRolloutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateRolloutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateRolloutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PlanRolloutResponse429Headers the declared response headers of an HTTP 429 response for PlanRollout
+type PlanRolloutResponse429Headers struct {
+	RetryAfter int
+}
+
+// PlanRolloutResponse503Headers the declared response headers of an HTTP 503 response for PlanRollout
+type PlanRolloutResponse503Headers struct {
+	RetryAfter int
+}
+
+type PlanRolloutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RolloutPlan
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PlanRolloutResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PlanRolloutResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PlanRolloutResponse) GetJSON200() *RolloutPlan {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PlanRolloutResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PlanRolloutResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PlanRolloutResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PlanRolloutResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PlanRolloutResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PlanRolloutResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PlanRolloutResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PlanRolloutResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PlanRolloutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PlanRolloutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PlanRolloutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PlanRolloutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetRolloutResponse200Headers the declared response headers of an HTTP 200 response for GetRollout
+type GetRolloutResponse200Headers struct {
+	ETag string
+}
+
+// GetRolloutResponse429Headers the declared response headers of an HTTP 429 response for GetRollout
+type GetRolloutResponse429Headers struct {
+	RetryAfter int
+}
+
+// GetRolloutResponse503Headers the declared response headers of an HTTP 503 response for GetRollout
+type GetRolloutResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetRolloutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rollout
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetRolloutResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRolloutResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetRolloutResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRolloutResponse) GetJSON200() *Rollout {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetRolloutResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetRolloutResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetRolloutResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetRolloutResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetRolloutResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetRolloutResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRolloutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRolloutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRolloutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRolloutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AbortRolloutResponse200Headers the declared response headers of an HTTP 200 response for AbortRollout
+type AbortRolloutResponse200Headers struct {
+	ETag string
+}
+
+// AbortRolloutResponse429Headers the declared response headers of an HTTP 429 response for AbortRollout
+type AbortRolloutResponse429Headers struct {
+	RetryAfter int
+}
+
+// AbortRolloutResponse503Headers the declared response headers of an HTTP 503 response for AbortRollout
+type AbortRolloutResponse503Headers struct {
+	RetryAfter int
+}
+
+type AbortRolloutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rollout
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AbortRolloutResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AbortRolloutResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AbortRolloutResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AbortRolloutResponse) GetJSON200() *Rollout {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AbortRolloutResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AbortRolloutResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AbortRolloutResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AbortRolloutResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AbortRolloutResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r AbortRolloutResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r AbortRolloutResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AbortRolloutResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AbortRolloutResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AbortRolloutResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AbortRolloutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AbortRolloutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AbortRolloutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AbortRolloutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ApproveRolloutResponse200Headers the declared response headers of an HTTP 200 response for ApproveRollout
+type ApproveRolloutResponse200Headers struct {
+	ETag string
+}
+
+// ApproveRolloutResponse429Headers the declared response headers of an HTTP 429 response for ApproveRollout
+type ApproveRolloutResponse429Headers struct {
+	RetryAfter int
+}
+
+// ApproveRolloutResponse503Headers the declared response headers of an HTTP 503 response for ApproveRollout
+type ApproveRolloutResponse503Headers struct {
+	RetryAfter int
+}
+
+type ApproveRolloutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rollout
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ApproveRolloutResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ApproveRolloutResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ApproveRolloutResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ApproveRolloutResponse) GetJSON200() *Rollout {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ApproveRolloutResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ApproveRolloutResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ApproveRolloutResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ApproveRolloutResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r ApproveRolloutResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ApproveRolloutResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ApproveRolloutResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ApproveRolloutResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ApproveRolloutResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ApproveRolloutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ApproveRolloutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ApproveRolloutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ApproveRolloutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CancelRolloutResponse200Headers the declared response headers of an HTTP 200 response for CancelRollout
+type CancelRolloutResponse200Headers struct {
+	ETag string
+}
+
+// CancelRolloutResponse429Headers the declared response headers of an HTTP 429 response for CancelRollout
+type CancelRolloutResponse429Headers struct {
+	RetryAfter int
+}
+
+// CancelRolloutResponse503Headers the declared response headers of an HTTP 503 response for CancelRollout
+type CancelRolloutResponse503Headers struct {
+	RetryAfter int
+}
+
+type CancelRolloutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rollout
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CancelRolloutResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CancelRolloutResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CancelRolloutResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelRolloutResponse) GetJSON200() *Rollout {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelRolloutResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelRolloutResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelRolloutResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelRolloutResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r CancelRolloutResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CancelRolloutResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CancelRolloutResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CancelRolloutResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CancelRolloutResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelRolloutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelRolloutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelRolloutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelRolloutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExcludeRolloutMemberResponse200Headers the declared response headers of an HTTP 200 response for ExcludeRolloutMember
+type ExcludeRolloutMemberResponse200Headers struct {
+	ETag string
+}
+
+// ExcludeRolloutMemberResponse429Headers the declared response headers of an HTTP 429 response for ExcludeRolloutMember
+type ExcludeRolloutMemberResponse429Headers struct {
+	RetryAfter int
+}
+
+// ExcludeRolloutMemberResponse503Headers the declared response headers of an HTTP 503 response for ExcludeRolloutMember
+type ExcludeRolloutMemberResponse503Headers struct {
+	RetryAfter int
+}
+
+type ExcludeRolloutMemberResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rollout
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExcludeRolloutMemberResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExcludeRolloutMemberResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExcludeRolloutMemberResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExcludeRolloutMemberResponse) GetJSON200() *Rollout {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ExcludeRolloutMemberResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExcludeRolloutMemberResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ExcludeRolloutMemberResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExcludeRolloutMemberResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ExcludeRolloutMemberResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r ExcludeRolloutMemberResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ExcludeRolloutMemberResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExcludeRolloutMemberResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ExcludeRolloutMemberResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ExcludeRolloutMemberResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ExcludeRolloutMemberResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExcludeRolloutMemberResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExcludeRolloutMemberResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExcludeRolloutMemberResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListRolloutMembersResponse429Headers the declared response headers of an HTTP 429 response for ListRolloutMembers
+type ListRolloutMembersResponse429Headers struct {
+	RetryAfter int
+}
+
+// ListRolloutMembersResponse503Headers the declared response headers of an HTTP 503 response for ListRolloutMembers
+type ListRolloutMembersResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListRolloutMembersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RolloutMemberList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListRolloutMembersResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListRolloutMembersResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRolloutMembersResponse) GetJSON200() *RolloutMemberList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListRolloutMembersResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListRolloutMembersResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListRolloutMembersResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListRolloutMembersResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListRolloutMembersResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListRolloutMembersResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListRolloutMembersResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListRolloutMembersResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRolloutMembersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRolloutMembersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRolloutMembersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRolloutMembersResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PauseRolloutResponse200Headers the declared response headers of an HTTP 200 response for PauseRollout
+type PauseRolloutResponse200Headers struct {
+	ETag string
+}
+
+// PauseRolloutResponse429Headers the declared response headers of an HTTP 429 response for PauseRollout
+type PauseRolloutResponse429Headers struct {
+	RetryAfter int
+}
+
+// PauseRolloutResponse503Headers the declared response headers of an HTTP 503 response for PauseRollout
+type PauseRolloutResponse503Headers struct {
+	RetryAfter int
+}
+
+type PauseRolloutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rollout
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PauseRolloutResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PauseRolloutResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PauseRolloutResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PauseRolloutResponse) GetJSON200() *Rollout {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PauseRolloutResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PauseRolloutResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PauseRolloutResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r PauseRolloutResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r PauseRolloutResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PauseRolloutResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PauseRolloutResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PauseRolloutResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PauseRolloutResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PauseRolloutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PauseRolloutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PauseRolloutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PauseRolloutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ResumeRolloutResponse200Headers the declared response headers of an HTTP 200 response for ResumeRollout
+type ResumeRolloutResponse200Headers struct {
+	ETag string
+}
+
+// ResumeRolloutResponse429Headers the declared response headers of an HTTP 429 response for ResumeRollout
+type ResumeRolloutResponse429Headers struct {
+	RetryAfter int
+}
+
+// ResumeRolloutResponse503Headers the declared response headers of an HTTP 503 response for ResumeRollout
+type ResumeRolloutResponse503Headers struct {
+	RetryAfter int
+}
+
+type ResumeRolloutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rollout
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ResumeRolloutResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ResumeRolloutResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ResumeRolloutResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResumeRolloutResponse) GetJSON200() *Rollout {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResumeRolloutResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResumeRolloutResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResumeRolloutResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ResumeRolloutResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r ResumeRolloutResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ResumeRolloutResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResumeRolloutResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ResumeRolloutResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ResumeRolloutResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ResumeRolloutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumeRolloutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumeRolloutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResumeRolloutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListTokensResponse429Headers the declared response headers of an HTTP 429 response for ListTokens
 type ListTokensResponse429Headers struct {
 	RetryAfter int
@@ -11423,7 +15609,8 @@ func (c *ClientWithResponses) ListDeploymentsWithResponse(ctx context.Context, p
 // (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
 // past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
 // it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
-// cancels it.
+// cancels it. A device that is a member of an active `install` rollout of the same application refuses
+// it: 409 `rollout-member`, naming the rollout (`rolloutId`).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11448,7 +15635,8 @@ func (c *ClientWithResponses) CreateDeploymentWithBodyWithResponse(ctx context.C
 // (`timeout`): it succeeds when the device reports the revision installed; a device that stays silent
 // past the deadline fails it (reason `timeout`) and the deployment (`failed`, cause `deadline`). While
 // it runs, other operations on the deployment are refused (409 `operation-in-progress`); a removal
-// cancels it.
+// cancels it. A device that is a member of an active `install` rollout of the same application refuses
+// it: 409 `rollout-member`, naming the rollout (`rolloutId`).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11513,6 +15701,8 @@ func (c *ClientWithResponses) ListHistoryWithResponse(ctx context.Context, deplo
 //
 // Values are validated against the description's configuration schema; unknown parameters and changes
 // to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11529,6 +15719,8 @@ func (c *ClientWithResponses) ReconfigureDeploymentWithBodyWithResponse(ctx cont
 //
 // Values are validated against the description's configuration schema; unknown parameters and changes
 // to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11574,6 +15766,8 @@ func (c *ClientWithResponses) GetRevisionWithResponse(ctx context.Context, deplo
 // the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 // `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 // the revision, and possible only when the server allows overrides.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11593,6 +15787,8 @@ func (c *ClientWithResponses) RollbackDeploymentWithBodyWithResponse(ctx context
 // the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 // `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 // the revision, and possible only when the server allows overrides.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11626,6 +15822,8 @@ func (c *ClientWithResponses) GetDeploymentStatusWithResponse(ctx context.Contex
 // after the previous one is installed. Operator-set parameters carry over unless the target says
 // `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
 // nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11646,6 +15844,8 @@ func (c *ClientWithResponses) UpgradeDeploymentWithBodyWithResponse(ctx context.
 // after the previous one is installed. Operator-set parameters carry over unless the target says
 // `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
 // nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
+// rollout (`rolloutId`); exclude the member from the rollout first.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11700,7 +15900,9 @@ func (c *ClientWithResponses) GetOperationWithResponse(ctx context.Context, oper
 // CancelOperationWithResponse Cancel a queued or running operation
 //
 // The operation ends `cancelled`; the deployment keeps whatever revision is desired now (a hop already
-// published stays published). Cancelling an ended operation is 409.
+// published stays published). Cancelling an ended operation is 409. An operation a rollout started, while
+// the rollout is active, is refused: 409 `rollout-member` naming the rollout (`rolloutId`); pause,
+// cancel or abort the rollout, or exclude the member.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11711,6 +15913,355 @@ func (c *ClientWithResponses) CancelOperationWithResponse(ctx context.Context, o
 		return nil, err
 	}
 	return ParseCancelOperationResponse(rsp)
+}
+
+// ListRolloutsWithResponse List rollouts, newest first
+//
+// Role: viewer. Filters combine (all must hold).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/rollouts (the `ListRollouts` operationId).
+func (c *ClientWithResponses) ListRolloutsWithResponse(ctx context.Context, params *ListRolloutsParams, reqEditors ...RequestEditorFn) (*ListRolloutsResponse, error) {
+	rsp, err := c.ListRollouts(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRolloutsResponse(rsp)
+}
+
+// CreateRolloutWithBodyWithResponse Start a rollout of one change to many deployments, in waves
+//
+// Role: operator. One application, one `action` (`install`, `upgrade`, `reconfigure`, `rollback`) with
+// its options in the member of the same name, and a `target` selector. Membership is resolved once, now:
+// every matching deployment (for `install`: every matching device) becomes a member, classified
+// `eligible` with its plan (`direct`, or `hops` through named versions) or `excluded` with a reason
+// code (`at-target`, `policy-refused`, `no-revision`, `unplaceable`, `busy`, `not-seen`). Excluded members
+// are listed but count toward no wave and no threshold; a device or deployment that appears later is
+// not added. The eligible members are cut into `waves` (default: one member, then 10%, then the rest)
+// in a stable order (client id, device id, deployment id). The rollout starts `running` (cause
+// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
+//
+//   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
+//   - Waves that cover fewer members than are eligible, or a wave that would be empty: 422
+//     `invalid-waves` naming the wave; nothing is created.
+//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
+//     version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
+//     does not take: 422 `invalid-request` naming the member.
+//   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
+//
+// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts (the `CreateRollout` operationId).
+func (c *ClientWithResponses) CreateRolloutWithBodyWithResponse(ctx context.Context, params *CreateRolloutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateRolloutResponse, error) {
+	rsp, err := c.CreateRolloutWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRolloutResponse(rsp)
+}
+
+// CreateRolloutWithResponse Start a rollout of one change to many deployments, in waves
+//
+// Role: operator. One application, one `action` (`install`, `upgrade`, `reconfigure`, `rollback`) with
+// its options in the member of the same name, and a `target` selector. Membership is resolved once, now:
+// every matching deployment (for `install`: every matching device) becomes a member, classified
+// `eligible` with its plan (`direct`, or `hops` through named versions) or `excluded` with a reason
+// code (`at-target`, `policy-refused`, `no-revision`, `unplaceable`, `busy`, `not-seen`). Excluded members
+// are listed but count toward no wave and no threshold; a device or deployment that appears later is
+// not added. The eligible members are cut into `waves` (default: one member, then 10%, then the rest)
+// in a stable order (client id, device id, deployment id). The rollout starts `running` (cause
+// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
+//
+//   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
+//   - Waves that cover fewer members than are eligible, or a wave that would be empty: 422
+//     `invalid-waves` naming the wave; nothing is created.
+//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
+//     version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
+//     does not take: 422 `invalid-request` naming the member.
+//   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
+//
+// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts (the `CreateRollout` operationId).
+func (c *ClientWithResponses) CreateRolloutWithResponse(ctx context.Context, params *CreateRolloutParams, body CreateRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRolloutResponse, error) {
+	rsp, err := c.CreateRollout(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRolloutResponse(rsp)
+}
+
+// PlanRolloutWithBodyWithResponse What a rollout would do, changing nothing
+//
+// Role: operator. Takes the body of `POST /mgmt/v1/rollouts` and answers what creating it would do
+// now: the members by classification and by plan (multi-hop plans grouped by path), the excluded by
+// reason, the waves with their resolved sizes and thresholds, and at most 5 examples of each group. It
+// writes nothing (no rollout, no deployment, no manifest version), so it takes no `Idempotency-Key`:
+// repeating it is safe. A request `POST /mgmt/v1/rollouts` would refuse is refused the same way
+// (404, 422), except that an empty eligible set is answered 200 with `eligible: 0` (the counts by
+// reason are the answer then). The answer is a snapshot: the fleet may change before a create.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts/plan (the `PlanRollout` operationId).
+func (c *ClientWithResponses) PlanRolloutWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PlanRolloutResponse, error) {
+	rsp, err := c.PlanRolloutWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePlanRolloutResponse(rsp)
+}
+
+// PlanRolloutWithResponse What a rollout would do, changing nothing
+//
+// Role: operator. Takes the body of `POST /mgmt/v1/rollouts` and answers what creating it would do
+// now: the members by classification and by plan (multi-hop plans grouped by path), the excluded by
+// reason, the waves with their resolved sizes and thresholds, and at most 5 examples of each group. It
+// writes nothing (no rollout, no deployment, no manifest version), so it takes no `Idempotency-Key`:
+// repeating it is safe. A request `POST /mgmt/v1/rollouts` would refuse is refused the same way
+// (404, 422), except that an empty eligible set is answered 200 with `eligible: 0` (the counts by
+// reason are the answer then). The answer is a snapshot: the fleet may change before a create.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts/plan (the `PlanRollout` operationId).
+func (c *ClientWithResponses) PlanRolloutWithResponse(ctx context.Context, body PlanRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*PlanRolloutResponse, error) {
+	rsp, err := c.PlanRollout(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePlanRolloutResponse(rsp)
+}
+
+// GetRolloutWithResponse Get one rollout with its progress
+//
+// Role: viewer. The rollout's state and why, every transition, the counts by classification and by
+// member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
+// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/rollouts/{rolloutId} (the `GetRollout` operationId).
+func (c *ClientWithResponses) GetRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, reqEditors ...RequestEditorFn) (*GetRolloutResponse, error) {
+	rsp, err := c.GetRollout(ctx, rolloutId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRolloutResponse(rsp)
+}
+
+// AbortRolloutWithBodyWithResponse Abort a rollout (cancel work in flight, optionally revert what it changed)
+//
+// Role: operator; `force` needs admin. `running` or `paused` -> `aborting` (cause `operator-aborted`):
+// nothing new starts, and every operation in flight is cancelled the way `POST /mgmt/v1/operations/{id}/cancel`
+// cancels one. With `revert: true`, every member the rollout changed goes back to its revision from before
+// the rollout where the installed version's policy allows it (a multi-hop member back past all its hops; an
+// `install` member's deployment is removed; a `rollback` member is upgraded back, under `minUpgradeFrom`);
+// a member that may not be reverted is listed `not-reverted` with the supplier's reason and left as it is.
+// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
+// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
+// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
+// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+// state, is 409 `rollout-state`.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/abort (the `AbortRollout` operationId).
+func (c *ClientWithResponses) AbortRolloutWithBodyWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *AbortRolloutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AbortRolloutResponse, error) {
+	rsp, err := c.AbortRolloutWithBody(ctx, rolloutId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAbortRolloutResponse(rsp)
+}
+
+// AbortRolloutWithResponse Abort a rollout (cancel work in flight, optionally revert what it changed)
+//
+// Role: operator; `force` needs admin. `running` or `paused` -> `aborting` (cause `operator-aborted`):
+// nothing new starts, and every operation in flight is cancelled the way `POST /mgmt/v1/operations/{id}/cancel`
+// cancels one. With `revert: true`, every member the rollout changed goes back to its revision from before
+// the rollout where the installed version's policy allows it (a multi-hop member back past all its hops; an
+// `install` member's deployment is removed; a `rollback` member is upgraded back, under `minUpgradeFrom`);
+// a member that may not be reverted is listed `not-reverted` with the supplier's reason and left as it is.
+// `force: true` with a `reason` (admin only, audited) reverts those too, where the server allows overrides
+// (403 `break-glass-forbidden` otherwise; 422 `force-reason-required` without a reason; 422
+// `invalid-request` for `force` without `revert`). The rollout becomes `aborted` (cause `revert-finished`)
+// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
+// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
+// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
+// state, is 409 `rollout-state`.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/abort (the `AbortRollout` operationId).
+func (c *ClientWithResponses) AbortRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *AbortRolloutParams, body AbortRolloutJSONRequestBody, reqEditors ...RequestEditorFn) (*AbortRolloutResponse, error) {
+	rsp, err := c.AbortRollout(ctx, rolloutId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAbortRolloutResponse(rsp)
+}
+
+// ApproveRolloutWithResponse Approve the next manual wave
+//
+// Role: operator. The rollout is `paused` with cause `approval-required`: `paused` -> `running` (cause
+// `approved`), and the waiting manual wave starts publishing (inside the window, if there is one). Each
+// approval starts one wave; send `If-Match` so that a double click does not approve the wave after it.
+// 409 `rollout-state` when no wave waits for approval.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/approve (the `ApproveRollout` operationId).
+func (c *ClientWithResponses) ApproveRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *ApproveRolloutParams, reqEditors ...RequestEditorFn) (*ApproveRolloutResponse, error) {
+	rsp, err := c.ApproveRollout(ctx, rolloutId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseApproveRolloutResponse(rsp)
+}
+
+// CancelRolloutWithResponse Cancel a rollout (start nothing new, let work in flight finish)
+//
+// Role: operator. `running` or `paused` -> `cancelled` (cause `operator-cancelled`) at once: no wave and
+// no member operation starts any more; operations in flight finish on their own and their members show
+// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state` in
+// `aborting` and in the terminal states.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/cancel (the `CancelRollout` operationId).
+func (c *ClientWithResponses) CancelRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *CancelRolloutParams, reqEditors ...RequestEditorFn) (*CancelRolloutResponse, error) {
+	rsp, err := c.CancelRollout(ctx, rolloutId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelRolloutResponse(rsp)
+}
+
+// ExcludeRolloutMemberWithBodyWithResponse Exclude one member from a rollout
+//
+// Role: operator. The member, named by `deploymentId` (upgrade, reconfigure, rollback) or by `clientId`
+// and `deviceId` (install), leaves the rollout: status `excluded`, reason `operator`. It keeps whatever
+// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
+// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
+// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
+// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/exclude (the `ExcludeRolloutMember` operationId).
+func (c *ClientWithResponses) ExcludeRolloutMemberWithBodyWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *ExcludeRolloutMemberParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExcludeRolloutMemberResponse, error) {
+	rsp, err := c.ExcludeRolloutMemberWithBody(ctx, rolloutId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExcludeRolloutMemberResponse(rsp)
+}
+
+// ExcludeRolloutMemberWithResponse Exclude one member from a rollout
+//
+// Role: operator. The member, named by `deploymentId` (upgrade, reconfigure, rollback) or by `clientId`
+// and `deviceId` (install), leaves the rollout: status `excluded`, reason `operator`. It keeps whatever
+// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
+// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
+// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
+// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/exclude (the `ExcludeRolloutMember` operationId).
+func (c *ClientWithResponses) ExcludeRolloutMemberWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *ExcludeRolloutMemberParams, body ExcludeRolloutMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*ExcludeRolloutMemberResponse, error) {
+	rsp, err := c.ExcludeRolloutMember(ctx, rolloutId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExcludeRolloutMemberResponse(rsp)
+}
+
+// ListRolloutMembersWithResponse List a rollout's members with classification, plan, wave, operation and result
+//
+// Role: viewer. Every member resolved at start, eligible and excluded, ordered as the waves take them
+// (client id, device id, deployment id). Filters combine (all must hold); `reason` matches excluded
+// members (at start, or later with reason `operator`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/rollouts/{rolloutId}/members (the `ListRolloutMembers` operationId).
+func (c *ClientWithResponses) ListRolloutMembersWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *ListRolloutMembersParams, reqEditors ...RequestEditorFn) (*ListRolloutMembersResponse, error) {
+	rsp, err := c.ListRolloutMembers(ctx, rolloutId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRolloutMembersResponse(rsp)
+}
+
+// PauseRolloutWithResponse Pause a running rollout
+//
+// Role: operator. `running` -> `paused` (cause `operator-paused`): no new member operation starts and no
+// wave starts; operations in flight go on and their results still count against the wave's thresholds.
+// Pausing a paused rollout changes nothing (200). 409 `rollout-state` in `aborting` and in the terminal
+// states.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/pause (the `PauseRollout` operationId).
+func (c *ClientWithResponses) PauseRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *PauseRolloutParams, reqEditors ...RequestEditorFn) (*PauseRolloutResponse, error) {
+	rsp, err := c.PauseRollout(ctx, rolloutId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseRolloutResponse(rsp)
+}
+
+// ResumeRolloutWithResponse Resume a paused rollout
+//
+// Role: operator. `paused` -> `running` (cause `operator-resumed`), whatever paused it: an operator, or
+// a threshold with `onThreshold: pause`. Resuming after a threshold accepts the failures so far: that
+// wave's remaining members go on and its thresholds do not stop it again; later waves have their own. A rollout
+// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state`, naming
+// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state`
+// in `aborting` and in the terminal states.
+//
+// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
+// change and its new `ETag`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/rollouts/{rolloutId}/resume (the `ResumeRollout` operationId).
+func (c *ClientWithResponses) ResumeRolloutWithResponse(ctx context.Context, rolloutId RolloutIdPath, params *ResumeRolloutParams, reqEditors ...RequestEditorFn) (*ResumeRolloutResponse, error) {
+	rsp, err := c.ResumeRollout(ctx, rolloutId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeRolloutResponse(rsp)
 }
 
 // ListTokensWithResponse List API tokens (never their secrets)
@@ -15647,6 +20198,1283 @@ func ParseCancelOperationResponse(rsp *http.Response) (*CancelOperationResponse,
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers CancelOperationResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListRolloutsResponse parses an HTTP response from a ListRolloutsWithResponse call
+func ParseListRolloutsResponse(rsp *http.Response) (*ListRolloutsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRolloutsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RolloutList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListRolloutsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListRolloutsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateRolloutResponse parses an HTTP response from a CreateRolloutWithResponse call
+func ParseCreateRolloutResponse(rsp *http.Response) (*CreateRolloutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateRolloutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Rollout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreateRolloutResponse201Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateRolloutResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateRolloutResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePlanRolloutResponse parses an HTTP response from a PlanRolloutWithResponse call
+func ParsePlanRolloutResponse(rsp *http.Response) (*PlanRolloutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PlanRolloutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RolloutPlan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers PlanRolloutResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers PlanRolloutResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetRolloutResponse parses an HTTP response from a GetRolloutWithResponse call
+func ParseGetRolloutResponse(rsp *http.Response) (*GetRolloutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRolloutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rollout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetRolloutResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRolloutResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetRolloutResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAbortRolloutResponse parses an HTTP response from a AbortRolloutWithResponse call
+func ParseAbortRolloutResponse(rsp *http.Response) (*AbortRolloutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AbortRolloutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rollout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AbortRolloutResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers AbortRolloutResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers AbortRolloutResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseApproveRolloutResponse parses an HTTP response from a ApproveRolloutWithResponse call
+func ParseApproveRolloutResponse(rsp *http.Response) (*ApproveRolloutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ApproveRolloutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rollout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ApproveRolloutResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers ApproveRolloutResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ApproveRolloutResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCancelRolloutResponse parses an HTTP response from a CancelRolloutWithResponse call
+func ParseCancelRolloutResponse(rsp *http.Response) (*CancelRolloutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelRolloutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rollout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CancelRolloutResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers CancelRolloutResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers CancelRolloutResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExcludeRolloutMemberResponse parses an HTTP response from a ExcludeRolloutMemberWithResponse call
+func ParseExcludeRolloutMemberResponse(rsp *http.Response) (*ExcludeRolloutMemberResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExcludeRolloutMemberResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rollout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExcludeRolloutMemberResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExcludeRolloutMemberResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExcludeRolloutMemberResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListRolloutMembersResponse parses an HTTP response from a ListRolloutMembersWithResponse call
+func ParseListRolloutMembersResponse(rsp *http.Response) (*ListRolloutMembersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRolloutMembersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RolloutMemberList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListRolloutMembersResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListRolloutMembersResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePauseRolloutResponse parses an HTTP response from a PauseRolloutWithResponse call
+func ParsePauseRolloutResponse(rsp *http.Response) (*PauseRolloutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PauseRolloutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rollout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PauseRolloutResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers PauseRolloutResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers PauseRolloutResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseResumeRolloutResponse parses an HTTP response from a ResumeRolloutWithResponse call
+func ParseResumeRolloutResponse(rsp *http.Response) (*ResumeRolloutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumeRolloutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rollout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ResumeRolloutResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers ResumeRolloutResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ResumeRolloutResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

@@ -32,6 +32,16 @@ const (
 	// DurationRemoveTimeout is a deletion's `timeout` query parameter: how
 	// long the device may take to confirm the removal.
 	DurationRemoveTimeout DurationField = "remove.timeout"
+	// DurationWaveSoak is a rollout wave's `soak`: how long to wait after
+	// the wave settled before the next may start. 0s (the default) is none.
+	DurationWaveSoak DurationField = "wave.soak"
+	// DurationRolloutDeadline is a rollout request's `deadline`: how long
+	// the rollout may run before it fails with deadline-passed.
+	DurationRolloutDeadline DurationField = "rollout.deadline"
+	// DurationNotSeenFor is a rollout target's `notSeenFor`: devices not
+	// seen for longer are excluded. Its minimum is well above the minute
+	// at which lastSeenAt is recorded.
+	DurationNotSeenFor DurationField = "target.notSeenFor"
 )
 
 // DefaultStepTimeout is how long a step may take to install when the
@@ -44,6 +54,10 @@ const (
 	DefaultInstallTimeout = 30 * time.Minute
 	DefaultRemoveTimeout  = 30 * time.Minute
 )
+
+// DefaultRolloutDeadline is how long a rollout may run when the request
+// says nothing.
+const DefaultRolloutDeadline = 168 * time.Hour
 
 // DurationRange is the accepted range of one duration field, both bounds
 // included, and what an absent value means.
@@ -65,6 +79,10 @@ var durationRanges = map[DurationField]DurationRange{
 	DurationTokenExpiry:    {Min: time.Second, Max: 87600 * time.Hour},
 	DurationInstallTimeout: {Min: time.Second, Max: 168 * time.Hour, Default: DefaultInstallTimeout},
 	DurationRemoveTimeout:  {Min: time.Second, Max: 168 * time.Hour, Default: DefaultRemoveTimeout},
+	// A soak may be none: its absence and 0s mean the same.
+	DurationWaveSoak:        {Min: 0, Max: 168 * time.Hour},
+	DurationRolloutDeadline: {Min: time.Minute, Max: 8760 * time.Hour, Default: DefaultRolloutDeadline},
+	DurationNotSeenFor:      {Min: 5 * time.Minute, Max: 8760 * time.Hour},
 }
 
 // DurationFields returns every duration field, sorted.

@@ -35,6 +35,13 @@ func TestParseDuration(t *testing.T) {
 		{DurationInstallTimeout, "45m", 45 * time.Minute, true},
 		{DurationInstallTimeout, "0s", 0, false},
 		{DurationRemoveTimeout, "169h", 0, false},
+		{DurationWaveSoak, "0s", 0, true}, // the one field where 0s is a value: no soak
+		{DurationWaveSoak, "2h", 2 * time.Hour, true},
+		{DurationWaveSoak, "169h", 0, false},
+		{DurationRolloutDeadline, "59s", 0, false},
+		{DurationRolloutDeadline, "8760h", 8760 * time.Hour, true},
+		{DurationNotSeenFor, "1m", 0, false}, // below the resolution of lastSeenAt
+		{DurationNotSeenFor, "24h", 24 * time.Hour, true},
 		{"unknown", "10m", 0, false},
 	}
 	for _, tt := range tests {
@@ -50,12 +57,15 @@ func TestParseDuration(t *testing.T) {
 
 func TestDurationRanges(t *testing.T) {
 	want := map[DurationField]string{
-		DurationDrainTimeout:   "from 1s to 168h",
-		DurationRollbackWindow: "from 1s to 8760h",
-		DurationStepTimeout:    "from 1s to 168h",
-		DurationTokenExpiry:    "from 1s to 87600h",
-		DurationInstallTimeout: "from 1s to 168h",
-		DurationRemoveTimeout:  "from 1s to 168h",
+		DurationDrainTimeout:    "from 1s to 168h",
+		DurationRollbackWindow:  "from 1s to 8760h",
+		DurationStepTimeout:     "from 1s to 168h",
+		DurationTokenExpiry:     "from 1s to 87600h",
+		DurationInstallTimeout:  "from 1s to 168h",
+		DurationRemoveTimeout:   "from 1s to 168h",
+		DurationWaveSoak:        "from 0s to 168h",
+		DurationRolloutDeadline: "from 1m to 8760h",
+		DurationNotSeenFor:      "from 5m to 8760h",
 	}
 	fields := DurationFields()
 	if len(fields) != len(want) {
