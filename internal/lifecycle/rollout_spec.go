@@ -92,7 +92,7 @@ func (a WaveAmount) String() string {
 type WaveSpec struct {
 	Size     WaveAmount
 	Approval WaveApproval // "": auto
-	// Soak is a duration such as "30m" (DurationSoak's range); nil: none.
+	// Soak is a duration such as "30m" (DurationWaveSoak's range); nil: none.
 	Soak *string
 	// MinSuccess is the percent of the wave that must succeed; nil: 100.
 	MinSuccess *int
@@ -207,33 +207,7 @@ const (
 	MaxMaxInFlight         = 10000
 	MaxRolloutWaves        = 100
 	MaxWaveCount           = 1_000_000
-	DefaultRolloutDeadline = 168 * time.Hour
 )
-
-// The duration fields of a rollout. They are not (yet) in DurationFields'
-// table, which a test pins field by field; RolloutDurationRange holds
-// their ranges in the same form.
-const (
-	DurationSoak            DurationField = "soak"       // a wave's soak
-	DurationRolloutDeadline DurationField = "deadline"   // a rollout's deadline
-	DurationNotSeenFor      DurationField = "notSeenFor" // the selector's notSeenFor
-)
-
-var rolloutDurationRanges = map[DurationField]DurationRange{
-	DurationSoak:            {Min: 0, Max: 168 * time.Hour},
-	DurationRolloutDeadline: {Min: time.Minute, Max: 8760 * time.Hour, Default: DefaultRolloutDeadline},
-	DurationNotSeenFor:      {Min: time.Minute, Max: 8760 * time.Hour},
-}
-
-// RolloutDurationRange returns the accepted range of a rollout duration
-// field (DurationSoak, DurationRolloutDeadline, DurationNotSeenFor), and
-// DurationRangeOf for any other field.
-func RolloutDurationRange(f DurationField) DurationRange {
-	if r, ok := rolloutDurationRanges[f]; ok {
-		return r
-	}
-	return DurationRangeOf(f)
-}
 
 // DefaultWaves returns the waves of a rollout that names none: one canary,
 // then 10%, then the rest, each with the defaults (auto, no soak, 100%
@@ -276,7 +250,7 @@ func ValidateRolloutSpec(s RolloutSpec) (RolloutSettings, error) {
 	}
 	dur := func(f DurationField, v *string, p string) time.Duration {
 		if v == nil {
-			return RolloutDurationRange(f).Default
+			return DurationRangeOf(f).Default
 		}
 		d, e := parseRolloutDuration(f, *v, p)
 		if e != nil {
@@ -386,7 +360,7 @@ func ValidateRolloutSpec(s RolloutSpec) (RolloutSettings, error) {
 			default:
 				add(p+"/approval", "must be %q or %q, got %q", ApprovalAuto, ApprovalManual, ws.Approval)
 			}
-			w.Soak = dur(DurationSoak, ws.Soak, p+"/soak")
+			w.Soak = dur(DurationWaveSoak, ws.Soak, p+"/soak")
 			if m := ws.MinSuccess; m != nil {
 				if *m < 0 || *m > 100 {
 					add(p+"/minSuccess", "must be a percent from 0 to 100, got %d", *m)
@@ -465,9 +439,9 @@ func checkAmount(a WaveAmount, minCount, maxCount, minPercent int, pointer strin
 }
 
 // parseRolloutDuration is ParseDuration for the fields of
-// RolloutDurationRange.
+// DurationRangeOf.
 func parseRolloutDuration(f DurationField, s, pointer string) (time.Duration, *FieldError) {
-	r := RolloutDurationRange(f)
+	r := DurationRangeOf(f)
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return 0, &FieldError{Pointer: pointer, Detail: "must be a duration such as 90s, 10m or 72h, " + r.String()}
