@@ -24,7 +24,7 @@ func (c *seenClock) now() time.Time       { return time.Unix(0, c.ns.Load()).UTC
 func (c *seenClock) set(t time.Time)      { c.ns.Store(t.UnixNano()) }
 func (c *seenClock) add(d time.Duration)  { c.ns.Add(int64(d)) }
 func newSeenClock(t time.Time) *seenClock { c := &seenClock{}; c.set(t); return c }
-func discard() *slog.Logger               { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func seenLog() *slog.Logger               { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 func lastSeenOf(t *testing.T, s *fleet.Service, client, device string) time.Time {
 	t.Helper()
 	d, err := s.Device(t.Context(), client, device)
@@ -39,7 +39,7 @@ func newSeenFleet(t *testing.T, t0 time.Time) (*fleet.Service, *fleet.LastSeen, 
 	t.Helper()
 	s, pool := newServiceAndPool(t)
 	clock := newSeenClock(t0)
-	ls := fleet.NewLastSeen(postgres.NewFleetStore(pool, 5), time.Minute, clock.now, discard())
+	ls := fleet.NewLastSeen(postgres.NewFleetStore(pool, 5), time.Minute, clock.now, seenLog())
 	s.RecordLastSeen(ls)
 	for _, k := range [][2]string{{"gw", "a"}, {"gw", "b"}, {"solo", "s"}} {
 		_, err := s.PutCapabilities(t.Context(), k[0], k[1], caps(k[1]))
@@ -97,7 +97,7 @@ func TestLastSeenForwardOnly(t *testing.T) {
 	ctx := t.Context()
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	s, ls, clock, pool := newSeenFleet(t, t0)
-	other := fleet.NewLastSeen(postgres.NewFleetStore(pool, 5), time.Minute, func() time.Time { return t0.Add(time.Second) }, discard())
+	other := fleet.NewLastSeen(postgres.NewFleetStore(pool, 5), time.Minute, func() time.Time { return t0.Add(time.Second) }, seenLog())
 	other.Seen("gw") // at t0+1s
 
 	clock.add(30 * time.Second)
@@ -122,7 +122,7 @@ func TestLastSeenStopWrites(t *testing.T) {
 	s, pool := newServiceAndPool(t)
 	clock := newSeenClock(t0)
 	// An interval of an hour: the background flusher never runs in this test.
-	ls := fleet.NewLastSeen(postgres.NewFleetStore(pool, 5), time.Hour, clock.now, discard())
+	ls := fleet.NewLastSeen(postgres.NewFleetStore(pool, 5), time.Hour, clock.now, seenLog())
 	s.RecordLastSeen(ls)
 	ls.Start(context.WithoutCancel(ctx))
 	_, err := s.PutCapabilities(ctx, "c", "d", caps("d"))
@@ -167,7 +167,7 @@ func TestLastSeenRetriesFailedWrite(t *testing.T) {
 	s, pool := newServiceAndPool(t)
 	clock := newSeenClock(t0)
 	fs := &failingSeen{fail: true, store: postgres.NewFleetStore(pool, 5)}
-	ls := fleet.NewLastSeen(fs, time.Minute, clock.now, discard())
+	ls := fleet.NewLastSeen(fs, time.Minute, clock.now, seenLog())
 	s.RecordLastSeen(ls)
 	_, err := s.PutCapabilities(ctx, "c", "d", caps("d"))
 	require.NoError(t, err)
@@ -186,7 +186,7 @@ func TestLastSeenRetriesFailedWrite(t *testing.T) {
 // of one of 10,000 known clients, from parallel goroutines (no allocation
 // once the clients are known).
 func BenchmarkLastSeen(b *testing.B) {
-	ls := fleet.NewLastSeen(nil, time.Minute, time.Now, discard())
+	ls := fleet.NewLastSeen(nil, time.Minute, time.Now, seenLog())
 	ids := make([]string, 10_000)
 	for i := range ids {
 		ids[i] = "client-" + time.Duration(i).String()
