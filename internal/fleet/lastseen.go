@@ -179,9 +179,10 @@ func (l *LastSeen) Start(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ctx, l.cancel = context.WithCancel(ctx)
-	l.done = make(chan struct{})
+	done := make(chan struct{})
+	l.done = done
 	go func() {
-		defer close(l.done)
+		defer close(done)
 		t := time.NewTimer(l.interval)
 		defer t.Stop()
 		for {
