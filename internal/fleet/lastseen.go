@@ -56,7 +56,7 @@ type LastSeenStore interface {
 type seenShard struct {
 	mu      sync.Mutex
 	pending map[string]int64
-	_       [40]byte
+	_       [48]byte
 }
 
 // LastSeen notes the device API contacts of clients in memory (a map write
