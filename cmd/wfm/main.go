@@ -325,7 +325,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
-	fl := fleet.NewService(postgres.NewFleetStore(pool, c.reportRetention), cat, fleet.Policy{AcceptAll: c.acceptClients == "all", AllowOverrides: c.allowOverrides}, time.Now, log)
+	fleetStore := postgres.NewFleetStore(pool, c.reportRetention)
+	fl := fleet.NewService(fleetStore, cat, fleet.Policy{AcceptAll: c.acceptClients == "all", AllowOverrides: c.allowOverrides}, time.Now, log)
 
 	ids := identity.Config{TrustDomain: c.trustDomain, WFMID: c.wfmID}
 	deviceIdentity := ids.ClientIDFromRequest
@@ -430,6 +431,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sched := fleet.NewScheduler(fl, time.Second)
 	sched.Start(context.WithoutCancel(ctx))
 	defer sched.Stop()
+
+	// Device API contacts are noted in memory and written to
+	// devices.last_seen_at once a minute; the last ones after HTTP drained.
+	lastSeen := fleet.NewLastSeen(fleetStore, fleet.DefaultLastSeenInterval, time.Now, log)
+	fl.RecordLastSeen(lastSeen)
+	lastSeen.Start(context.WithoutCancel(ctx))
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := lastSeen.Stop(sctx); err != nil {
+			log.Warn("devices: last seen instants of the last minute lost at shutdown", "error", err)
+		}
+	}()
 
 	// The event log keeps events for -event-retention: pruned now and hourly.
 	pruner := postgres.NewEventPruner(postgres.NewEventLog(pool), postgres.EventRetention{MaxAge: c.eventRetention},

@@ -56,6 +56,10 @@ type Device struct {
 	Labels         map[string]any // reported, overridden by operator labels
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	// LastSeenAt is when the device was last seen on the device API (a
+	// request of its client; see LastSeen), up to about a minute late;
+	// zero: not seen since wfm records it.
+	LastSeenAt time.Time
 }
 
 // Deployment is one application placed on one device.

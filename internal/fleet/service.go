@@ -211,6 +211,8 @@ type Service struct {
 	// specs keeps rendered specs (margo.SpecCache): a wave of creations or
 	// steps of one version with the same parameters encodes its spec once.
 	specs *margo.SpecCache
+	// seen notes the device API's contacts (nil: not recorded).
+	seen *LastSeen
 }
 
 // specCacheSize bounds Service.specs (a few KiB each).
@@ -238,13 +240,20 @@ func (s *Service) Invalidate(clientID string) {
 	s.cache.invalidate(clientID)
 }
 
+// RecordLastSeen makes the service note every device API contact of an
+// accepted client in l (see LastSeen for what a contact marks). Call it
+// before the service serves.
+func (s *Service) RecordLastSeen(l *LastSeen) { s.seen = l }
+
 // notAuthorized is the device API's refusal of a client (Margo's type).
 func notAuthorized(msg string) error {
 	return &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "not-authorized", Message: msg}
 }
 
 // Manifest returns the calling client's current manifest, from memory when
-// it can: the device poll's 304 answer needs no database.
+// it can: the device poll's 304 answer needs no database. The device API
+// authorizes each of its requests with it, so each call of an accepted
+// client is noted as a contact (RecordLastSeen).
 //
 // Returns EFORBIDDEN (type "not-authorized") if the client is retired or,
 // under a listed-clients policy, not accepted.
@@ -264,6 +273,7 @@ func (s *Service) Manifest(ctx context.Context, clientID string) (Manifest, erro
 	if m.Status != ClientAccepted {
 		return Manifest{}, notAuthorized("Client " + clientID + " is retired: this WFM no longer serves it.")
 	}
+	s.seen.Seen(clientID) // every device API request is authorized here
 	return m, nil
 }
 
@@ -288,7 +298,11 @@ func (s *Service) PutCapabilities(ctx context.Context, clientID, deviceID string
 	if err := s.Authorize(ctx, clientID); err != nil { // creates the client on first contact, per policy
 		return false, err
 	}
-	return s.store.PutDevice(ctx, clientID, deviceID, caps.JSON, caps.Labels, s.now().UTC())
+	created, err := s.store.PutDevice(ctx, clientID, deviceID, caps.JSON, caps.Labels, s.now().UTC())
+	if err == nil {
+		s.seen.Seen(clientID) // again: a new device did not exist at the authorization's mark
+	}
+	return created, err
 }
 
 // Unregister unregisters a device: its deployments leave the manifest.

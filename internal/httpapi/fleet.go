@@ -70,9 +70,13 @@ func deviceBody(d fleet.Device) api.Device {
 	if op == nil {
 		op = api.Labels{}
 	}
-	return api.Device{ClientId: d.ClientID, Id: d.ID, Registered: d.Registered, Capabilities: d.Capabilities,
+	out := api.Device{ClientId: d.ClientID, Id: d.ID, Registered: d.Registered, Capabilities: d.Capabilities,
 		Labels: nonNil(d.Labels), ReportedLabels: nonNil(d.ReportedLabels), OperatorLabels: op,
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}
+	if !d.LastSeenAt.IsZero() {
+		out.LastSeenAt = &d.LastSeenAt
+	}
+	return out
 }
 
 func nonNil(m map[string]any) map[string]any {

@@ -166,13 +166,17 @@ func (s *FleetStore) Clients(ctx context.Context, after string, limit int) ([]fl
 
 // ---- devices ----
 
-const sqlDeviceColumns = `client_id, id, registered, capabilities::text, reported_labels::text, operator_labels::text, labels::text, created_at, updated_at`
+const sqlDeviceColumns = `client_id, id, registered, capabilities::text, reported_labels::text, operator_labels::text, labels::text, created_at, updated_at, last_seen_at`
 
 func scanDevice(r pgx.Row) (fleet.Device, error) {
 	var d fleet.Device
 	var caps, reported, operator, labels string
-	if err := r.Scan(&d.ClientID, &d.ID, &d.Registered, &caps, &reported, &operator, &labels, &d.CreatedAt, &d.UpdatedAt); err != nil {
+	var seen *time.Time
+	if err := r.Scan(&d.ClientID, &d.ID, &d.Registered, &caps, &reported, &operator, &labels, &d.CreatedAt, &d.UpdatedAt, &seen); err != nil {
 		return d, err
+	}
+	if seen != nil {
+		d.LastSeenAt = seen.UTC()
 	}
 	d.Capabilities = json.RawMessage(caps)
 	if err := json.Unmarshal([]byte(reported), &d.ReportedLabels); err != nil {
