@@ -13,17 +13,14 @@ CREATE TABLE rollouts (
     -- the request as validated (fleet.RolloutRequest as JSON): what the
     -- rollout shows, and what the driver validates again for its settings
     request            jsonb       NOT NULL,
-    -- the resolved waves: [{size, allowed, state, startedAt, settledAt, ...}]
+    -- the resolved waves (fleet.RolloutWave without counts): sizes, state,
+    -- startedAt, settledAt (the soak runs from it), approvedAt...
     waves              jsonb       NOT NULL,
     state              text        NOT NULL CHECK (state IN ('running', 'paused', 'succeeded', 'aborting', 'aborted', 'cancelled', 'failed')),
     cause              text        NOT NULL,
     state_changed_at   timestamptz NOT NULL,
     -- the wave the driver is at, from 0
     current_wave       integer     NOT NULL DEFAULT 0 CHECK (current_wave >= 0),
-    -- when the current wave settled (its soak runs from then); NULL before
-    wave_settled_at    timestamptz,
-    -- the current manual wave was approved
-    wave_approved      boolean     NOT NULL DEFAULT false,
     -- resume after a threshold pause accepted the current wave as it is
     threshold_accepted boolean     NOT NULL DEFAULT false,
     revert_on_abort    boolean     NOT NULL DEFAULT false,
@@ -85,6 +82,8 @@ CREATE TABLE rollout_members (
     from_revision   integer     NOT NULL DEFAULT 0,
     -- install: the profile chosen for the device at start
     profile_id      text        NOT NULL DEFAULT '',
+    -- rollback: the revision the member returns to
+    restore_revision integer    NOT NULL DEFAULT 0,
     result          text        NOT NULL DEFAULT '',
     revert_outcome  text        CHECK (revert_outcome IN ('pending', 'in-progress', 'reverted', 'not-reverted', 'failed')),
     revert_to       integer     NOT NULL DEFAULT 0,
