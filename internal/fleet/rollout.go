@@ -266,12 +266,12 @@ type RolloutFilter struct {
 
 // MemberFilter selects a rollout's members; zero fields select all.
 type MemberFilter struct {
-	Wave           int // from 1
+	Wave int // from 1
 	// DeploymentID, ClientID and DeviceID select one member by its key.
 	DeploymentID, ClientID, DeviceID string
-	Status         lifecycle.MemberStatus
-	Classification string // ClassEligible or ClassExcluded
-	Reason         lifecycle.ExclusionReason
+	Status                           lifecycle.MemberStatus
+	Classification                   string // ClassEligible or ClassExcluded
+	Reason                           lifecycle.ExclusionReason
 }
 
 // AbortRequest is the body of the abort action.
@@ -366,4 +366,3 @@ func (s *Service) RolloutMembers(ctx context.Context, id string, f MemberFilter,
 	ms, next := page.Trim(ms, limit, func(m RolloutMember) string { return strconv.Itoa(m.Ord) })
 	return ms, next, nil
 }
-
