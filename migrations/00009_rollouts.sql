@@ -32,6 +32,9 @@ CREATE TABLE rollouts (
     -- a driver holds the rollout until then (several schedulers never
     -- drive one rollout at once; a crashed one's lease runs out)
     lease_until        timestamptz,
+    -- an ended rollout whose members still have operations in flight
+    -- (cancel): the driver keeps syncing their statuses until none is left
+    settling           boolean     NOT NULL DEFAULT false,
     -- why it waits: {reason, message, until}; NULL when it does not
     waiting            jsonb,
     generation         bigint      NOT NULL DEFAULT 1,
@@ -41,8 +44,9 @@ CREATE TABLE rollouts (
 );
 CREATE INDEX rollouts_list ON rollouts (created_at DESC, id DESC);
 CREATE INDEX rollouts_application ON rollouts (application_id, created_at DESC, id DESC);
--- What the driver claims: the active rollouts, by recheck instant.
-CREATE INDEX rollouts_due ON rollouts (recheck_at NULLS FIRST) WHERE state IN ('running', 'paused', 'aborting');
+-- What the driver claims: the active rollouts and the ended ones still
+-- settling, by recheck instant.
+CREATE INDEX rollouts_due ON rollouts (recheck_at NULLS FIRST) WHERE state IN ('running', 'paused', 'aborting') OR settling;
 
 CREATE TABLE rollout_history (
     id         bigserial   PRIMARY KEY,

@@ -99,6 +99,14 @@ func (s *Service) visitRollout(ctx context.Context, id string) error {
 			return err
 		}
 	}
+	if r.State.Terminal() {
+		// Settling: the sync above moved what ended; look again at the
+		// next pass while members are in flight.
+		_, err := s.store.UpdateRollout(ctx, id, func(cur Rollout) (RolloutChange, error) {
+			return RolloutChange{Release: true, Waiting: cur.Waiting}, nil
+		}, now)
+		return err
+	}
 	for range maxStepsPerVisit {
 		r, err = s.store.Rollout(ctx, id)
 		if err != nil {
@@ -339,7 +347,7 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 		}
 		for i, cr := range res {
 			if cr.Err != nil {
-				results = append(results, MemberResult{Ord: ms[i].Ord, Status: lifecycle.MemberFailed, Result: "Not started: " + message(cr.Err), Deactivate: true})
+				results = append(results, MemberResult{Ord: ms[i].Ord, Status: notStarted(cr.Err), Result: "Not started: " + message(cr.Err), Deactivate: true})
 			}
 		}
 		s.wake()
@@ -351,11 +359,26 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 			return err
 		}
 		if err != nil {
-			results = append(results, MemberResult{Ord: m.Ord, Status: lifecycle.MemberFailed, Result: "Not started: " + message(err)})
+			st := notStarted(err)
+			results = append(results, MemberResult{Ord: m.Ord, Status: st, Result: "Not started: " + message(err), Deactivate: st == lifecycle.MemberRemoved})
 		}
 	}
 	s.wake()
 	return s.store.SetMemberResults(ctx, r.ID, results, s.now().UTC())
+}
+
+// notStarted is the status of a member whose operation could not start:
+// removed when its deployment or device went away meanwhile, failed for
+// any other refusal (it counts toward the wave's thresholds).
+func notStarted(err error) lifecycle.MemberStatus {
+	switch lifecycle.ErrorType(err) {
+	case "deployment-removed", "device-unregistered", "client-retired":
+		return lifecycle.MemberRemoved
+	}
+	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+		return lifecycle.MemberRemoved
+	}
+	return lifecycle.MemberFailed
 }
 
 // publishMember plans one member's operation as the single operation would

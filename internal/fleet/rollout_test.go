@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,8 @@ import (
 // rolloutEnv is a fleet service on a real database with a catalog of
 // versions of "app", devices, and a scheduler run pass by pass.
 type rolloutEnv struct {
+	// skew moves the services' clock forward (deadlines).
+	skew atomic.Int64
 	t    *testing.T
 	ctx  context.Context
 	pool *pgxpool.Pool
@@ -64,7 +67,8 @@ func newRolloutEnv(t *testing.T, versions map[string]string) *rolloutEnv {
 // service returns another service on the same database (another replica,
 // or the server after a restart).
 func (e *rolloutEnv) service() *fleet.Service {
-	return fleet.NewService(postgres.NewFleetStore(e.pool, 5), e.cat, fleet.Policy{AcceptAll: true, AllowOverrides: true}, time.Now,
+	now := func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) }
+	return fleet.NewService(postgres.NewFleetStore(e.pool, 5), e.cat, fleet.Policy{AcceptAll: true, AllowOverrides: true}, now,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
@@ -453,6 +457,10 @@ func TestRolloutApprovalPauseCancelExclude(t *testing.T) {
 	_, err = e.s.CancelRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
 	assert.Equal(t, lifecycle.ECONFLICT, lifecycle.ErrorCode(err))
 	e.pump(installed) // in-flight operations finish on their own
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutCancelled, r.State)
+	assert.Equal(t, 0, r.Counts.ByStatus.InProgress, "the members of the ended rollout follow their operations")
+	assert.Equal(t, 4, r.Waves[2].Counts.Succeeded)
 	assert.Equal(t, map[string]int{"2.0.0": 7, "1.0.0": 1}, e.versionsOf(), "d007 was excluded")
 	d7, err := e.s.Deployment(e.ctx, deps["d007"].ID)
 	require.NoError(t, err)
@@ -582,4 +590,40 @@ func TestRolloutDriversRaceAndResume(t *testing.T) {
 	assert.Equal(t, lifecycle.RolloutSucceeded, r.State)
 	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM operations WHERE type = 'upgrade'`).Scan(&ops))
 	assert.Equal(t, 24, ops, "one operation per member")
+}
+
+// TestRolloutFailsOnDeadlineAndYank: a paused rollout fails when its
+// deadline passes; a running one fails when its target version is yanked,
+// and its pending members are cancelled.
+func TestRolloutFailsOnDeadlineAndYank(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(6)
+	deadline := "1h"
+	req := upgradeTo2(lifecycle.WaveSpec{Size: count(1)}, lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual})
+	req.Spec.Deadline = &deadline
+	req.Target.Devices = [][2]string{{"c", "d000"}, {"c", "d001"}, {"c", "d002"}}
+	slow, err := e.s.CreateRollout(e.ctx, req, fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, 3, slow.Counts.Total, "the target's devices only")
+	e.pump(installed)
+	require.Equal(t, lifecycle.RolloutPaused, e.rollout(slow.ID).State)
+	e.skew.Store(int64(2 * time.Hour))
+	e.pump(installed)
+	slow = e.rollout(slow.ID)
+	assert.Equal(t, lifecycle.RolloutFailed, slow.State)
+	assert.Equal(t, lifecycle.RolloutCauseDeadlinePassed, slow.Cause)
+	assert.Equal(t, 2, slow.Counts.ByStatus.Cancelled)
+
+	yanked, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(1)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, 5, yanked.Counts.Eligible, "the first rollout's members are free again once it ended; its canary is at target")
+	e.pump(func(fleet.Deployment) string { return "" })
+	_, err = e.cat.Yank(e.ctx, "app", "2.0.0", "broken")
+	require.NoError(t, err)
+	e.pump(installed)
+	yanked = e.rollout(yanked.ID)
+	assert.Equal(t, lifecycle.RolloutFailed, yanked.State)
+	assert.Equal(t, lifecycle.RolloutCauseTargetVersionYanked, yanked.Cause)
+	assert.Equal(t, 4, yanked.Counts.ByStatus.Cancelled)
+	assert.Equal(t, 1, yanked.Counts.ByStatus.Succeeded, "the canary in flight finished")
 }

@@ -549,7 +549,7 @@ func (s *FleetStore) oneID(ctx context.Context, sql string, args ...any) (string
 // ClaimRollouts implements fleet.RolloutStore.
 func (s *FleetStore) ClaimRollouts(ctx context.Context, limit int, now time.Time, lease time.Duration) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `UPDATE rollouts SET lease_until = $3 WHERE id IN (
-  SELECT id FROM rollouts WHERE state IN ('running', 'paused', 'aborting') AND (recheck_at IS NULL OR recheck_at <= $2)
+  SELECT id FROM rollouts WHERE (state IN ('running', 'paused', 'aborting') OR settling) AND (recheck_at IS NULL OR recheck_at <= $2)
     AND (lease_until IS NULL OR lease_until <= $2)
   ORDER BY recheck_at NULLS FIRST LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING id::text`, limit, now, now.Add(lease))
@@ -762,6 +762,14 @@ WHERE rollout_id = $1 AND status = 'pending'`, r.ID, now); err != nil {
 	}
 	if c.To.Terminal() {
 		if _, err := tx.Exec(ctx, `UPDATE rollout_members SET active = false WHERE rollout_id = $1 AND active`, r.ID); err != nil {
+			return err
+		}
+	}
+	if c.To.Terminal() || (r.State.Terminal() && c.To == "") {
+		// An ended rollout settles while members are in flight: their
+		// statuses follow their operations.
+		if _, err := tx.Exec(ctx, `UPDATE rollouts SET settling = EXISTS (SELECT 1 FROM rollout_members
+  WHERE rollout_id = $1 AND (status = 'in-progress' OR revert_outcome IN ('pending', 'in-progress'))) WHERE id = $1`, r.ID); err != nil {
 			return err
 		}
 	}
