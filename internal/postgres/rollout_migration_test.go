@@ -96,3 +96,29 @@ func TestRolloutTriggers(t *testing.T) {
 		}
 	}
 }
+
+// TestRolloutMembershipIsADatabaseFact: a deployment is an active member of
+// at most one rollout, and a device the pending member of at most one
+// install rollout of an application; an inactive member (ended rollout,
+// excluded, removed) holds nothing.
+func TestRolloutMembershipIsADatabaseFact(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at, deadline_at, created_by, created_at, updated_at)
+SELECT ('00000000-0000-0000-0000-00000000000'||n)::uuid, 'app', 'upgrade', '{}', '[]', 'running', 'started', now(), now(), 't', now(), now()
+FROM generate_series(1, 4) n`)
+	require.NoError(t, err)
+	member := func(rollout int, install bool, deployment *string, active bool) error {
+		_, err := pool.Exec(ctx, `INSERT INTO rollout_members (rollout_id, ord, application_id, install, client_id, device_id, deployment_id,
+  classification, status, active, updated_at) VALUES (('00000000-0000-0000-0000-00000000000'||$1::int)::uuid, 0, 'app', $2, 'c', 'd', $3::uuid,
+  'eligible', 'pending', $4, now())`, rollout, install, deployment, active)
+		return err
+	}
+	dep := "00000000-0000-0000-0000-0000000000d1"
+	require.NoError(t, member(1, false, &dep, true))
+	assert.ErrorContains(t, member(2, false, &dep, true), "rollout_members_active_deployment")
+	require.NoError(t, member(2, false, &dep, false), "an inactive member holds nothing")
+	require.NoError(t, member(3, true, nil, true))
+	assert.ErrorContains(t, member(4, true, nil, true), "rollout_members_active_install")
+}
