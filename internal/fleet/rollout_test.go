@@ -195,8 +195,8 @@ func (e *rolloutEnv) mixedFleet(n int) map[string]fleet.Deployment {
 		}
 		out[dev] = e.deploy("c", dev, v)
 	}
-	_, err := e.sc.RunOnce(e.ctx) // the installs' operations end
-	require.NoError(e.t, err)
+	// The installs' operations reached their goal but no scheduler pass
+	// settled them yet: that does not make the members busy.
 	return out
 }
 
@@ -626,4 +626,37 @@ func TestRolloutFailsOnDeadlineAndYank(t *testing.T) {
 	assert.Equal(t, lifecycle.RolloutCauseTargetVersionYanked, yanked.Cause)
 	assert.Equal(t, 4, yanked.Counts.ByStatus.Cancelled)
 	assert.Equal(t, 1, yanked.Counts.ByStatus.Succeeded, "the canary in flight finished")
+}
+
+// TestRolloutBadRequests: a bad request is refused with EINVALID naming
+// the field, and nothing is written.
+func TestRolloutBadRequests(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(2)
+	zero := 0
+	for name, tc := range map[string]struct {
+		req     fleet.RolloutRequest
+		pointer string
+	}{
+		"unknown selector syntax": {func() fleet.RolloutRequest { r := upgradeTo2(); r.Target.Selector = "a=b=c"; return r }(), "/target/labels"},
+		"versions for install": {fleet.RolloutRequest{ApplicationID: "app", Spec: lifecycle.RolloutSpec{Action: lifecycle.RolloutInstall, TargetVersion: "2.0.0"},
+			Target: fleet.RolloutTarget{Versions: []string{"1.0.0"}}}, "/target/versions"},
+		"unknown target version":  {fleet.RolloutRequest{ApplicationID: "app", Spec: lifecycle.RolloutSpec{Action: lifecycle.RolloutUpgrade, TargetVersion: "9.0.0"}}, "/targetVersion"},
+		"waves that do not cover": {upgradeTo2(lifecycle.WaveSpec{Size: count(1)}), "/waves"},
+		"a zero maxInFlight":      {func() fleet.RolloutRequest { r := upgradeTo2(); r.Spec.MaxInFlight = &zero; return r }(), "/maxInFlight"},
+		"a bad version in target": {func() fleet.RolloutRequest { r := upgradeTo2(); r.Target.Versions = []string{"x"}; return r }(), "/target/versions/0"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := tableCounts(t, e.ctx, e.pool)
+			_, err := e.s.CreateRollout(e.ctx, tc.req, fleet.Actor{ID: "alice"})
+			require.Equal(t, lifecycle.EINVALID, lifecycle.ErrorCode(err), "%v", err)
+			var de *lifecycle.Error
+			require.ErrorAs(t, err, &de)
+			require.NotEmpty(t, de.Fields, "%v", err)
+			assert.Equal(t, tc.pointer, de.Fields[0].Pointer)
+			_, err = e.s.PlanRollout(e.ctx, tc.req)
+			assert.Equal(t, lifecycle.EINVALID, lifecycle.ErrorCode(err), "the plan refuses it the same way")
+			assert.Equal(t, before, tableCounts(t, e.ctx, e.pool), "nothing written")
+		})
+	}
 }
