@@ -474,7 +474,14 @@ func (s *Service) driveAbort(ctx context.Context, r Rollout) (int, error) {
 		if m.Revert != nil && (m.Revert.Outcome == RevertPending || m.Revert.Outcome == RevertInProgress) {
 			outstanding++
 			if m.Revert.Outcome == RevertPending {
-				res, err := s.startRevert(ctx, r, m, m.Revert.ToRevision, m.Revert.OperationID)
+				// Reserved by a visit that did not record the start: the
+				// operation may exist already.
+				res := MemberResult{Ord: m.Ord, Revert: &MemberRevert{Outcome: RevertInProgress, ToRevision: m.Revert.ToRevision,
+					OperationID: m.Revert.OperationID, Forced: m.Revert.Forced}}
+				_, err := s.store.Operation(ctx, m.Revert.OperationID)
+				if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+					res, err = s.startRevert(ctx, r, m, m.Revert.ToRevision, m.Revert.OperationID)
+				}
 				if err != nil {
 					return 0, err
 				}

@@ -276,6 +276,14 @@ func TestRolloutMixedFleetThreeWaves(t *testing.T) {
 		assert.Equal(t, lifecycle.MemberSucceeded, m.Status)
 		assert.NotEmpty(t, m.OperationID)
 	}
+	list, next, err := e.s.Rollouts(e.ctx, fleet.RolloutFilter{ApplicationID: "app", State: lifecycle.RolloutSucceeded}, 10, "")
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, r.ID, list[0].ID)
+	assert.Empty(t, next)
+	list, _, err = e.s.Rollouts(e.ctx, fleet.RolloutFilter{State: lifecycle.RolloutRunning}, 10, "")
+	require.NoError(t, err)
+	assert.Empty(t, list)
 	hops := e.members(r.ID, fleet.MemberFilter{Wave: 3})
 	assert.Len(t, hops, 26)
 	var types []string
@@ -659,4 +667,37 @@ func TestRolloutBadRequests(t *testing.T) {
 			assert.Equal(t, before, tableCounts(t, e.ctx, e.pool), "nothing written")
 		})
 	}
+}
+
+// TestRolloutResumesAnInterruptedPublication: a driver crashed after it
+// reserved members (in progress, operation ids chosen) and before it
+// created their operations, its lease still set: once the lease runs out,
+// the next driver creates the operations with the reserved ids, once.
+func TestRolloutResumesAnInterruptedPublication(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(5)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	reserved := []string{"00000000-0000-4000-8000-0000000000a1", "00000000-0000-4000-8000-0000000000a2"}
+	_, err = e.pool.Exec(e.ctx, `UPDATE rollout_members SET status = 'in-progress',
+  operation_id = ($2::uuid[])[ord + 1] WHERE rollout_id = $1 AND ord < 2`, r.ID, reserved)
+	require.NoError(t, err)
+	_, err = e.pool.Exec(e.ctx, `UPDATE rollouts SET lease_until = now() + interval '1 hour' WHERE id = $1`, r.ID)
+	require.NoError(t, err)
+
+	n, err := e.s.DriveRollouts(e.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "another driver's lease holds the rollout")
+	e.skew.Store(int64(2 * time.Hour)) // the crashed driver's lease ran out
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutSucceeded, r.State)
+	for i, id := range reserved {
+		op, err := e.s.Operation(e.ctx, id)
+		require.NoError(t, err, "member %d's operation was created with its reserved id", i)
+		assert.Equal(t, lifecycle.OperationSucceeded, op.State)
+	}
+	var ops int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM operations WHERE type = 'upgrade'`).Scan(&ops))
+	assert.Equal(t, 5, ops)
 }
