@@ -551,6 +551,14 @@ func TestRolloutMembersAreBusy(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 4, plan.ExcludedByReason[lifecycle.ExcludedBusy])
 
+	const unknown = "00000000-0000-4000-8000-000000000000"
+	_, _, err = e.s.RolloutMembers(e.ctx, unknown, fleet.MemberFilter{}, 10, "")
+	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(err))
+	_, err = e.s.Rollout(e.ctx, unknown)
+	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(err))
+	_, err = e.s.PauseRollout(e.ctx, unknown, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(err))
+
 	// Deleting a member's deployment works; the member shows removed.
 	_, err = e.s.RemoveDeployment(e.ctx, deps["d003"].ID, fleet.Precondition{})
 	require.NoError(t, err)
