@@ -20,10 +20,9 @@ import (
 // members. The rules are the fleet service's and internal/lifecycle's;
 // this file reads and writes, set-based.
 
-// sqlLastSeen is the one place that reads when a device was last seen:
-// devices.last_seen_at arrives with migration 00010; until then every
-// device reads as never seen.
-const sqlLastSeen = `NULL::timestamptz`
+// sqlLastSeen is the one place that reads when a device was last seen
+// (devices.last_seen_at, migration 00010; NULL: never).
+const sqlLastSeen = `dev.last_seen_at`
 
 var _ fleet.RolloutStore = (*FleetStore)(nil)
 
