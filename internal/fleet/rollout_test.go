@@ -709,3 +709,41 @@ func TestRolloutResumesAnInterruptedPublication(t *testing.T) {
 	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM operations WHERE type = 'upgrade'`).Scan(&ops))
 	assert.Equal(t, 5, ops)
 }
+
+// TestRolloutExcludesDevicesNotSeen: with notSeenFor, a device whose last
+// contact is older, or that was never seen, is excluded (not-seen); the
+// others are eligible.
+func TestRolloutExcludesDevicesNotSeen(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	deps := map[string]fleet.Deployment{}
+	for i := range 4 { // one client each: a contact marks its client's devices
+		dev := fmt.Sprintf("d%03d", i)
+		deps[dev] = e.deploy(fmt.Sprintf("c%d", i), dev, "1.5.0")
+	}
+	store := postgres.NewFleetStore(e.pool, 5)
+	now := time.Now()
+	require.NoError(t, store.MarkClientsSeen(e.ctx, []fleet.ClientSeen{
+		{ClientID: deps["d000"].ClientID, At: now.Add(-time.Minute)},
+		{ClientID: deps["d001"].ClientID, At: now.Add(-2 * time.Hour)},
+	}))
+	// d002 and d003 were never seen (nothing recorded their contacts).
+	_, err := e.pool.Exec(e.ctx, `UPDATE devices SET last_seen_at = NULL WHERE client_id = ANY($1)`,
+		[]string{deps["d002"].ClientID, deps["d003"].ClientID})
+	require.NoError(t, err)
+	req := upgradeTo2(lifecycle.WaveSpec{Size: percent(100)})
+	hour := "1h"
+	req.Spec.NotSeenFor = &hour
+	plan, err := e.s.PlanRollout(e.ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, 1, plan.Eligible)
+	assert.Equal(t, 3, plan.ExcludedByReason[lifecycle.ExcludedNotSeen])
+
+	r, err := e.s.CreateRollout(e.ctx, req, fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	ms := e.members(r.ID, fleet.MemberFilter{Classification: "eligible"})
+	require.Len(t, ms, 1)
+	assert.Equal(t, deps["d000"].ID, ms[0].DeploymentID)
+	for _, m := range e.members(r.ID, fleet.MemberFilter{Classification: "excluded"}) {
+		assert.Equal(t, lifecycle.ExcludedNotSeen, m.Reason, m.DeviceID)
+	}
+}
