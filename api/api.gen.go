@@ -1471,8 +1471,9 @@ type ExclusionGroup struct {
 type ExclusionReason string
 
 // FailureBudget Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-// first failure stops the wave.
+// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+// (with the default `minSuccess` of 100, the first failure stops it).
 type FailureBudget struct {
 	Count   *int `json:"count,omitempty"`
 	Percent *int `json:"percent,omitempty"`
@@ -1745,8 +1746,9 @@ type PlannedWave struct {
 	Index    int          `json:"index"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures  FailureBudget `json:"maxFailures"`
 	MinSuccess   int           `json:"minSuccess"`
 	ResolvedSize int           `json:"resolvedSize"`
@@ -2267,8 +2269,9 @@ type RolloutWave struct {
 	Index int `json:"index"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures FailureBudget `json:"maxFailures"`
 	MinSuccess  int           `json:"minSuccess"`
 
@@ -2481,8 +2484,9 @@ type WaveSpec struct {
 	Approval *WaveApproval `json:"approval,omitempty"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures *FailureBudget `json:"maxFailures,omitempty"`
 
 	// MinSuccess The percent of the wave (its resolved size, less members excluded or removed meanwhile) that must

@@ -1472,8 +1472,9 @@ type ExclusionGroup struct {
 type ExclusionReason string
 
 // FailureBudget Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-// first failure stops the wave.
+// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+// (with the default `minSuccess` of 100, the first failure stops it).
 type FailureBudget struct {
 	Count   *int `json:"count,omitempty"`
 	Percent *int `json:"percent,omitempty"`
@@ -1746,8 +1747,9 @@ type PlannedWave struct {
 	Index    int          `json:"index"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures  FailureBudget `json:"maxFailures"`
 	MinSuccess   int           `json:"minSuccess"`
 	ResolvedSize int           `json:"resolvedSize"`
@@ -2268,8 +2270,9 @@ type RolloutWave struct {
 	Index int `json:"index"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures FailureBudget `json:"maxFailures"`
 	MinSuccess  int           `json:"minSuccess"`
 
@@ -2482,8 +2485,9 @@ type WaveSpec struct {
 	Approval *WaveApproval `json:"approval,omitempty"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures *FailureBudget `json:"maxFailures,omitempty"`
 
 	// MinSuccess The percent of the wave (its resolved size, less members excluded or removed meanwhile) that must
