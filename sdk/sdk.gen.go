@@ -3674,12 +3674,16 @@ type ClientInterface interface {
 	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
 	// * Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
 	//   would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
-	// * An option out of its range or that the action does not take (a wave size, a duration, `maxInFlight`,
-	//   the window, a time zone...): 422 `invalid-rollout`, each problem named by its JSON pointer in the
-	//   request (`/upgrade/targetVersion`, `/waves/0/size/count`, `/window/timeZone`...).
-	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-	//   version: 422 `version-yanked`; an unknown label selector syntax, or the options member of another
-	//   action: 422 `invalid-request` naming the member.
+	// * An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+	//   unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+	//   problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+	//   `/window/timeZone`, `/target/labels`...).
+	// * An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+	//   application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+	//   (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+	//   version does not define (`/upgrade/parameters/<name>`).
+	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
+	//   the member.
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -3704,12 +3708,16 @@ type ClientInterface interface {
 	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
 	// * Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
 	//   would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
-	// * An option out of its range or that the action does not take (a wave size, a duration, `maxInFlight`,
-	//   the window, a time zone...): 422 `invalid-rollout`, each problem named by its JSON pointer in the
-	//   request (`/upgrade/targetVersion`, `/waves/0/size/count`, `/window/timeZone`...).
-	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-	//   version: 422 `version-yanked`; an unknown label selector syntax, or the options member of another
-	//   action: 422 `invalid-request` naming the member.
+	// * An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+	//   unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+	//   problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+	//   `/window/timeZone`, `/target/labels`...).
+	// * An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+	//   application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+	//   (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+	//   version does not define (`/upgrade/parameters/<name>`).
+	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
+	//   the member.
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -4901,12 +4909,16 @@ func (c *Client) ListRollouts(ctx context.Context, params *ListRolloutsParams, r
 //   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
 //   - Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
 //     would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
-//   - An option out of its range or that the action does not take (a wave size, a duration, `maxInFlight`,
-//     the window, a time zone...): 422 `invalid-rollout`, each problem named by its JSON pointer in the
-//     request (`/upgrade/targetVersion`, `/waves/0/size/count`, `/window/timeZone`...).
-//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-//     version: 422 `version-yanked`; an unknown label selector syntax, or the options member of another
-//     action: 422 `invalid-request` naming the member.
+//   - An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+//     unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+//     problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+//     `/window/timeZone`, `/target/labels`...).
+//   - An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+//     application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+//     (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+//     version does not define (`/upgrade/parameters/<name>`).
+//   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
+//     the member.
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -4941,12 +4953,16 @@ func (c *Client) CreateRolloutWithBody(ctx context.Context, params *CreateRollou
 //   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
 //   - Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
 //     would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
-//   - An option out of its range or that the action does not take (a wave size, a duration, `maxInFlight`,
-//     the window, a time zone...): 422 `invalid-rollout`, each problem named by its JSON pointer in the
-//     request (`/upgrade/targetVersion`, `/waves/0/size/count`, `/window/timeZone`...).
-//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-//     version: 422 `version-yanked`; an unknown label selector syntax, or the options member of another
-//     action: 422 `invalid-request` naming the member.
+//   - An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+//     unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+//     problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+//     `/window/timeZone`, `/target/labels`...).
+//   - An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+//     application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+//     (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+//     version does not define (`/upgrade/parameters/<name>`).
+//   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
+//     the member.
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -9099,12 +9115,16 @@ type ClientWithResponsesInterface interface {
 	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
 	// * Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
 	//   would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
-	// * An option out of its range or that the action does not take (a wave size, a duration, `maxInFlight`,
-	//   the window, a time zone...): 422 `invalid-rollout`, each problem named by its JSON pointer in the
-	//   request (`/upgrade/targetVersion`, `/waves/0/size/count`, `/window/timeZone`...).
-	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-	//   version: 422 `version-yanked`; an unknown label selector syntax, or the options member of another
-	//   action: 422 `invalid-request` naming the member.
+	// * An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+	//   unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+	//   problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+	//   `/window/timeZone`, `/target/labels`...).
+	// * An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+	//   application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+	//   (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+	//   version does not define (`/upgrade/parameters/<name>`).
+	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
+	//   the member.
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -9129,12 +9149,16 @@ type ClientWithResponsesInterface interface {
 	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
 	// * Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
 	//   would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
-	// * An option out of its range or that the action does not take (a wave size, a duration, `maxInFlight`,
-	//   the window, a time zone...): 422 `invalid-rollout`, each problem named by its JSON pointer in the
-	//   request (`/upgrade/targetVersion`, `/waves/0/size/count`, `/window/timeZone`...).
-	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-	//   version: 422 `version-yanked`; an unknown label selector syntax, or the options member of another
-	//   action: 422 `invalid-request` naming the member.
+	// * An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+	//   unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+	//   problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+	//   `/window/timeZone`, `/target/labels`...).
+	// * An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+	//   application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+	//   (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+	//   version does not define (`/upgrade/parameters/<name>`).
+	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
+	//   the member.
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -15978,12 +16002,16 @@ func (c *ClientWithResponses) ListRolloutsWithResponse(ctx context.Context, para
 //   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
 //   - Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
 //     would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
-//   - An option out of its range or that the action does not take (a wave size, a duration, `maxInFlight`,
-//     the window, a time zone...): 422 `invalid-rollout`, each problem named by its JSON pointer in the
-//     request (`/upgrade/targetVersion`, `/waves/0/size/count`, `/window/timeZone`...).
-//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-//     version: 422 `version-yanked`; an unknown label selector syntax, or the options member of another
-//     action: 422 `invalid-request` naming the member.
+//   - An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+//     unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+//     problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+//     `/window/timeZone`, `/target/labels`...).
+//   - An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+//     application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+//     (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+//     version does not define (`/upgrade/parameters/<name>`).
+//   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
+//     the member.
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -16014,12 +16042,16 @@ func (c *ClientWithResponses) CreateRolloutWithBodyWithResponse(ctx context.Cont
 //   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
 //   - Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
 //     would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
-//   - An option out of its range or that the action does not take (a wave size, a duration, `maxInFlight`,
-//     the window, a time zone...): 422 `invalid-rollout`, each problem named by its JSON pointer in the
-//     request (`/upgrade/targetVersion`, `/waves/0/size/count`, `/window/timeZone`...).
-//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-//     version: 422 `version-yanked`; an unknown label selector syntax, or the options member of another
-//     action: 422 `invalid-request` naming the member.
+//   - An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+//     unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+//     problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+//     `/window/timeZone`, `/target/labels`...).
+//   - An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+//     application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+//     (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+//     version does not define (`/upgrade/parameters/<name>`).
+//   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
+//     the member.
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.

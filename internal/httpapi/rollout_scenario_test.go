@@ -677,11 +677,11 @@ func TestRolloutBadRequests(t *testing.T) {
 		{"unparsable target version", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"two"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/upgrade/targetVersion", true},
 		{"waves do not add up", up(`,"waves":[{"size":{"count":1}},{"size":{"percent":10}}]`), http.StatusUnprocessableEntity, "waves-do-not-cover", "/waves", true},
 		{"empty wave", up(`,"waves":[{"size":{"percent":100}},{"size":{"count":1}}]`), http.StatusUnprocessableEntity, "wave-empty", "/waves/1", true},
-		{"unknown selector syntax", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"labels":"site=(a"}}`, http.StatusUnprocessableEntity, "invalid-request", "/target/labels", true},
-		{"unknown target version", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"9.0.0"}}`, http.StatusNotFound, "not-found", "/upgrade/targetVersion", true},
-		{"yanked target version", `{"applicationId":"svc","target":{},"action":"install","install":{"version":"1.0.0"}}`, http.StatusUnprocessableEntity, "version-yanked", "/install/version", true},
+		{"unknown selector syntax", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"labels":"site=(a"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/target/labels", true},
+		{"unknown target version", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"9.0.0"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/upgrade/targetVersion", true},
+		{"yanked target version", `{"applicationId":"svc","target":{},"action":"install","install":{"version":"1.0.0"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/install/version", true},
 		{"unknown application", `{"applicationId":"nope","target":{},"action":"upgrade","upgrade":{"targetVersion":"2.0.0"}}`, http.StatusNotFound, "not-found", "/applicationId", true},
-		{"versions for install", `{"applicationId":"svc","action":"install","install":{"version":"2.0.0"},"target":{"versions":["1.0.0"]}}`, http.StatusUnprocessableEntity, "invalid-request", "/target/versions", true},
+		{"versions for install", `{"applicationId":"svc","action":"install","install":{"version":"2.0.0"},"target":{"versions":["1.0.0"]}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/target/versions", true},
 		{"nothing eligible", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"1.5.0"}}`, http.StatusUnprocessableEntity, "no-eligible-members", "", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
