@@ -64,6 +64,11 @@ func (s *Service) createDeployment(ctx context.Context, req CreateRequest) (Depl
 	if err != nil {
 		return Deployment{}, false, err
 	}
+	if rid, err := s.store.ActiveInstallRolloutOf(ctx, req.ApplicationID, req.ClientID, req.DeviceID); err != nil {
+		return Deployment{}, false, err
+	} else if rid != "" {
+		return Deployment{}, false, rolloutMemberError("Device "+req.DeviceID+" of client "+req.ClientID, rid)
+	}
 	nd, err := s.prepareCreate(ctx, req, v, desc, dev, timeout, s.now().UTC())
 	if err != nil {
 		return Deployment{}, false, err
@@ -222,7 +227,10 @@ func (s *Service) prepareCreate(ctx context.Context, req CreateRequest, v catalo
 	if err := desc.CheckValues(values, true); err != nil {
 		return NewDeployment{}, err
 	}
-	id := newUUID()
+	id, opID := newUUID(), newUUID()
+	if req.deploymentID != "" {
+		id, opID = req.deploymentID, req.operationID
+	}
 	var components []string
 	for _, c := range profile.Components {
 		components = append(components, c.Name)
@@ -241,7 +249,7 @@ func (s *Service) prepareCreate(ctx context.Context, req CreateRequest, v catalo
 	return NewDeployment{
 		ID: id, ClientID: req.ClientID, DeviceID: req.DeviceID, ApplicationID: req.ApplicationID,
 		Version: v.Version, VersionDigest: v.Digest, ProfileID: profile.ID, Components: components, Parameters: values, YAML: yaml, Piece: &piece,
-		Install: Operation{ID: newUUID(), DeploymentID: id, Type: lifecycle.OperationInstall, State: lifecycle.OperationQueued,
+		Install: Operation{ID: opID, DeploymentID: id, Type: lifecycle.OperationInstall, State: lifecycle.OperationQueued,
 			FromVersion: v.Version, ToVersion: v.Version, Parameters: values, ProfileID: profile.ID, Strategy: lifecycle.StrategyRecreate,
 			OnFailure: OnFailureHalt, StepTimeout: timeout, RequestedBy: ActorOf(ctx), Deadline: now.Add(timeout),
 			Steps: []Step{{N: 1, Version: v.Version, State: lifecycle.StepPending}}},

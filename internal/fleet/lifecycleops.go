@@ -120,6 +120,9 @@ func (s *Service) run(ctx context.Context, p Plan, dryRun bool, expect Precondit
 		return p, Operation{}, p.Refusal
 	}
 	op := *p.op
+	if err := s.checkNotMember(ctx, op.DeploymentID); err != nil {
+		return p, Operation{}, err
+	}
 	created, err := s.store.CreateOperation(ctx, op, func(d Deployment) error {
 		if err := expect.check(d); err != nil {
 			return err
@@ -366,44 +369,48 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
-	p := Plan{Type: lifecycle.OperationReconfigure, From: d.Version, To: d.Version}
-	pl, err := func() (Plan, error) {
-		if err := s.ready(ctx, d, lifecycle.OperationReconfigure); err != nil {
-			p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: message(err)})
-			return refuse(p, err)
-		}
-		v, err := s.catalog.Get(ctx, d.ApplicationID, d.Version.String())
-		if err != nil {
-			return Plan{}, err
-		}
-		desc, err := s.catalog.Description(v)
-		if err != nil {
-			return Plan{}, err
-		}
-		rp, err := lifecycle.PlanReconfigure(d.Parameters, req.Parameters, desc.Immutable, func(n string) bool { return slices.Contains(desc.ParameterNames(), n) })
-		p.Parameters, p.Checks = rp.Changes, append(p.Checks, rp.Checks...)
-		if err != nil {
-			return refuse(p, err)
-		}
-		if err := desc.CheckValues(req.Parameters, false); err != nil {
-			p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: message(err)})
-			return refuse(p, err)
-		}
-		values := lifecycle.MergeValues(d.Parameters, req.Parameters)
-		if err := desc.CheckValues(values, true); err != nil {
-			return refuse(p, err)
-		}
-		p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: true, Detail: "valid"})
-		p.Strategy = desc.Lifecycle.Upgrade.DefaultStrategy()
-		p.Drain = lifecycle.ChooseDrain(nil, desc.Lifecycle.Upgrade) // drain as the version declares
-		p.Allowed = true
-		p.op = s.newOperation(d, lifecycle.OperationReconfigure, d.Version, values, d.ProfileID, p.Strategy, p.Drain, req.OnFailure, timeout, actor, nil)
-		return p, nil
-	}()
+	pl, err := s.planReconfigure(ctx, d, req, timeout, actor)
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
 	return s.run(ctx, pl, dryRun, expect)
+}
+
+// planReconfigure plans a change of parameter values of d (Reconfigure's
+// plan; a rollout's reconfigure members are planned by it too).
+func (s *Service) planReconfigure(ctx context.Context, d Deployment, req ReconfigureRequest, timeout time.Duration, actor Actor) (Plan, error) {
+	p := Plan{Type: lifecycle.OperationReconfigure, From: d.Version, To: d.Version}
+	if err := s.ready(ctx, d, lifecycle.OperationReconfigure); err != nil {
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: message(err)})
+		return refuse(p, err)
+	}
+	v, err := s.catalog.Get(ctx, d.ApplicationID, d.Version.String())
+	if err != nil {
+		return Plan{}, err
+	}
+	desc, err := s.catalog.Description(v)
+	if err != nil {
+		return Plan{}, err
+	}
+	rp, err := lifecycle.PlanReconfigure(d.Parameters, req.Parameters, desc.Immutable, func(n string) bool { return slices.Contains(desc.ParameterNames(), n) })
+	p.Parameters, p.Checks = rp.Changes, append(p.Checks, rp.Checks...)
+	if err != nil {
+		return refuse(p, err)
+	}
+	if err := desc.CheckValues(req.Parameters, false); err != nil {
+		p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: false, Detail: message(err)})
+		return refuse(p, err)
+	}
+	values := lifecycle.MergeValues(d.Parameters, req.Parameters)
+	if err := desc.CheckValues(values, true); err != nil {
+		return refuse(p, err)
+	}
+	p.Checks = append(p.Checks, lifecycle.Check{Name: "parameter-values", Passed: true, Detail: "valid"})
+	p.Strategy = desc.Lifecycle.Upgrade.DefaultStrategy()
+	p.Drain = lifecycle.ChooseDrain(nil, desc.Lifecycle.Upgrade) // drain as the version declares
+	p.Allowed = true
+	p.op = s.newOperation(d, lifecycle.OperationReconfigure, d.Version, values, d.ProfileID, p.Strategy, p.Drain, req.OnFailure, timeout, actor, nil)
+	return p, nil
 }
 
 // Rollback plans (and unless dryRun starts) a return to an earlier revision.
@@ -601,7 +608,14 @@ func (s *Service) Operations(ctx context.Context, f OperationFilter, limit int, 
 
 // CancelOperation cancels an active operation.
 //
-// Returns ENOTFOUND if there is none, ECONFLICT if it already ended.
+// Returns ENOTFOUND if there is none, ECONFLICT if it already ended;
+// ECONFLICT (rollout-member, naming the rollout) if an active rollout
+// started it.
 func (s *Service) CancelOperation(ctx context.Context, id string, actor Actor) (Operation, error) {
+	if rid, err := s.store.ActiveRolloutOfOperation(ctx, id); err != nil {
+		return Operation{}, err
+	} else if rid != "" {
+		return Operation{}, rolloutMemberError("Operation "+id+" was started by a rollout: its deployment", rid)
+	}
 	return s.store.CancelOperation(ctx, id, "cancelled by "+actor.ID, s.now().UTC())
 }

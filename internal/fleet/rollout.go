@@ -2,9 +2,11 @@ package fleet
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/page"
 )
 
 // Fleet rollouts (design section 13, docs/rollouts.md): one change of one
@@ -87,6 +89,9 @@ type Rollout struct {
 	Waiting *RolloutWaiting
 	// Abort is the abort asked (by an operator, or a threshold); nil when none.
 	Abort *RolloutAbort
+	// ThresholdAccepted: an operator resumed the rollout after its current
+	// wave exceeded a threshold; the wave passes as it is once settled.
+	ThresholdAccepted bool
 
 	CreatedAt, UpdatedAt time.Time
 	CreatedBy            string
@@ -123,7 +128,7 @@ type RolloutWave struct {
 	Counts          lifecycle.WaveCounts
 	// Instants; zero when not (yet) reached.
 	StartedAt, SettledAt, SoakUntil, FinishedAt, ApprovedAt time.Time
-	ApprovedBy                                               string
+	ApprovedBy                                              string
 }
 
 // Reasons a rollout waits (the contract's RolloutWaiting.reason).
@@ -158,6 +163,8 @@ const (
 
 // RolloutMember is one member of a rollout.
 type RolloutMember struct {
+	// Ord is the member's place in the stable order, from 0.
+	Ord int
 	// DeploymentID: the deployment (for install, the one the rollout
 	// created, once created); "" before that.
 	DeploymentID, ClientID, DeviceID string
@@ -181,6 +188,10 @@ type RolloutMember struct {
 	Result    string
 	Revert    *MemberRevert
 	UpdatedAt time.Time
+	// ProfileID: install, the profile chosen at start. RestoreRevision:
+	// rollback, the revision the member returns to.
+	ProfileID       string
+	RestoreRevision int
 }
 
 // Outcomes of a member's revert (the contract's MemberRevert.outcome).
@@ -255,10 +266,12 @@ type RolloutFilter struct {
 
 // MemberFilter selects a rollout's members; zero fields select all.
 type MemberFilter struct {
-	Wave           int // from 1
-	Status         lifecycle.MemberStatus
-	Classification string // ClassEligible or ClassExcluded
-	Reason         lifecycle.ExclusionReason
+	Wave int // from 1
+	// DeploymentID, ClientID and DeviceID select one member by its key.
+	DeploymentID, ClientID, DeviceID string
+	Status                           lifecycle.MemberStatus
+	Classification                   string // ClassEligible or ClassExcluded
+	Reason                           lifecycle.ExclusionReason
 }
 
 // AbortRequest is the body of the abort action.
@@ -288,93 +301,68 @@ func rolloutMemberError(what, id string) error {
 		Extra: map[string]any{"rolloutId": id}}
 }
 
-func notImplementedYet() error {
-	return lifecycle.Errorf(lifecycle.EINTERNAL, "not implemented yet")
-}
-
-// CreateRollout validates the request, resolves and classifies its
-// members, sizes its waves and stores the rollout running (cause started)
-// with its members, history and events in one transaction.
-//
-// Returns EINVALID naming the field for a bad request (an unknown selector,
-// waves that do not cover, a target version that does not exist or is
-// yanked); lifecycle.NoEligibleError (EINVALID, type no-eligible-members,
-// the counts by reason) when no member is eligible, creating nothing.
-func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor Actor) (Rollout, error) {
-	return Rollout{}, notImplementedYet()
-}
-
-// PlanRollout answers what CreateRollout would do, writing nothing. It
-// refuses what CreateRollout refuses, except that an empty eligible set is
-// answered (with its counts), not refused.
-func (s *Service) PlanRollout(ctx context.Context, req RolloutRequest) (RolloutPlan, error) {
-	return RolloutPlan{}, notImplementedYet()
-}
-
 // Rollout returns one rollout with its progress. Returns ENOTFOUND.
 func (s *Service) Rollout(ctx context.Context, id string) (Rollout, error) {
-	return Rollout{}, notImplementedYet()
+	r, err := s.store.Rollout(ctx, id)
+	if err != nil {
+		return Rollout{}, err
+	}
+	return decorate(r), nil
+}
+
+// decorate fills in what a stored rollout derives from its request: the
+// validated options (the request was valid when stored).
+func decorate(r Rollout) Rollout {
+	if st, err := lifecycle.ValidateRolloutSpec(r.Request.Spec); err == nil {
+		r.MaxInFlight, r.OnThreshold, r.Window, r.Deadline = st.MaxInFlight, st.OnThreshold, st.Window, st.Deadline
+	}
+	if r.State.Terminal() {
+		r.CurrentWave = 0
+	}
+	return r
 }
 
 // Rollouts returns a page of rollouts, newest first, and the cursor of the
 // next page ("" at the end).
 func (s *Service) Rollouts(ctx context.Context, f RolloutFilter, limit int, cursor string) ([]Rollout, string, error) {
-	return nil, "", notImplementedYet()
+	limit, after, err := page.Args(limit, cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	rs, err := s.store.Rollouts(ctx, f, after, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	rs, next := page.Trim(rs, limit, func(r Rollout) string { return r.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + r.ID })
+	for i := range rs {
+		rs[i] = decorate(rs[i])
+	}
+	return rs, next, nil
 }
 
 // RolloutMembers returns a page of a rollout's members in their stable
 // order (client id, device id, deployment id), and the next cursor.
 // Returns ENOTFOUND if there is no such rollout.
 func (s *Service) RolloutMembers(ctx context.Context, id string, f MemberFilter, limit int, cursor string) ([]RolloutMember, string, error) {
-	return nil, "", notImplementedYet()
-}
-
-// PauseRollout pauses a running rollout (cause operator-paused); pausing a
-// paused one changes nothing. Returns ENOTFOUND; ECONFLICT
-// (rollout-state-conflict) when the state does not allow it; EPRECONDITION
-// when the rollout does not meet expect.
-func (s *Service) PauseRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
-	return Rollout{}, notImplementedYet()
-}
-
-// ResumeRollout resumes a rollout an operator or a threshold paused (cause
-// operator-resumed; after a threshold pause the wave's thresholds are
-// accepted); resuming a running one changes nothing. A rollout waiting for
-// approval is refused (ECONFLICT): approve it. Errors as PauseRollout.
-func (s *Service) ResumeRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
-	return Rollout{}, notImplementedYet()
-}
-
-// ApproveRollout starts the manual wave a rollout waits for (cause
-// approved). ECONFLICT when no wave waits for approval. Errors as
-// PauseRollout.
-func (s *Service) ApproveRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
-	return Rollout{}, notImplementedYet()
-}
-
-// CancelRollout ends a running or paused rollout as cancelled: it starts
-// nothing new, its pending members become cancelled, in-flight operations
-// finish on their own. Errors as PauseRollout.
-func (s *Service) CancelRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
-	return Rollout{}, notImplementedYet()
-}
-
-// AbortRollout moves a running or paused rollout to aborting (cause
-// operator-aborted): it starts nothing new and cancels its members'
-// in-flight operations; with Revert, the driver then returns every member
-// it changed to its revision from before the rollout where the installed
-// version's policy allows it. On an aborting rollout, a Revert not yet
-// asked is added (no state move). Force needs an admin and a reason
-// (EFORBIDDEN, EINVALID). Errors as PauseRollout.
-func (s *Service) AbortRollout(ctx context.Context, id string, req AbortRequest, actor Actor, expect Precondition) (Rollout, error) {
-	return Rollout{}, notImplementedYet()
-}
-
-// ExcludeRolloutMember excludes one member of an active rollout (status
-// excluded, reason operator); its in-flight operation is left alone.
-// Returns ENOTFOUND when the rollout or the member does not exist;
-// ECONFLICT when the member already ended (reverted, removed, excluded...)
-// or the rollout ended. Errors as PauseRollout.
-func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberRef, actor Actor, expect Precondition) (Rollout, error) {
-	return Rollout{}, notImplementedYet()
+	limit, after, err := page.Args(limit, cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	from := -1
+	if after != "" {
+		n, err := strconv.Atoi(after)
+		if err != nil || n < 0 {
+			return nil, "", page.BadCursor()
+		}
+		from = n
+	}
+	if _, err := s.store.Rollout(ctx, id); err != nil {
+		return nil, "", err
+	}
+	ms, err := s.store.RolloutMembers(ctx, id, f, from, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	ms, next := page.Trim(ms, limit, func(m RolloutMember) string { return strconv.Itoa(m.Ord) })
+	return ms, next, nil
 }

@@ -116,7 +116,8 @@ func collided(err error) bool { return lifecycle.ErrorType(err) == "retry" }
 const RevisitBound = 5 * time.Minute
 
 // RunOnce visits every active operation that is due (see
-// Store.ActiveOperations) once and returns how many it visited (read and
+// Store.ActiveOperations) once, then every due rollout (DriveRollouts),
+// and returns how many operations it visited (read and
 // decided on, while not held by another scheduler). An operation whose
 // visit collided with a concurrent change is left for the next pass; the
 // others are still visited. Returns EUNAVAILABLE, ending the pass, when the
@@ -160,6 +161,10 @@ func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
 		if visited {
 			n++
 		}
+	}
+	// Then the rollouts: their members' operations just advanced.
+	if _, err := sc.svc.DriveRollouts(ctx); err != nil {
+		return n, err
 	}
 	return n, nil
 }

@@ -129,6 +129,9 @@ type Store interface {
 	// its Recheck instant instead; a decision that changes something leaves
 	// the operation due at the next pass.
 	AdvanceOperation(ctx context.Context, id string, decide func(Visit) (Advance, error), now time.Time) (visited bool, err error)
+
+	// RolloutStore: rollouts, their members and their driver (rollout_store.go).
+	RolloutStore
 }
 
 // NewDeployment is what CreateDeployment stores.
@@ -399,6 +402,11 @@ type CreateRequest struct {
 	// requested: a duration within lifecycle.DurationInstallTimeout's
 	// range; nil for the default (lifecycle.DefaultInstallTimeout).
 	Timeout *string
+
+	// deploymentID and operationID, when set (a rollout's install member),
+	// are the ids of the deployment and its install operation, chosen when
+	// the member was reserved.
+	deploymentID, operationID string
 }
 
 func yanked(v catalog.Version) error {

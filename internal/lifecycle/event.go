@@ -48,6 +48,12 @@ const (
 
 	EventTokenCreated EventType = "token.created"
 	EventTokenRevoked EventType = "token.revoked"
+
+	EventRolloutCreated        EventType = "rollout.created"
+	EventRolloutStateChanged   EventType = "rollout.state_changed"
+	EventRolloutWaveStarted    EventType = "rollout.wave_started"
+	EventRolloutWaveSettled    EventType = "rollout.wave_settled"
+	EventRolloutMemberExcluded EventType = "rollout.member_excluded"
 )
 
 // SubjectKind is the kind of thing an event is about.
@@ -61,6 +67,7 @@ const (
 	SubjectClient      SubjectKind = "client"      // id: the client id
 	SubjectApplication SubjectKind = "application" // id: the application id
 	SubjectToken       SubjectKind = "token"       // id: the token id
+	SubjectRollout     SubjectKind = "rollout"     // id: the rollout's UUID
 )
 
 // eventSubjects is the table of event types: each type's subject kind. A
@@ -85,6 +92,11 @@ var eventSubjects = map[EventType]SubjectKind{
 	EventApplicationVersionDeleted:  SubjectApplication,
 	EventTokenCreated:               SubjectToken,
 	EventTokenRevoked:               SubjectToken,
+	EventRolloutCreated:             SubjectRollout,
+	EventRolloutStateChanged:        SubjectRollout,
+	EventRolloutWaveStarted:         SubjectRollout,
+	EventRolloutWaveSettled:         SubjectRollout,
+	EventRolloutMemberExcluded:      SubjectRollout,
 }
 
 // EventTypes returns every known event type, sorted.

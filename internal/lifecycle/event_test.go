@@ -20,6 +20,7 @@ var allBodies = []EventBody{
 	ClientAcceptedBody{}, ClientRetiredBody{},
 	ApplicationVersionAddedBody{}, ApplicationVersionYankedBody{}, ApplicationVersionUnyankedBody{}, ApplicationVersionDeletedBody{},
 	TokenCreatedBody{}, TokenRevokedBody{},
+	RolloutCreatedBody{}, RolloutStateChangedBody{}, RolloutWaveStartedBody{}, RolloutWaveSettledBody{}, RolloutMemberExcludedBody{},
 }
 
 // unknownBody claims a type the table does not know.

@@ -1,0 +1,196 @@
+package fleet
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+// checkRollout returns EPRECONDITION (precondition-failed) when rollout r
+// does not meet p (its generation, the rollout's ETag).
+func (p Precondition) checkRollout(r Rollout) error {
+	if !p.set || slices.Contains(p.generations, r.Generation) {
+		return nil
+	}
+	return &lifecycle.Error{Code: lifecycle.EPRECONDITION, Type: "precondition-failed",
+		Message: "The rollout changed since it was read (If-Match does not match its ETag); read it again."}
+}
+
+// act applies an operator's action to rollout id: decide runs on the locked
+// rollout after expect passed.
+func (s *Service) act(ctx context.Context, id string, expect Precondition, decide func(r Rollout) (RolloutChange, error)) (Rollout, error) {
+	r, err := s.store.UpdateRollout(ctx, id, func(r Rollout) (RolloutChange, error) {
+		if err := expect.checkRollout(r); err != nil {
+			return RolloutChange{}, err
+		}
+		return decide(r)
+	}, s.now().UTC())
+	if err != nil {
+		return Rollout{}, err
+	}
+	s.wake()
+	return decorate(r), nil
+}
+
+// unchanged is the change of an action that finds the rollout as asked.
+func unchanged(r Rollout) RolloutChange {
+	return RolloutChange{Waiting: r.Waiting}
+}
+
+func zeroTime() time.Time { return time.Time{} }
+
+// PauseRollout pauses a running rollout (cause operator-paused); pausing a
+// paused one changes nothing. Returns ENOTFOUND; ECONFLICT
+// (rollout-state-conflict) when the state does not allow it; EPRECONDITION
+// when the rollout does not meet expect.
+func (s *Service) PauseRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
+	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
+		if r.State == lifecycle.RolloutPaused {
+			return unchanged(r), nil
+		}
+		now := s.now().UTC()
+		c := RolloutChange{Waiting: waitingFor(lifecycle.RolloutCauseOperatorPaused, "Paused by "+actor.ID+".", zeroTime())}
+		return s.move(c, r, lifecycle.RolloutPaused, lifecycle.RolloutCauseOperatorPaused, actor.ID, "", now)
+	})
+}
+
+// ResumeRollout resumes a rollout an operator or a threshold paused (cause
+// operator-resumed; after a threshold pause the wave's thresholds are
+// accepted); resuming a running one changes nothing. A rollout waiting for
+// approval is refused (ECONFLICT): approve it. Errors as PauseRollout.
+func (s *Service) ResumeRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
+	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
+		if r.State == lifecycle.RolloutRunning {
+			return unchanged(r), nil
+		}
+		if r.State == lifecycle.RolloutPaused && r.Cause == lifecycle.RolloutCauseApprovalRequired {
+			return RolloutChange{}, &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: lifecycle.ProblemRolloutStateConflict,
+				Message: "The rollout is paused: wave " + itoa(r.CurrentWave) + " waits for approval (approve), not for resume.",
+				Extra:   map[string]any{"state": string(r.State), "cause": string(r.Cause)}}
+		}
+		c := RolloutChange{}
+		if r.State == lifecycle.RolloutPaused && r.Cause == lifecycle.RolloutCauseThresholdExceeded {
+			accepted := true
+			c.ThresholdAccepted = &accepted
+			c.Waves = r.Waves
+			if w := &c.Waves[r.CurrentWave-1]; w.State == WaveFailed {
+				w.State, w.FinishedAt = WavePublishing, zeroTime()
+			}
+		}
+		return s.move(c, r, lifecycle.RolloutRunning, lifecycle.RolloutCauseOperatorResumed, actor.ID, "", s.now().UTC())
+	})
+}
+
+// ApproveRollout starts the manual wave a rollout waits for (cause
+// approved). ECONFLICT when no wave waits for approval. Errors as
+// PauseRollout.
+func (s *Service) ApproveRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
+	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
+		if r.State != lifecycle.RolloutPaused || r.Cause != lifecycle.RolloutCauseApprovalRequired {
+			return RolloutChange{}, &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: lifecycle.ProblemRolloutStateConflict,
+				Message: "The rollout is " + string(r.State) + ": no wave waits for approval.",
+				Extra:   map[string]any{"state": string(r.State), "cause": string(r.Cause)}}
+		}
+		now := s.now().UTC()
+		c := RolloutChange{Waves: r.Waves}
+		w := &c.Waves[r.CurrentWave-1]
+		w.ApprovedAt, w.ApprovedBy = now, actor.ID
+		return s.move(c, r, lifecycle.RolloutRunning, lifecycle.RolloutCauseApproved, actor.ID, "", now)
+	})
+}
+
+// CancelRollout ends a running or paused rollout as cancelled: it starts
+// nothing new, its pending members become cancelled, in-flight operations
+// finish on their own. Errors as PauseRollout.
+func (s *Service) CancelRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
+	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
+		return s.move(RolloutChange{}, r, lifecycle.RolloutCancelled, lifecycle.RolloutCauseOperatorCancelled, actor.ID, "", s.now().UTC())
+	})
+}
+
+// AbortRollout moves a running or paused rollout to aborting (cause
+// operator-aborted): it starts nothing new and cancels its members'
+// in-flight operations; with Revert, the driver then returns every member
+// it changed to its revision from before the rollout where the installed
+// version's policy allows it. On an aborting rollout, a Revert not yet
+// asked is added (no state move). Force needs an admin (EFORBIDDEN
+// break-glass-forbidden) and a reason (EINVALID force-reason-required).
+// Errors as PauseRollout.
+func (s *Service) AbortRollout(ctx context.Context, id string, req AbortRequest, actor Actor, expect Precondition) (Rollout, error) {
+	if req.Force && !actor.Admin {
+		return Rollout{}, &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "break-glass-forbidden",
+			Message: "force is a break-glass override: only the admin role may use it."}
+	}
+	if req.Force && req.Reason == "" {
+		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: lifecycle.ProblemForceReasonRequired,
+			Message: "force needs a reason, which is audited.", Fields: []lifecycle.FieldError{{Pointer: "/reason", Detail: "required with force"}}}
+	}
+	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
+		now := s.now().UTC()
+		abort := &RolloutAbort{Revert: req.Revert, Forced: req.Force, Reason: req.Reason, RequestedBy: actor.ID, At: now}
+		if r.State == lifecycle.RolloutAborting {
+			if !req.Revert || (r.Abort != nil && r.Abort.Revert) {
+				return unchanged(r), nil
+			}
+			return RolloutChange{Abort: abort, Bump: true}, nil
+		}
+		return s.move(RolloutChange{Abort: abort}, r, lifecycle.RolloutAborting, lifecycle.RolloutCauseOperatorAborted, actor.ID, req.Reason, now)
+	})
+}
+
+// ExcludeRolloutMember excludes one member of an active rollout (status
+// excluded, reason operator); its in-flight operation is left alone.
+// Returns ENOTFOUND when the rollout or the member does not exist;
+// ECONFLICT when the member already ended (reverted, removed, excluded...)
+// or the rollout ended. Errors as PauseRollout.
+func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberRef, actor Actor, expect Precondition) (Rollout, error) {
+	f := MemberFilter{DeploymentID: m.DeploymentID, ClientID: m.ClientID, DeviceID: m.DeviceID}
+	if f == (MemberFilter{}) {
+		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "Name the member: deploymentId, or clientId and deviceId.",
+			Fields: []lifecycle.FieldError{{Pointer: "/deploymentId", Detail: "required (or clientId and deviceId)"}}}
+	}
+	ms, err := s.store.RolloutMembers(ctx, id, f, -1, 2)
+	if err != nil {
+		return Rollout{}, err
+	}
+	if len(ms) != 1 {
+		if _, err := s.store.Rollout(ctx, id); err != nil {
+			return Rollout{}, err
+		}
+		return Rollout{}, &lifecycle.Error{Code: lifecycle.ENOTFOUND, Type: "not-found", Message: "The rollout has no such member."}
+	}
+	mem := ms[0]
+	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
+		if !r.State.Active() {
+			return RolloutChange{}, lifecycle.CheckRolloutMove(r.State, r.State, lifecycle.RolloutCauseOperatorPaused)
+		}
+		if !mem.Status.CanTransitionTo(lifecycle.MemberExcluded) {
+			return RolloutChange{}, &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "member-ended",
+				Message: "The member is " + string(mem.Status) + ": it can no longer be excluded."}
+		}
+		now := s.now().UTC()
+		rel := []lifecycle.Ref{lifecycle.DeviceRef(mem.ClientID, mem.DeviceID)}
+		if mem.DeploymentID != "" {
+			rel = append(rel, lifecycle.Ref{Kind: lifecycle.SubjectDeployment, ID: mem.DeploymentID})
+		}
+		ev, err := s.rolloutEvent(now, actor.ID, r, lifecycle.RolloutMemberExcludedBody{DeploymentID: mem.DeploymentID, ClientID: mem.ClientID,
+			DeviceID: mem.DeviceID, Status: mem.Status}, rel...)
+		return RolloutChange{Waiting: r.Waiting, Bump: true, Events: ev, Members: []MemberResult{{Ord: mem.Ord, Status: lifecycle.MemberExcluded,
+			Result: "Excluded by " + actor.ID + ".", Deactivate: true}}}, err
+	})
+}
+
+// checkNotMember refuses a single-deployment operation on a member of an
+// active rollout (ECONFLICT rollout-member, naming the rollout).
+func (s *Service) checkNotMember(ctx context.Context, deploymentID string) error {
+	rid, err := s.store.ActiveRolloutOf(ctx, deploymentID)
+	if err != nil {
+		return err
+	}
+	if rid != "" {
+		return rolloutMemberError("Deployment "+deploymentID, rid)
+	}
+	return nil
+}

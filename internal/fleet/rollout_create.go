@@ -1,0 +1,339 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
+)
+
+// resolved is what creating and planning a rollout share: the validated
+// settings, the members in stable order (classified, eligible ones
+// assigned to waves) and the sized waves.
+type resolved struct {
+	settings lifecycle.RolloutSettings
+	members  []RolloutMember
+	waves    []lifecycle.SizedWave
+	excluded map[lifecycle.ExclusionReason]int
+	eligible int
+	// noEligible is NoEligibleError when no member is eligible (waves nil).
+	noEligible error
+}
+
+// invalidTarget is a bad target of a rollout request (EINVALID naming the field).
+func invalidTarget(pointer, detail string) error {
+	return &lifecycle.Error{Code: lifecycle.EINVALID, Type: lifecycle.ProblemInvalidRollout,
+		Message: "The rollout request is not valid: " + pointer + ": " + detail + ".",
+		Fields:  []lifecycle.FieldError{{Pointer: pointer, Detail: detail}}}
+}
+
+// versionFacts reads every catalog version of appID with its description.
+func (s *Service) versionFacts(ctx context.Context, appID string) ([]lifecycle.VersionFacts, map[lifecycle.Version]*margo.ApplicationDescription, error) {
+	versions, err := s.catalog.All(ctx, appID)
+	if err != nil {
+		return nil, nil, err
+	}
+	facts := make([]lifecycle.VersionFacts, 0, len(versions))
+	descs := make(map[lifecycle.Version]*margo.ApplicationDescription, len(versions))
+	for _, v := range versions {
+		desc, err := s.catalog.Description(v)
+		if err != nil {
+			return nil, nil, err
+		}
+		descs[v.Version] = desc
+		f := lifecycle.VersionFacts{Version: v.Version, Yanked: v.Yanked, Lifecycle: desc.Lifecycle,
+			Parameters: desc.ParameterNames(), Defaults: desc.DefaultValues()}
+		for _, n := range f.Parameters {
+			if desc.Immutable(n) {
+				f.Immutable = append(f.Immutable, n)
+			}
+		}
+		facts = append(facts, f)
+	}
+	return facts, descs, nil
+}
+
+// placement decides whether devices fit a version, once per distinct
+// capabilities document and profile.
+type placement struct {
+	desc  *margo.ApplicationDescription
+	cache map[string]placed
+}
+
+type placed struct {
+	profile string
+	misfit  string
+}
+
+func (p *placement) fit(clientID, deviceID string, caps []byte, profileID string) (placed, error) {
+	if p.desc == nil {
+		return placed{misfit: "the target version is not in the catalog"}, nil
+	}
+	key := profileID + "\x00" + string(caps)
+	if r, ok := p.cache[key]; ok {
+		return r, nil
+	}
+	c, err := margo.ParseCapabilities(caps, deviceID)
+	if err != nil {
+		return placed{}, lifecycle.Errorf(lifecycle.EINTERNAL, "stored capabilities of %s/%s: %v", clientID, deviceID, err)
+	}
+	var r placed
+	prof, err := margo.ChooseProfile(p.desc, c, profileID)
+	switch {
+	case err == nil:
+		r.profile = prof.ID
+	case lifecycle.ErrorCode(err) == lifecycle.EINVALID:
+		r.misfit = message(err)
+	default:
+		return placed{}, err
+	}
+	p.cache[key] = r
+	return r, nil
+}
+
+// resolve validates req and classifies its members at now, writing
+// nothing: the part of CreateRollout that PlanRollout shares.
+func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time) (resolved, error) {
+	var out resolved
+	settings, err := lifecycle.ValidateRolloutSpec(req.Spec)
+	if err != nil {
+		return out, err
+	}
+	out.settings = settings
+	install := settings.Action == lifecycle.RolloutInstall
+	sel, err := ParseSelector(req.Target.Selector)
+	if err != nil {
+		return out, invalidTarget("/target/labels", message(err))
+	}
+	if install && len(req.Target.Versions) > 0 {
+		return out, invalidTarget("/target/versions", "an install rollout selects devices, not deployments: versions does not apply")
+	}
+	if install && len(req.Target.States) > 0 {
+		return out, invalidTarget("/target/states", "an install rollout selects devices, not deployments: states does not apply")
+	}
+	q := CandidateQuery{ApplicationID: req.ApplicationID, Install: install, Selector: sel, ClientIDs: req.Target.ClientIDs,
+		Devices: req.Target.Devices, States: req.Target.States, Revisions: settings.Action == lifecycle.RolloutRollback}
+	for i, v := range req.Target.Versions {
+		pv, err := lifecycle.ParseVersion(v)
+		if err != nil {
+			return out, invalidTarget("/target/versions/"+itoa(i), message(err))
+		}
+		q.Versions = append(q.Versions, pv.String())
+	}
+	for i, st := range req.Target.States {
+		if !slices.Contains(lifecycle.AllStates(), st) {
+			return out, invalidTarget("/target/states/"+itoa(i), "unknown deployment state "+string(st))
+		}
+	}
+	facts, descs, err := s.versionFacts(ctx, req.ApplicationID)
+	if err != nil {
+		return out, err
+	}
+	cl, err := lifecycle.NewClassifier(settings, facts, now)
+	if err != nil {
+		return out, err
+	}
+	cands, err := s.store.RolloutCandidates(ctx, q)
+	if err != nil {
+		return out, err
+	}
+	key := func(c RolloutCandidate) lifecycle.MemberKey {
+		k := lifecycle.MemberKey{ClientID: c.ClientID, DeviceID: c.DeviceID}
+		if !install && c.Deployment != nil {
+			k.DeploymentID = c.Deployment.ID
+		}
+		return k
+	}
+	slices.SortStableFunc(cands, func(a, b RolloutCandidate) int { return lifecycle.CompareMemberKeys(key(a), key(b)) })
+	place := &placement{desc: descs[settings.Target], cache: map[string]placed{}}
+	out.members = make([]RolloutMember, len(cands))
+	out.excluded = map[lifecycle.ExclusionReason]int{}
+	var eligibleKeys []lifecycle.MemberKey
+	var eligibleAt []int
+	for i, c := range cands {
+		m := RolloutMember{Ord: i, ClientID: c.ClientID, DeviceID: c.DeviceID}
+		f := lifecycle.MemberFacts{Key: key(c), HasDeployment: c.Deployment != nil, ActiveOperation: c.ActiveOperation,
+			BusyRollout: c.BusyRollout, LastSeenAt: c.LastSeenAt, Placeable: true}
+		if d := c.Deployment; d != nil && !install {
+			m.DeploymentID, m.FromVersion, m.FromRevision = d.ID, d.Version.String(), d.Revision
+			f.State, f.Removing, f.Version, f.Revision = d.State, d.Removing, d.Version, d.Revision
+			if !c.InstalledVersion.IsZero() {
+				f.Version = c.InstalledVersion
+				m.FromVersion = c.InstalledVersion.String()
+			}
+			f.Revisions, f.Parameters = c.Revisions, d.Parameters
+		}
+		if settings.Action != lifecycle.RolloutReconfigure && (install || c.Deployment != nil) {
+			profile := req.ProfileID
+			if !install {
+				profile = ""
+				if place.desc != nil {
+					if _, ok := place.desc.Profile(c.Deployment.ProfileID); ok {
+						profile = c.Deployment.ProfileID
+					}
+				}
+			}
+			p, err := place.fit(c.ClientID, c.DeviceID, c.Capabilities, profile)
+			if err != nil {
+				return out, err
+			}
+			f.Placeable, f.Misfit, m.ProfileID = p.misfit == "", p.misfit, p.profile
+		}
+		x := cl.Classify(f)
+		if x.Eligible {
+			plan := x.Plan
+			m.Classification, m.Plan, m.Status, m.RestoreRevision = ClassEligible, &plan, lifecycle.MemberPending, x.RestoreRevision
+			eligibleKeys, eligibleAt = append(eligibleKeys, f.Key), append(eligibleAt, i)
+		} else {
+			m.Classification, m.Status = ClassExcluded, lifecycle.MemberExcluded
+			m.Reason, m.ReasonDetail, m.SupplierReason = x.Reason, x.Detail, x.SupplierReason
+			out.excluded[x.Reason]++
+		}
+		out.members[i] = m
+	}
+	out.eligible = len(eligibleKeys)
+	if out.eligible == 0 {
+		out.noEligible = lifecycle.NoEligibleError(out.excluded)
+		return out, nil
+	}
+	out.waves, err = lifecycle.ResolveWaveSizes(settings.Waves, out.eligible, settings.DefaultWaves)
+	if err != nil {
+		return out, err
+	}
+	sizes := make([]int, len(out.waves))
+	for i, w := range out.waves {
+		sizes[i] = w.Size
+	}
+	waves, err := lifecycle.AssignWaves(eligibleKeys, sizes)
+	if err != nil {
+		return out, err
+	}
+	for j, i := range eligibleAt {
+		out.members[i].Wave = waves[j] + 1
+	}
+	return out, nil
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// CreateRollout validates the request, resolves and classifies its
+// members, sizes its waves and stores the rollout running (cause started)
+// with its members, history and events in one transaction.
+//
+// Returns EINVALID naming the field for a bad request (an unknown selector,
+// waves that do not cover, a target version that does not exist or is
+// yanked); lifecycle.NoEligibleError (EINVALID, type no-eligible-members,
+// the counts by reason) when no member is eligible, creating nothing;
+// ECONFLICT (rollout-member) when a member joined another rollout while
+// this one was resolved.
+func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor Actor) (Rollout, error) {
+	now := s.now().UTC()
+	res, err := s.resolve(ctx, req, now)
+	if err != nil {
+		return Rollout{}, err
+	}
+	if res.noEligible != nil {
+		return Rollout{}, res.noEligible
+	}
+	createdBy := actor.ID
+	if createdBy == "" {
+		createdBy = ActorOf(ctx)
+	}
+	r := Rollout{ID: newUUID(), ApplicationID: req.ApplicationID, Action: res.settings.Action, Request: req,
+		State: lifecycle.InitialRolloutState, Cause: lifecycle.RolloutCauseStarted, StateChangedAt: now,
+		DeadlineAt: now.Add(res.settings.Deadline), CurrentWave: 1, CreatedAt: now, UpdatedAt: now, CreatedBy: createdBy, Generation: 1}
+	for _, w := range res.waves {
+		r.Waves = append(r.Waves, RolloutWave{Index: len(r.Waves) + 1, Wave: w.Wave, ResolvedSize: w.Size,
+			AllowedFailures: w.MaxFailures.Allowed(w.Size), State: WavePending})
+	}
+	r.Waves[0].State, r.Waves[0].StartedAt = WavePublishing, now
+	var events []lifecycle.Event
+	add := func(body lifecycle.EventBody) error {
+		e, err := lifecycle.NewEvent(now, createdBy, lifecycle.Ref{Kind: lifecycle.SubjectRollout, ID: r.ID}, body,
+			lifecycle.Ref{Kind: lifecycle.SubjectApplication, ID: r.ApplicationID})
+		events = append(events, e)
+		return err
+	}
+	target := ""
+	if !res.settings.Target.IsZero() {
+		target = res.settings.Target.String()
+	}
+	excluded := len(res.members) - res.eligible
+	if err := errors.Join(
+		add(lifecycle.RolloutCreatedBody{Action: r.Action, Target: target, Eligible: res.eligible, Excluded: excluded, Waves: len(r.Waves)}),
+		add(lifecycle.RolloutStateChangedBody{To: r.State, Cause: r.Cause}),
+		add(lifecycle.RolloutWaveStartedBody{Wave: 1, Size: r.Waves[0].ResolvedSize}),
+	); err != nil {
+		return Rollout{}, err
+	}
+	if err := s.store.InsertRollout(ctx, r, res.members, events); err != nil {
+		return Rollout{}, err
+	}
+	s.wake()
+	return s.Rollout(ctx, r.ID)
+}
+
+// PlanRollout answers what CreateRollout would do, writing nothing. It
+// refuses what CreateRollout refuses, except that an empty eligible set is
+// answered (with its counts), not refused.
+func (s *Service) PlanRollout(ctx context.Context, req RolloutRequest) (RolloutPlan, error) {
+	res, err := s.resolve(ctx, req, s.now().UTC())
+	if err != nil {
+		return RolloutPlan{}, err
+	}
+	p := RolloutPlan{ApplicationID: req.ApplicationID, Action: res.settings.Action, Total: len(res.members), Eligible: res.eligible,
+		Excluded: len(res.members) - res.eligible, ExcludedByReason: res.excluded}
+	plans := map[string]*PlanGroup{}
+	exclusions := map[lifecycle.ExclusionReason]*ExclusionGroup{}
+	for _, m := range res.members {
+		ex := PlanExample{DeploymentID: m.DeploymentID, ClientID: m.ClientID, DeviceID: m.DeviceID, FromVersion: m.FromVersion, ReasonDetail: m.ReasonDetail}
+		if m.Plan != nil {
+			g := plans[m.Plan.Key()]
+			if g == nil {
+				g = &PlanGroup{Plan: *m.Plan}
+				plans[m.Plan.Key()] = g
+			}
+			g.Count++
+			if len(g.Examples) < MaxPlanExamples {
+				g.Examples = append(g.Examples, ex)
+			}
+			continue
+		}
+		g := exclusions[m.Reason]
+		if g == nil {
+			g = &ExclusionGroup{Reason: m.Reason}
+			exclusions[m.Reason] = g
+		}
+		g.Count++
+		if len(g.Examples) < MaxPlanExamples {
+			g.Examples = append(g.Examples, ex)
+		}
+	}
+	for _, g := range plans {
+		p.Plans = append(p.Plans, *g)
+	}
+	sort.SliceStable(p.Plans, func(i, j int) bool {
+		if p.Plans[i].Count != p.Plans[j].Count {
+			return p.Plans[i].Count > p.Plans[j].Count
+		}
+		return p.Plans[i].Plan.Key() < p.Plans[j].Plan.Key()
+	})
+	for _, g := range exclusions {
+		p.Exclusions = append(p.Exclusions, *g)
+	}
+	sort.SliceStable(p.Exclusions, func(i, j int) bool {
+		if p.Exclusions[i].Count != p.Exclusions[j].Count {
+			return p.Exclusions[i].Count > p.Exclusions[j].Count
+		}
+		return p.Exclusions[i].Reason < p.Exclusions[j].Reason
+	})
+	for _, w := range res.waves {
+		p.Waves = append(p.Waves, PlannedWave{Index: len(p.Waves) + 1, Wave: w.Wave, ResolvedSize: w.Size, AllowedFailures: w.MaxFailures.Allowed(w.Size)})
+	}
+	return p, nil
+}

@@ -1,0 +1,653 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/page"
+)
+
+// The rollout driver: each scheduler pass visits the active rollouts that
+// are due (Store.ClaimRollouts leases them, so that two schedulers never
+// drive one at once and a crashed one's rollouts are taken over when its
+// lease runs out). A visit syncs the members from their operations, asks
+// lifecycle.DecideRolloutStep what to do, and applies it: publishing
+// members creates their operations with the single-operation planners, so
+// that the supplier's rules apply exactly as to one deployment.
+
+// rolloutLease is how long a driver holds a rollout it claimed; a visit
+// ends long before (visitTimeout).
+const rolloutLease = 2 * visitTimeout
+
+// maxRolloutsPerPass bounds the rollouts one pass visits.
+const maxRolloutsPerPass = 100
+
+// maxStepsPerVisit bounds the decisions one visit applies (publish, next
+// wave, publish...); the next pass goes on.
+const maxStepsPerVisit = 8
+
+// errRolloutMoved ends a visit whose rollout changed since it was read (an
+// action, another driver): the next visit decides again.
+var errRolloutMoved = errors.New("the rollout changed during the visit")
+
+// DriveRollouts visits every due active rollout once and returns how many
+// it visited. The scheduler calls it at each pass, after the operations;
+// tests call it to run the driver once. Returns EUNAVAILABLE, ending the
+// pass, when the database is unavailable.
+func (s *Service) DriveRollouts(ctx context.Context) (int, error) {
+	ids, err := s.store.ClaimRollouts(ctx, maxRolloutsPerPass, s.now().UTC(), rolloutLease)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		vctx, cancel := context.WithTimeout(WithActor(ctx, lifecycle.ActorScheduler), visitTimeout)
+		err := s.visitRollout(vctx, id)
+		cancel()
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		n++
+		switch {
+		case err == nil:
+		case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE && !collided(err):
+			return n, err
+		default:
+			s.log.ErrorContext(ctx, "rollout visit failed", "rollout", id, "error", err)
+			s.release(ctx, id)
+		}
+	}
+	return n, nil
+}
+
+// release ends the lease on a rollout whose visit stopped early; it is due
+// at the next pass.
+func (s *Service) release(ctx context.Context, id string) {
+	_, err := s.store.UpdateRollout(ctx, id, func(r Rollout) (RolloutChange, error) {
+		return RolloutChange{Release: true, Waiting: r.Waiting}, nil
+	}, s.now().UTC())
+	if err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "releasing a rollout failed; its lease runs out", "rollout", id, "error", err)
+	}
+}
+
+// visitRollout drives one claimed rollout.
+func (s *Service) visitRollout(ctx context.Context, id string) error {
+	now := s.now().UTC()
+	_, unpublished, err := s.store.SyncRolloutMembers(ctx, id, now)
+	if err != nil {
+		return err
+	}
+	r, err := s.store.Rollout(ctx, id)
+	if err != nil {
+		return err
+	}
+	settings, err := lifecycle.ValidateRolloutSpec(r.Request.Spec)
+	if err != nil {
+		return fmt.Errorf("rollout %s: stored request: %w", id, err)
+	}
+	if len(unpublished) > 0 && r.State.Active() {
+		// A publication a crash interrupted: create what is missing with
+		// the ids reserved.
+		if err := s.publishMembers(ctx, r, settings, unpublished); err != nil {
+			return err
+		}
+		if _, _, err := s.store.SyncRolloutMembers(ctx, id, now); err != nil {
+			return err
+		}
+	}
+	if r.State.Terminal() {
+		// Settling: the sync above moved what ended; look again at the
+		// next pass while members are in flight.
+		_, err := s.store.UpdateRollout(ctx, id, func(cur Rollout) (RolloutChange, error) {
+			return RolloutChange{Release: true, Waiting: cur.Waiting}, nil
+		}, now)
+		return err
+	}
+	for range maxStepsPerVisit {
+		r, err = s.store.Rollout(ctx, id)
+		if err != nil {
+			return err
+		}
+		done, err := s.stepRollout(ctx, r, settings)
+		if errors.Is(err, errRolloutMoved) {
+			s.release(ctx, id)
+			return nil
+		}
+		if err != nil || done {
+			return err
+		}
+	}
+	s.release(ctx, id)
+	return nil
+}
+
+// stepRollout decides and applies one step; done says the visit is over
+// (the lease was released).
+func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle.RolloutSettings) (bool, error) {
+	now := s.now().UTC()
+	in := lifecycle.RolloutStepInput{Now: now, State: r.State, Deadline: r.DeadlineAt, Waves: make([]lifecycle.Wave, len(r.Waves)),
+		Counts: make([]lifecycle.WaveCounts, len(r.Waves)), Wave: r.CurrentWave - 1, ThresholdAccepted: r.ThresholdAccepted,
+		MaxInFlight: settings.MaxInFlight, Window: settings.Window, OnThreshold: settings.OnThreshold}
+	for i, w := range r.Waves {
+		in.Waves[i], in.Counts[i] = w.Wave, w.Counts
+	}
+	cur := r.Waves[in.Wave]
+	in.WaveSettledAt, in.WaveApproved = cur.SettledAt, !cur.ApprovedAt.IsZero()
+	if r.State == lifecycle.RolloutAborting {
+		outstanding, err := s.driveAbort(ctx, r)
+		if err != nil {
+			return false, err
+		}
+		in.Outstanding = outstanding
+	}
+	if (r.State == lifecycle.RolloutRunning || r.State == lifecycle.RolloutPaused) && r.Action != lifecycle.RolloutReconfigure {
+		v, err := s.catalog.Get(ctx, r.ApplicationID, settings.Target.String())
+		switch {
+		case lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND:
+			in.TargetDeleted = true
+		case err != nil:
+			return false, err
+		default:
+			in.TargetYanked = v.Yanked
+		}
+	}
+	dec, err := lifecycle.DecideRolloutStep(in)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case dec.Publish > 0:
+		ms, err := s.store.ReserveRolloutMembers(ctx, r.ID, r.Generation, in.Wave, dec.Publish, now)
+		if err != nil {
+			return false, err
+		}
+		if len(ms) == 0 {
+			return false, errRolloutMoved
+		}
+		if err := s.publishMembers(ctx, r, settings, ms); err != nil {
+			return false, err
+		}
+		_, _, err = s.store.SyncRolloutMembers(ctx, r.ID, now)
+		return false, err
+	case dec.NextWave:
+		_, err := s.store.UpdateRollout(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+			if cur.Generation != r.Generation {
+				return RolloutChange{}, errRolloutMoved
+			}
+			waves := cur.Waves
+			i := cur.CurrentWave - 1
+			waves[i].State, waves[i].FinishedAt = WavePassed, now
+			waves[i+1].State, waves[i+1].StartedAt = WavePublishing, now
+			next, accepted := cur.CurrentWave+1, false
+			c := RolloutChange{Waves: waves, CurrentWave: &next, ThresholdAccepted: &accepted, Bump: true}
+			if dec.WaveSettled {
+				s.settle(&c, cur, i, now)
+				waves[i].State = WavePassed // no soak to wait for
+			}
+			ev, err := s.rolloutEvent(now, lifecycle.ActorScheduler, cur, lifecycle.RolloutWaveStartedBody{Wave: next, Size: waves[i+1].ResolvedSize})
+			c.Events = append(c.Events, ev...)
+			return c, err
+		}, now)
+		return false, err
+	case dec.To != "":
+		_, err := s.store.UpdateRollout(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+			if cur.Generation != r.Generation {
+				return RolloutChange{}, errRolloutMoved
+			}
+			c := RolloutChange{Waves: cur.Waves}
+			i := cur.CurrentWave - 1
+			if dec.WaveSettled {
+				s.settle(&c, cur, i, now)
+			}
+			detail := dec.Reason
+			if dec.Breach != nil {
+				c.Waves[i].State = WaveFailed
+				c.Waves[i].FinishedAt = now
+			}
+			if dec.To == lifecycle.RolloutSucceeded {
+				c.Waves[i].State, c.Waves[i].FinishedAt = WavePassed, now
+			}
+			if dec.To == lifecycle.RolloutAborting {
+				c.Abort = &RolloutAbort{Revert: cur.Request.RevertOnAbort, RequestedBy: lifecycle.ActorScheduler, Reason: detail, At: now}
+			}
+			if dec.To == lifecycle.RolloutPaused {
+				c.Waiting = waitingFor(dec.Cause, detail, time.Time{})
+			}
+			return s.move(c, cur, dec.To, dec.Cause, lifecycle.ActorScheduler, detail, now)
+		}, now)
+		return false, err
+	}
+	// A wait: record why and when to look again, and end the visit.
+	_, err = s.store.UpdateRollout(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+		if cur.Generation != r.Generation {
+			return RolloutChange{}, errRolloutMoved
+		}
+		c := RolloutChange{Release: true}
+		if dec.WaveSettled {
+			c.Waves = cur.Waves
+			s.settle(&c, cur, cur.CurrentWave-1, now)
+		}
+		switch dec.Wait {
+		case lifecycle.WaitPaused:
+			c.Waiting = cur.Waiting
+		case lifecycle.WaitSoak:
+			c.Waiting = &RolloutWaiting{Reason: WaitingSoak, Message: dec.Reason, Until: dec.Recheck}
+		case lifecycle.WaitWindow:
+			c.Waiting = &RolloutWaiting{Reason: WaitingWindow, Message: dec.Reason, Until: dec.Recheck}
+		}
+		// Members in flight: look at each pass (their operations end
+		// without touching the rollout); otherwise at the decision's
+		// instant, and at least every RevisitBound.
+		inFlight := cur.Counts.ByStatus.InProgress > 0 || cur.State == lifecycle.RolloutAborting
+		if !inFlight {
+			c.Recheck = now.Add(RevisitBound)
+			if !dec.Recheck.IsZero() && dec.Recheck.Before(c.Recheck) {
+				c.Recheck = dec.Recheck
+			}
+		}
+		if c.Recheck.IsZero() {
+			c.Recheck = now.Add(time.Millisecond) // due at the next pass
+		}
+		return c, nil
+	}, now)
+	if errors.Is(err, errRolloutMoved) {
+		return false, err
+	}
+	return true, err
+}
+
+// settle records that wave i settled at now (its soak runs from then), with
+// its wave_settled event.
+func (s *Service) settle(c *RolloutChange, r Rollout, i int, now time.Time) {
+	w := &c.Waves[i]
+	w.SettledAt = now
+	if w.Soak > 0 {
+		w.State, w.SoakUntil = WaveSoaking, now.Add(w.Soak)
+	}
+	k := r.Waves[i].Counts
+	ev, err := s.rolloutEvent(now, lifecycle.ActorScheduler, r, lifecycle.RolloutWaveSettledBody{Wave: i + 1, Succeeded: k.Succeeded, Failed: k.Failed,
+		Cancelled: k.Cancelled, Removed: k.Removed, Excluded: k.Excluded})
+	if err == nil {
+		c.Events = append(c.Events, ev...)
+	}
+}
+
+// move returns c with the state move of r to to: its history row (by the
+// store), its event, and what the move does to the members: pending ones
+// are cancelled when the rollout ends or aborts; the waves not passed stop.
+func (s *Service) move(c RolloutChange, r Rollout, to lifecycle.RolloutState, cause lifecycle.RolloutCause, actor, detail string, now time.Time) (RolloutChange, error) {
+	if err := lifecycle.CheckRolloutMove(r.State, to, cause); err != nil {
+		return RolloutChange{}, err
+	}
+	c.To, c.Cause, c.Actor, c.Detail, c.Bump = to, cause, actor, detail, true
+	if to.Terminal() || to == lifecycle.RolloutAborting {
+		c.CancelPending = true
+		if c.Waves == nil {
+			c.Waves = r.Waves
+		}
+		for i := range c.Waves {
+			if st := c.Waves[i].State; st == WavePending || st == WavePublishing || st == WaveSoaking {
+				c.Waves[i].State, c.Waves[i].FinishedAt = WaveStopped, now
+			}
+		}
+	}
+	if to != lifecycle.RolloutPaused {
+		c.Waiting = nil
+	}
+	ev, err := s.rolloutEvent(now, actor, r, lifecycle.RolloutStateChangedBody{From: r.State, To: to, Cause: cause, Detail: detail})
+	c.Events = append(c.Events, ev...)
+	return c, err
+}
+
+// waitingFor is the waiting of a rollout paused for cause.
+func waitingFor(cause lifecycle.RolloutCause, msg string, until time.Time) *RolloutWaiting {
+	reason := WaitingPaused
+	switch cause {
+	case lifecycle.RolloutCauseApprovalRequired:
+		reason = WaitingApproval
+	case lifecycle.RolloutCauseThresholdExceeded:
+		reason = WaitingThreshold
+	}
+	return &RolloutWaiting{Reason: reason, Message: msg, Until: until}
+}
+
+// rolloutEvent returns the event of body about rollout r.
+func (s *Service) rolloutEvent(now time.Time, actor string, r Rollout, body lifecycle.EventBody, related ...lifecycle.Ref) ([]lifecycle.Event, error) {
+	e, err := lifecycle.NewEvent(now, actor, lifecycle.Ref{Kind: lifecycle.SubjectRollout, ID: r.ID}, body,
+		append([]lifecycle.Ref{{Kind: lifecycle.SubjectApplication, ID: r.ApplicationID}}, related...)...)
+	if err != nil {
+		return nil, err
+	}
+	return []lifecycle.Event{e}, nil
+}
+
+// memberActor is who a rollout's member operations are requested by.
+func memberActor(r Rollout) Actor { return Actor{ID: "rollout:" + r.ID} }
+
+// publishMembers creates the operations of reserved members (install: their
+// deployments) with the ids reserved, and records the ones that could not
+// start as failed with the refusal.
+func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.RolloutSettings, ms []RolloutMember) error {
+	spec := r.Request.Spec
+	actor := memberActor(r)
+	var results []MemberResult
+	if r.Action == lifecycle.RolloutInstall {
+		reqs := make([]CreateRequest, len(ms))
+		for i, m := range ms {
+			reqs[i] = CreateRequest{ApplicationID: r.ApplicationID, Version: st.Target.String(), ClientID: m.ClientID, DeviceID: m.DeviceID,
+				ProfileID: m.ProfileID, Parameters: spec.Parameters, Timeout: spec.Timeout, deploymentID: m.DeploymentID, operationID: m.OperationID}
+		}
+		res, err := s.CreateDeployments(WithActor(ctx, actor.ID), reqs)
+		if err != nil {
+			return err
+		}
+		for i, cr := range res {
+			if cr.Err != nil {
+				results = append(results, MemberResult{Ord: ms[i].Ord, Status: notStarted(cr.Err), Result: "Not started: " + message(cr.Err), Deactivate: true})
+			}
+		}
+		s.wake()
+		return s.store.SetMemberResults(ctx, r.ID, results, s.now().UTC())
+	}
+	for _, m := range ms {
+		err := s.publishMember(ctx, r, st, m, actor)
+		if err != nil && !refusal(err) {
+			return err
+		}
+		if err != nil {
+			st := notStarted(err)
+			results = append(results, MemberResult{Ord: m.Ord, Status: st, Result: "Not started: " + message(err), Deactivate: st == lifecycle.MemberRemoved})
+		}
+	}
+	s.wake()
+	return s.store.SetMemberResults(ctx, r.ID, results, s.now().UTC())
+}
+
+// notStarted is the status of a member whose operation could not start:
+// removed when its deployment or device went away meanwhile, failed for
+// any other refusal (it counts toward the wave's thresholds).
+func notStarted(err error) lifecycle.MemberStatus {
+	switch lifecycle.ErrorType(err) {
+	case "deployment-removed", "device-unregistered", "client-retired":
+		return lifecycle.MemberRemoved
+	}
+	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+		return lifecycle.MemberRemoved
+	}
+	return lifecycle.MemberFailed
+}
+
+// publishMember plans one member's operation as the single operation would
+// be planned, and creates it with the reserved id.
+func (s *Service) publishMember(ctx context.Context, r Rollout, st lifecycle.RolloutSettings, m RolloutMember, actor Actor) error {
+	spec := r.Request.Spec
+	d, err := s.store.Deployment(ctx, m.DeploymentID)
+	if err != nil {
+		return err
+	}
+	var p Plan
+	switch r.Action {
+	case lifecycle.RolloutUpgrade:
+		var drain *DrainOverride
+		if spec.Drain != nil {
+			drain = &DrainOverride{Required: spec.Drain.Required, Timeout: spec.Drain.Timeout, OnTimeout: spec.Drain.OnTimeout}
+		}
+		p, err = s.planUpgrade(ctx, d, UpgradeRequest{TargetVersion: st.Target.String(), Path: st.Path, Strategy: st.Strategy, Drain: drain,
+			Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Drain, st.Timeout, actor)
+	case lifecycle.RolloutReconfigure:
+		p, err = s.planReconfigure(ctx, d, ReconfigureRequest{Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Timeout, actor)
+	case lifecycle.RolloutRollback:
+		p, err = s.planRollback(ctx, d, RollbackRequest{ToRevision: m.RestoreRevision, Timeout: spec.Timeout}, st.Timeout, actor)
+	default:
+		return lifecycle.Errorf(lifecycle.EINTERNAL, "rollout action %q", r.Action)
+	}
+	if err != nil {
+		return err
+	}
+	if !p.Allowed {
+		return p.Refusal
+	}
+	return s.createPlanned(ctx, p, m.OperationID)
+}
+
+// createPlanned creates a planned operation with id, as run does.
+func (s *Service) createPlanned(ctx context.Context, p Plan, id string) error {
+	op := *p.op
+	op.ID = id
+	_, err := s.store.CreateOperation(ctx, op, func(d Deployment) error {
+		if d.Revision != op.BaseRevision {
+			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
+				Message: "The deployment changed while the operation was planned."}
+		}
+		return publishable(d, op.Type)
+	}, s.now().UTC())
+	return err
+}
+
+// allMembers reads every member of a rollout matching f.
+func (s *Service) allMembers(ctx context.Context, id string, f MemberFilter) ([]RolloutMember, error) {
+	var all []RolloutMember
+	after := -1
+	for {
+		ms, err := s.store.RolloutMembers(ctx, id, f, after, page.MaxLimit)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, ms...)
+		if len(ms) < page.MaxLimit {
+			return all, nil
+		}
+		after = ms[len(ms)-1].Ord
+	}
+}
+
+// driveAbort does an aborting rollout's work: it cancels its members'
+// operations in flight and, when a revert was asked, decides and starts
+// each changed member's revert. It returns how many member operations the
+// abort still waits for.
+func (s *Service) driveAbort(ctx context.Context, r Rollout) (int, error) {
+	ms, err := s.allMembers(ctx, r.ID, MemberFilter{Classification: ClassEligible})
+	if err != nil {
+		return 0, err
+	}
+	now := s.now().UTC()
+	outstanding := 0
+	for _, m := range ms {
+		if m.Status == lifecycle.MemberInProgress && m.OperationID != "" {
+			outstanding++
+			if _, err := s.store.CancelOperation(ctx, m.OperationID, "cancelled by the abort of rollout "+r.ID, now); err != nil &&
+				lifecycle.ErrorCode(err) != lifecycle.ECONFLICT && lifecycle.ErrorCode(err) != lifecycle.ENOTFOUND {
+				return 0, err
+			}
+		}
+	}
+	if r.Abort == nil || !r.Abort.Revert {
+		return outstanding, nil
+	}
+	var results []MemberResult
+	var facts []lifecycle.VersionFacts
+	for _, m := range ms {
+		if m.Revert != nil && (m.Revert.Outcome == RevertPending || m.Revert.Outcome == RevertInProgress) {
+			outstanding++
+			if m.Revert.Outcome == RevertPending {
+				res, err := s.startRevert(ctx, r, m, m.Revert.ToRevision, m.Revert.OperationID)
+				if err != nil {
+					return 0, err
+				}
+				results = append(results, res)
+			}
+			continue
+		}
+		if m.Revert != nil || m.OperationID == "" {
+			continue
+		}
+		switch m.Status {
+		case lifecycle.MemberSucceeded, lifecycle.MemberFailed, lifecycle.MemberCancelled:
+		default:
+			continue
+		}
+		if facts == nil && r.Action != lifecycle.RolloutInstall {
+			if facts, _, err = s.versionFacts(ctx, r.ApplicationID); err != nil {
+				return 0, err
+			}
+		}
+		res, started, err := s.decideRevert(ctx, r, m, facts, now)
+		if err != nil {
+			return 0, err
+		}
+		if res != nil {
+			results = append(results, *res)
+			if started {
+				outstanding++
+			}
+		}
+	}
+	if len(results) > 0 {
+		s.wake()
+	}
+	return outstanding, s.store.SetMemberResults(ctx, r.ID, results, now)
+}
+
+// decideRevert decides one changed member's revert (lifecycle.DecideRevert)
+// and starts it; nil when there is nothing to revert.
+func (s *Service) decideRevert(ctx context.Context, r Rollout, m RolloutMember, facts []lifecycle.VersionFacts, now time.Time) (*MemberResult, bool, error) {
+	in := lifecycle.RevertInput{Action: r.Action, Status: m.Status, Now: now, Force: r.Abort.Forced, ForceReason: r.Abort.Reason,
+		ForceAllowed: r.Abort.Forced && s.policy.AllowOverrides}
+	if !in.ForceAllowed {
+		in.ForceRefusal = "this server disables rollback overrides"
+	}
+	var d Deployment
+	if m.DeploymentID != "" {
+		var err error
+		d, err = s.store.Deployment(ctx, m.DeploymentID)
+		if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+			return nil, false, nil // an install that never created it
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	if d.Removing {
+		return nil, false, nil
+	}
+	if r.Action == lifecycle.RolloutInstall {
+		in.Changed = true
+	} else {
+		in.Changed = d.Revision > m.FromRevision
+		base, err := lifecycle.ParseVersion(m.FromVersion)
+		if err != nil {
+			return nil, false, err
+		}
+		in.BaseRevision, in.BaseVersion = m.FromRevision, base
+		revs, err := s.allRevisions(ctx, d.ID)
+		if err != nil {
+			return nil, false, err
+		}
+		in.Version, in.Revision = d.Version, d.Revision
+		for _, rv := range revs {
+			in.Revisions = append(in.Revisions, lifecycle.RevisionTimes{N: rv.N, Version: rv.Version, PublishedAt: rv.CreatedAt, InstalledAt: rv.InstalledAt})
+			if rv.N == d.InstalledRevision && d.InstalledRevision > 0 {
+				in.Version = rv.Version
+			}
+		}
+		for _, f := range facts {
+			in.Entries = append(in.Entries, lifecycle.CatalogEntry{Version: f.Version, Yanked: f.Yanked, Upgrade: f.Lifecycle.Upgrade})
+			if f.Version == in.Version {
+				in.Policy = f.Lifecycle.Rollback
+			}
+			if f.Version == base {
+				in.BaseYanked = f.Yanked
+			}
+		}
+	}
+	rv, err := lifecycle.DecideRevert(in)
+	if err != nil {
+		return nil, false, err
+	}
+	switch {
+	case rv.Kind == lifecycle.RevertNone:
+		return nil, false, nil
+	case !rv.Allowed:
+		reason := rv.Reason
+		if rv.SupplierReason != "" {
+			reason += " (supplier: " + rv.SupplierReason + ")"
+		}
+		return &MemberResult{Ord: m.Ord, Status: lifecycle.MemberNotReverted,
+			Revert: &MemberRevert{Outcome: RevertNotReverted, ToRevision: rv.ToRevision, Reason: reason}}, false, nil
+	}
+	// Reserve the revert's operation id first, so that a crash between the
+	// creation and its record starts it again rather than twice.
+	opID := newUUID()
+	if err := s.store.SetMemberResults(ctx, r.ID, []MemberResult{{Ord: m.Ord,
+		Revert: &MemberRevert{Outcome: RevertPending, ToRevision: rv.ToRevision, OperationID: opID, Forced: rv.Forced}}}, now); err != nil {
+		return nil, false, err
+	}
+	res, err := s.startRevert(ctx, r, m, rv.ToRevision, opID)
+	if err != nil {
+		return nil, false, err
+	}
+	res.Revert.Forced = rv.Forced
+	return &res, true, nil
+}
+
+// startRevert creates a member's revert operation with id: remove for an
+// install member, a rollback to toRevision otherwise (an upgrade back for
+// a rollback rollout).
+func (s *Service) startRevert(ctx context.Context, r Rollout, m RolloutMember, toRevision int, id string) (MemberResult, error) {
+	res := MemberResult{Ord: m.Ord, Revert: &MemberRevert{Outcome: RevertInProgress, ToRevision: toRevision, OperationID: id}}
+	notReverted := func(err error) (MemberResult, error) {
+		return MemberResult{Ord: m.Ord, Status: lifecycle.MemberNotReverted,
+			Revert: &MemberRevert{Outcome: RevertNotReverted, ToRevision: toRevision, Reason: message(err)}}, nil
+	}
+	now := s.now().UTC()
+	if r.Action == lifecycle.RolloutInstall {
+		t := lifecycle.DefaultRemoveTimeout
+		op := Operation{ID: id, Type: lifecycle.OperationRemove, State: lifecycle.OperationQueued, Strategy: lifecycle.StrategyRecreate,
+			OnFailure: OnFailureHalt, StepTimeout: t, RequestedBy: memberActor(r).ID, Deadline: now.Add(t)}
+		d, err := s.store.RemoveDeployment(ctx, m.DeploymentID, op, func(Deployment) error { return nil }, now)
+		if refusal(err) {
+			return notReverted(err)
+		}
+		if err != nil {
+			return res, err
+		}
+		s.cache.invalidate(d.ClientID)
+		return res, nil
+	}
+	d, err := s.store.Deployment(ctx, m.DeploymentID)
+	if err != nil {
+		if refusal(err) {
+			return notReverted(err)
+		}
+		return res, err
+	}
+	actor := memberActor(r)
+	actor.Admin = r.Abort != nil && r.Abort.Forced
+	var p Plan
+	if r.Action == lifecycle.RolloutRollback {
+		p, err = s.planUpgrade(ctx, d, UpgradeRequest{TargetVersion: m.FromVersion}, nil, 0, actor)
+	} else {
+		req := RollbackRequest{ToRevision: toRevision}
+		if actor.Admin {
+			req.Force, req.Reason = true, r.Abort.Reason
+		}
+		p, err = s.planRollback(ctx, d, req, 0, actor)
+	}
+	if err != nil {
+		return res, err
+	}
+	if !p.Allowed {
+		return notReverted(p.Refusal)
+	}
+	if err := s.createPlanned(ctx, p, id); err != nil {
+		if refusal(err) {
+			return notReverted(err)
+		}
+		return res, err
+	}
+	return res, nil
+}

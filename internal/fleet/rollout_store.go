@@ -1,0 +1,143 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+// RolloutStore is what rollouts need of storage (part of Store). Each
+// method is one transaction.
+type RolloutStore interface {
+	// RolloutCandidates returns the candidate members of a rollout in
+	// their stable order (client id, device id, deployment id), read
+	// set-based: for install, the registered devices matching q with the
+	// application's deployment on each (if any); otherwise the
+	// application's deployments (not removed) on devices matching q.
+	RolloutCandidates(ctx context.Context, q CandidateQuery) ([]RolloutCandidate, error)
+	// InsertRollout stores a new rollout with its members, its first
+	// history row and events, in one transaction. Returns ECONFLICT
+	// (rollout-member) when an eligible member became a member of another
+	// active rollout meanwhile (nothing is stored).
+	InsertRollout(ctx context.Context, r Rollout, members []RolloutMember, events []lifecycle.Event) error
+	// Rollout returns one rollout with its history and counts (overall and
+	// per wave). Returns ENOTFOUND.
+	Rollout(ctx context.Context, id string) (Rollout, error)
+	// Rollouts returns a page of rollouts, newest first, with ids after
+	// after (cursor "<time>|<id>"), without history.
+	Rollouts(ctx context.Context, f RolloutFilter, after string, limit int) ([]Rollout, error)
+	// RolloutMembers returns up to limit members of a rollout with order
+	// index above after (-1: from the start), in order.
+	RolloutMembers(ctx context.Context, id string, f MemberFilter, after, limit int) ([]RolloutMember, error)
+	// ActiveRolloutOf returns the active rollout whose member deployment
+	// deploymentID is ("" when none).
+	ActiveRolloutOf(ctx context.Context, deploymentID string) (string, error)
+	// ActiveRolloutOfOperation returns the active rollout that started
+	// operation operationID for an active member ("" when none).
+	ActiveRolloutOfOperation(ctx context.Context, operationID string) (string, error)
+	// ActiveInstallRolloutOf returns the active install rollout of appID
+	// whose pending member is the device ("" when none).
+	ActiveInstallRolloutOf(ctx context.Context, appID, clientID, deviceID string) (string, error)
+
+	// ClaimRollouts leases up to limit active rollouts that are due at now
+	// (recheck_at passed or none) and not leased by another driver, for
+	// lease; FOR UPDATE SKIP LOCKED, so that two drivers never claim one.
+	ClaimRollouts(ctx context.Context, limit int, now time.Time, lease time.Duration) ([]string, error)
+	// SyncRolloutMembers moves the statuses of a rollout's members from
+	// their operations and deployments (succeeded, failed, cancelled,
+	// removed; reverts: reverted or not-reverted) and returns how many
+	// moved. Members in progress whose operation does not exist are
+	// returned in unpublished (a publication interrupted by a crash).
+	SyncRolloutMembers(ctx context.Context, id string, now time.Time) (moved int, unpublished []RolloutMember, err error)
+	// ReserveRolloutMembers moves the first n pending members of wave
+	// (from 0) to in-progress with new operation ids (install: new
+	// deployment ids too), if the rollout's generation is still gen and it
+	// is running. Returns the reserved members (none when the rollout
+	// moved on).
+	ReserveRolloutMembers(ctx context.Context, id string, gen int64, wave, n int, now time.Time) ([]RolloutMember, error)
+	// SetMemberResults records what happened to members (by Ord).
+	SetMemberResults(ctx context.Context, id string, results []MemberResult, now time.Time) error
+	// UpdateRollout locks the rollout, reads it (with counts), calls
+	// decide, and applies the change it returns, with history and events,
+	// in one transaction. decide's error is returned and nothing changes.
+	UpdateRollout(ctx context.Context, id string, decide func(Rollout) (RolloutChange, error), now time.Time) (Rollout, error)
+}
+
+// CandidateQuery selects a rollout's candidate members.
+type CandidateQuery struct {
+	ApplicationID string
+	Install       bool
+	Selector      Selector
+	ClientIDs     []string
+	Devices       [][2]string
+	Versions      []string // canonical
+	States        []lifecycle.State
+	// Revisions asks for each deployment's revision history (rollback).
+	Revisions bool
+}
+
+// RolloutCandidate is one candidate member with the facts its
+// classification reads.
+type RolloutCandidate struct {
+	ClientID, DeviceID string
+	Capabilities       json.RawMessage
+	// LastSeenAt: zero when unknown (never seen).
+	LastSeenAt time.Time
+	// Deployment: the application's deployment (nil for install when the
+	// device has none).
+	Deployment *Deployment
+	// InstalledVersion: the version of the installed revision (zero: as
+	// Deployment.Version).
+	InstalledVersion lifecycle.Version
+	ActiveOperation  string
+	BusyRollout      string
+	Revisions        []lifecycle.RevisionTimes
+}
+
+// MemberResult is what happened to one member (by Ord).
+type MemberResult struct {
+	Ord int
+	// Status, when not "", is the member's new status.
+	Status lifecycle.MemberStatus
+	Result string
+	// OperationID, DeploymentID, when not "", replace the member's.
+	OperationID, DeploymentID string
+	// Revert, when not nil, replaces the member's revert.
+	Revert *MemberRevert
+	// Deactivate ends the member's hold on its deployment.
+	Deactivate bool
+}
+
+// RolloutChange is what UpdateRollout applies; the zero value changes
+// nothing but Recheck/Waiting/lease (see Touch).
+type RolloutChange struct {
+	// To, when not "", moves the rollout (history row, state_changed event).
+	To     lifecycle.RolloutState
+	Cause  lifecycle.RolloutCause
+	Actor  string
+	Detail string
+	// Waves, when not nil, replace the stored waves (without counts).
+	Waves []RolloutWave
+	// CurrentWave, WaveApproved, ThresholdAccepted, Abort: when not nil,
+	// replace the stored values.
+	CurrentWave       *int
+	WaveApproved      *bool
+	ThresholdAccepted *bool
+	Abort             *RolloutAbort
+	// CancelPending moves the pending members to cancelled.
+	CancelPending bool
+	// Members are per-member changes.
+	Members []MemberResult
+	// Waiting replaces the stored waiting (nil clears it).
+	Waiting *RolloutWaiting
+	// Recheck is when the driver must look again (zero: at once).
+	Recheck time.Time
+	// Release ends the driver's lease.
+	Release bool
+	// Bump increments the generation (every change an operator can see
+	// but counts).
+	Bump   bool
+	Events []lifecycle.Event
+}

@@ -1,0 +1,629 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/catalog"
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/pgtest"
+	"github.com/wfm-dev/wfm/internal/postgres"
+)
+
+// rolloutEnv is a fleet service on a real database with a catalog of
+// versions of "app", devices, and a scheduler run pass by pass.
+type rolloutEnv struct {
+	// skew moves the services' clock forward (deadlines).
+	skew atomic.Int64
+	t    *testing.T
+	ctx  context.Context
+	pool *pgxpool.Pool
+	cat  *catalog.Service
+	s    *fleet.Service
+	sc   *fleet.Scheduler
+}
+
+// describeApp is the description of app at version v with a lifecycle
+// section (YAML indented under "lifecycle:", "" for none).
+func describeApp(v, lc string) []byte {
+	d := strings.ReplaceAll(description, `"1.0.0"`, `"`+v+`"`)
+	if lc != "" {
+		d += "lifecycle:\n" + lc
+	}
+	return []byte(d)
+}
+
+const rollbackAllowed = "  rollback:\n    allowed: true\n"
+
+func newRolloutEnv(t *testing.T, versions map[string]string) *rolloutEnv {
+	t.Helper()
+	pool := pgtest.New(t)
+	e := &rolloutEnv{t: t, ctx: t.Context(), pool: pool}
+	e.cat = catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	for _, v := range []string{"1.0.0", "1.5.0", "2.0.0"} {
+		lc, ok := versions[v]
+		if !ok {
+			continue
+		}
+		_, _, err := e.cat.Add(e.ctx, describeApp(v, lc), catalog.MediaYAML)
+		require.NoError(t, err, v)
+	}
+	e.s = e.service()
+	e.sc = fleet.NewScheduler(e.s, time.Hour)
+	return e
+}
+
+// service returns another service on the same database (another replica,
+// or the server after a restart).
+func (e *rolloutEnv) service() *fleet.Service {
+	now := func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) }
+	return fleet.NewService(postgres.NewFleetStore(e.pool, 5), e.cat, fleet.Policy{AcceptAll: true, AllowOverrides: true}, now,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// deploy registers device dev of client c and installs app at version v on it.
+func (e *rolloutEnv) deploy(c, dev, v string) fleet.Deployment {
+	e.t.Helper()
+	_, err := e.s.PutCapabilities(e.ctx, c, dev, caps(dev))
+	require.NoError(e.t, err)
+	d, err := e.s.CreateDeployment(e.ctx, fleet.CreateRequest{ApplicationID: "app", Version: v, ClientID: c, DeviceID: dev})
+	require.NoError(e.t, err)
+	_, err = e.s.ReportStatus(e.ctx, c, d.ID, report(d.ID, d.DesiredSince, "installed"))
+	require.NoError(e.t, err)
+	d, err = e.s.Deployment(e.ctx, d.ID)
+	require.NoError(e.t, err)
+	require.Equal(e.t, lifecycle.StateInstalled, d.State)
+	return d
+}
+
+// pending lists the deployments of app that wait for their device: a
+// revision published (pending) or a removal under way.
+func (e *rolloutEnv) pending() []fleet.Deployment {
+	e.t.Helper()
+	rows, err := e.pool.Query(e.ctx, `SELECT id::text FROM deployments WHERE application_id = 'app' AND state IN ('pending', 'removing') ORDER BY client_id, device_id`)
+	require.NoError(e.t, err)
+	var ids []string
+	for rows.Next() {
+		var id string
+		require.NoError(e.t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(e.t, rows.Err())
+	out := make([]fleet.Deployment, 0, len(ids))
+	for _, id := range ids {
+		d, err := e.s.Deployment(e.ctx, id)
+		require.NoError(e.t, err)
+		out = append(out, d)
+	}
+	return out
+}
+
+// pump runs scheduler passes and answers for the devices — answer returns
+// the state a device reports for its deployment ("" for no answer; a
+// removal is answered "removed") — until nothing more happens.
+func (e *rolloutEnv) pump(answer func(d fleet.Deployment) string) {
+	e.t.Helper()
+	quiet := 0
+	for range 200 {
+		_, err := e.sc.RunOnce(e.ctx)
+		require.NoError(e.t, err)
+		sent := 0
+		for _, d := range e.pending() {
+			state := "removed"
+			if !d.Removing {
+				state = answer(d)
+			}
+			if state == "" {
+				continue
+			}
+			_, err := e.s.ReportStatus(e.ctx, d.ClientID, d.ID, report(d.ID, d.DesiredSince, state))
+			require.NoError(e.t, err)
+			sent++
+		}
+		if sent == 0 {
+			if quiet++; quiet == 3 {
+				return
+			}
+		} else {
+			quiet = 0
+		}
+	}
+	e.t.Fatal("the fleet did not settle in 200 passes")
+}
+
+func installed(fleet.Deployment) string { return "installed" }
+
+func (e *rolloutEnv) rollout(id string) fleet.Rollout {
+	e.t.Helper()
+	r, err := e.s.Rollout(e.ctx, id)
+	require.NoError(e.t, err)
+	return r
+}
+
+func (e *rolloutEnv) members(id string, f fleet.MemberFilter) []fleet.RolloutMember {
+	e.t.Helper()
+	var all []fleet.RolloutMember
+	cursor := ""
+	for {
+		ms, next, err := e.s.RolloutMembers(e.ctx, id, f, 7, cursor) // small pages: the cursor is exercised
+		require.NoError(e.t, err)
+		all = append(all, ms...)
+		if next == "" {
+			return all
+		}
+		cursor = next
+	}
+}
+
+// versionsOf counts the installed versions of app's live deployments.
+func (e *rolloutEnv) versionsOf() map[string]int {
+	e.t.Helper()
+	rows, err := e.pool.Query(e.ctx, `SELECT r.version, count(*) FROM deployments d JOIN revisions r ON r.deployment_id = d.id AND r.n = d.installed_revision
+WHERE d.application_id = 'app' AND NOT d.removing GROUP BY 1`)
+	require.NoError(e.t, err)
+	out := map[string]int{}
+	for rows.Next() {
+		var v string
+		var n int
+		require.NoError(e.t, rows.Scan(&v, &n))
+		out[v] = n
+	}
+	require.NoError(e.t, rows.Err())
+	return out
+}
+
+// mixedFleet deploys n devices, every third on 1.5.0 and the others on
+// 1.0.0, and returns the deployments by device id.
+func (e *rolloutEnv) mixedFleet(n int) map[string]fleet.Deployment {
+	out := map[string]fleet.Deployment{}
+	for i := range n {
+		dev := fmt.Sprintf("d%03d", i)
+		v := "1.0.0"
+		if i%3 == 2 {
+			v = "1.5.0"
+		}
+		out[dev] = e.deploy("c", dev, v)
+	}
+	_, err := e.sc.RunOnce(e.ctx) // the installs' operations end
+	require.NoError(e.t, err)
+	return out
+}
+
+func count(n int) lifecycle.WaveAmount   { return lifecycle.CountOf(n) }
+func percent(p int) lifecycle.WaveAmount { return lifecycle.PercentOf(p) }
+
+func upgradeTo2(waves ...lifecycle.WaveSpec) fleet.RolloutRequest {
+	return fleet.RolloutRequest{ApplicationID: "app", Spec: lifecycle.RolloutSpec{Action: lifecycle.RolloutUpgrade, TargetVersion: "2.0.0",
+		Path: lifecycle.PathAuto, Waves: waves}}
+}
+
+var hopVersions = map[string]string{
+	"1.0.0": rollbackAllowed,
+	"1.5.0": rollbackAllowed,
+	"2.0.0": "  upgrade:\n    minUpgradeFrom: \"1.5.0\"\n" + rollbackAllowed,
+}
+
+func tableCounts(t *testing.T, ctx context.Context, pool *pgxpool.Pool) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, tbl := range []string{"rollouts", "rollout_members", "rollout_history", "events", "operations", "deployments", "revisions", "manifest_versions"} {
+		var n int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+tbl).Scan(&n))
+		out[tbl] = n
+	}
+	return out
+}
+
+// TestRolloutMixedFleetThreeWaves: a fleet on 1.0.0 and 1.5.0 is upgraded
+// to 2.0.0 (minUpgradeFrom 1.5.0) with path auto in three waves: the plan
+// groups the 1.0.0 members as hops through 1.5.0 and changes nothing; the
+// rollout ends succeeded with every member on 2.0.0 and the right counts
+// per wave.
+func TestRolloutMixedFleetThreeWaves(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(30) // 20 on 1.0.0, 10 on 1.5.0
+	req := upgradeTo2(lifecycle.WaveSpec{Size: count(1)}, lifecycle.WaveSpec{Size: percent(10)}, lifecycle.WaveSpec{Size: percent(100)})
+
+	before := tableCounts(t, e.ctx, e.pool)
+	plan, err := e.s.PlanRollout(e.ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, before, tableCounts(t, e.ctx, e.pool), "a plan writes nothing")
+	assert.Equal(t, 30, plan.Eligible)
+	require.Len(t, plan.Plans, 2)
+	assert.Equal(t, lifecycle.PlanHops, plan.Plans[0].Plan.Kind)
+	assert.Equal(t, "1.5.0", plan.Plans[0].Plan.Through[0].String())
+	assert.Equal(t, 20, plan.Plans[0].Count)
+	assert.Len(t, plan.Plans[0].Examples, fleet.MaxPlanExamples)
+	assert.Equal(t, lifecycle.PlanDirect, plan.Plans[1].Plan.Kind)
+	assert.Equal(t, 10, plan.Plans[1].Count)
+	var sizes []int
+	for _, w := range plan.Waves {
+		sizes = append(sizes, w.ResolvedSize)
+	}
+	assert.Equal(t, []int{1, 3, 26}, sizes)
+
+	r, err := e.s.CreateRollout(e.ctx, req, fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, lifecycle.RolloutRunning, r.State)
+	assert.Equal(t, 1, r.CurrentWave)
+	assert.Equal(t, 30, r.Counts.Eligible)
+
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	require.Equal(t, lifecycle.RolloutSucceeded, r.State, "%+v", r.Waiting)
+	assert.Equal(t, lifecycle.RolloutCauseCompleted, r.Cause)
+	assert.Equal(t, map[string]int{"2.0.0": 30}, e.versionsOf())
+	for i, want := range []int{1, 3, 26} {
+		assert.Equal(t, want, r.Waves[i].Counts.Succeeded, "wave %d", i+1)
+		assert.Equal(t, fleet.WavePassed, r.Waves[i].State, "wave %d", i+1)
+	}
+	assert.Equal(t, 30, r.Counts.ByStatus.Succeeded)
+	ms := e.members(r.ID, fleet.MemberFilter{})
+	require.Len(t, ms, 30)
+	for i, m := range ms {
+		assert.Equal(t, i, m.Ord)
+		assert.Equal(t, lifecycle.MemberSucceeded, m.Status)
+		assert.NotEmpty(t, m.OperationID)
+	}
+	hops := e.members(r.ID, fleet.MemberFilter{Wave: 3})
+	assert.Len(t, hops, 26)
+	var types []string
+	rows, err := e.pool.Query(e.ctx, `SELECT type FROM events WHERE 'rollout:'||$1 = ANY(refs) ORDER BY id`, r.ID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var typ string
+		require.NoError(t, rows.Scan(&typ))
+		types = append(types, typ)
+	}
+	assert.Equal(t, []string{"rollout.created", "rollout.state_changed", "rollout.wave_started",
+		"rollout.wave_settled", "rollout.wave_started", "rollout.wave_settled", "rollout.wave_started",
+		"rollout.wave_settled", "rollout.state_changed"}, types)
+}
+
+// TestRolloutCanaryFailureStopsBeforeWave2: the canary fails; the rollout
+// pauses (threshold-exceeded) and wave 2 publishes nothing. Resume accepts
+// the wave and goes on.
+func TestRolloutCanaryFailureStopsBeforeWave2(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(6)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(), fleet.Actor{ID: "alice"}) // default waves: canary, 10%, rest
+	require.NoError(t, err)
+	require.Len(t, r.Waves, 3)
+	e.pump(func(fleet.Deployment) string { return "failed" })
+	r = e.rollout(r.ID)
+	require.Equal(t, lifecycle.RolloutPaused, r.State)
+	assert.Equal(t, lifecycle.RolloutCauseThresholdExceeded, r.Cause)
+	require.NotNil(t, r.Waiting)
+	assert.Equal(t, fleet.WaitingThreshold, r.Waiting.Reason)
+	assert.Equal(t, fleet.WaveFailed, r.Waves[0].State)
+	assert.Equal(t, 1, r.Waves[0].Counts.Failed)
+	assert.Equal(t, r.Waves[1].ResolvedSize, r.Waves[1].Counts.Pending, "wave 2 published nothing")
+	assert.Equal(t, r.Waves[2].ResolvedSize, r.Waves[2].Counts.Pending)
+
+	r, err = e.s.ResumeRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.ExpectGeneration(r.Generation))
+	require.NoError(t, err)
+	assert.Equal(t, lifecycle.RolloutRunning, r.State)
+	assert.True(t, r.ThresholdAccepted)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutSucceeded, r.State)
+	assert.Equal(t, 5, r.Counts.ByStatus.Succeeded)
+	assert.Equal(t, 1, r.Counts.ByStatus.Failed)
+}
+
+// TestRolloutThresholdAbortReverts: wave 2 exceeds maxFailures with
+// onThreshold abort and revertOnAbort: the rollout aborts, cancels nothing
+// more, and reverts the members it changed where the installed version's
+// policy allows it; the members that went from 1.0.0 to 2.0.0 may not go
+// back below 1.5.0 and are listed not-reverted with the supplier's reason.
+func TestRolloutThresholdAbortReverts(t *testing.T) {
+	versions := map[string]string{
+		"1.0.0": rollbackAllowed,
+		"1.5.0": rollbackAllowed,
+		"2.0.0": "  upgrade:\n    minUpgradeFrom: \"1.5.0\"\n  rollback:\n    allowed: true\n    minVersion: \"1.5.0\"\n    reason: \"2.0 migrates the schema\"\n",
+	}
+	e := newRolloutEnv(t, versions)
+	fleetDeps := e.mixedFleet(9) // d002, d005, d008 on 1.5.0
+	two := 2
+	req := upgradeTo2(lifecycle.WaveSpec{Size: count(3)}, lifecycle.WaveSpec{Size: percent(100), MaxFailures: &lifecycle.WaveAmount{Count: &two}})
+	req.Spec.OnThreshold = lifecycle.OnThresholdAbort
+	req.RevertOnAbort = true
+	r, err := e.s.CreateRollout(e.ctx, req, fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	// Wave 1 (d000..d002) succeeds; in wave 2, d003, d004 and d006 fail
+	// their first step: 3 failures > 2 allowed.
+	failing := map[string]bool{fleetDeps["d003"].ID: true, fleetDeps["d004"].ID: true, fleetDeps["d006"].ID: true}
+	e.pump(func(d fleet.Deployment) string {
+		if failing[d.ID] && d.Operation != lifecycle.OperationRollback {
+			return "failed"
+		}
+		return "installed"
+	})
+	r = e.rollout(r.ID)
+	require.Equal(t, lifecycle.RolloutAborted, r.State, "%+v", r.History)
+	require.Len(t, r.History, 3)
+	assert.Equal(t, lifecycle.RolloutCauseThresholdExceeded, r.History[1].Cause)
+	assert.Equal(t, lifecycle.RolloutAborting, r.History[1].To)
+	assert.Equal(t, lifecycle.RolloutCauseRevertFinished, r.History[2].Cause)
+	require.NotNil(t, r.Abort)
+	assert.True(t, r.Abort.Revert)
+	assert.Equal(t, fleet.WaveFailed, r.Waves[1].State)
+
+	byDevice := map[string]fleet.RolloutMember{}
+	for _, m := range e.members(r.ID, fleet.MemberFilter{}) {
+		byDevice[m.DeviceID] = m
+	}
+	// d000, d001 (1.0.0 -> 2.0.0): 2.0.0 may not go back below 1.5.0; d007
+	// (see below) neither.
+	for _, dev := range []string{"d000", "d001", "d007"} {
+		m := byDevice[dev]
+		assert.Equal(t, lifecycle.MemberNotReverted, m.Status, dev)
+		require.NotNil(t, m.Revert, dev)
+		assert.Contains(t, m.Revert.Reason, "2.0 migrates the schema", dev)
+	}
+	// d002, d005, d008 (1.5.0 -> 2.0.0): back to 1.5.0; the failed
+	// members (still running their old revision) are restored.
+	for _, dev := range []string{"d002", "d005", "d008", "d003", "d004", "d006"} {
+		m := byDevice[dev]
+		assert.Equal(t, lifecycle.MemberReverted, m.Status, dev)
+		require.NotNil(t, m.Revert, dev)
+		assert.Equal(t, fleet.RevertReverted, m.Revert.Outcome, dev)
+		assert.Equal(t, m.FromRevision, m.Revert.ToRevision, dev)
+	}
+	// d007 (1.0.0) had hopped to 1.5.0 and had 2.0.0 published when the
+	// abort cancelled its operation: its desired revision is 2.0.0's, which
+	// may not go back below 1.5.0 (the single rollback's rule), so it
+	// stays on 1.5.0, not reverted.
+	assert.Equal(t, map[string]int{"2.0.0": 2, "1.5.0": 4, "1.0.0": 3}, e.versionsOf())
+	for _, dev := range []string{"d002", "d005", "d008"} {
+		d, err := e.s.Deployment(e.ctx, fleetDeps[dev].ID)
+		require.NoError(t, err)
+		assert.Equal(t, "1.5.0", d.Version.String(), dev)
+	}
+}
+
+// TestRolloutApprovalPauseCancelExclude: a manual wave waits (paused,
+// approval-required) until approve, which resume does not replace; pause
+// and resume work; exclude drops one member; cancel starts nothing new and
+// lets the operations in flight finish.
+func TestRolloutApprovalPauseCancelExclude(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	deps := e.mixedFleet(8)
+	req := upgradeTo2(lifecycle.WaveSpec{Size: count(1)}, lifecycle.WaveSpec{Size: count(2), Approval: lifecycle.ApprovalManual},
+		lifecycle.WaveSpec{Size: percent(100)})
+	r, err := e.s.CreateRollout(e.ctx, req, fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	require.Equal(t, lifecycle.RolloutPaused, r.State)
+	assert.Equal(t, lifecycle.RolloutCauseApprovalRequired, r.Cause)
+	require.NotNil(t, r.Waiting)
+	assert.Equal(t, fleet.WaitingApproval, r.Waiting.Reason)
+	assert.Equal(t, 2, r.CurrentWave)
+	assert.Equal(t, 2, r.Waves[1].Counts.Pending, "the manual wave published nothing")
+
+	_, err = e.s.ResumeRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	assert.Equal(t, lifecycle.ECONFLICT, lifecycle.ErrorCode(err), "resume does not approve")
+	_, err = e.s.ApproveRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.ExpectGeneration(r.Generation-1))
+	assert.Equal(t, lifecycle.EPRECONDITION, lifecycle.ErrorCode(err))
+	r, err = e.s.ApproveRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.ExpectGeneration(r.Generation))
+	require.NoError(t, err)
+	assert.Equal(t, lifecycle.RolloutRunning, r.State)
+	assert.Equal(t, "bob", r.Waves[1].ApprovedBy)
+
+	// Wave 2 runs, its devices do not answer yet.
+	e.pump(func(fleet.Deployment) string { return "" })
+	r, err = e.s.PauseRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	assert.Equal(t, lifecycle.RolloutPaused, r.State)
+	assert.Equal(t, lifecycle.RolloutCauseOperatorPaused, r.Cause)
+	again, err := e.s.PauseRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err, "pausing a paused rollout changes nothing")
+	assert.Equal(t, lifecycle.RolloutPaused, again.State)
+	e.pump(installed) // wave 2 finishes; paused: wave 3 does not start
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutPaused, r.State)
+	assert.Equal(t, 2, r.Waves[1].Counts.Succeeded)
+	assert.Equal(t, 5, r.Waves[2].Counts.Pending)
+
+	// Exclude one pending member of wave 3 (d007), then resume.
+	r, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: deps["d007"].ID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, r.Counts.ExcludedByReason[lifecycle.ExcludedOperator])
+	_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: deps["d007"].ID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	assert.Equal(t, lifecycle.ECONFLICT, lifecycle.ErrorCode(err), "an excluded member stays excluded")
+	r, err = e.s.ResumeRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	assert.Equal(t, lifecycle.RolloutCauseOperatorResumed, r.Cause)
+
+	// Wave 3 starts; cancel while it is in flight.
+	e.pump(func(fleet.Deployment) string { return "" })
+	r = e.rollout(r.ID)
+	require.Equal(t, 4, r.Waves[2].Counts.InProgress)
+	r, err = e.s.CancelRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	assert.Equal(t, lifecycle.RolloutCancelled, r.State)
+	_, err = e.s.CancelRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	assert.Equal(t, lifecycle.ECONFLICT, lifecycle.ErrorCode(err))
+	e.pump(installed) // in-flight operations finish on their own
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutCancelled, r.State)
+	assert.Equal(t, 0, r.Counts.ByStatus.InProgress, "the members of the ended rollout follow their operations")
+	assert.Equal(t, 4, r.Waves[2].Counts.Succeeded)
+	assert.Equal(t, map[string]int{"2.0.0": 7, "1.0.0": 1}, e.versionsOf(), "d007 was excluded")
+	d7, err := e.s.Deployment(e.ctx, deps["d007"].ID)
+	require.NoError(t, err)
+	assert.Equal(t, "1.0.0", d7.Version.String())
+	_, _, err = e.s.Upgrade(e.ctx, d7.ID, fleet.UpgradeRequest{TargetVersion: "1.5.0"}, fleet.Actor{ID: "bob"}, false, fleet.Precondition{})
+	assert.NoError(t, err, "the rollout ended: its members are free")
+}
+
+// TestRolloutInstallAbortRevertRemoves: an install rollout creates the
+// deployments; an abort with revert removes the ones it created.
+func TestRolloutInstallAbortRevertRemoves(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	for i := range 4 {
+		dev := fmt.Sprintf("d%d", i)
+		_, err := e.s.PutCapabilities(e.ctx, "c", dev, caps(dev))
+		require.NoError(t, err)
+	}
+	e.deploy("c", "d3", "1.0.0") // already has the application
+	req := fleet.RolloutRequest{ApplicationID: "app", Spec: lifecycle.RolloutSpec{Action: lifecycle.RolloutInstall, TargetVersion: "2.0.0",
+		Waves: []lifecycle.WaveSpec{{Size: count(2)}, {Size: percent(100), Approval: lifecycle.ApprovalManual}}}}
+	r, err := e.s.CreateRollout(e.ctx, req, fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, 3, r.Counts.Eligible)
+	assert.Equal(t, 1, r.Counts.ExcludedByReason[lifecycle.ExcludedAtTarget])
+
+	// The device of a pending member refuses a deployment of the application.
+	_, err = e.s.CreateDeployment(e.ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d2"})
+	assert.Equal(t, fleet.ProblemRolloutMember, lifecycle.ErrorType(err))
+
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	require.Equal(t, lifecycle.RolloutPaused, r.State)
+	assert.Equal(t, 2, r.Waves[0].Counts.Succeeded)
+	assert.Equal(t, map[string]int{"2.0.0": 2, "1.0.0": 1}, e.versionsOf())
+
+	_, err = e.s.AbortRollout(e.ctx, r.ID, fleet.AbortRequest{Revert: true, Force: true, Reason: "x"}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	assert.Equal(t, lifecycle.EFORBIDDEN, lifecycle.ErrorCode(err), "force needs an admin")
+	r, err = e.s.AbortRollout(e.ctx, r.ID, fleet.AbortRequest{Revert: true}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	assert.Equal(t, lifecycle.RolloutAborting, r.State)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	require.Equal(t, lifecycle.RolloutAborted, r.State)
+	assert.Equal(t, 2, r.Counts.ByStatus.Reverted)
+	assert.Equal(t, 1, r.Counts.ByStatus.Cancelled, "the member of the manual wave never started")
+	assert.Equal(t, map[string]int{"1.0.0": 1}, e.versionsOf(), "the deployments the rollout created are removed")
+}
+
+// TestRolloutMembersAreBusy: a member of an active rollout refuses a single
+// upgrade and the cancel of the operation the rollout started (409
+// rollout-member naming the rollout); a second rollout excludes the first's
+// members as busy; deleting a member's deployment still works and the
+// member then shows removed.
+func TestRolloutMembersAreBusy(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	deps := e.mixedFleet(4)
+	first, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(1)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	e.pump(func(fleet.Deployment) string { return "" }) // the canary runs, unanswered
+
+	_, _, err = e.s.Upgrade(e.ctx, deps["d001"].ID, fleet.UpgradeRequest{TargetVersion: "1.5.0"}, fleet.Actor{ID: "bob"}, false, fleet.Precondition{})
+	require.Equal(t, fleet.ProblemRolloutMember, lifecycle.ErrorType(err))
+	assert.Equal(t, lifecycle.ECONFLICT, lifecycle.ErrorCode(err))
+	var de *lifecycle.Error
+	require.ErrorAs(t, err, &de)
+	assert.Equal(t, first.ID, de.Extra["rolloutId"])
+	assert.Contains(t, de.Message, first.ID)
+
+	canary := e.members(first.ID, fleet.MemberFilter{Wave: 1})
+	require.Len(t, canary, 1)
+	require.NotEmpty(t, canary[0].OperationID)
+	_, err = e.s.CancelOperation(e.ctx, canary[0].OperationID, fleet.Actor{ID: "bob"})
+	assert.Equal(t, fleet.ProblemRolloutMember, lifecycle.ErrorType(err))
+
+	// A second rollout over the same fleet: every member is busy.
+	_, err = e.s.CreateRollout(e.ctx, upgradeTo2(), fleet.Actor{ID: "bob"})
+	require.Equal(t, lifecycle.ProblemNoEligible, lifecycle.ErrorType(err))
+	assert.Contains(t, err.Error(), "4 busy")
+	plan, err := e.s.PlanRollout(e.ctx, upgradeTo2())
+	require.NoError(t, err)
+	assert.Equal(t, 4, plan.ExcludedByReason[lifecycle.ExcludedBusy])
+
+	// Deleting a member's deployment works; the member shows removed.
+	_, err = e.s.RemoveDeployment(e.ctx, deps["d003"].ID, fleet.Precondition{})
+	require.NoError(t, err)
+	e.pump(installed)
+	ms := e.members(first.ID, fleet.MemberFilter{DeploymentID: deps["d003"].ID})
+	require.Len(t, ms, 1)
+	assert.Equal(t, lifecycle.MemberRemoved, ms[0].Status)
+	r := e.rollout(first.ID)
+	assert.Equal(t, lifecycle.RolloutSucceeded, r.State)
+	assert.Equal(t, 3, r.Counts.ByStatus.Succeeded)
+}
+
+// TestRolloutDriversRaceAndResume: two schedulers (two server replicas)
+// drive one rollout at the same time: each member's operation is created
+// once. A new service on the same database (a restart mid-wave) resumes
+// where the rollout was.
+func TestRolloutDriversRaceAndResume(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(24)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(4)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	other := e.service()
+	for range 5 {
+		errs := make(chan error, 2)
+		for _, s := range []*fleet.Service{e.s, other} {
+			go func() {
+				_, err := s.DriveRollouts(e.ctx)
+				errs <- err
+			}()
+		}
+		require.NoError(t, <-errs)
+		require.NoError(t, <-errs)
+	}
+	var ops, members int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM operations WHERE type = 'upgrade'`).Scan(&ops))
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM rollout_members WHERE status = 'in-progress'`).Scan(&members))
+	assert.Equal(t, 4, ops, "the canary wave's operations, each created once")
+	assert.Equal(t, 4, members)
+
+	// A restart mid-wave: a new service and scheduler carry on.
+	e.s = e.service()
+	e.sc = fleet.NewScheduler(e.s, time.Hour)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutSucceeded, r.State)
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM operations WHERE type = 'upgrade'`).Scan(&ops))
+	assert.Equal(t, 24, ops, "one operation per member")
+}
+
+// TestRolloutFailsOnDeadlineAndYank: a paused rollout fails when its
+// deadline passes; a running one fails when its target version is yanked,
+// and its pending members are cancelled.
+func TestRolloutFailsOnDeadlineAndYank(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(6)
+	deadline := "1h"
+	req := upgradeTo2(lifecycle.WaveSpec{Size: count(1)}, lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual})
+	req.Spec.Deadline = &deadline
+	req.Target.Devices = [][2]string{{"c", "d000"}, {"c", "d001"}, {"c", "d002"}}
+	slow, err := e.s.CreateRollout(e.ctx, req, fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, 3, slow.Counts.Total, "the target's devices only")
+	e.pump(installed)
+	require.Equal(t, lifecycle.RolloutPaused, e.rollout(slow.ID).State)
+	e.skew.Store(int64(2 * time.Hour))
+	e.pump(installed)
+	slow = e.rollout(slow.ID)
+	assert.Equal(t, lifecycle.RolloutFailed, slow.State)
+	assert.Equal(t, lifecycle.RolloutCauseDeadlinePassed, slow.Cause)
+	assert.Equal(t, 2, slow.Counts.ByStatus.Cancelled)
+
+	yanked, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(1)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, 5, yanked.Counts.Eligible, "the first rollout's members are free again once it ended; its canary is at target")
+	e.pump(func(fleet.Deployment) string { return "" })
+	_, err = e.cat.Yank(e.ctx, "app", "2.0.0", "broken")
+	require.NoError(t, err)
+	e.pump(installed)
+	yanked = e.rollout(yanked.ID)
+	assert.Equal(t, lifecycle.RolloutFailed, yanked.State)
+	assert.Equal(t, lifecycle.RolloutCauseTargetVersionYanked, yanked.Cause)
+	assert.Equal(t, 4, yanked.Counts.ByStatus.Cancelled)
+	assert.Equal(t, 1, yanked.Counts.ByStatus.Succeeded, "the canary in flight finished")
+}

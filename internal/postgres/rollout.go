@@ -1,0 +1,777 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+// The rollout store (migration 00009): rollouts, their history and their
+// members. The rules are the fleet service's and internal/lifecycle's;
+// this file reads and writes, set-based.
+
+// sqlLastSeen is the one place that reads when a device was last seen:
+// devices.last_seen_at arrives with migration 00010; until then every
+// device reads as never seen.
+const sqlLastSeen = `NULL::timestamptz`
+
+var _ fleet.RolloutStore = (*FleetStore)(nil)
+
+const sqlRolloutColumns = `id::text, application_id, action, request::text, waves::text, state, cause, state_changed_at, current_wave,
+threshold_accepted, abort::text, deadline_at, waiting::text, generation, created_by, created_at, updated_at`
+
+func scanRollout(row pgx.Row) (fleet.Rollout, error) {
+	var r fleet.Rollout
+	var action, request, waves, state, cause string
+	var abort, waiting *string
+	if err := row.Scan(&r.ID, &r.ApplicationID, &action, &request, &waves, &state, &cause, &r.StateChangedAt, &r.CurrentWave,
+		&r.ThresholdAccepted, &abort, &r.DeadlineAt, &waiting, &r.Generation, &r.CreatedBy, &r.CreatedAt, &r.UpdatedAt); err != nil {
+		return r, err
+	}
+	r.Action, r.State, r.Cause = lifecycle.RolloutAction(action), lifecycle.RolloutState(state), lifecycle.RolloutCause(cause)
+	r.CurrentWave++ // stored from 0
+	if err := json.Unmarshal([]byte(request), &r.Request); err != nil {
+		return r, fmt.Errorf("rollout %s: request: %w", r.ID, err)
+	}
+	if err := json.Unmarshal([]byte(waves), &r.Waves); err != nil {
+		return r, fmt.Errorf("rollout %s: waves: %w", r.ID, err)
+	}
+	if abort != nil {
+		r.Abort = &fleet.RolloutAbort{}
+		if err := json.Unmarshal([]byte(*abort), r.Abort); err != nil {
+			return r, fmt.Errorf("rollout %s: abort: %w", r.ID, err)
+		}
+	}
+	if waiting != nil {
+		r.Waiting = &fleet.RolloutWaiting{}
+		if err := json.Unmarshal([]byte(*waiting), r.Waiting); err != nil {
+			return r, fmt.Errorf("rollout %s: waiting: %w", r.ID, err)
+		}
+	}
+	return r, nil
+}
+
+// wavesJSON is the stored form of waves: without their counts, which are
+// read from the members.
+func wavesJSON(ws []fleet.RolloutWave) (string, error) {
+	out := make([]fleet.RolloutWave, len(ws))
+	for i, w := range ws {
+		w.Counts = lifecycle.WaveCounts{}
+		out[i] = w
+	}
+	b, err := json.Marshal(out)
+	return string(b), err
+}
+
+// readCounts fills r's counts, overall and per wave, from its members.
+func readCounts(ctx context.Context, q reader, r *fleet.Rollout) error {
+	rows, err := q.Query(ctx, `SELECT wave, status, classification, coalesce(reason, ''), count(*) FROM rollout_members
+WHERE rollout_id = $1 GROUP BY 1, 2, 3, 4`, r.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	r.Counts = fleet.RolloutCounts{ExcludedByReason: map[lifecycle.ExclusionReason]int{}}
+	for i := range r.Waves {
+		r.Waves[i].Counts = lifecycle.WaveCounts{}
+	}
+	for rows.Next() {
+		var wave *int
+		var status, class, reason string
+		var n int
+		if err := rows.Scan(&wave, &status, &class, &reason, &n); err != nil {
+			return err
+		}
+		r.Counts.Total += n
+		if class == fleet.ClassEligible {
+			r.Counts.Eligible += n
+		}
+		s := lifecycle.MemberStatus(status)
+		if s == lifecycle.MemberExcluded {
+			r.Counts.Excluded += n
+			r.Counts.ExcludedByReason[lifecycle.ExclusionReason(reason)] += n
+		}
+		for range n {
+			r.Counts.ByStatus.Add(s)
+		}
+		if wave != nil && *wave >= 0 && *wave < len(r.Waves) {
+			for range n {
+				r.Waves[*wave].Counts.Add(s)
+			}
+		}
+	}
+	return rows.Err()
+}
+
+func readHistory(ctx context.Context, q reader, r *fleet.Rollout) error {
+	rows, err := q.Query(ctx, `SELECT coalesce(from_state, ''), to_state, cause, at, actor, detail FROM rollout_history WHERE rollout_id = $1 ORDER BY id`, r.ID)
+	if err != nil {
+		return err
+	}
+	r.History, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutTransition, error) {
+		var t fleet.RolloutTransition
+		var from, to, cause string
+		err := row.Scan(&from, &to, &cause, &t.At, &t.Actor, &t.Detail)
+		t.From, t.To, t.Cause = lifecycle.RolloutState(from), lifecycle.RolloutState(to), lifecycle.RolloutCause(cause)
+		return t, err
+	})
+	return err
+}
+
+// Rollout implements fleet.RolloutStore.
+func (s *FleetStore) Rollout(ctx context.Context, id string) (fleet.Rollout, error) {
+	if !validUUID(id) {
+		return fleet.Rollout{}, notFound("There is no rollout %s.", id)
+	}
+	var r fleet.Rollout
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		var err error
+		r, err = scanRollout(tx.QueryRow(ctx, `SELECT `+sqlRolloutColumns+` FROM rollouts WHERE id = $1`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("There is no rollout %s.", id)
+		}
+		if err != nil {
+			return err
+		}
+		if err := readHistory(ctx, tx, &r); err != nil {
+			return err
+		}
+		return readCounts(ctx, tx, &r)
+	})
+	return r, translate(err)
+}
+
+// Rollouts implements fleet.RolloutStore.
+func (s *FleetStore) Rollouts(ctx context.Context, f fleet.RolloutFilter, after string, limit int) ([]fleet.Rollout, error) {
+	var w where
+	if f.ApplicationID != "" {
+		w.add("application_id = $?", f.ApplicationID)
+	}
+	if f.State != "" {
+		w.add("state = $?", string(f.State))
+	}
+	if err := w.beforeCursor(after, "created_at", "id"); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlRolloutColumns+` FROM rollouts WHERE `+w.sql()+` ORDER BY created_at DESC, id DESC LIMIT `+w.limit(limit), w.args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.Rollout, error) { return scanRollout(row) })
+	if err != nil {
+		return nil, translate(err)
+	}
+	for i := range rs {
+		if err := readCounts(ctx, s.pool, &rs[i]); err != nil {
+			return nil, translate(err)
+		}
+	}
+	return rs, nil
+}
+
+const sqlMemberColumns = `ord, client_id, device_id, coalesce(deployment_id::text, ''), classification, coalesce(reason, ''), reason_detail,
+supplier_reason, plan::text, wave, status, coalesce(operation_id::text, ''), from_version, from_revision, profile_id, restore_revision, result,
+revert_outcome, revert_to, coalesce(revert_operation::text, ''), revert_detail, revert_forced, updated_at`
+
+func scanMember(row pgx.Row) (fleet.RolloutMember, error) {
+	var m fleet.RolloutMember
+	var reason, status string
+	var plan, outcome *string
+	var wave *int
+	var rv fleet.MemberRevert
+	if err := row.Scan(&m.Ord, &m.ClientID, &m.DeviceID, &m.DeploymentID, &m.Classification, &reason, &m.ReasonDetail, &m.SupplierReason,
+		&plan, &wave, &status, &m.OperationID, &m.FromVersion, &m.FromRevision, &m.ProfileID, &m.RestoreRevision, &m.Result,
+		&outcome, &rv.ToRevision, &rv.OperationID, &rv.Reason, &rv.Forced, &m.UpdatedAt); err != nil {
+		return m, err
+	}
+	m.Reason, m.Status = lifecycle.ExclusionReason(reason), lifecycle.MemberStatus(status)
+	if wave != nil {
+		m.Wave = *wave + 1
+	}
+	if plan != nil {
+		m.Plan = &lifecycle.MemberPlan{}
+		if err := json.Unmarshal([]byte(*plan), m.Plan); err != nil {
+			return m, err
+		}
+	}
+	if outcome != nil {
+		rv.Outcome = *outcome
+		m.Revert = &rv
+	}
+	return m, nil
+}
+
+// RolloutMembers implements fleet.RolloutStore.
+func (s *FleetStore) RolloutMembers(ctx context.Context, id string, f fleet.MemberFilter, after, limit int) ([]fleet.RolloutMember, error) {
+	if !validUUID(id) {
+		return nil, nil
+	}
+	var w where
+	w.add("rollout_id = $?::uuid", id)
+	w.add("ord > $?", after)
+	if f.Wave > 0 {
+		w.add("wave = $?", f.Wave-1)
+	}
+	if f.Status != "" {
+		w.add("status = $?", string(f.Status))
+	}
+	if f.Classification != "" {
+		w.add("classification = $?", f.Classification)
+	}
+	if f.Reason != "" {
+		w.add("reason = $?", string(f.Reason))
+	}
+	if f.DeploymentID != "" {
+		if !validUUID(f.DeploymentID) {
+			return nil, nil
+		}
+		w.add("deployment_id = $?::uuid", f.DeploymentID)
+	}
+	if f.ClientID != "" {
+		w.add("client_id = $?", f.ClientID)
+	}
+	if f.DeviceID != "" {
+		w.add("device_id = $?", f.DeviceID)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlMemberColumns+` FROM rollout_members WHERE `+w.sql()+` ORDER BY ord LIMIT `+w.limit(limit), w.args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutMember, error) { return scanMember(row) })
+	return ms, translate(err)
+}
+
+// ---- candidates ----
+
+// RolloutCandidates implements fleet.RolloutStore: one query for the
+// candidates (with their active operation and rollout), one for the
+// revisions when asked.
+func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQuery) ([]fleet.RolloutCandidate, error) {
+	var w where
+	w.args = append(w.args, q.ApplicationID) // $1 in the queries below
+	w.add("dev.registered")
+	if len(q.ClientIDs) > 0 {
+		w.add("dev.client_id = ANY($?)", q.ClientIDs)
+	}
+	if len(q.Devices) > 0 {
+		cs, ds := make([]string, len(q.Devices)), make([]string, len(q.Devices))
+		for i, k := range q.Devices {
+			cs[i], ds[i] = k[0], k[1]
+		}
+		w.add("(dev.client_id, dev.id) IN (SELECT * FROM unnest($?::text[], $?::text[]))", cs, ds)
+	}
+	selectorSQL(q.Selector, "dev.labels", &w)
+	var sql string
+	if q.Install {
+		// The device, with the application's live deployment on it if any
+		// (the columns of the deployment are NULL otherwise).
+		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlLastSeen + `, d.id::text,
+  (SELECT m.rollout_id::text FROM rollout_members m WHERE m.active AND m.install AND m.application_id = $1
+     AND m.client_id = dev.client_id AND m.device_id = dev.id LIMIT 1)
+FROM devices dev LEFT JOIN LATERAL (SELECT d.id FROM deployments d WHERE d.client_id = dev.client_id AND d.device_id = dev.id
+  AND d.application_id = $1 AND NOT d.removing LIMIT 1) d ON true
+WHERE ` + w.sql() + ` ORDER BY dev.client_id, dev.id`
+	} else {
+		if len(q.Versions) > 0 {
+			w.add("r.version = ANY($?)", q.Versions)
+		}
+		if len(q.States) > 0 {
+			ss := make([]string, len(q.States))
+			for i, st := range q.States {
+				ss[i] = string(st)
+			}
+			w.add("d.state = ANY($?)", ss)
+		}
+		w.add("NOT d.removing")
+		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlLastSeen + `, ` + sqlDeploymentColumns + `,
+  coalesce((SELECT ir.version FROM revisions ir WHERE ir.deployment_id = d.id AND ir.n = d.installed_revision), ''),
+  (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1),
+  (SELECT m.rollout_id::text FROM rollout_members m WHERE m.active AND m.deployment_id = d.id LIMIT 1)
+` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id = d.client_id AND dev.id = d.device_id
+WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_id, d.id`
+	}
+	rows, err := s.pool.Query(ctx, sql, w.args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutCandidate, error) {
+		var c fleet.RolloutCandidate
+		var caps string
+		var seen *time.Time
+		var busy, active *string
+		if q.Install {
+			var dep *string
+			if err := row.Scan(&c.ClientID, &c.DeviceID, &caps, &seen, &dep, &busy); err != nil {
+				return c, err
+			}
+			if dep != nil {
+				c.Deployment = &fleet.Deployment{ID: *dep, ClientID: c.ClientID, DeviceID: c.DeviceID, ApplicationID: q.ApplicationID}
+			}
+		} else {
+			var installed string
+			var d fleet.Deployment
+			var err error
+			vals := []any{&c.ClientID, &c.DeviceID, &caps, &seen}
+			d, err = scanDeployment(skipRow{row: row, lead: vals}, &installed, &active, &busy)
+			if err != nil {
+				return c, err
+			}
+			c.Deployment = &d
+			if installed != "" {
+				if c.InstalledVersion, err = lifecycle.ParseVersion(installed); err != nil {
+					return c, err
+				}
+			}
+		}
+		c.Capabilities = json.RawMessage(caps)
+		if seen != nil {
+			c.LastSeenAt = *seen
+		}
+		if busy != nil {
+			c.BusyRollout = *busy
+		}
+		if active != nil {
+			c.ActiveOperation = *active
+		}
+		return c, nil
+	})
+	if err != nil {
+		return nil, translate(err)
+	}
+	if q.Revisions && !q.Install && len(cands) > 0 {
+		if err := s.candidateRevisions(ctx, cands); err != nil {
+			return nil, translate(err)
+		}
+	}
+	return cands, nil
+}
+
+// skipRow scans lead's columns first, then what scanDeployment asks.
+type skipRow struct {
+	row  pgx.Row
+	lead []any
+}
+
+func (r skipRow) Scan(dest ...any) error { return r.row.Scan(append(r.lead, dest...)...) }
+
+func (s *FleetStore) candidateRevisions(ctx context.Context, cands []fleet.RolloutCandidate) error {
+	ids := make([]string, len(cands))
+	at := make(map[string]int, len(cands))
+	for i, c := range cands {
+		ids[i] = c.Deployment.ID
+		at[c.Deployment.ID] = i
+	}
+	rows, err := s.pool.Query(ctx, `SELECT deployment_id::text, n, version, created_at, installed_at FROM revisions WHERE deployment_id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, version string
+		var rt lifecycle.RevisionTimes
+		var installed *time.Time
+		if err := rows.Scan(&id, &rt.N, &version, &rt.PublishedAt, &installed); err != nil {
+			return err
+		}
+		if rt.Version, err = lifecycle.ParseVersion(version); err != nil {
+			return err
+		}
+		if installed != nil {
+			rt.InstalledAt = *installed
+		}
+		cands[at[id]].Revisions = append(cands[at[id]].Revisions, rt)
+	}
+	return rows.Err()
+}
+
+// ---- creation ----
+
+// copyMembersMin is the number of members from which InsertRollout uses
+// COPY rather than one multi-row INSERT.
+const copyMembersMin = 256
+
+var memberInsertColumns = []string{"rollout_id", "ord", "application_id", "install", "client_id", "device_id", "deployment_id",
+	"classification", "reason", "reason_detail", "supplier_reason", "plan", "wave", "status", "from_version", "from_revision",
+	"profile_id", "restore_revision", "active", "updated_at"}
+
+func memberRow(r fleet.Rollout, m fleet.RolloutMember) ([]any, error) {
+	var dep, reason, plan any
+	if m.DeploymentID != "" {
+		dep = m.DeploymentID
+	}
+	if m.Reason != "" {
+		reason = string(m.Reason)
+	}
+	if m.Plan != nil {
+		b, err := json.Marshal(m.Plan)
+		if err != nil {
+			return nil, err
+		}
+		plan = string(b)
+	}
+	var wave any
+	if m.Wave > 0 {
+		wave = m.Wave - 1
+	}
+	active := m.Classification == fleet.ClassEligible && m.Status != lifecycle.MemberExcluded
+	return []any{r.ID, m.Ord, r.ApplicationID, r.Action == lifecycle.RolloutInstall, m.ClientID, m.DeviceID, dep, m.Classification,
+		reason, m.ReasonDetail, m.SupplierReason, plan, wave, string(m.Status), m.FromVersion, m.FromRevision, m.ProfileID,
+		m.RestoreRevision, active, r.CreatedAt}, nil
+}
+
+// InsertRollout implements fleet.RolloutStore.
+func (s *FleetStore) InsertRollout(ctx context.Context, r fleet.Rollout, members []fleet.RolloutMember, events []lifecycle.Event) error {
+	request, err := json.Marshal(r.Request)
+	if err != nil {
+		return err
+	}
+	waves, err := wavesJSON(r.Waves)
+	if err != nil {
+		return err
+	}
+	rows := make([][]any, len(members))
+	for i, m := range members {
+		if rows[i], err = memberRow(r, m); err != nil {
+			return err
+		}
+	}
+	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at, current_wave,
+  revert_on_abort, deadline_at, generation, created_by, created_at, updated_at)
+VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 0, $9, $10, 1, $11, $8, $8)`,
+			r.ID, r.ApplicationID, string(r.Action), string(request), waves, string(r.State), string(r.Cause), r.CreatedAt,
+			r.Request.RevertOnAbort, r.DeadlineAt, r.CreatedBy); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO rollout_history (rollout_id, from_state, to_state, cause, at, actor) VALUES ($1, NULL, $2, $3, $4, $5)`,
+			r.ID, string(r.State), string(r.Cause), r.CreatedAt, r.CreatedBy); err != nil {
+			return err
+		}
+		if err := insertMembers(ctx, tx, rows); err != nil {
+			return err
+		}
+		return AppendEvents(ctx, tx, events)
+	})
+	if id := busyConstraint(err); id != "" {
+		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: fleet.ProblemRolloutMember,
+			Message: "A member of this rollout became a member of another active rollout meanwhile; plan it again."}
+	}
+	return translate(err)
+}
+
+func insertMembers(ctx context.Context, tx pgx.Tx, rows [][]any) error {
+	if len(rows) >= copyMembersMin {
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"rollout_members"}, memberInsertColumns, pgx.CopyFromRows(rows))
+		return err
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO rollout_members (" + strings.Join(memberInsertColumns, ", ") + ") VALUES ")
+	args := make([]any, 0, len(rows)*len(memberInsertColumns))
+	for i, row := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(")
+		for j := range row {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			args = append(args, row[j])
+			b.WriteString("$" + strconv.Itoa(len(args)))
+			if memberInsertColumns[j] == "plan" {
+				b.WriteString("::jsonb")
+			}
+		}
+		b.WriteString(")")
+	}
+	_, err := tx.Exec(ctx, b.String(), args...)
+	return err
+}
+
+// busyConstraint returns the name of the active-membership index err
+// violates ("" for any other error).
+func busyConstraint(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" && strings.HasPrefix(pe.ConstraintName, "rollout_members_active_") {
+		return pe.ConstraintName
+	}
+	return ""
+}
+
+// ---- interplay ----
+
+// ActiveRolloutOf implements fleet.RolloutStore.
+func (s *FleetStore) ActiveRolloutOf(ctx context.Context, deploymentID string) (string, error) {
+	if !validUUID(deploymentID) {
+		return "", nil
+	}
+	return s.oneID(ctx, `SELECT rollout_id::text FROM rollout_members WHERE active AND deployment_id = $1 LIMIT 1`, deploymentID)
+}
+
+// ActiveRolloutOfOperation implements fleet.RolloutStore.
+func (s *FleetStore) ActiveRolloutOfOperation(ctx context.Context, operationID string) (string, error) {
+	if !validUUID(operationID) {
+		return "", nil
+	}
+	return s.oneID(ctx, `SELECT rollout_id::text FROM rollout_members WHERE active AND operation_id = $1 LIMIT 1`, operationID)
+}
+
+// ActiveInstallRolloutOf implements fleet.RolloutStore.
+func (s *FleetStore) ActiveInstallRolloutOf(ctx context.Context, appID, clientID, deviceID string) (string, error) {
+	return s.oneID(ctx, `SELECT rollout_id::text FROM rollout_members WHERE active AND install AND status = 'pending'
+  AND application_id = $1 AND client_id = $2 AND device_id = $3 LIMIT 1`, appID, clientID, deviceID)
+}
+
+func (s *FleetStore) oneID(ctx context.Context, sql string, args ...any) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, sql, args...).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return id, translate(err)
+}
+
+// ---- the driver ----
+
+// ClaimRollouts implements fleet.RolloutStore.
+func (s *FleetStore) ClaimRollouts(ctx context.Context, limit int, now time.Time, lease time.Duration) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `UPDATE rollouts SET lease_until = $3 WHERE id IN (
+  SELECT id FROM rollouts WHERE (state IN ('running', 'paused', 'aborting') OR settling) AND (recheck_at IS NULL OR recheck_at <= $2)
+    AND (lease_until IS NULL OR lease_until <= $2)
+  ORDER BY recheck_at NULLS FIRST LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING id::text`, limit, now, now.Add(lease))
+	if err != nil {
+		return nil, translate(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, translate(err)
+}
+
+// SyncRolloutMembers implements fleet.RolloutStore.
+func (s *FleetStore) SyncRolloutMembers(ctx context.Context, id string, now time.Time) (int, []fleet.RolloutMember, error) {
+	moved := 0
+	var unpublished []fleet.RolloutMember
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Deleted deployments and unregistered devices: removed (a member
+		// under revert is settled by its revert operation instead).
+		tag, err := tx.Exec(ctx, `UPDATE rollout_members m SET status = 'removed', active = false, updated_at = $2,
+  result = 'The deployment was removed.'
+FROM deployments d WHERE m.rollout_id = $1 AND d.id = m.deployment_id AND d.removing AND m.revert_outcome IS NULL
+  AND m.status IN ('pending', 'in-progress', 'succeeded', 'failed', 'cancelled')`, id, now)
+		if err != nil {
+			return err
+		}
+		moved += int(tag.RowsAffected())
+		tag, err = tx.Exec(ctx, `UPDATE rollout_members m SET status = CASE o.state WHEN 'succeeded' THEN 'succeeded' WHEN 'failed' THEN 'failed' ELSE 'cancelled' END,
+  result = CASE WHEN o.reason = '' THEN 'Operation ' || o.state || '.' ELSE 'Operation ' || o.state || ': ' || o.reason || '.' END, updated_at = $2
+FROM operations o WHERE m.rollout_id = $1 AND m.status = 'in-progress' AND o.id = m.operation_id
+  AND o.state IN ('succeeded', 'failed', 'cancelled')`, id, now)
+		if err != nil {
+			return err
+		}
+		moved += int(tag.RowsAffected())
+		tag, err = tx.Exec(ctx, `UPDATE rollout_members m SET
+  status = CASE o.state WHEN 'succeeded' THEN 'reverted' ELSE 'not-reverted' END,
+  revert_outcome = CASE o.state WHEN 'succeeded' THEN 'reverted' ELSE 'failed' END,
+  revert_detail = CASE o.state WHEN 'succeeded' THEN m.revert_detail ELSE 'The revert operation ' || o.state || coalesce(': ' || nullif(o.reason, ''), '') || '.' END,
+  updated_at = $2
+FROM operations o WHERE m.rollout_id = $1 AND m.revert_outcome IN ('pending', 'in-progress') AND o.id = m.revert_operation
+  AND o.state IN ('succeeded', 'failed', 'cancelled')`, id, now)
+		if err != nil {
+			return err
+		}
+		moved += int(tag.RowsAffected())
+		rows, err := tx.Query(ctx, `SELECT `+sqlMemberColumns+` FROM rollout_members m WHERE rollout_id = $1 AND status = 'in-progress'
+  AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = m.operation_id) ORDER BY ord`, id)
+		if err != nil {
+			return err
+		}
+		unpublished, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutMember, error) { return scanMember(row) })
+		return err
+	})
+	return moved, unpublished, translate(err)
+}
+
+// ReserveRolloutMembers implements fleet.RolloutStore.
+func (s *FleetStore) ReserveRolloutMembers(ctx context.Context, id string, gen int64, wave, n int, now time.Time) ([]fleet.RolloutMember, error) {
+	rows, err := s.pool.Query(ctx, `WITH r AS (SELECT id FROM rollouts WHERE id = $1 AND generation = $2 AND state = 'running' FOR UPDATE),
+picked AS (SELECT ord AS pick FROM rollout_members WHERE rollout_id = $1 AND wave = $3 AND status = 'pending' AND EXISTS (SELECT 1 FROM r)
+  ORDER BY ord LIMIT $4 FOR UPDATE)
+UPDATE rollout_members m SET status = 'in-progress', operation_id = gen_random_uuid(),
+  deployment_id = CASE WHEN m.install THEN gen_random_uuid() ELSE m.deployment_id END, updated_at = $5
+FROM picked WHERE m.rollout_id = $1 AND m.ord = picked.pick
+RETURNING `+sqlMemberColumns, id, gen, wave, n, now)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutMember, error) { return scanMember(row) })
+	return ms, translate(err)
+}
+
+// SetMemberResults implements fleet.RolloutStore.
+func (s *FleetStore) SetMemberResults(ctx context.Context, id string, results []fleet.MemberResult, now time.Time) error {
+	if len(results) == 0 {
+		return nil
+	}
+	return translate(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return setMembers(ctx, tx, id, results, now) }))
+}
+
+func setMembers(ctx context.Context, tx pgx.Tx, id string, results []fleet.MemberResult, now time.Time) error {
+	if len(results) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	for _, m := range results {
+		var outcome, revOp any
+		revTo, revDetail, revForced := 0, "", false
+		setRevert := m.Revert != nil
+		if setRevert {
+			outcome, revTo, revDetail, revForced = m.Revert.Outcome, m.Revert.ToRevision, m.Revert.Reason, m.Revert.Forced
+			if m.Revert.OperationID != "" {
+				revOp = m.Revert.OperationID
+			}
+		}
+		var reason any
+		if m.Status == lifecycle.MemberExcluded {
+			reason = string(lifecycle.ExcludedOperator)
+		}
+		b.Queue(`UPDATE rollout_members SET
+  status = coalesce(nullif($3, ''), status),
+  reason = coalesce($4, reason),
+  result = CASE WHEN $5 = '' THEN result ELSE $5 END,
+  operation_id = coalesce(nullif($6, '')::uuid, operation_id),
+  deployment_id = coalesce(nullif($7, '')::uuid, deployment_id),
+  revert_outcome = CASE WHEN $8 THEN $9 ELSE revert_outcome END,
+  revert_to = CASE WHEN $8 THEN $10 ELSE revert_to END,
+  revert_operation = CASE WHEN $8 THEN $11::uuid ELSE revert_operation END,
+  revert_detail = CASE WHEN $8 THEN $12 ELSE revert_detail END,
+  revert_forced = CASE WHEN $8 THEN $13 ELSE revert_forced END,
+  active = active AND NOT $14,
+  updated_at = $15
+WHERE rollout_id = $1 AND ord = $2`, id, m.Ord, string(m.Status), reason, m.Result, m.OperationID, m.DeploymentID,
+			setRevert, outcome, revTo, revOp, revDetail, revForced, m.Deactivate, now)
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// UpdateRollout implements fleet.RolloutStore.
+func (s *FleetStore) UpdateRollout(ctx context.Context, id string, decide func(fleet.Rollout) (fleet.RolloutChange, error), now time.Time) (fleet.Rollout, error) {
+	if !validUUID(id) {
+		return fleet.Rollout{}, notFound("There is no rollout %s.", id)
+	}
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		r, err := scanRollout(tx.QueryRow(ctx, `SELECT `+sqlRolloutColumns+` FROM rollouts WHERE id = $1 FOR UPDATE`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("There is no rollout %s.", id)
+		}
+		if err != nil {
+			return err
+		}
+		if err := readCounts(ctx, tx, &r); err != nil {
+			return err
+		}
+		c, err := decide(r)
+		if err != nil {
+			return err
+		}
+		return applyRolloutChange(ctx, tx, r, c, now)
+	})
+	if err != nil {
+		return fleet.Rollout{}, translate(err)
+	}
+	return s.Rollout(ctx, id)
+}
+
+func applyRolloutChange(ctx context.Context, tx pgx.Tx, r fleet.Rollout, c fleet.RolloutChange, now time.Time) error {
+	var w where
+	w.add("updated_at = $?", now)
+	if c.To != "" {
+		w.add("state = $?", string(c.To))
+		w.add("cause = $?", string(c.Cause))
+		w.add("state_changed_at = $?", now)
+		if _, err := tx.Exec(ctx, `INSERT INTO rollout_history (rollout_id, from_state, to_state, cause, at, actor, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			r.ID, string(r.State), string(c.To), string(c.Cause), now, c.Actor, c.Detail); err != nil {
+			return err
+		}
+	}
+	if c.Waves != nil {
+		js, err := wavesJSON(c.Waves)
+		if err != nil {
+			return err
+		}
+		w.add("waves = $?::jsonb", js)
+	}
+	if c.CurrentWave != nil {
+		w.add("current_wave = $?", *c.CurrentWave-1)
+	}
+	if c.ThresholdAccepted != nil {
+		w.add("threshold_accepted = $?", *c.ThresholdAccepted)
+	}
+	if c.Abort != nil {
+		b, err := json.Marshal(c.Abort)
+		if err != nil {
+			return err
+		}
+		w.add("abort = $?::jsonb", string(b))
+	}
+	if c.Waiting != nil {
+		b, err := json.Marshal(c.Waiting)
+		if err != nil {
+			return err
+		}
+		w.add("waiting = $?::jsonb", string(b))
+	} else {
+		w.add("waiting = NULL")
+	}
+	if c.Recheck.IsZero() {
+		w.add("recheck_at = NULL")
+	} else {
+		w.add("recheck_at = $?", c.Recheck)
+	}
+	if c.Release {
+		w.add("lease_until = NULL")
+	}
+	if c.Bump || c.To != "" {
+		w.add("generation = generation + 1")
+	}
+	args := append(w.args, r.ID)
+	if _, err := tx.Exec(ctx, `UPDATE rollouts SET `+strings.Join(w.conds, ", ")+` WHERE id = $`+strconv.Itoa(len(args)), args...); err != nil {
+		return err
+	}
+	if c.CancelPending {
+		if _, err := tx.Exec(ctx, `UPDATE rollout_members SET status = 'cancelled', result = 'The rollout ended before starting it.', updated_at = $2
+WHERE rollout_id = $1 AND status = 'pending'`, r.ID, now); err != nil {
+			return err
+		}
+	}
+	if err := setMembers(ctx, tx, r.ID, c.Members, now); err != nil {
+		return err
+	}
+	if c.To.Terminal() {
+		if _, err := tx.Exec(ctx, `UPDATE rollout_members SET active = false WHERE rollout_id = $1 AND active`, r.ID); err != nil {
+			return err
+		}
+	}
+	if c.To.Terminal() || (r.State.Terminal() && c.To == "") {
+		// An ended rollout settles while members are in flight: their
+		// statuses follow their operations.
+		if _, err := tx.Exec(ctx, `UPDATE rollouts SET settling = EXISTS (SELECT 1 FROM rollout_members
+  WHERE rollout_id = $1 AND (status = 'in-progress' OR revert_outcome IN ('pending', 'in-progress'))) WHERE id = $1`, r.ID); err != nil {
+			return err
+		}
+	}
+	return AppendEvents(ctx, tx, c.Events)
+}
