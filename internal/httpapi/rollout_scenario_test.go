@@ -88,7 +88,7 @@ func (e *rolloutEnv) addDevices(t *testing.T, clientID string, n int, versions .
 		require.NoError(t, r.Err)
 		ids[i] = r.Deployment.ID
 	}
-	e.syncAll(t)
+	e.step(t) // installed, and their install operations succeeded
 	return ids
 }
 
@@ -101,10 +101,12 @@ func (e *rolloutEnv) syncAll(t *testing.T) {
 	}
 }
 
-// step is one round: a scheduler pass, the devices sync, another pass to
+// step is one round: a second passes (what is due "at the next pass" is
+// due by the clock), a scheduler pass, the devices sync, another pass to
 // take their reports in.
 func (e *rolloutEnv) step(t *testing.T) {
 	t.Helper()
+	e.clock.Advance(time.Second)
 	e.tick(t)
 	e.syncAll(t)
 	e.tick(t)
@@ -226,6 +228,40 @@ func decodeRollout(t *testing.T, b []byte) sdk.Rollout {
 	return r
 }
 
+// operationsOf lists the operations of one type on a deployment.
+func (e *rolloutEnv) operationsOf(t *testing.T, deploymentID string, typ sdk.OperationType) []sdk.Operation {
+	t.Helper()
+	res, err := e.mgmt.ListOperationsWithResponse(t.Context(), &sdk.ListOperationsParams{DeploymentId: ptrTo(deploymentID)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+	var out []sdk.Operation
+	for _, o := range res.JSON200.Items {
+		if o.Type == typ {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// replica starts a second server process on the same database: its own
+// services, scheduler, listeners and CA.
+func (e *rolloutEnv) replica(t *testing.T) *opsEnv {
+	t.Helper()
+	fe := newEnv(t, envOptions{policy: fleet.Policy{AcceptAll: true, AllowOverrides: true}, now: e.clock.Now, pool: e.pool})
+	return &opsEnv{fleetEnv: fe, clock: e.clock, pool: e.pool, sched: fleet.NewScheduler(fe.fleet, time.Hour), url: fe.mgmtURL}
+}
+
+// moveTo makes o the server everything talks to, as after a restart: the
+// management client, the scheduler, and the simulated devices (with
+// certificates of o's CA).
+func (e *rolloutEnv) moveTo(t *testing.T, o *opsEnv) {
+	t.Helper()
+	e.opsEnv = o
+	for id, cfg := range e.clients {
+		cfg.BaseURL, cfg.HTTP = o.deviceURL, o.client(t, id).http
+	}
+}
+
 // versionsOf returns the version of each deployment by id.
 func (e *rolloutEnv) versionsOf(t *testing.T, ids []string) map[string]string {
 	t.Helper()
@@ -240,7 +276,6 @@ func (e *rolloutEnv) versionsOf(t *testing.T, ids []string) map[string]string {
 // 2.0.0 with path auto in three waves; the 1.0.0 members hop through 1.5.0,
 // everything ends on 2.0.0 and each wave's counts are right.
 func TestRolloutMixedFleetInWaves(t *testing.T) {
-	t.Skip("needs rstore: create, members and the driver")
 	e := newRolloutEnv(t)
 	var ids []string
 	for _, c := range []string{"plant-a", "plant-b", "plant-c", "plant-d"} {
@@ -294,7 +329,6 @@ func TestRolloutMixedFleetInWaves(t *testing.T) {
 // TestRolloutCanaryFailureStops: the canary fails, so the rollout stops
 // (paused by its threshold) before wave 2 publishes anything.
 func TestRolloutCanaryFailureStops(t *testing.T) {
-	t.Skip("needs rstore: the driver (thresholds)")
 	e := newRolloutEnv(t)
 	canary := e.addDevices(t, "a-canary", 1, "1.5.0")
 	rest := e.addDevices(t, "b-rest", 9, "1.5.0")
@@ -318,9 +352,7 @@ func TestRolloutCanaryFailureStops(t *testing.T) {
 	e.step(t)
 	for _, id := range rest {
 		assert.Equal(t, "1.5.0", e.deployment(t, id).Version)
-		ops, err := e.mgmt.ListOperationsWithResponse(t.Context(), &sdk.ListOperationsParams{DeploymentId: ptrTo(id)})
-		require.NoError(t, err)
-		assert.Empty(t, ops.JSON200.Items, "wave 2 started nothing")
+		assert.Empty(t, e.operationsOf(t, id, "upgrade"), "wave 2 started nothing")
 	}
 	assert.Equal(t, sdk.DeploymentState("failed"), e.deployment(t, canary[0]).State)
 }
@@ -330,7 +362,6 @@ func TestRolloutCanaryFailureStops(t *testing.T) {
 // the installed version's policy allows it, the others are listed with the
 // supplier's reason, and wave 3 is never touched.
 func TestRolloutThresholdAbortReverts(t *testing.T) {
-	t.Skip("needs rstore: the driver (threshold abort, revert)")
 	e := newRolloutEnv(t)
 	w1 := e.addDevices(t, "a", 6, "1.0.0", "1.5.0")
 	w2 := e.addDevices(t, "b", 4, "1.5.0")
@@ -386,7 +417,6 @@ func TestRolloutThresholdAbortReverts(t *testing.T) {
 // approve; pause and resume work; exclude drops one member; cancel lets the
 // work in flight finish and starts nothing more.
 func TestRolloutApprovalPauseResumeCancelExclude(t *testing.T) {
-	t.Skip("needs rstore: the driver and the actions")
 	e := newRolloutEnv(t)
 	ids := e.addDevices(t, "plant", 10, "1.5.0")
 	r := e.start(t, `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"maxInFlight":2,
@@ -467,7 +497,6 @@ func TestRolloutApprovalPauseResumeCancelExclude(t *testing.T) {
 // TestRolloutInstallAbortRevertRemoves: an install rollout creates
 // deployments; an abort with revert removes what it created.
 func TestRolloutInstallAbortRevertRemoves(t *testing.T) {
-	t.Skip("needs rstore: install members and the revert")
 	e := newRolloutEnv(t)
 	e.addDevices(t, "plant", 6)
 	r := e.start(t, `{"applicationId":"svc","target":{},"action":"install","install":{"version":"1.5.0"},
@@ -501,7 +530,6 @@ func TestRolloutInstallAbortRevertRemoves(t *testing.T) {
 // members as busy; deleting a member's deployment still works and the
 // member shows removed.
 func TestRolloutMembership(t *testing.T) {
-	t.Skip("needs rstore: the rollout-member check and busy classification")
 	e := newRolloutEnv(t)
 	first := e.addDevices(t, "a", 3, "1.5.0")
 	other := e.addDevices(t, "b", 2, "1.5.0")
@@ -541,17 +569,17 @@ func TestRolloutMembership(t *testing.T) {
 // TestRolloutSchedulersRaceAndRestart: two schedulers racing publish each
 // member once; a new server process on the same database resumes mid-wave.
 func TestRolloutSchedulersRaceAndRestart(t *testing.T) {
-	t.Skip("needs rstore: the driver (claims)")
 	e := newRolloutEnv(t)
 	ids := e.addDevices(t, "plant", 12, "1.5.0")
 	r := e.start(t, `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"maxInFlight":4,
 		"waves":[{"size":{"count":4}},{"size":{"percent":100}}]}`)
 	id := r.Id.String()
 
-	other := fleet.NewScheduler(e.fleet, time.Hour)
+	// Two replicas' schedulers race over the same rollout.
+	other := e.replica(t)
 	race := func() {
 		var wg sync.WaitGroup
-		for _, s := range []*fleet.Scheduler{e.sched, other} {
+		for _, s := range []*fleet.Scheduler{e.sched, other.sched} {
 			wg.Go(func() {
 				_, err := s.RunOnce(t.Context())
 				assert.NoError(t, err)
@@ -559,19 +587,21 @@ func TestRolloutSchedulersRaceAndRestart(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	race()
-	e.syncAll(t)
-	race()
+	for range 3 {
+		e.clock.Advance(time.Second)
+		race()
+		e.syncAll(t)
+		race()
+	}
+	r, _ = e.rollout(t, id)
+	require.Equal(t, 2, *r.CurrentWave, "mid-wave: the restart happens in wave 2")
 
-	// "Restart": a second service and scheduler on the same database carry on.
-	restarted := newEnv(t, envOptions{policy: fleet.Policy{AcceptAll: true, AllowOverrides: true}, now: e.clock.Now, pool: e.pool})
-	e.sched = fleet.NewScheduler(restarted.fleet, time.Hour)
+	// "Restart": the first process is gone; the replica carries on.
+	e.moveTo(t, other)
 	e.drive(t, id, "succeeded", inState("succeeded"))
 
 	for _, d := range ids {
-		ops, err := e.mgmt.ListOperationsWithResponse(t.Context(), &sdk.ListOperationsParams{DeploymentId: ptrTo(d)})
-		require.NoError(t, err)
-		assert.Len(t, ops.JSON200.Items, 1, "deployment %s: one operation, published once", d)
+		assert.Len(t, e.operationsOf(t, d, "upgrade"), 1, "deployment %s: one upgrade operation, published once", d)
 		assert.Equal(t, "2.0.0", e.deployment(t, d).Version)
 	}
 }
@@ -612,7 +642,6 @@ func (e *rolloutEnv) manifestETags(t *testing.T) map[string]string {
 // TestRolloutPlanChangesNothing: the plan answers what a create would do
 // and changes no row (not even the audit log) and no manifest.
 func TestRolloutPlanChangesNothing(t *testing.T) {
-	t.Skip("needs rstore: fleet.PlanRollout")
 	e := newRolloutEnv(t)
 	e.addDevices(t, "plant", 8, "1.0.0", "1.5.0")
 	e.addDevices(t, "lab", 2, "2.0.0")
@@ -664,29 +693,29 @@ func TestRolloutBadRequests(t *testing.T) {
 		status int
 		typ    string
 		field  string
-		store  bool // refused by fleet's rollout use cases (rstore), not by the contract or the handler
+		skip   string
 	}{
-		{"unknown member", up(`,"colour":"blue"`), http.StatusUnprocessableEntity, "invalid-request", "/colour", false},
-		{"unknown option", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"2.0.0","speed":9}}`, http.StatusUnprocessableEntity, "invalid-request", "/upgrade/speed", false},
-		{"NUL byte", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"2.0.0\u0000"}}`, http.StatusBadRequest, "invalid-text", "/upgrade/targetVersion", false},
-		{"options of another action", up(`,"install":{"version":"1.0.0"}`), http.StatusUnprocessableEntity, "invalid-request", "/install", false},
-		{"options missing", `{"applicationId":"svc","target":{},"action":"rollback"}`, http.StatusUnprocessableEntity, "invalid-request", "/rollback", false},
-		{"wave size zero", up(`,"waves":[{"size":{"count":0}}]`), http.StatusUnprocessableEntity, "invalid-request", "/waves/0/size/count", false},
-		{"unknown time zone", up(`,"window":{"start":"22:00","end":"04:00","timeZone":"Mars/Olympus"}`), http.StatusUnprocessableEntity, "invalid-rollout", "/window/timeZone", true},
-		{"deadline out of range", up(`,"deadline":"30s"`), http.StatusUnprocessableEntity, "invalid-rollout", "/deadline", true},
-		{"unparsable target version", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"two"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/upgrade/targetVersion", true},
-		{"waves do not add up", up(`,"waves":[{"size":{"count":1}},{"size":{"percent":10}}]`), http.StatusUnprocessableEntity, "waves-do-not-cover", "/waves", true},
-		{"empty wave", up(`,"waves":[{"size":{"percent":100}},{"size":{"count":1}}]`), http.StatusUnprocessableEntity, "wave-empty", "/waves/1", true},
-		{"unknown selector syntax", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"labels":"site=(a"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/target/labels", true},
-		{"unknown target version", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"9.0.0"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/upgrade/targetVersion", true},
-		{"yanked target version", `{"applicationId":"svc","target":{},"action":"install","install":{"version":"1.0.0"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/install/version", true},
-		{"unknown application", `{"applicationId":"nope","target":{},"action":"upgrade","upgrade":{"targetVersion":"2.0.0"}}`, http.StatusNotFound, "not-found", "/applicationId", true},
-		{"versions for install", `{"applicationId":"svc","action":"install","install":{"version":"2.0.0"},"target":{"versions":["1.0.0"]}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/target/versions", true},
-		{"nothing eligible", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"1.5.0"}}`, http.StatusUnprocessableEntity, "no-eligible-members", "", true},
+		{"unknown member", up(`,"colour":"blue"`), http.StatusUnprocessableEntity, "invalid-request", "/colour", ""},
+		{"unknown option", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"2.0.0","speed":9}}`, http.StatusUnprocessableEntity, "invalid-request", "/upgrade/speed", ""},
+		{"NUL byte", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"2.0.0\u0000"}}`, http.StatusBadRequest, "invalid-text", "/upgrade/targetVersion", ""},
+		{"options of another action", up(`,"install":{"version":"1.0.0"}`), http.StatusUnprocessableEntity, "invalid-request", "/install", ""},
+		{"options missing", `{"applicationId":"svc","target":{},"action":"rollback"}`, http.StatusUnprocessableEntity, "invalid-request", "/rollback", ""},
+		{"wave size zero", up(`,"waves":[{"size":{"count":0}}]`), http.StatusUnprocessableEntity, "invalid-request", "/waves/0/size/count", ""},
+		{"unknown time zone", up(`,"window":{"start":"22:00","end":"04:00","timeZone":"Mars/Olympus"}`), http.StatusUnprocessableEntity, "invalid-rollout", "/window/timeZone", ""},
+		{"deadline out of range", up(`,"deadline":"30s"`), http.StatusUnprocessableEntity, "invalid-rollout", "/deadline", ""},
+		{"unparsable target version", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"two"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/upgrade/targetVersion", ""},
+		{"waves do not add up", up(`,"waves":[{"size":{"count":1}},{"size":{"percent":10}}]`), http.StatusUnprocessableEntity, "waves-do-not-cover", "/waves", ""},
+		{"empty wave", up(`,"waves":[{"size":{"percent":100}},{"size":{"count":1}}]`), http.StatusUnprocessableEntity, "wave-empty", "/waves/1", ""},
+		{"unknown selector syntax", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"labels":"site in (a,b)"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/target/labels", ""},
+		{"unknown target version", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"9.0.0"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/upgrade/targetVersion", ""},
+		{"yanked target version", `{"applicationId":"svc","target":{},"action":"install","install":{"version":"1.0.0"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/install/version", ""},
+		{"unknown application", `{"applicationId":"nope","target":{},"action":"upgrade","upgrade":{"targetVersion":"2.0.0"}}`, http.StatusNotFound, "not-found", "/applicationId", "needs rstore: the 404 of an unknown application names no field (want /applicationId)"},
+		{"versions for install", `{"applicationId":"svc","action":"install","install":{"version":"2.0.0"},"target":{"versions":["1.0.0"]}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/target/versions", ""},
+		{"nothing eligible", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"1.5.0"}}`, http.StatusUnprocessableEntity, "no-eligible-members", "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if c.store {
-				t.Skip("needs rstore: fleet.CreateRollout and PlanRollout")
+			if c.skip != "" {
+				t.Skip(c.skip)
 			}
 			for _, plan := range []bool{false, true} {
 				var res *http.Response
@@ -721,7 +750,6 @@ func TestRolloutBadRequests(t *testing.T) {
 	delete(rows, "audit_log")
 	assert.Equal(t, rows, after, "no bad request changed a row (other than its audit entry)")
 	t.Run("nothing created", func(t *testing.T) {
-		t.Skip("needs rstore: fleet.Rollouts")
 		list, err := e.mgmt.ListRolloutsWithResponse(t.Context(), nil)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, list.StatusCode(), string(list.Body))
@@ -771,7 +799,6 @@ func TestRolloutRoles(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, pa.StatusCode(), string(pa.Body))
 
 	t.Run("reads", func(t *testing.T) {
-		t.Skip("needs rstore: fleet.Rollouts and fleet.Rollout")
 		e.addDevices(t, "plant", 1)
 		r := e.start(t, `{"applicationId":"svc","target":{},"action":"install","install":{"version":"1.5.0"}}`)
 		list, err := viewer.ListRolloutsWithResponse(t.Context(), nil)
