@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -808,4 +809,138 @@ func TestRolloutRoles(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusOK, get.StatusCode(), string(get.Body))
 	})
+}
+
+// eventTypes lists the types of a rollout's events, oldest first.
+func (e *rolloutEnv) eventTypes(t *testing.T, rolloutID string) []string {
+	t.Helper()
+	rows, err := e.pool.Query(t.Context(), `SELECT type FROM events WHERE subject_kind = 'rollout' AND subject_id = $1 ORDER BY id`, rolloutID)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// TestRolloutContract: the conventions of the rollout resource through
+// HTTP: Idempotency-Key, list filters and cursors, 404s, the refusals of
+// exclude and abort, the 409s of a member, and the events of every change.
+func TestRolloutContract(t *testing.T) {
+	e := newRolloutEnv(t)
+	ids := e.addDevices(t, "plant", 4, "1.5.0")
+	e.addDevices(t, "spare", 2)
+	body := `{"applicationId":"svc","target":{"clients":["plant"]},"action":"upgrade","upgrade":{"targetVersion":"2.0.0"},
+		"waves":[{"size":{"count":1},"approval":"manual"},{"size":{"percent":100}}]}`
+
+	// Idempotency-Key: the same answer, one rollout.
+	create := func() *sdk.CreateRolloutResponse {
+		res, err := e.mgmt.CreateRolloutWithBodyWithResponse(t.Context(), &sdk.CreateRolloutParams{IdempotencyKey: ptrTo("rollout-1")},
+			"application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
+		return res
+	}
+	first, again := create(), create()
+	assert.Equal(t, first.JSON201.Id, again.JSON201.Id, "a replayed create answers the same rollout")
+	id := first.JSON201.Id.String()
+
+	e.clock.Advance(time.Second) // a later creation time: listed first
+	install := e.start(t, `{"applicationId":"svc","target":{"clients":["spare"]},"action":"install","install":{"version":"1.5.0"},
+		"waves":[{"size":{"percent":100},"approval":"manual"}]}`)
+
+	e.step(t) // both wait for the approval of their first wave
+
+	// Lists: newest first, filters, small pages.
+	var listed []string
+	p := sdk.ListRolloutsParams{Limit: ptrTo(1)}
+	for {
+		res, err := e.mgmt.ListRolloutsWithResponse(t.Context(), &p)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		for _, r := range res.JSON200.Items {
+			listed = append(listed, r.Id.String())
+		}
+		if res.JSON200.NextCursor == nil {
+			break
+		}
+		p.Cursor = res.JSON200.NextCursor
+	}
+	assert.Equal(t, []string{install.Id.String(), id}, listed, "newest first, each once")
+	paused, err := e.mgmt.ListRolloutsWithResponse(t.Context(), &sdk.ListRolloutsParams{State: ptrTo(sdk.RolloutState("succeeded"))})
+	require.NoError(t, err)
+	assert.Empty(t, paused.JSON200.Items)
+	excl := e.members(t, id, sdk.ListRolloutMembersParams{Classification: ptrTo(sdk.MemberClassification("eligible"))})
+	assert.Len(t, excl, 4)
+
+	// 404s.
+	get, err := e.mgmt.GetRolloutWithResponse(t.Context(), "7f1d2a8e-0000-4000-8000-000000000001")
+	require.NoError(t, err)
+	assert.Equal(t, httpapi.ProblemBase+"not-found", problemOf(t, get.HTTPResponse, get.Body, http.StatusNotFound).Type)
+
+	t.Run("exclude names no member", func(t *testing.T) {
+		t.Skip("needs rstore: 422 not-a-member naming /deploymentId (it answers 404 not-found without a field)")
+		ex, err := e.mgmt.ExcludeRolloutMemberWithResponse(t.Context(), id, nil, sdk.ExcludeMemberRequest{DeploymentId: ptrTo(uuid.New())})
+		require.NoError(t, err)
+		p := problemOf(t, ex.HTTPResponse, ex.Body, http.StatusUnprocessableEntity)
+		assert.Equal(t, httpapi.ProblemBase+"not-a-member", p.Type)
+		require.NotEmpty(t, p.Errors)
+		assert.Equal(t, "/deploymentId", p.Errors[0].Field)
+	})
+
+	// abort: force is admin's, needs a reason and a revert.
+	opTok, err := e.mgmt.CreateTokenWithResponse(t.Context(), sdk.CreateTokenRequest{Name: "op", Role: "operator"})
+	require.NoError(t, err)
+	operator := clientAs(t, e.url, opTok.JSON201.Secret)
+	ab, err := operator.AbortRolloutWithResponse(t.Context(), id, nil, sdk.AbortRolloutRequest{Revert: ptrTo(true), Force: ptrTo(true), Reason: ptrTo("incident 7")})
+	require.NoError(t, err)
+	assert.Equal(t, httpapi.ProblemBase+"break-glass-forbidden", problemOf(t, ab.HTTPResponse, ab.Body, http.StatusForbidden).Type)
+	abr := e.abort(t, id, sdk.AbortRolloutRequest{Revert: ptrTo(true), Force: ptrTo(true)})
+	assert.Equal(t, httpapi.ProblemBase+"force-reason-required", problemOf(t, abr.HTTPResponse, abr.Body, http.StatusUnprocessableEntity).Type)
+	abf := e.abort(t, id, sdk.AbortRolloutRequest{Force: ptrTo(true), Reason: ptrTo("incident 7")})
+	pf := problemOf(t, abf.HTTPResponse, abf.Body, http.StatusUnprocessableEntity)
+	assert.Equal(t, httpapi.ProblemBase+"invalid-request", pf.Type, "force without revert")
+	r, _ := e.rollout(t, id)
+	assert.Equal(t, sdk.RolloutState("paused"), r.State, "no refused abort changed the rollout")
+
+	// A member refuses single-deployment changes, naming the rollout.
+	rec, err := e.mgmt.ReconfigureDeploymentWithResponse(t.Context(), ids[0], nil, sdk.ReconfigureRequest{Parameters: map[string]any{"greeting": "hi"}})
+	require.NoError(t, err)
+	pm := problemOf(t, rec.HTTPResponse, rec.Body, http.StatusConflict)
+	assert.Equal(t, httpapi.ProblemBase+"rollout-member", pm.Type)
+	assert.Contains(t, pm.Detail, id)
+	dep, err := e.mgmt.CreateDeploymentWithResponse(t.Context(), nil, sdk.CreateDeploymentRequest{ApplicationId: "svc", Version: "1.5.0", ClientId: "spare", DeviceId: "d-000"})
+	require.NoError(t, err)
+	pd := problemOf(t, dep.HTTPResponse, dep.Body, http.StatusConflict)
+	assert.Equal(t, httpapi.ProblemBase+"rollout-member", pd.Type, "a pending member device of an install rollout")
+	assert.Contains(t, pd.Detail, install.Id.String())
+
+	// The cancel of an operation the rollout started.
+	_, tag := e.rollout(t, id)
+	status, b, _ := e.act(t, "approve", id, tag)
+	require.Equal(t, http.StatusOK, status, string(b))
+	e.clock.Advance(time.Second)
+	e.tick(t) // publishes the canary; the device has not answered yet
+	started := e.members(t, id, sdk.ListRolloutMembersParams{Wave: ptrTo(1)})
+	require.Len(t, started, 1)
+	require.Equal(t, sdk.MemberStatus("in-progress"), started[0].Status)
+	require.NotNil(t, started[0].OperationId)
+	c, err := e.mgmt.CancelOperationWithResponse(t.Context(), started[0].OperationId.String(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, httpapi.ProblemBase+"rollout-member", problemOf(t, c.HTTPResponse, c.Body, http.StatusConflict).Type)
+
+	// Events: every change, in its transaction.
+	e.drive(t, id, "paused again or done", func(r sdk.Rollout) bool { return r.State != "running" })
+	status, b, _ = e.act(t, "cancel", id, "")
+	require.Contains(t, []int{http.StatusOK, http.StatusConflict}, status, string(b))
+	types := e.eventTypes(t, id)
+	require.NotEmpty(t, types)
+	assert.Equal(t, "rollout.created", types[0])
+	for _, want := range []string{"rollout.state_changed", "rollout.wave_started", "rollout.wave_settled"} {
+		assert.Contains(t, types, want)
+	}
 }
