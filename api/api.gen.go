@@ -1920,7 +1920,7 @@ type Rollout struct {
 	Deadline   string    `json:"deadline"`
 	DeadlineAt time.Time `json:"deadlineAt"`
 
-	// Generation Goes up with every change of the rollout; the `ETag` is derived from it.
+	// Generation Goes up with every state move, wave move, action and exclusion (not with the counts); the `ETag` is derived from it.
 	Generation int64 `json:"generation"`
 
 	// History Every transition, oldest first (the first is `started`). Each is also an event in the event log.

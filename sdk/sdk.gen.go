@@ -1921,7 +1921,7 @@ type Rollout struct {
 	Deadline   string    `json:"deadline"`
 	DeadlineAt time.Time `json:"deadlineAt"`
 
-	// Generation Goes up with every change of the rollout; the `ETag` is derived from it.
+	// Generation Goes up with every state move, wave move, action and exclusion (not with the counts); the `ETag` is derived from it.
 	Generation int64 `json:"generation"`
 
 	// History Every transition, oldest first (the first is `started`). Each is also an event in the event log.
@@ -3761,7 +3761,9 @@ type ClientInterface interface {
 	//
 	// Role: viewer. The rollout's state and why, every transition, the counts by classification and by
 	// member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
-	// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+	// when it waits, why and until when. The `ETag` changes with `generation`: with every state move, wave
+	// move, action and exclusion, not with the members' progress (the counts), so that an action sent with
+	// `If-Match` is not refused because a member's operation ended meanwhile.
 	//
 	// Corresponds with GET /mgmt/v1/rollouts/{rolloutId} (the `GetRollout` operationId).
 	GetRollout(ctx context.Context, rolloutId RolloutIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -5036,7 +5038,9 @@ func (c *Client) PlanRollout(ctx context.Context, body PlanRolloutJSONRequestBod
 //
 // Role: viewer. The rollout's state and why, every transition, the counts by classification and by
 // member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
-// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+// when it waits, why and until when. The `ETag` changes with `generation`: with every state move, wave
+// move, action and exclusion, not with the members' progress (the counts), so that an action sent with
+// `If-Match` is not refused because a member's operation ended meanwhile.
 //
 // Corresponds with GET /mgmt/v1/rollouts/{rolloutId} (the `GetRollout` operationId).
 func (c *Client) GetRollout(ctx context.Context, rolloutId RolloutIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -9202,7 +9206,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Role: viewer. The rollout's state and why, every transition, the counts by classification and by
 	// member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
-	// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+	// when it waits, why and until when. The `ETag` changes with `generation`: with every state move, wave
+	// move, action and exclusion, not with the members' progress (the counts), so that an action sent with
+	// `If-Match` is not refused because a member's operation ended meanwhile.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -16113,7 +16119,9 @@ func (c *ClientWithResponses) PlanRolloutWithResponse(ctx context.Context, body 
 //
 // Role: viewer. The rollout's state and why, every transition, the counts by classification and by
 // member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
-// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+// when it waits, why and until when. The `ETag` changes with `generation`: with every state move, wave
+// move, action and exclusion, not with the members' progress (the counts), so that an action sent with
+// `If-Match` is not refused because a member's operation ended meanwhile.
 //
 // Returns a wrapper object for the known response body format(s).
 //
