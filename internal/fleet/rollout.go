@@ -356,9 +356,6 @@ func (s *Service) RolloutMembers(ctx context.Context, id string, f MemberFilter,
 		}
 		from = n
 	}
-	if _, err := s.store.Rollout(ctx, id); err != nil {
-		return nil, "", err
-	}
 	ms, err := s.store.RolloutMembers(ctx, id, f, from, limit+1)
 	if err != nil {
 		return nil, "", err

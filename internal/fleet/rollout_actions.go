@@ -175,8 +175,7 @@ func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberR
 		if mem.DeploymentID != "" {
 			rel = append(rel, lifecycle.Ref{Kind: lifecycle.SubjectDeployment, ID: mem.DeploymentID})
 		}
-		ev, err := s.rolloutEvent(now, actor.ID, r, lifecycle.RolloutMemberExcludedBody{DeploymentID: mem.DeploymentID, ClientID: mem.ClientID,
-			DeviceID: mem.DeviceID, Status: mem.Status}, rel...)
+		ev, err := s.rolloutEvent(now, actor.ID, r, lifecycle.RolloutMemberExcludedBody{PreviousStatus: mem.Status}, rel...)
 		return RolloutChange{Waiting: r.Waiting, Bump: true, Events: ev, Members: []MemberResult{{Ord: mem.Ord, Status: lifecycle.MemberExcluded,
 			Result: "Excluded by " + actor.ID + ".", Deactivate: true}}}, err
 	})

@@ -184,6 +184,19 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 			}
 			f.Placeable, f.Misfit, m.ProfileID = p.misfit == "", p.misfit, p.profile
 		}
+		if f.ActiveOperation != "" && c.Deployment != nil {
+			// An operation whose goal the device already reached (an
+			// install it finished, not yet settled by the scheduler) does
+			// not make the member busy: creating the member's operation
+			// settles it.
+			op, err := s.store.Operation(ctx, f.ActiveOperation)
+			if err != nil && lifecycle.ErrorCode(err) != lifecycle.ENOTFOUND {
+				return out, err
+			}
+			if err == nil && reached(op, *c.Deployment) {
+				f.ActiveOperation = ""
+			}
+		}
 		x := cl.Classify(f)
 		if x.Eligible {
 			plan := x.Plan

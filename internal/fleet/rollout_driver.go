@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/page"
 )
@@ -24,6 +26,10 @@ const rolloutLease = 2 * visitTimeout
 
 // maxRolloutsPerPass bounds the rollouts one pass visits.
 const maxRolloutsPerPass = 100
+
+// publishConcurrency bounds the member operations one visit creates at
+// once (each is a transaction of its own).
+const publishConcurrency = 4
 
 // maxStepsPerVisit bounds the decisions one visit applies (publish, next
 // wave, publish...); the next pass goes on.
@@ -353,18 +359,33 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 		s.wake()
 		return s.store.SetMemberResults(ctx, r.ID, results, s.now().UTC())
 	}
-	for _, m := range ms {
-		err := s.publishMember(ctx, r, st, m, actor)
-		if err != nil && !refusal(err) {
+	// Each member is its own deployment's transaction: a few at a time.
+	refused := make([]error, len(ms))
+	var g errgroup.Group
+	g.SetLimit(publishConcurrency)
+	for i, m := range ms {
+		g.Go(func() error {
+			err := s.publishMember(ctx, r, st, m, actor)
+			if refusal(err) {
+				refused[i], err = err, nil
+			}
 			return err
-		}
-		if err != nil {
-			st := notStarted(err)
-			results = append(results, MemberResult{Ord: m.Ord, Status: st, Result: "Not started: " + message(err), Deactivate: st == lifecycle.MemberRemoved})
+		})
+	}
+	err := g.Wait()
+	for i, e := range refused {
+		if e != nil {
+			st := notStarted(e)
+			results = append(results, MemberResult{Ord: ms[i].Ord, Status: st, Result: "Not started: " + message(e), Deactivate: st == lifecycle.MemberRemoved})
 		}
 	}
 	s.wake()
-	return s.store.SetMemberResults(ctx, r.ID, results, s.now().UTC())
+	// The refusals are recorded even when another member's publication
+	// failed: the failed ones are published again at the next visit.
+	if rerr := s.store.SetMemberResults(ctx, r.ID, results, s.now().UTC()); rerr != nil {
+		return rerr
+	}
+	return err
 }
 
 // notStarted is the status of a member whose operation could not start:
@@ -474,7 +495,14 @@ func (s *Service) driveAbort(ctx context.Context, r Rollout) (int, error) {
 		if m.Revert != nil && (m.Revert.Outcome == RevertPending || m.Revert.Outcome == RevertInProgress) {
 			outstanding++
 			if m.Revert.Outcome == RevertPending {
-				res, err := s.startRevert(ctx, r, m, m.Revert.ToRevision, m.Revert.OperationID)
+				// Reserved by a visit that did not record the start: the
+				// operation may exist already.
+				res := MemberResult{Ord: m.Ord, Revert: &MemberRevert{Outcome: RevertInProgress, ToRevision: m.Revert.ToRevision,
+					OperationID: m.Revert.OperationID, Forced: m.Revert.Forced}}
+				_, err := s.store.Operation(ctx, m.Revert.OperationID)
+				if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+					res, err = s.startRevert(ctx, r, m, m.Revert.ToRevision, m.Revert.OperationID)
+				}
 				if err != nil {
 					return 0, err
 				}

@@ -29,7 +29,8 @@ type RolloutStore interface {
 	// after (cursor "<time>|<id>"), without history.
 	Rollouts(ctx context.Context, f RolloutFilter, after string, limit int) ([]Rollout, error)
 	// RolloutMembers returns up to limit members of a rollout with order
-	// index above after (-1: from the start), in order.
+	// index above after (-1: from the start), in order. Returns ENOTFOUND
+	// if there is no such rollout.
 	RolloutMembers(ctx context.Context, id string, f MemberFilter, after, limit int) ([]RolloutMember, error)
 	// ActiveRolloutOf returns the active rollout whose member deployment
 	// deploymentID is ("" when none).

@@ -195,8 +195,8 @@ func (e *rolloutEnv) mixedFleet(n int) map[string]fleet.Deployment {
 		}
 		out[dev] = e.deploy("c", dev, v)
 	}
-	_, err := e.sc.RunOnce(e.ctx) // the installs' operations end
-	require.NoError(e.t, err)
+	// The installs' operations reached their goal but no scheduler pass
+	// settled them yet: that does not make the members busy.
 	return out
 }
 
@@ -276,6 +276,14 @@ func TestRolloutMixedFleetThreeWaves(t *testing.T) {
 		assert.Equal(t, lifecycle.MemberSucceeded, m.Status)
 		assert.NotEmpty(t, m.OperationID)
 	}
+	list, next, err := e.s.Rollouts(e.ctx, fleet.RolloutFilter{ApplicationID: "app", State: lifecycle.RolloutSucceeded}, 10, "")
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, r.ID, list[0].ID)
+	assert.Empty(t, next)
+	list, _, err = e.s.Rollouts(e.ctx, fleet.RolloutFilter{State: lifecycle.RolloutRunning}, 10, "")
+	require.NoError(t, err)
+	assert.Empty(t, list)
 	hops := e.members(r.ID, fleet.MemberFilter{Wave: 3})
 	assert.Len(t, hops, 26)
 	var types []string
@@ -543,6 +551,14 @@ func TestRolloutMembersAreBusy(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 4, plan.ExcludedByReason[lifecycle.ExcludedBusy])
 
+	const unknown = "00000000-0000-4000-8000-000000000000"
+	_, _, err = e.s.RolloutMembers(e.ctx, unknown, fleet.MemberFilter{}, 10, "")
+	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(err))
+	_, err = e.s.Rollout(e.ctx, unknown)
+	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(err))
+	_, err = e.s.PauseRollout(e.ctx, unknown, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(err))
+
 	// Deleting a member's deployment works; the member shows removed.
 	_, err = e.s.RemoveDeployment(e.ctx, deps["d003"].ID, fleet.Precondition{})
 	require.NoError(t, err)
@@ -626,4 +642,70 @@ func TestRolloutFailsOnDeadlineAndYank(t *testing.T) {
 	assert.Equal(t, lifecycle.RolloutCauseTargetVersionYanked, yanked.Cause)
 	assert.Equal(t, 4, yanked.Counts.ByStatus.Cancelled)
 	assert.Equal(t, 1, yanked.Counts.ByStatus.Succeeded, "the canary in flight finished")
+}
+
+// TestRolloutBadRequests: a bad request is refused with EINVALID naming
+// the field, and nothing is written.
+func TestRolloutBadRequests(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(2)
+	zero := 0
+	for name, tc := range map[string]struct {
+		req     fleet.RolloutRequest
+		pointer string
+	}{
+		"unknown selector syntax": {func() fleet.RolloutRequest { r := upgradeTo2(); r.Target.Selector = "a=b=c"; return r }(), "/target/labels"},
+		"versions for install": {fleet.RolloutRequest{ApplicationID: "app", Spec: lifecycle.RolloutSpec{Action: lifecycle.RolloutInstall, TargetVersion: "2.0.0"},
+			Target: fleet.RolloutTarget{Versions: []string{"1.0.0"}}}, "/target/versions"},
+		"unknown target version":  {fleet.RolloutRequest{ApplicationID: "app", Spec: lifecycle.RolloutSpec{Action: lifecycle.RolloutUpgrade, TargetVersion: "9.0.0"}}, "/targetVersion"},
+		"waves that do not cover": {upgradeTo2(lifecycle.WaveSpec{Size: count(1)}), "/waves"},
+		"a zero maxInFlight":      {func() fleet.RolloutRequest { r := upgradeTo2(); r.Spec.MaxInFlight = &zero; return r }(), "/maxInFlight"},
+		"a bad version in target": {func() fleet.RolloutRequest { r := upgradeTo2(); r.Target.Versions = []string{"x"}; return r }(), "/target/versions/0"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := tableCounts(t, e.ctx, e.pool)
+			_, err := e.s.CreateRollout(e.ctx, tc.req, fleet.Actor{ID: "alice"})
+			require.Equal(t, lifecycle.EINVALID, lifecycle.ErrorCode(err), "%v", err)
+			var de *lifecycle.Error
+			require.ErrorAs(t, err, &de)
+			require.NotEmpty(t, de.Fields, "%v", err)
+			assert.Equal(t, tc.pointer, de.Fields[0].Pointer)
+			_, err = e.s.PlanRollout(e.ctx, tc.req)
+			assert.Equal(t, lifecycle.EINVALID, lifecycle.ErrorCode(err), "the plan refuses it the same way")
+			assert.Equal(t, before, tableCounts(t, e.ctx, e.pool), "nothing written")
+		})
+	}
+}
+
+// TestRolloutResumesAnInterruptedPublication: a driver crashed after it
+// reserved members (in progress, operation ids chosen) and before it
+// created their operations, its lease still set: once the lease runs out,
+// the next driver creates the operations with the reserved ids, once.
+func TestRolloutResumesAnInterruptedPublication(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(5)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	reserved := []string{"00000000-0000-4000-8000-0000000000a1", "00000000-0000-4000-8000-0000000000a2"}
+	_, err = e.pool.Exec(e.ctx, `UPDATE rollout_members SET status = 'in-progress',
+  operation_id = ($2::uuid[])[ord + 1] WHERE rollout_id = $1 AND ord < 2`, r.ID, reserved)
+	require.NoError(t, err)
+	_, err = e.pool.Exec(e.ctx, `UPDATE rollouts SET lease_until = now() + interval '1 hour' WHERE id = $1`, r.ID)
+	require.NoError(t, err)
+
+	n, err := e.s.DriveRollouts(e.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "another driver's lease holds the rollout")
+	e.skew.Store(int64(2 * time.Hour)) // the crashed driver's lease ran out
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutSucceeded, r.State)
+	for i, id := range reserved {
+		op, err := e.s.Operation(e.ctx, id)
+		require.NoError(t, err, "member %d's operation was created with its reserved id", i)
+		assert.Equal(t, lifecycle.OperationSucceeded, op.State)
+	}
+	var ops int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM operations WHERE type = 'upgrade'`).Scan(&ops))
+	assert.Equal(t, 5, ops)
 }

@@ -1,7 +1,8 @@
 package lifecycle
 
 // Bodies of the rollout events (subject: the rollout; related: its
-// application). Each rollout change appends them in its transaction.
+// application). Each rollout change appends them in its transaction; the
+// driver's are the scheduler's (actor "wfm"), the actions' the operator's.
 
 // RolloutCreatedBody is the body of rollout.created: a rollout started.
 type RolloutCreatedBody struct {
@@ -51,12 +52,11 @@ type RolloutWaveSettledBody struct {
 func (RolloutWaveSettledBody) EventType() EventType { return EventRolloutWaveSettled }
 
 // RolloutMemberExcludedBody is the body of rollout.member_excluded: an
-// operator excluded one member. Related: its deployment and device.
+// operator excluded one member (the related device and, once it exists,
+// deployment name it). Its deployment keeps the state it reached.
 type RolloutMemberExcludedBody struct {
-	DeploymentID string       `json:"deploymentId,omitempty"`
-	ClientID     string       `json:"clientId"`
-	DeviceID     string       `json:"deviceId"`
-	Status       MemberStatus `json:"previousStatus"`
+	// PreviousStatus is the member's status before.
+	PreviousStatus MemberStatus `json:"previousStatus"`
 }
 
 // EventType implements EventBody.

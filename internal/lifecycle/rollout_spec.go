@@ -203,10 +203,10 @@ type RolloutSettings struct {
 
 // Bounds and defaults of a rollout's options.
 const (
-	DefaultMaxInFlight     = 50
-	MaxMaxInFlight         = 10000
-	MaxRolloutWaves        = 100
-	MaxWaveCount           = 1_000_000
+	DefaultMaxInFlight = 50
+	MaxMaxInFlight     = 10000
+	MaxRolloutWaves    = 100
+	MaxWaveCount       = 1_000_000
 )
 
 // DefaultWaves returns the waves of a rollout that names none: one canary,

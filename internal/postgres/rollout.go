@@ -214,7 +214,7 @@ func scanMember(row pgx.Row) (fleet.RolloutMember, error) {
 // RolloutMembers implements fleet.RolloutStore.
 func (s *FleetStore) RolloutMembers(ctx context.Context, id string, f fleet.MemberFilter, after, limit int) ([]fleet.RolloutMember, error) {
 	if !validUUID(id) {
-		return nil, nil
+		return nil, notFound("There is no rollout %s.", id)
 	}
 	var w where
 	w.add("rollout_id = $?::uuid", id)
@@ -233,7 +233,7 @@ func (s *FleetStore) RolloutMembers(ctx context.Context, id string, f fleet.Memb
 	}
 	if f.DeploymentID != "" {
 		if !validUUID(f.DeploymentID) {
-			return nil, nil
+			f.DeploymentID = "00000000-0000-0000-0000-000000000000" // matches no member
 		}
 		w.add("deployment_id = $?::uuid", f.DeploymentID)
 	}
@@ -248,7 +248,19 @@ func (s *FleetStore) RolloutMembers(ctx context.Context, id string, f fleet.Memb
 		return nil, translate(err)
 	}
 	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutMember, error) { return scanMember(row) })
-	return ms, translate(err)
+	if err != nil {
+		return nil, translate(err)
+	}
+	if len(ms) == 0 {
+		var exists bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rollouts WHERE id = $1)`, id).Scan(&exists); err != nil {
+			return nil, translate(err)
+		}
+		if !exists {
+			return nil, notFound("There is no rollout %s.", id)
+		}
+	}
+	return ms, nil
 }
 
 // ---- candidates ----
