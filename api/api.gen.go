@@ -1176,11 +1176,18 @@ type CreateRolloutRequest struct {
 	// MaxInFlight The most member operations the rollout runs at a time, across its waves.
 	MaxInFlight *int `json:"maxInFlight,omitempty"`
 
-	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (cause `threshold-exceeded`; reverting only with `revertOnAbort: true`).
 	OnThreshold *ThresholdAction `json:"onThreshold,omitempty"`
 
 	// Reconfigure The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
 	Reconfigure *RolloutReconfigureOptions `json:"reconfigure,omitempty"`
+
+	// RevertOnAbort When a wave's threshold aborts the rollout (`onThreshold: abort`), also revert every member the
+	// rollout changed, as `abort` with `revert: true` does (never forced). Absent - false: a threshold
+	// abort cancels work in flight and reverts nothing; an operator may still add the revert with
+	// `abort` `{"revert": true}` while the rollout is `aborting`. An operator's own abort uses its
+	// `revert` flag, not this one.
+	RevertOnAbort *bool `json:"revertOnAbort,omitempty"`
 
 	// Rollback The options of a `rollback` rollout. Each member goes back to its own most recent revision at
 	// `toVersion`, checked against its installed version's rollback policy (excluded `policy-refused`
@@ -1196,7 +1203,8 @@ type CreateRolloutRequest struct {
 	Upgrade *RolloutUpgradeOptions `json:"upgrade,omitempty"`
 
 	// Waves Taken in order from the eligible members. The sizes must cover every eligible member (end with
-	// `{"percent": 100}` to take the rest), and no wave may be empty (422 `invalid-waves` otherwise).
+	// `{"percent": 100}` to take the rest), and no wave may be empty (422 `waves-do-not-cover` or
+	// `wave-empty` otherwise).
 	// Absent - `[{"size": {"count": 1}}, {"size": {"percent": 10}}, {"size": {"percent": 100}}]`, where a
 	// wave that would be empty is dropped instead of refused.
 	Waves *[]WaveSpec `json:"waves,omitempty"`
@@ -1463,8 +1471,9 @@ type ExclusionGroup struct {
 type ExclusionReason string
 
 // FailureBudget Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-// first failure stops the wave.
+// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+// (with the default `minSuccess` of 100, the first failure stops it).
 type FailureBudget struct {
 	Count   *int `json:"count,omitempty"`
 	Percent *int `json:"percent,omitempty"`
@@ -1737,8 +1746,9 @@ type PlannedWave struct {
 	Index    int          `json:"index"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures  FailureBudget `json:"maxFailures"`
 	MinSuccess   int           `json:"minSuccess"`
 	ResolvedSize int           `json:"resolvedSize"`
@@ -1910,7 +1920,7 @@ type Rollout struct {
 	Deadline   string    `json:"deadline"`
 	DeadlineAt time.Time `json:"deadlineAt"`
 
-	// Generation Goes up with every change of the rollout; the `ETag` is derived from it.
+	// Generation Goes up with every state move, wave move, action and exclusion (not with the counts); the `ETag` is derived from it.
 	Generation int64 `json:"generation"`
 
 	// History Every transition, oldest first (the first is `started`). Each is also an event in the event log.
@@ -1921,11 +1931,14 @@ type Rollout struct {
 	Install     *RolloutInstallOptions `json:"install,omitempty"`
 	MaxInFlight int                    `json:"maxInFlight"`
 
-	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (cause `threshold-exceeded`; reverting only with `revertOnAbort: true`).
 	OnThreshold ThresholdAction `json:"onThreshold"`
 
 	// Reconfigure The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
 	Reconfigure *RolloutReconfigureOptions `json:"reconfigure,omitempty"`
+
+	// RevertOnAbort Whether a threshold abort (`onThreshold: abort`) also reverts, as requested (false when not).
+	RevertOnAbort bool `json:"revertOnAbort"`
 
 	// Rollback The options of a `rollback` rollout. Each member goes back to its own most recent revision at
 	// `toVersion`, checked against its installed version's rollback policy (excluded `policy-refused`
@@ -2256,8 +2269,9 @@ type RolloutWave struct {
 	Index int `json:"index"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures FailureBudget `json:"maxFailures"`
 	MinSuccess  int           `json:"minSuccess"`
 
@@ -2333,7 +2347,7 @@ type StatusReport struct {
 	State DeviceState `json:"state"`
 }
 
-// ThresholdAction What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+// ThresholdAction What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (cause `threshold-exceeded`; reverting only with `revertOnAbort: true`).
 type ThresholdAction string
 
 // Token defines model for Token.
@@ -2470,8 +2484,9 @@ type WaveSpec struct {
 	Approval *WaveApproval `json:"approval,omitempty"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures *FailureBudget `json:"maxFailures,omitempty"`
 
 	// MinSuccess The percent of the wave (its resolved size, less members excluded or removed meanwhile) that must

@@ -1177,11 +1177,18 @@ type CreateRolloutRequest struct {
 	// MaxInFlight The most member operations the rollout runs at a time, across its waves.
 	MaxInFlight *int `json:"maxInFlight,omitempty"`
 
-	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (cause `threshold-exceeded`; reverting only with `revertOnAbort: true`).
 	OnThreshold *ThresholdAction `json:"onThreshold,omitempty"`
 
 	// Reconfigure The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
 	Reconfigure *RolloutReconfigureOptions `json:"reconfigure,omitempty"`
+
+	// RevertOnAbort When a wave's threshold aborts the rollout (`onThreshold: abort`), also revert every member the
+	// rollout changed, as `abort` with `revert: true` does (never forced). Absent - false: a threshold
+	// abort cancels work in flight and reverts nothing; an operator may still add the revert with
+	// `abort` `{"revert": true}` while the rollout is `aborting`. An operator's own abort uses its
+	// `revert` flag, not this one.
+	RevertOnAbort *bool `json:"revertOnAbort,omitempty"`
 
 	// Rollback The options of a `rollback` rollout. Each member goes back to its own most recent revision at
 	// `toVersion`, checked against its installed version's rollback policy (excluded `policy-refused`
@@ -1197,7 +1204,8 @@ type CreateRolloutRequest struct {
 	Upgrade *RolloutUpgradeOptions `json:"upgrade,omitempty"`
 
 	// Waves Taken in order from the eligible members. The sizes must cover every eligible member (end with
-	// `{"percent": 100}` to take the rest), and no wave may be empty (422 `invalid-waves` otherwise).
+	// `{"percent": 100}` to take the rest), and no wave may be empty (422 `waves-do-not-cover` or
+	// `wave-empty` otherwise).
 	// Absent - `[{"size": {"count": 1}}, {"size": {"percent": 10}}, {"size": {"percent": 100}}]`, where a
 	// wave that would be empty is dropped instead of refused.
 	Waves *[]WaveSpec `json:"waves,omitempty"`
@@ -1464,8 +1472,9 @@ type ExclusionGroup struct {
 type ExclusionReason string
 
 // FailureBudget Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-// first failure stops the wave.
+// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+// (with the default `minSuccess` of 100, the first failure stops it).
 type FailureBudget struct {
 	Count   *int `json:"count,omitempty"`
 	Percent *int `json:"percent,omitempty"`
@@ -1738,8 +1747,9 @@ type PlannedWave struct {
 	Index    int          `json:"index"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures  FailureBudget `json:"maxFailures"`
 	MinSuccess   int           `json:"minSuccess"`
 	ResolvedSize int           `json:"resolvedSize"`
@@ -1911,7 +1921,7 @@ type Rollout struct {
 	Deadline   string    `json:"deadline"`
 	DeadlineAt time.Time `json:"deadlineAt"`
 
-	// Generation Goes up with every change of the rollout; the `ETag` is derived from it.
+	// Generation Goes up with every state move, wave move, action and exclusion (not with the counts); the `ETag` is derived from it.
 	Generation int64 `json:"generation"`
 
 	// History Every transition, oldest first (the first is `started`). Each is also an event in the event log.
@@ -1922,11 +1932,14 @@ type Rollout struct {
 	Install     *RolloutInstallOptions `json:"install,omitempty"`
 	MaxInFlight int                    `json:"maxInFlight"`
 
-	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+	// OnThreshold What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (cause `threshold-exceeded`; reverting only with `revertOnAbort: true`).
 	OnThreshold ThresholdAction `json:"onThreshold"`
 
 	// Reconfigure The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
 	Reconfigure *RolloutReconfigureOptions `json:"reconfigure,omitempty"`
+
+	// RevertOnAbort Whether a threshold abort (`onThreshold: abort`) also reverts, as requested (false when not).
+	RevertOnAbort bool `json:"revertOnAbort"`
 
 	// Rollback The options of a `rollback` rollout. Each member goes back to its own most recent revision at
 	// `toVersion`, checked against its installed version's rollback policy (excluded `policy-refused`
@@ -2257,8 +2270,9 @@ type RolloutWave struct {
 	Index int `json:"index"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures FailureBudget `json:"maxFailures"`
 	MinSuccess  int           `json:"minSuccess"`
 
@@ -2334,7 +2348,7 @@ type StatusReport struct {
 	State DeviceState `json:"state"`
 }
 
-// ThresholdAction What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (without revert).
+// ThresholdAction What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (cause `threshold-exceeded`; reverting only with `revertOnAbort: true`).
 type ThresholdAction string
 
 // Token defines model for Token.
@@ -2471,8 +2485,9 @@ type WaveSpec struct {
 	Approval *WaveApproval `json:"approval,omitempty"`
 
 	// MaxFailures Exactly one of `count` or `percent` (of the wave's resolved size, rounded down): the failures a wave
-	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"count": 0}`: the
-	// first failure stops the wave.
+	// may have. One more stops the wave, checked as results arrive. Absent in a wave - `{"percent": P}` with
+	// P = 100 - `minSuccess`: the wave stops as soon as it can no longer reach `minSuccess`, and never before
+	// (with the default `minSuccess` of 100, the first failure stops it).
 	MaxFailures *FailureBudget `json:"maxFailures,omitempty"`
 
 	// MinSuccess The percent of the wave (its resolved size, less members excluded or removed meanwhile) that must
@@ -3657,11 +3672,18 @@ type ClientInterface interface {
 	// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
 	//
 	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
-	// * Waves that cover fewer members than are eligible, or a wave that would be empty: 422
-	//   `invalid-waves` naming the wave; nothing is created.
-	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-	//   version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
-	//   does not take: 422 `invalid-request` naming the member.
+	// * Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
+	//   would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
+	// * An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+	//   unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+	//   problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+	//   `/window/timeZone`, `/target/labels`...).
+	// * An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+	//   application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+	//   (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+	//   version does not define (`/upgrade/parameters/<name>`).
+	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
+	//   the member.
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -3684,11 +3706,18 @@ type ClientInterface interface {
 	// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
 	//
 	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
-	// * Waves that cover fewer members than are eligible, or a wave that would be empty: 422
-	//   `invalid-waves` naming the wave; nothing is created.
-	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-	//   version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
-	//   does not take: 422 `invalid-request` naming the member.
+	// * Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
+	//   would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
+	// * An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+	//   unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+	//   problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+	//   `/window/timeZone`, `/target/labels`...).
+	// * An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+	//   application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+	//   (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+	//   version does not define (`/upgrade/parameters/<name>`).
+	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
+	//   the member.
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -3732,7 +3761,9 @@ type ClientInterface interface {
 	//
 	// Role: viewer. The rollout's state and why, every transition, the counts by classification and by
 	// member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
-	// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+	// when it waits, why and until when. The `ETag` changes with `generation`: with every state move, wave
+	// move, action and exclusion, not with the members' progress (the counts), so that an action sent with
+	// `If-Match` is not refused because a member's operation ended meanwhile.
 	//
 	// Corresponds with GET /mgmt/v1/rollouts/{rolloutId} (the `GetRollout` operationId).
 	GetRollout(ctx context.Context, rolloutId RolloutIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3751,7 +3782,7 @@ type ClientInterface interface {
 	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
 	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
 	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
-	// state, is 409 `rollout-state`.
+	// state, is 409 `rollout-state-conflict`.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -3775,7 +3806,7 @@ type ClientInterface interface {
 	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
 	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
 	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
-	// state, is 409 `rollout-state`.
+	// state, is 409 `rollout-state-conflict`.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -3790,7 +3821,7 @@ type ClientInterface interface {
 	// Role: operator. The rollout is `paused` with cause `approval-required`: `paused` -> `running` (cause
 	// `approved`), and the waiting manual wave starts publishing (inside the window, if there is one). Each
 	// approval starts one wave; send `If-Match` so that a double click does not approve the wave after it.
-	// 409 `rollout-state` when no wave waits for approval.
+	// 409 `rollout-state-conflict` when no wave waits for approval.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -3802,7 +3833,7 @@ type ClientInterface interface {
 	//
 	// Role: operator. `running` or `paused` -> `cancelled` (cause `operator-cancelled`) at once: no wave and
 	// no member operation starts any more; operations in flight finish on their own and their members show
-	// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state` in
+	// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state-conflict` in
 	// `aborting` and in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
@@ -3818,7 +3849,7 @@ type ClientInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -3835,7 +3866,7 @@ type ClientInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -3858,7 +3889,7 @@ type ClientInterface interface {
 	//
 	// Role: operator. `running` -> `paused` (cause `operator-paused`): no new member operation starts and no
 	// wave starts; operations in flight go on and their results still count against the wave's thresholds.
-	// Pausing a paused rollout changes nothing (200). 409 `rollout-state` in `aborting` and in the terminal
+	// Pausing a paused rollout changes nothing (200). 409 `rollout-state-conflict` in `aborting` and in the terminal
 	// states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
@@ -3872,8 +3903,8 @@ type ClientInterface interface {
 	// Role: operator. `paused` -> `running` (cause `operator-resumed`), whatever paused it: an operator, or
 	// a threshold with `onThreshold: pause`. Resuming after a threshold accepts the failures so far: that
 	// wave's remaining members go on and its thresholds do not stop it again; later waves have their own. A rollout
-	// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state`, naming
-	// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state`
+	// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state-conflict`, naming
+	// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state-conflict`
 	// in `aborting` and in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
@@ -4878,11 +4909,18 @@ func (c *Client) ListRollouts(ctx context.Context, params *ListRolloutsParams, r
 // `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
 //
 //   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
-//   - Waves that cover fewer members than are eligible, or a wave that would be empty: 422
-//     `invalid-waves` naming the wave; nothing is created.
-//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-//     version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
-//     does not take: 422 `invalid-request` naming the member.
+//   - Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
+//     would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
+//   - An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+//     unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+//     problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+//     `/window/timeZone`, `/target/labels`...).
+//   - An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+//     application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+//     (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+//     version does not define (`/upgrade/parameters/<name>`).
+//   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
+//     the member.
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -4915,11 +4953,18 @@ func (c *Client) CreateRolloutWithBody(ctx context.Context, params *CreateRollou
 // `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
 //
 //   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
-//   - Waves that cover fewer members than are eligible, or a wave that would be empty: 422
-//     `invalid-waves` naming the wave; nothing is created.
-//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-//     version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
-//     does not take: 422 `invalid-request` naming the member.
+//   - Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
+//     would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
+//   - An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+//     unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+//     problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+//     `/window/timeZone`, `/target/labels`...).
+//   - An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+//     application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+//     (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+//     version does not define (`/upgrade/parameters/<name>`).
+//   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
+//     the member.
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -4993,7 +5038,9 @@ func (c *Client) PlanRollout(ctx context.Context, body PlanRolloutJSONRequestBod
 //
 // Role: viewer. The rollout's state and why, every transition, the counts by classification and by
 // member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
-// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+// when it waits, why and until when. The `ETag` changes with `generation`: with every state move, wave
+// move, action and exclusion, not with the members' progress (the counts), so that an action sent with
+// `If-Match` is not refused because a member's operation ended meanwhile.
 //
 // Corresponds with GET /mgmt/v1/rollouts/{rolloutId} (the `GetRollout` operationId).
 func (c *Client) GetRollout(ctx context.Context, rolloutId RolloutIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5022,7 +5069,7 @@ func (c *Client) GetRollout(ctx context.Context, rolloutId RolloutIdPath, reqEdi
 // once every revert operation ended (at once without `revert`). While `aborting`, an abort with
 // `revert: true` adds the revert to an abort that had none (an abort by a threshold with
 // `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
-// state, is 409 `rollout-state`.
+// state, is 409 `rollout-state-conflict`.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -5056,7 +5103,7 @@ func (c *Client) AbortRolloutWithBody(ctx context.Context, rolloutId RolloutIdPa
 // once every revert operation ended (at once without `revert`). While `aborting`, an abort with
 // `revert: true` adds the revert to an abort that had none (an abort by a threshold with
 // `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
-// state, is 409 `rollout-state`.
+// state, is 409 `rollout-state-conflict`.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -5081,7 +5128,7 @@ func (c *Client) AbortRollout(ctx context.Context, rolloutId RolloutIdPath, para
 // Role: operator. The rollout is `paused` with cause `approval-required`: `paused` -> `running` (cause
 // `approved`), and the waiting manual wave starts publishing (inside the window, if there is one). Each
 // approval starts one wave; send `If-Match` so that a double click does not approve the wave after it.
-// 409 `rollout-state` when no wave waits for approval.
+// 409 `rollout-state-conflict` when no wave waits for approval.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -5103,7 +5150,7 @@ func (c *Client) ApproveRollout(ctx context.Context, rolloutId RolloutIdPath, pa
 //
 // Role: operator. `running` or `paused` -> `cancelled` (cause `operator-cancelled`) at once: no wave and
 // no member operation starts any more; operations in flight finish on their own and their members show
-// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state` in
+// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state-conflict` in
 // `aborting` and in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
@@ -5129,7 +5176,7 @@ func (c *Client) CancelRollout(ctx context.Context, rolloutId RolloutIdPath, par
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -5156,7 +5203,7 @@ func (c *Client) ExcludeRolloutMemberWithBody(ctx context.Context, rolloutId Rol
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -5199,7 +5246,7 @@ func (c *Client) ListRolloutMembers(ctx context.Context, rolloutId RolloutIdPath
 //
 // Role: operator. `running` -> `paused` (cause `operator-paused`): no new member operation starts and no
 // wave starts; operations in flight go on and their results still count against the wave's thresholds.
-// Pausing a paused rollout changes nothing (200). 409 `rollout-state` in `aborting` and in the terminal
+// Pausing a paused rollout changes nothing (200). 409 `rollout-state-conflict` in `aborting` and in the terminal
 // states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
@@ -5223,8 +5270,8 @@ func (c *Client) PauseRollout(ctx context.Context, rolloutId RolloutIdPath, para
 // Role: operator. `paused` -> `running` (cause `operator-resumed`), whatever paused it: an operator, or
 // a threshold with `onThreshold: pause`. Resuming after a threshold accepts the failures so far: that
 // wave's remaining members go on and its thresholds do not stop it again; later waves have their own. A rollout
-// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state`, naming
-// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state`
+// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state-conflict`, naming
+// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state-conflict`
 // in `aborting` and in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
@@ -9070,11 +9117,18 @@ type ClientWithResponsesInterface interface {
 	// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
 	//
 	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
-	// * Waves that cover fewer members than are eligible, or a wave that would be empty: 422
-	//   `invalid-waves` naming the wave; nothing is created.
-	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-	//   version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
-	//   does not take: 422 `invalid-request` naming the member.
+	// * Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
+	//   would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
+	// * An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+	//   unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+	//   problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+	//   `/window/timeZone`, `/target/labels`...).
+	// * An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+	//   application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+	//   (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+	//   version does not define (`/upgrade/parameters/<name>`).
+	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
+	//   the member.
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -9097,11 +9151,18 @@ type ClientWithResponsesInterface interface {
 	// `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
 	//
 	// * Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
-	// * Waves that cover fewer members than are eligible, or a wave that would be empty: 422
-	//   `invalid-waves` naming the wave; nothing is created.
-	// * An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-	//   version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
-	//   does not take: 422 `invalid-request` naming the member.
+	// * Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
+	//   would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
+	// * An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+	//   unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+	//   problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+	//   `/window/timeZone`, `/target/labels`...).
+	// * An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+	//   application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+	//   (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+	//   version does not define (`/upgrade/parameters/<name>`).
+	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
+	//   the member.
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -9145,7 +9206,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Role: viewer. The rollout's state and why, every transition, the counts by classification and by
 	// member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
-	// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+	// when it waits, why and until when. The `ETag` changes with `generation`: with every state move, wave
+	// move, action and exclusion, not with the members' progress (the counts), so that an action sent with
+	// `If-Match` is not refused because a member's operation ended meanwhile.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9166,7 +9229,7 @@ type ClientWithResponsesInterface interface {
 	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
 	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
 	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
-	// state, is 409 `rollout-state`.
+	// state, is 409 `rollout-state-conflict`.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -9190,7 +9253,7 @@ type ClientWithResponsesInterface interface {
 	// once every revert operation ended (at once without `revert`). While `aborting`, an abort with
 	// `revert: true` adds the revert to an abort that had none (an abort by a threshold with
 	// `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
-	// state, is 409 `rollout-state`.
+	// state, is 409 `rollout-state-conflict`.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -9205,7 +9268,7 @@ type ClientWithResponsesInterface interface {
 	// Role: operator. The rollout is `paused` with cause `approval-required`: `paused` -> `running` (cause
 	// `approved`), and the waiting manual wave starts publishing (inside the window, if there is one). Each
 	// approval starts one wave; send `If-Match` so that a double click does not approve the wave after it.
-	// 409 `rollout-state` when no wave waits for approval.
+	// 409 `rollout-state-conflict` when no wave waits for approval.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -9219,7 +9282,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Role: operator. `running` or `paused` -> `cancelled` (cause `operator-cancelled`) at once: no wave and
 	// no member operation starts any more; operations in flight finish on their own and their members show
-	// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state` in
+	// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state-conflict` in
 	// `aborting` and in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
@@ -9237,7 +9300,7 @@ type ClientWithResponsesInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -9254,7 +9317,7 @@ type ClientWithResponsesInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -9279,7 +9342,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Role: operator. `running` -> `paused` (cause `operator-paused`): no new member operation starts and no
 	// wave starts; operations in flight go on and their results still count against the wave's thresholds.
-	// Pausing a paused rollout changes nothing (200). 409 `rollout-state` in `aborting` and in the terminal
+	// Pausing a paused rollout changes nothing (200). 409 `rollout-state-conflict` in `aborting` and in the terminal
 	// states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
@@ -9295,8 +9358,8 @@ type ClientWithResponsesInterface interface {
 	// Role: operator. `paused` -> `running` (cause `operator-resumed`), whatever paused it: an operator, or
 	// a threshold with `onThreshold: pause`. Resuming after a threshold accepts the failures so far: that
 	// wave's remaining members go on and its thresholds do not stop it again; later waves have their own. A rollout
-	// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state`, naming
-	// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state`
+	// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state-conflict`, naming
+	// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state-conflict`
 	// in `aborting` and in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
@@ -15943,11 +16006,18 @@ func (c *ClientWithResponses) ListRolloutsWithResponse(ctx context.Context, para
 // `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
 //
 //   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
-//   - Waves that cover fewer members than are eligible, or a wave that would be empty: 422
-//     `invalid-waves` naming the wave; nothing is created.
-//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-//     version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
-//     does not take: 422 `invalid-request` naming the member.
+//   - Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
+//     would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
+//   - An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+//     unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+//     problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+//     `/window/timeZone`, `/target/labels`...).
+//   - An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+//     application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+//     (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+//     version does not define (`/upgrade/parameters/<name>`).
+//   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
+//     the member.
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -15976,11 +16046,18 @@ func (c *ClientWithResponses) CreateRolloutWithBodyWithResponse(ctx context.Cont
 // `started`); the scheduler publishes its waves, at most `maxInFlight` operations at a time.
 //
 //   - Nothing eligible: 422 `no-eligible-members` with the counts by reason; nothing is created.
-//   - Waves that cover fewer members than are eligible, or a wave that would be empty: 422
-//     `invalid-waves` naming the wave; nothing is created.
-//   - An unknown application or target version: 404 `not-found`, naming the member; a yanked target
-//     version: 422 `version-yanked`; an unknown label selector syntax, time zone or an option the action
-//     does not take: 422 `invalid-request` naming the member.
+//   - Waves that cover fewer members than are eligible: 422 `waves-do-not-cover` (at `/waves`); a wave that
+//     would be empty: 422 `wave-empty` naming the wave (`/waves/<i>`); nothing is created.
+//   - An option out of its range (a wave size, a duration, `maxInFlight`, the window, a time zone...), an
+//     unknown label selector syntax, or `versions`/`states` for `install`: 422 `invalid-rollout`, each
+//     problem named by its JSON pointer in the request (`/upgrade/targetVersion`, `/waves/0/size/count`,
+//     `/window/timeZone`, `/target/labels`...).
+//   - An unknown application: 404 `not-found` (at `/applicationId`). A target version that is not in the
+//     application's catalog or is yanked: 422 `invalid-rollout` at the version's member
+//     (`/upgrade/targetVersion`, `/install/version`, `/rollback/toVersion`), like a parameter the target
+//     version does not define (`/upgrade/parameters/<name>`).
+//   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
+//     the member.
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -16042,7 +16119,9 @@ func (c *ClientWithResponses) PlanRolloutWithResponse(ctx context.Context, body 
 //
 // Role: viewer. The rollout's state and why, every transition, the counts by classification and by
 // member status, each wave with its resolved size, thresholds, counts and state, the current wave and,
-// when it waits, why and until when. The `ETag` changes with `generation`, on every change.
+// when it waits, why and until when. The `ETag` changes with `generation`: with every state move, wave
+// move, action and exclusion, not with the members' progress (the counts), so that an action sent with
+// `If-Match` is not refused because a member's operation ended meanwhile.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16069,7 +16148,7 @@ func (c *ClientWithResponses) GetRolloutWithResponse(ctx context.Context, rollou
 // once every revert operation ended (at once without `revert`). While `aborting`, an abort with
 // `revert: true` adds the revert to an abort that had none (an abort by a threshold with
 // `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
-// state, is 409 `rollout-state`.
+// state, is 409 `rollout-state-conflict`.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -16099,7 +16178,7 @@ func (c *ClientWithResponses) AbortRolloutWithBodyWithResponse(ctx context.Conte
 // once every revert operation ended (at once without `revert`). While `aborting`, an abort with
 // `revert: true` adds the revert to an abort that had none (an abort by a threshold with
 // `onThreshold: abort` never reverts by itself); any other abort there, and any abort in a terminal
-// state, is 409 `rollout-state`.
+// state, is 409 `rollout-state-conflict`.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -16120,7 +16199,7 @@ func (c *ClientWithResponses) AbortRolloutWithResponse(ctx context.Context, roll
 // Role: operator. The rollout is `paused` with cause `approval-required`: `paused` -> `running` (cause
 // `approved`), and the waiting manual wave starts publishing (inside the window, if there is one). Each
 // approval starts one wave; send `If-Match` so that a double click does not approve the wave after it.
-// 409 `rollout-state` when no wave waits for approval.
+// 409 `rollout-state-conflict` when no wave waits for approval.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -16140,7 +16219,7 @@ func (c *ClientWithResponses) ApproveRolloutWithResponse(ctx context.Context, ro
 //
 // Role: operator. `running` or `paused` -> `cancelled` (cause `operator-cancelled`) at once: no wave and
 // no member operation starts any more; operations in flight finish on their own and their members show
-// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state` in
+// their outcome; members not started show `cancelled`. Nothing is undone. 409 `rollout-state-conflict` in
 // `aborting` and in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
@@ -16164,7 +16243,7 @@ func (c *ClientWithResponses) CancelRolloutWithResponse(ctx context.Context, rol
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -16187,7 +16266,7 @@ func (c *ClientWithResponses) ExcludeRolloutMemberWithBodyWithResponse(ctx conte
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state` in the terminal states.
+// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -16224,7 +16303,7 @@ func (c *ClientWithResponses) ListRolloutMembersWithResponse(ctx context.Context
 //
 // Role: operator. `running` -> `paused` (cause `operator-paused`): no new member operation starts and no
 // wave starts; operations in flight go on and their results still count against the wave's thresholds.
-// Pausing a paused rollout changes nothing (200). 409 `rollout-state` in `aborting` and in the terminal
+// Pausing a paused rollout changes nothing (200). 409 `rollout-state-conflict` in `aborting` and in the terminal
 // states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
@@ -16246,8 +16325,8 @@ func (c *ClientWithResponses) PauseRolloutWithResponse(ctx context.Context, roll
 // Role: operator. `paused` -> `running` (cause `operator-resumed`), whatever paused it: an operator, or
 // a threshold with `onThreshold: pause`. Resuming after a threshold accepts the failures so far: that
 // wave's remaining members go on and its thresholds do not stop it again; later waves have their own. A rollout
-// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state`, naming
-// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state`
+// paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state-conflict`, naming
+// the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state-conflict`
 // in `aborting` and in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the

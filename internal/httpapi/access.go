@@ -46,6 +46,10 @@ type operation struct {
 	role access.Role
 	// idempotent: the operation declares the Idempotency-Key header.
 	idempotent bool
+	// read: a POST that changes nothing (x-wfm-read: true, such as the
+	// rollout plan), authorized and audited like a GET: no audit row
+	// unless it is refused.
+	read bool
 	// created and changed are the statuses the operation answers to a
 	// change that creates its resource and to any other change, as its
 	// audit row written in the change's transaction says (see
@@ -95,7 +99,8 @@ func operationsOf(spec *openapi3.T) (map[string]operation, error) {
 			if !access.Role(role).Valid() {
 				return nil, fmt.Errorf("httpapi: %s %s declares no valid x-wfm-role", method, path)
 			}
-			o := operation{id: op.OperationID, role: access.Role(role)}
+			read, _ := op.Extensions["x-wfm-read"].(bool)
+			o := operation{id: op.OperationID, role: access.Role(role), read: read}
 			if o.created, o.changed = changeStatuses(op); o.changed == 0 && mutating(method) {
 				return nil, fmt.Errorf("httpapi: %s %s declares no success status", method, path)
 			}
@@ -308,7 +313,7 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			s.refuse(w, r, p, addr, op.id, problemFromError(s.log, r, err), true)
 			return
 		}
-		if !mutating(r.Method) {
+		if !mutating(r.Method) || op.read {
 			next.ServeHTTP(w, r)
 			return
 		}

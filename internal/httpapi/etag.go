@@ -63,6 +63,18 @@ func idPrefix(id string) string {
 // precondition (after not-found, validation and plan refusals; never in a
 // dry run).
 func ifMatch(header *string, id string) fleet.Precondition {
+	return preconditionOf(header, id, deploymentETag)
+}
+
+// rolloutETag is the strong validator of a rollout's representation,
+// "r-<12 hex digits of its ID>-<generation>": it changes with every state
+// change, action and member progress.
+func rolloutETag(id string, generation int64) string {
+	return `"r-` + idPrefix(id) + "-" + strconv.FormatInt(generation, 10) + `"`
+}
+
+// preconditionOf is ifMatch for a resource whose tags etag spells.
+func preconditionOf(header *string, id string, etag func(id string, generation int64) string) fleet.Precondition {
 	if header == nil || *header == "" || strings.TrimSpace(*header) == "*" {
 		return fleet.Precondition{}
 	}
@@ -74,7 +86,7 @@ func ifMatch(header *string, id string) fleet.Precondition {
 			continue
 		}
 		g, err := strconv.ParseInt(strings.TrimSuffix(t[i+1:], `"`), 10, 64)
-		if err == nil && etagMatches(t, deploymentETag(id, g), strong) {
+		if err == nil && etagMatches(t, etag(id, g), strong) {
 			gs = append(gs, g)
 		}
 	}

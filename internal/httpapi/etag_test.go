@@ -69,3 +69,24 @@ func TestIfMatch(t *testing.T) {
 		assert.Equal(t, tc.want, ifMatch(tc.header, tc.id), "ifMatch(%v) for %s", tc.name, tc.id)
 	}
 }
+
+func TestRolloutIfMatch(t *testing.T) {
+	const id = "0b6e4a1c-93d2-4f7e-8a55-3c1d2e4f5a6b"
+	assert.Equal(t, `"r-0b6e4a1c93d2-3"`, rolloutETag(id, 3))
+	str := func(s string) *string { return &s }
+	for _, tc := range []struct {
+		name   string
+		header *string
+		want   fleet.Precondition
+	}{
+		{"no header", nil, fleet.Precondition{}},
+		{"the tag", str(`"r-0b6e4a1c93d2-3"`), fleet.ExpectGeneration(3)},
+		{"a list", str(`"r-0b6e4a1c93d2-3", "r-0b6e4a1c93d2-4"`), fleet.ExpectGeneration(3, 4)},
+		// A deployment's tag with the same ID prefix names no rollout.
+		{"a deployment's tag", str(`"d-0b6e4a1c93d2-3"`), fleet.ExpectGeneration()},
+		{"a weak tag", str(`W/"r-0b6e4a1c93d2-3"`), fleet.ExpectGeneration()},
+	} {
+		assert.Equal(t, tc.want, rolloutIfMatch(tc.header, id), "rolloutIfMatch(%v)", tc.name)
+	}
+	assert.Equal(t, fleet.ExpectGeneration(), ifMatch(str(`"r-0b6e4a1c93d2-3"`), id), "a rollout's tag names no deployment")
+}

@@ -144,6 +144,13 @@ func problemFromError(logger *slog.Logger, r *http.Request, err error) problem {
 // entry fall back to the HTTP status text.
 var titles = map[string]string{
 	"idempotency-key-in-use":      "Idempotency key in use",
+	"invalid-rollout":             "Invalid rollout",
+	"waves-do-not-cover":          "Waves do not cover the eligible members",
+	"wave-empty":                  "Empty wave",
+	"no-eligible-members":         "No eligible member",
+	"rollout-state-conflict":      "Conflicting rollout state",
+	"rollout-member":              "Member of an active rollout",
+	"not-a-member":                "Not a member of the rollout",
 	"already-at-version":          "Already at that version",
 	"downgrade-requires-rollback": "A downgrade is a rollback",
 	"upgrade-path-required":       "Upgrade path required",

@@ -97,7 +97,7 @@ func collectRequestErrors(err error, out *[]fieldProblem, status *int) {
 	if !errors.As(err, &re) {
 		var se *openapi3.SchemaError
 		if errors.As(err, &se) {
-			*out = append(*out, fieldProblem{Field: pointerOf(se.JSONPointer()), Message: se.Reason})
+			*out = append(*out, fieldProblem{Field: schemaPointer(se), Message: se.Reason})
 		}
 		return
 	}
@@ -163,7 +163,7 @@ func collectSchemaErrors(err error, out *[]fieldProblem) {
 	}
 	var se *openapi3.SchemaError
 	if errors.As(err, &se) {
-		*out = append(*out, fieldProblem{Field: pointerOf(se.JSONPointer()), Message: se.Reason})
+		*out = append(*out, fieldProblem{Field: schemaPointer(se), Message: se.Reason})
 		return
 	}
 	*out = append(*out, fieldProblem{Field: "", Message: err.Error()})
@@ -186,6 +186,22 @@ func schemaReasons(err error) []string {
 }
 
 // pointerOf builds an RFC 6901 JSON pointer from path segments.
+// schemaPointer locates a schema error in the body. kin-openapi locates an
+// undeclared member (additionalProperties: false) at the object holding it;
+// it is named itself, so that {"colour": …} is refused at /colour, not at
+// the whole body. kin-openapi says which member only in the reason text.
+func schemaPointer(se *openapi3.SchemaError) string {
+	p := pointerOf(se.JSONPointer())
+	if se.SchemaField != "properties" {
+		return p
+	}
+	quoted, ok := strings.CutSuffix(strings.TrimPrefix(se.Reason, "property "), " is unsupported")
+	if name, err := strconv.Unquote(quoted); ok && err == nil {
+		return p + pointerOf([]string{name})
+	}
+	return p
+}
+
 func pointerOf(segs []string) string {
 	if len(segs) == 0 {
 		return ""
