@@ -123,6 +123,11 @@ func (s *Service) AbortRollout(ctx context.Context, id string, req AbortRequest,
 		return Rollout{}, &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "break-glass-forbidden",
 			Message: "force is a break-glass override: only the admin role may use it."}
 	}
+	if req.Force && !req.Revert {
+		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request",
+			Message: "The abort request is not valid: /force: applies to a revert; send it with \"revert\": true.",
+			Fields:  []lifecycle.FieldError{{Pointer: "/force", Detail: "applies to a revert; send it with \"revert\": true"}}}
+	}
 	if req.Force && req.Reason == "" {
 		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: lifecycle.ProblemForceReasonRequired,
 			Message: "force needs a reason, which is audited.", Fields: []lifecycle.FieldError{{Pointer: "/reason", Detail: "required with force"}}}
@@ -142,7 +147,8 @@ func (s *Service) AbortRollout(ctx context.Context, id string, req AbortRequest,
 
 // ExcludeRolloutMember excludes one member of an active rollout (status
 // excluded, reason operator); its in-flight operation is left alone.
-// Returns ENOTFOUND when the rollout or the member does not exist;
+// Returns ENOTFOUND when the rollout does not exist; EINVALID
+// (ProblemNotAMember, naming the field) when the member does not;
 // ECONFLICT when the member already ended (reverted, removed, excluded...)
 // or the rollout ended. Errors as PauseRollout.
 func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberRef, actor Actor, expect Precondition) (Rollout, error) {
@@ -159,7 +165,12 @@ func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberR
 		if _, err := s.store.Rollout(ctx, id); err != nil {
 			return Rollout{}, err
 		}
-		return Rollout{}, &lifecycle.Error{Code: lifecycle.ENOTFOUND, Type: "not-found", Message: "The rollout has no such member."}
+		pointer := "/deploymentId"
+		if m.DeploymentID == "" {
+			pointer = "/deviceId"
+		}
+		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: ProblemNotAMember, Message: "Rollout " + id + " has no such member.",
+			Fields: []lifecycle.FieldError{{Pointer: pointer, Detail: "not a member of this rollout"}}}
 	}
 	mem := ms[0]
 	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
@@ -180,6 +191,10 @@ func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberR
 			Result: "Excluded by " + actor.ID + ".", Deactivate: true}}}, err
 	})
 }
+
+// ProblemNotAMember is the problem type of an exclude that names no member
+// of the rollout.
+const ProblemNotAMember = "not-a-member"
 
 // checkNotMember refuses a single-deployment operation on a member of an
 // active rollout (ECONFLICT rollout-member, naming the rollout).

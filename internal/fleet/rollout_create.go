@@ -35,6 +35,10 @@ func invalidTarget(pointer, detail string) error {
 // versionFacts reads every catalog version of appID with its description.
 func (s *Service) versionFacts(ctx context.Context, appID string) ([]lifecycle.VersionFacts, map[lifecycle.Version]*margo.ApplicationDescription, error) {
 	versions, err := s.catalog.All(ctx, appID)
+	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+		return nil, nil, &lifecycle.Error{Code: lifecycle.ENOTFOUND, Type: "not-found", Message: "There is no application " + appID + ".",
+			Fields: []lifecycle.FieldError{{Pointer: "/applicationId", Detail: "no such application"}}}
+	}
 	if err != nil {
 		return nil, nil, err
 	}

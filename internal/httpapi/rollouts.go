@@ -530,13 +530,6 @@ func (s *Server) AbortRollout(ctx context.Context, req api.AbortRolloutRequestOb
 		b = *req.Body
 	}
 	in := fleet.AbortRequest{Revert: deref(b.Revert), Force: deref(b.Force), Reason: deref(b.Reason)}
-	if in.Force && !in.Revert {
-		// The body's shape, as the contract states it: force overrides the
-		// policy of reverts, so it means nothing without one.
-		return nil, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request",
-			Message: "The abort request is not valid: /force: applies to a revert; send it with \"revert\": true.",
-			Fields:  []lifecycle.FieldError{{Pointer: "/force", Detail: "applies to a revert; send it with \"revert\": true"}}}
-	}
 	if in.Force {
 		// Set before the abort's transaction commits: its audit row is
 		// written in it.
