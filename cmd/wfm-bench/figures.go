@@ -78,6 +78,7 @@ func allGroups() []group {
 		{"poll", pollFigures},
 		{"status", statusFigures},
 		{"fleet", fleetFigures},
+		{"rollout", rolloutFigures},
 	}
 }
 

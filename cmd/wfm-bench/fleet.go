@@ -13,11 +13,13 @@ import (
 //     clients × 1 device and then for 1 gateway client × -gateway-devices
 //     devices (issue 11: >= 1,000/s each, the gateway shape >= half the
 //     other);
+//   - the rollout plan over all of its deployments and the start of an
+//     upgrade rollout until its first wave of 1% is published
+//     (fleetRolloutFigures);
 //   - the server's memory in the scenario of design section 11: the same
 //     server filled up to -fleet-clients clients × 1 device next to the
 //     gateway, one deployment per device, every client having polled its
-//     manifest once; the fleet dry run and the first rollout wave of that
-//     scenario are not included (rollouts do not exist yet).
+//     manifest once, after that dry run and first wave.
 func fleetFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	cfg := b.cfg
 	s, err := b.startServer(ctx, "fleet", "error")
@@ -117,12 +119,19 @@ func fleetFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	if err != nil {
 		return figs, err
 	}
+	// The fleet dry run and the first rollout wave of 1% (the rest of the
+	// scenario), measured on the way.
+	rfigs, err := fleetRolloutFigures(ctx, b, a, cr1.done+rest.done+crG.done)
+	figs = append(figs, rfigs...)
+	if err != nil {
+		return figs, err
+	}
 	rss, hwm, err := s.memory()
 	if err != nil {
 		return figs, err
 	}
 	singles := cr1.done + rest.done
-	scenario := fmt.Sprintf("%d clients × 1 + 1 client × %d deployments, %d clients polled once; design §11 scenario without its fleet dry run and first rollout wave (rollouts do not exist yet)",
+	scenario := fmt.Sprintf("%d clients × 1 + 1 client × %d deployments, %d clients polled once, after a fleet dry run (rollout plan) over all of them and a first rollout wave of 1%% (design §11 scenario)",
 		singles, crG.done, polled.done)
 	var incomplete string
 	if singles < cfg.fleet || crG.done < cfg.gateway || polled.done < len(pollers) {

@@ -34,7 +34,7 @@ func TestSmoke(t *testing.T) {
 	require.NoError(t, os.WriteFile(doc, []byte("# Benchmarks\n\nIntro.\n"), 0o644))
 
 	var stdout, stderr bytes.Buffer
-	err = run(ctx, []string{"-src", "../..", "-wfm", bin, "-only", "poll,status,fleet", "-duration", "1s",
+	err = run(ctx, []string{"-src", "../..", "-wfm", bin, "-only", "poll,status,fleet,rollout", "-duration", "1s", "-rollout-members", "8",
 		"-status-devices", "4", "-clients", "6", "-gateway-devices", "5", "-fleet-clients", "9", "-workers", "4",
 		"-doc", doc, "-section", "Smoke"}, func(string) string { return "" }, &stdout, &stderr)
 	require.NoError(t, err, "stderr:\n%s", stderr.String())
@@ -49,8 +49,12 @@ func TestSmoke(t *testing.T) {
 			assert.Contains(t, line, "9 clients × 1 + 1 client × 5 deployments, 10 clients polled once")
 			assert.NotContains(t, line, "INCOMPLETE")
 		}
+		if strings.HasPrefix(m[1], "rollout-") {
+			assert.NotContains(t, line, "NOT COMPLETE")
+		}
 	}
-	for _, want := range []string{"poll-304", "status-ingest", "create-6x1", "create-1x5", "rss-fleet", "rss-fleet-peak"} {
+	for _, want := range []string{"poll-304", "status-ingest", "create-6x1", "create-1x5", "rollout-plan", "rollout-start", "rss-fleet", "rss-fleet-peak",
+		"rollout-drive-8"} {
 		assert.True(t, names[want], "no %s line in:\n%s", want, stdout.String())
 	}
 	written, err := os.ReadFile(doc)
