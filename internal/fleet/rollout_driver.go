@@ -28,8 +28,15 @@ const rolloutLease = 2 * visitTimeout
 const maxRolloutsPerPass = 100
 
 // publishConcurrency bounds the member operations one visit creates at
-// once (each is a transaction of its own).
-const publishConcurrency = 4
+// once (each is a transaction of its own; the pool has 10 connections by
+// default, shared with the HTTP handlers).
+const publishConcurrency = 8
+
+// maxPublishPerVisit bounds the members one visit publishes: then the
+// visit ends, and the scheduler's next pass (woken at once) visits the
+// operations just created before the rollout publishes more, so a large
+// wave gets going while it is still being published.
+const maxPublishPerVisit = 200
 
 // maxStepsPerVisit bounds the decisions one visit applies (publish, next
 // wave, publish...); the next pass goes on.
@@ -167,7 +174,7 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 	}
 	switch {
 	case dec.Publish > 0:
-		ms, err := s.store.ReserveRolloutMembers(ctx, r.ID, r.Generation, in.Wave, dec.Publish, now)
+		ms, err := s.store.ReserveRolloutMembers(ctx, r.ID, r.Generation, in.Wave, min(dec.Publish, maxPublishPerVisit), now)
 		if err != nil {
 			return false, err
 		}
@@ -177,8 +184,13 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 		if err := s.publishMembers(ctx, r, settings, ms); err != nil {
 			return false, err
 		}
-		_, _, err = s.store.SyncRolloutMembers(ctx, r.ID, now)
-		return false, err
+		if _, _, err = s.store.SyncRolloutMembers(ctx, r.ID, now); err != nil {
+			return false, err
+		}
+		// Due again at the next pass, which publishes the steps of these
+		// operations first (publishMembers woke the scheduler).
+		s.release(ctx, r.ID)
+		return true, nil
 	case dec.NextWave:
 		_, err := s.store.UpdateRollout(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
 			if cur.Generation != r.Generation {
