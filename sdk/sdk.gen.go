@@ -1196,7 +1196,8 @@ type CreateRolloutRequest struct {
 	Rollback *RolloutRollbackOptions `json:"rollback,omitempty"`
 
 	// Target Which devices (install) or deployments of the application (upgrade, reconfigure, rollback) the
-	// rollout takes: every criterion given must hold; none given - all of them. `versions` and `states`
+	// rollout takes: every criterion given must hold; none given - all of them. A list given is never empty
+	// (422): an empty list would otherwise read as "no criterion" and select the whole fleet. `versions` and `states`
 	// select existing deployments and are refused (422) for `install`. Resolved once, at start.
 	Target RolloutTarget `json:"target"`
 
@@ -1963,7 +1964,8 @@ type Rollout struct {
 	StateChangedAt time.Time    `json:"stateChangedAt"`
 
 	// Target Which devices (install) or deployments of the application (upgrade, reconfigure, rollback) the
-	// rollout takes: every criterion given must hold; none given - all of them. `versions` and `states`
+	// rollout takes: every criterion given must hold; none given - all of them. A list given is never empty
+	// (422): an empty list would otherwise read as "no criterion" and select the whole fleet. `versions` and `states`
 	// select existing deployments and are refused (422) for `install`. Resolved once, at start.
 	Target    RolloutTarget `json:"target"`
 	UpdatedAt time.Time     `json:"updatedAt"`
@@ -2161,7 +2163,8 @@ type RolloutRollbackOptions struct {
 type RolloutState string
 
 // RolloutTarget Which devices (install) or deployments of the application (upgrade, reconfigure, rollback) the
-// rollout takes: every criterion given must hold; none given - all of them. `versions` and `states`
+// rollout takes: every criterion given must hold; none given - all of them. A list given is never empty
+// (422): an empty list would otherwise read as "no criterion" and select the whole fleet. `versions` and `states`
 // select existing deployments and are refused (422) for `install`. Resolved once, at start.
 type RolloutTarget struct {
 	Clients *[]ClientId  `json:"clients,omitempty"`
@@ -2188,7 +2191,7 @@ type RolloutTarget struct {
 
 // RolloutTransition defines model for RolloutTransition.
 type RolloutTransition struct {
-	// Actor The token id of the operator, or `scheduler` for the rollout's own transitions.
+	// Actor The token id of the operator, or `wfm` for the rollout's own transitions (the scheduler's actor name, as in deployment history).
 	Actor string    `json:"actor"`
 	At    time.Time `json:"at"`
 

@@ -172,10 +172,83 @@ func checkBody(contentType string, body []byte, whole bool) (problem, bool) {
 	if whole && !json.Valid(body) {
 		return malformedJSON(body), false
 	}
+	if whole {
+		if ptr, ok := duplicateKey(body); ok {
+			return problem{Type: ProblemBase + "malformed", Title: titles["malformed"], Status: http.StatusBadRequest,
+				Detail: "The request body names a member twice: " + ptr + ". Send each member once (parsers disagree on which one counts).",
+				Errors: []fieldProblem{{Field: ptr, Message: "appears more than once in its object"}}}, false
+		}
+	}
 	if off, reason := badEscape(body); off >= 0 {
 		return invalidTextProblem(textProblem{pointerAt(body, off), reason}), false
 	}
 	return problem{}, true
+}
+
+// duplicateKey finds, in the valid JSON text b, the first member name that
+// appears twice in one object, and returns its JSON pointer. encoding/json
+// keeps the last one and other parsers the first: a body with a duplicate
+// is ambiguous, so the management API refuses it.
+func duplicateKey(b []byte) (string, bool) {
+	type frame struct {
+		object, wantKey bool
+		key             string
+		index           int
+		seen            map[string]bool
+	}
+	var stack []frame
+	path := func(key string) string {
+		segs := make([]string, 0, len(stack))
+		for _, f := range stack[:len(stack)-1] {
+			if f.object {
+				segs = append(segs, f.key)
+			} else {
+				segs = append(segs, strconv.Itoa(f.index))
+			}
+		}
+		return pointerOf(append(segs, key))
+	}
+	complete := func() {
+		if n := len(stack); n > 0 {
+			if stack[n-1].object {
+				stack[n-1].wantKey = true
+			} else {
+				stack[n-1].index++
+			}
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		d, isDelim := tok.(json.Delim)
+		switch {
+		case isDelim && (d == '}' || d == ']'):
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return "", false
+			}
+			complete()
+		case len(stack) > 0 && stack[len(stack)-1].wantKey:
+			f := &stack[len(stack)-1]
+			key := tok.(string)
+			if f.seen[key] {
+				return path(key), true
+			}
+			f.seen[key], f.key, f.wantKey = true, key, false
+		case isDelim:
+			f := frame{object: d == '{', wantKey: d == '{'}
+			if f.object {
+				f.seen = map[string]bool{}
+			}
+			stack = append(stack, f)
+		default:
+			complete()
+		}
+	}
 }
 
 func invalidUTF8At(b []byte) int {

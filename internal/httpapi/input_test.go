@@ -236,6 +236,34 @@ func TestTrailingBytesAreRefused(t *testing.T) {
 	}
 }
 
+// TestDuplicateMembersAreRefused: a management JSON body that names a
+// member twice in one object is ambiguous (parsers disagree on which one
+// counts): 400 malformed naming it, nothing created.
+func TestDuplicateMembersAreRefused(t *testing.T) {
+	e, _ := inputEnv(t)
+	for _, c := range []struct{ name, path, body, field string }{
+		{"token", "/mgmt/v1/tokens", `{"name":"dup","role":"viewer","role":"admin"}`, "/role"},
+		{"deployment", "/mgmt/v1/deployments", `{"applicationId":"svc","version":"1.0.0","clientId":"plant","deviceId":"edge","deviceId":"other"}`, "/deviceId"},
+		{"nested", "/mgmt/v1/rollouts", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0","targetVersion":"1.0.0"},"target":{}}`, "/upgrade/targetVersion"},
+		{"in a list", "/mgmt/v1/rollouts", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{},"waves":[{"size":{"percent":100}},{"size":{"count":1,"count":2}}]}`, "/waves/1/size/count"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := snapshot(t, e.pool)
+			res := rawCall(t, "POST", e.url+c.path, "application/json", c.body)
+			p := readProblem(t, res, http.StatusBadRequest)
+			assert.Equal(t, httpapi.ProblemBase+"malformed", p.Type, "%+v", p)
+			require.NotEmpty(t, p.Errors, "%+v", p)
+			assert.Equal(t, c.field, p.Errors[0].Field)
+			assert.Equal(t, before, snapshot(t, e.pool), "nothing created")
+		})
+	}
+	// The same name in two objects is no duplicate.
+	res := rawCall(t, "POST", e.url+"/mgmt/v1/rollouts/plan", "application/json",
+		`{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{},"waves":[{"size":{"count":1}},{"size":{"percent":100}}]}`)
+	defer res.Body.Close()
+	assert.NotEqual(t, http.StatusBadRequest, res.StatusCode)
+}
+
 // TestUnstorableDeviceInputIsRefused: the device API gets the same check
 // (its bodies are kept whole by wholeBody; their parsers refuse trailing
 // bytes themselves).

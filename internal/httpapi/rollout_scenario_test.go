@@ -706,6 +706,8 @@ func TestRolloutBadRequests(t *testing.T) {
 		{"unparsable target version", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"two"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/upgrade/targetVersion", ""},
 		{"waves do not add up", up(`,"waves":[{"size":{"count":1}},{"size":{"percent":10}}]`), http.StatusUnprocessableEntity, "waves-do-not-cover", "/waves", ""},
 		{"empty wave", up(`,"waves":[{"size":{"percent":100}},{"size":{"count":1}}]`), http.StatusUnprocessableEntity, "wave-empty", "/waves/1", ""},
+		{"empty client list", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"clients":[]}}`, http.StatusUnprocessableEntity, "invalid-request", "/target/clients", ""},
+		{"empty state list", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"states":[]}}`, http.StatusUnprocessableEntity, "invalid-request", "/target/states", ""},
 		{"unknown selector syntax", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"labels":"site in (a,b)"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/target/labels", ""},
 		{"unknown target version", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"9.0.0"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/upgrade/targetVersion", ""},
 		{"yanked target version", `{"applicationId":"svc","target":{},"action":"install","install":{"version":"1.0.0"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/install/version", ""},
