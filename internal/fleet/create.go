@@ -64,11 +64,6 @@ func (s *Service) createDeployment(ctx context.Context, req CreateRequest) (Depl
 	if err != nil {
 		return Deployment{}, false, err
 	}
-	if rid, err := s.store.ActiveInstallRolloutOf(ctx, req.ApplicationID, req.ClientID, req.DeviceID); err != nil {
-		return Deployment{}, false, err
-	} else if rid != "" {
-		return Deployment{}, false, rolloutMemberError("Device "+req.DeviceID+" of client "+req.ClientID, rid)
-	}
 	nd, err := s.prepareCreate(ctx, req, v, desc, dev, timeout, s.now().UTC())
 	if err != nil {
 		return Deployment{}, false, err
@@ -247,7 +242,7 @@ func (s *Service) prepareCreate(ctx context.Context, req CreateRequest, v catalo
 		return NewDeployment{}, fmt.Errorf("deployment %s: bundle piece: %w", id, err)
 	}
 	return NewDeployment{
-		ID: id, ClientID: req.ClientID, DeviceID: req.DeviceID, ApplicationID: req.ApplicationID,
+		ID: id, ClientID: req.ClientID, DeviceID: req.DeviceID, ApplicationID: req.ApplicationID, RolloutID: req.rolloutID,
 		Version: v.Version, VersionDigest: v.Digest, ProfileID: profile.ID, Components: components, Parameters: values, YAML: yaml, Piece: &piece,
 		Install: Operation{ID: opID, DeploymentID: id, Type: lifecycle.OperationInstall, State: lifecycle.OperationQueued,
 			FromVersion: v.Version, ToVersion: v.Version, Parameters: values, ProfileID: profile.ID, Strategy: lifecycle.StrategyRecreate,

@@ -294,7 +294,12 @@ type MemberRef struct {
 const ProblemRolloutMember = "rollout-member"
 
 // rolloutMemberError refuses a change of a member of active rollout id.
-func rolloutMemberError(what, id string) error {
+func rolloutMemberError(what, id string) error { return RolloutMemberError(what, id) }
+
+// RolloutMemberError is the refusal (ECONFLICT, ProblemRolloutMember) of a
+// change of what (a sentence's subject: "Deployment <id>") while it is a
+// member of active rollout id.
+func RolloutMemberError(what, id string) error {
 	return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: ProblemRolloutMember,
 		Message: what + " is a member of active rollout " + id + " (GET /mgmt/v1/rollouts/" + id +
 			"); pause, cancel or abort the rollout, or exclude the member first.",

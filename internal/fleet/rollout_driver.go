@@ -357,7 +357,7 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 		reqs := make([]CreateRequest, len(ms))
 		for i, m := range ms {
 			reqs[i] = CreateRequest{ApplicationID: r.ApplicationID, Version: st.Target.String(), ClientID: m.ClientID, DeviceID: m.DeviceID,
-				ProfileID: m.ProfileID, Parameters: spec.Parameters, Timeout: spec.Timeout, deploymentID: m.DeploymentID, operationID: m.OperationID}
+				ProfileID: m.ProfileID, Parameters: spec.Parameters, Timeout: spec.Timeout, deploymentID: m.DeploymentID, operationID: m.OperationID, rolloutID: r.ID}
 		}
 		res, err := s.CreateDeployments(WithActor(ctx, actor.ID), reqs)
 		if err != nil {

@@ -38,9 +38,6 @@ type RolloutStore interface {
 	// ActiveRolloutOfOperation returns the active rollout that started
 	// operation operationID for an active member ("" when none).
 	ActiveRolloutOfOperation(ctx context.Context, operationID string) (string, error)
-	// ActiveInstallRolloutOf returns the active install rollout of appID
-	// whose pending member is the device ("" when none).
-	ActiveInstallRolloutOf(ctx context.Context, appID, clientID, deviceID string) (string, error)
 
 	// ClaimRollouts leases up to limit active rollouts that are due at now
 	// (recheck_at passed or none) and not leased by another driver, for

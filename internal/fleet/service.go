@@ -159,6 +159,11 @@ type NewDeployment struct {
 	// Install is the install operation the creation starts: one step,
 	// revision 1, with its deadline.
 	Install Operation
+	// RolloutID is the install rollout whose member this creation is (""
+	// for any other creation). The store refuses a creation on a device
+	// that is a pending member of an active install rollout of the same
+	// application (RolloutMemberError), unless it is that rollout's.
+	RolloutID string
 	// Call, when not nil, carries the values of the call that asked for
 	// this deployment (its actor, WithActor, and its audit entry) when
 	// several calls' creations are stored in one batch; its cancellation
@@ -419,8 +424,8 @@ type CreateRequest struct {
 
 	// deploymentID and operationID, when set (a rollout's install member),
 	// are the ids of the deployment and its install operation, chosen when
-	// the member was reserved.
-	deploymentID, operationID string
+	// the member was reserved; rolloutID is that rollout.
+	deploymentID, operationID, rolloutID string
 }
 
 func yanked(v catalog.Version) error {

@@ -77,7 +77,7 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 	var ids []string
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		results, ids = make([]fleet.CreateResult, len(nds)), ids[:0]
-		registered, yanked, digests, status, err := readCreateInputs(ctx, tx, nds)
+		registered, yanked, digests, status, members, err := readCreateInputs(ctx, tx, nds)
 		if err != nil {
 			return err
 		}
@@ -86,6 +86,10 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 			call := ctx
 			if nd.Call != nil {
 				call = nd.Call
+			}
+			if rid := members[[3]string{nd.ApplicationID, nd.ClientID, nd.DeviceID}]; rid != "" && rid != nd.RolloutID {
+				results[i].Err = fleet.RolloutMemberError("Device "+nd.DeviceID+" of client "+nd.ClientID, rid)
+				continue
 			}
 			reg := registered[[2]string{nd.ClientID, nd.DeviceID}]
 			y, known := yanked[[2]string{nd.ApplicationID, nd.Version.String()}]
@@ -162,7 +166,7 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 // batches do not deadlock), and each client's status. A device or version missing from
 // the maps does not exist.
 func readCreateInputs(ctx context.Context, tx pgx.Tx, nds []fleet.NewDeployment) (registered, yanked map[[2]string]bool, digests map[[2]string]string,
-	status map[string]string, err error) {
+	status map[string]string, members map[[3]string]string, err error) {
 	var devClients, devIDs, apps, versions, clients []string
 	seenDev, seenVer, seenClient := map[[2]string]bool{}, map[[2]string]bool{}, map[string]bool{}
 	for _, nd := range nds {
@@ -180,7 +184,21 @@ func readCreateInputs(ctx context.Context, tx pgx.Tx, nds []fleet.NewDeployment)
 		}
 	}
 	registered, yanked, digests, status = map[[2]string]bool{}, map[[2]string]bool{}, map[[2]string]string{}, map[string]string{}
+	members = map[[3]string]string{}
+	var mApps, mClients, mDevices []string
+	for _, nd := range nds {
+		mApps, mClients, mDevices = append(mApps, nd.ApplicationID), append(mClients, nd.ClientID), append(mDevices, nd.DeviceID)
+	}
 	q := &pgx.Batch{}
+	// Pending members of active install rollouts on these devices (a
+	// creation there is refused unless it is that rollout's).
+	q.Queue(`SELECT m.application_id, m.client_id, m.device_id, m.rollout_id::text FROM rollout_members m
+WHERE m.active AND m.install AND m.status = 'pending' AND (m.application_id, m.client_id, m.device_id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))`,
+		mApps, mClients, mDevices).Query(func(rows pgx.Rows) error {
+		var a, c, d, r string
+		_, err := pgx.ForEachRow(rows, []any{&a, &c, &d, &r}, func() error { members[[3]string{a, c, d}] = r; return nil })
+		return err
+	})
 	q.Queue(`SELECT client_id, id, registered FROM devices WHERE (client_id, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 ORDER BY client_id, id FOR SHARE`, devClients, devIDs).Query(func(rows pgx.Rows) error {
 		var c, d string
@@ -204,7 +222,7 @@ WHERE (application_id, version) IN (SELECT * FROM unnest($1::text[], $2::text[])
 		_, err := pgx.ForEachRow(rows, []any{&id, &st}, func() error { status[id] = st; return nil })
 		return err
 	})
-	return registered, yanked, digests, status, tx.SendBatch(ctx, q).Close()
+	return registered, yanked, digests, status, members, tx.SendBatch(ctx, q).Close()
 }
 
 // RemoveDeployment implements fleet.Store. It locks the deployment's

@@ -540,12 +540,6 @@ func (s *FleetStore) ActiveRolloutOfOperation(ctx context.Context, operationID s
 	return s.oneID(ctx, `SELECT rollout_id::text FROM rollout_members WHERE active AND operation_id = $1 LIMIT 1`, operationID)
 }
 
-// ActiveInstallRolloutOf implements fleet.RolloutStore.
-func (s *FleetStore) ActiveInstallRolloutOf(ctx context.Context, appID, clientID, deviceID string) (string, error) {
-	return s.oneID(ctx, `SELECT rollout_id::text FROM rollout_members WHERE active AND install AND status = 'pending'
-  AND application_id = $1 AND client_id = $2 AND device_id = $3 LIMIT 1`, appID, clientID, deviceID)
-}
-
 func (s *FleetStore) oneID(ctx context.Context, sql string, args ...any) (string, error) {
 	var id string
 	err := s.pool.QueryRow(ctx, sql, args...).Scan(&id)
