@@ -70,15 +70,16 @@ type group struct {
 }
 
 // allGroups are run in this order. The Go benchmarks come first: they do not
-// depend on the run's budget, and the fleet phases then get what is left.
+// depend on the run's budget; the fleet group, whose seeding is the longest
+// (capped), comes last and gets what is left.
 func allGroups() []group {
 	return []group{
 		{"plan", planFigures},
 		{"batch", batchFigures},
 		{"poll", pollFigures},
 		{"status", statusFigures},
-		{"fleet", fleetFigures},
 		{"rollout", rolloutFigures},
+		{"fleet", fleetFigures},
 	}
 }
 

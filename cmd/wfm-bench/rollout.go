@@ -272,7 +272,7 @@ func rolloutFigures(ctx context.Context, b *bench) ([]Figure, error) {
 			}
 		}()
 	}
-	r, ok, err := a.waitRollout(ctx, r.ID, b.phaseCap(cfg.seedCap), func(r rolloutView) bool { return r.State != "running" })
+	r, ok, err := a.waitRollout(ctx, r.ID, b.phaseCap(cfg.createCap), func(r rolloutView) bool { return r.State != "running" })
 	elapsed := time.Since(start)
 	close(stop)
 	wg.Wait()
