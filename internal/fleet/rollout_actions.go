@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -157,6 +158,20 @@ func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberR
 		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "Name the member: deploymentId, or clientId and deviceId.",
 			Fields: []lifecycle.FieldError{{Pointer: "/deploymentId", Detail: "required (or clientId and deviceId)"}}}
 	}
+	// The member read here may move before the rollout is locked (its
+	// operation or revert ends): the change is guarded on the status seen,
+	// and decided again on the member read anew when it moved.
+	for attempt := 0; ; attempt++ {
+		r, err := s.excludeMember(ctx, id, f, m, actor, expect)
+		if errors.Is(err, ErrMemberChanged) && attempt < 3 {
+			continue
+		}
+		return r, err
+	}
+}
+
+// excludeMember is one attempt of ExcludeRolloutMember.
+func (s *Service) excludeMember(ctx context.Context, id string, f MemberFilter, m MemberRef, actor Actor, expect Precondition) (Rollout, error) {
 	ms, err := s.store.RolloutMembers(ctx, id, f, -1, 2)
 	if err != nil {
 		return Rollout{}, err
@@ -188,7 +203,7 @@ func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberR
 		}
 		ev, err := s.rolloutEvent(now, actor.ID, r, lifecycle.RolloutMemberExcludedBody{PreviousStatus: mem.Status}, rel...)
 		return RolloutChange{Waiting: r.Waiting, Bump: true, Events: ev, Members: []MemberResult{{Ord: mem.Ord, Status: lifecycle.MemberExcluded,
-			Result: "Excluded by " + actor.ID + ".", Deactivate: true}}}, err
+			Result: "Excluded by " + actor.ID + ".", Deactivate: true, IfStatus: mem.Status}}}, err
 	})
 }
 

@@ -109,7 +109,16 @@ type MemberResult struct {
 	Revert *MemberRevert
 	// Deactivate ends the member's hold on its deployment.
 	Deactivate bool
+	// IfStatus, when not "", applies the change only if the member's
+	// status still is IfStatus; otherwise the whole change fails with
+	// ErrMemberChanged.
+	IfStatus lifecycle.MemberStatus
 }
+
+// ErrMemberChanged is the error of a member change guarded by
+// MemberResult.IfStatus whose member moved meanwhile (ECONFLICT).
+var ErrMemberChanged = &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
+	Message: "The member changed while the change was decided; try again."}
 
 // RolloutChange is what UpdateRollout applies; the zero value changes
 // nothing but Recheck/Waiting/lease (see Touch).

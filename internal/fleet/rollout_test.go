@@ -747,3 +747,37 @@ func TestRolloutExcludesDevicesNotSeen(t *testing.T) {
 		assert.Equal(t, lifecycle.ExcludedNotSeen, m.Reason, m.DeviceID)
 	}
 }
+
+// TestRolloutExcludeDuringRevert: excluding a member whose revert runs
+// leaves it excluded; its revert's outcome is still recorded and the abort
+// finishes.
+func TestRolloutExcludeDuringRevert(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(6)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)},
+		lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	e.pump(installed)
+	require.Equal(t, lifecycle.RolloutPaused, e.rollout(r.ID).State)
+	_, err = e.s.AbortRollout(e.ctx, r.ID, fleet.AbortRequest{Revert: true}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	e.pump(func(fleet.Deployment) string { return "" }) // the reverts start; the devices are silent
+	var reverting *fleet.RolloutMember
+	for _, m := range e.members(r.ID, fleet.MemberFilter{}) {
+		if m.Revert != nil && m.Revert.Outcome == fleet.RevertInProgress {
+			reverting = &m
+			break
+		}
+	}
+	require.NotNil(t, reverting)
+	_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: reverting.DeploymentID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutAborted, r.State, "%+v", r.Counts.ByStatus)
+	ms := e.members(r.ID, fleet.MemberFilter{DeploymentID: reverting.DeploymentID})
+	require.Len(t, ms, 1)
+	assert.Equal(t, lifecycle.MemberExcluded, ms[0].Status)
+	require.NotNil(t, ms[0].Revert)
+	assert.Equal(t, fleet.RevertReverted, ms[0].Revert.Outcome)
+}

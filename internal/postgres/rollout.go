@@ -594,8 +594,12 @@ FROM operations o WHERE m.rollout_id = $1 AND m.status = 'in-progress' AND o.id 
 			return err
 		}
 		moved += int(tag.RowsAffected())
+		// A revert ends the member's status only from where a revert
+		// starts (an operator may have excluded it meanwhile: it stays
+		// excluded); its outcome is recorded in every case.
 		tag, err = tx.Exec(ctx, `UPDATE rollout_members m SET
-  status = CASE o.state WHEN 'succeeded' THEN 'reverted' ELSE 'not-reverted' END,
+  status = CASE WHEN m.status NOT IN ('succeeded', 'failed', 'cancelled') THEN m.status
+    WHEN o.state = 'succeeded' THEN 'reverted' ELSE 'not-reverted' END,
   revert_outcome = CASE o.state WHEN 'succeeded' THEN 'reverted' ELSE 'failed' END,
   revert_detail = CASE o.state WHEN 'succeeded' THEN m.revert_detail ELSE 'The revert operation ' || o.state || coalesce(': ' || nullif(o.reason, ''), '') || '.' END,
   updated_at = $2
@@ -645,7 +649,8 @@ func setMembers(ctx context.Context, tx pgx.Tx, id string, results []fleet.Membe
 		return nil
 	}
 	b := &pgx.Batch{}
-	for _, m := range results {
+	guarded := make([]bool, len(results))
+	for i, m := range results {
 		var outcome, revOp any
 		revTo, revDetail, revForced := 0, "", false
 		setRevert := m.Revert != nil
@@ -672,10 +677,23 @@ func setMembers(ctx context.Context, tx pgx.Tx, id string, results []fleet.Membe
   revert_forced = CASE WHEN $8 THEN $13 ELSE revert_forced END,
   active = active AND NOT $14,
   updated_at = $15
-WHERE rollout_id = $1 AND ord = $2`, id, m.Ord, string(m.Status), reason, m.Result, m.OperationID, m.DeploymentID,
-			setRevert, outcome, revTo, revOp, revDetail, revForced, m.Deactivate, now)
+WHERE rollout_id = $1 AND ord = $2 AND ($16 = '' OR status = $16)`, id, m.Ord, string(m.Status), reason, m.Result, m.OperationID, m.DeploymentID,
+			setRevert, outcome, revTo, revOp, revDetail, revForced, m.Deactivate, now, string(m.IfStatus))
+		guarded[i] = m.IfStatus != ""
 	}
-	return tx.SendBatch(ctx, b).Close()
+	br := tx.SendBatch(ctx, b)
+	for i := range results {
+		tag, err := br.Exec()
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+		if guarded[i] && tag.RowsAffected() == 0 {
+			_ = br.Close()
+			return fleet.ErrMemberChanged
+		}
+	}
+	return br.Close()
 }
 
 // UpdateRollout implements fleet.RolloutStore.
