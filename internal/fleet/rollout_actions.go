@@ -116,13 +116,17 @@ func (s *Service) CancelRollout(ctx context.Context, id string, actor Actor, exp
 // in-flight operations; with Revert, the driver then returns every member
 // it changed to its revision from before the rollout where the installed
 // version's policy allows it. On an aborting rollout, a Revert not yet
-// asked is added (no state move). Force needs an admin (EFORBIDDEN
-// break-glass-forbidden) and a reason (EINVALID force-reason-required).
+// asked is added (no state move). Force needs an admin and a server that
+// allows overrides (EFORBIDDEN break-glass-forbidden) and a reason (EINVALID force-reason-required).
 // Errors as PauseRollout.
 func (s *Service) AbortRollout(ctx context.Context, id string, req AbortRequest, actor Actor, expect Precondition) (Rollout, error) {
 	if req.Force && !actor.Admin {
 		return Rollout{}, &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "break-glass-forbidden",
 			Message: "force is a break-glass override: only the admin role may use it."}
+	}
+	if req.Force && !s.policy.AllowOverrides {
+		return Rollout{}, &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "break-glass-forbidden",
+			Message: "force is a break-glass override: this server disables rollback overrides (-allow-rollback-override=false)."}
 	}
 	if req.Force && !req.Revert {
 		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request",

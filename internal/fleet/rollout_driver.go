@@ -605,6 +605,13 @@ func (s *Service) decideRevert(ctx context.Context, r Rollout, m RolloutMember, 
 		}
 	}
 	rv, err := lifecycle.DecideRevert(in)
+	if refusal(err) {
+		// A refused override (EFORBIDDEN: the server disables overrides)
+		// or a bad force request ends this member's revert, not the
+		// abort: no rollout may stay aborting for a revert it cannot do.
+		return &MemberResult{Ord: m.Ord, Status: lifecycle.MemberNotReverted,
+			Revert: &MemberRevert{Outcome: RevertNotReverted, ToRevision: m.FromRevision, Reason: "Not reverted: " + message(err)}}, false, nil
+	}
 	if err != nil {
 		return nil, false, err
 	}

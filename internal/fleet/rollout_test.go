@@ -781,3 +781,46 @@ func TestRolloutExcludeDuringRevert(t *testing.T) {
 	require.NotNil(t, ms[0].Revert)
 	assert.Equal(t, fleet.RevertReverted, ms[0].Revert.Outcome)
 }
+
+// TestRolloutForcedAbortWithoutOverrides: a server that disables rollback
+// overrides refuses a forced abort (403 break-glass-forbidden, nothing
+// changes); a forced abort stored before (by a server that allowed them)
+// ends each member's revert it cannot force as not-reverted, and the
+// rollout as aborted.
+func TestRolloutForcedAbortWithoutOverrides(t *testing.T) {
+	versions := map[string]string{
+		"1.0.0": rollbackAllowed,
+		"1.5.0": rollbackAllowed,
+		"2.0.0": "  rollback:\n    allowed: true\n    minVersion: \"1.5.0\"\n    reason: \"2.0 migrates the schema\"\n",
+	}
+	e := newRolloutEnv(t, versions)
+	e.mixedFleet(6)
+	strict := fleet.NewService(postgres.NewFleetStore(e.pool, 5), e.cat, fleet.Policy{AcceptAll: true, AllowOverrides: false}, time.Now,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)},
+		lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	require.Equal(t, lifecycle.RolloutPaused, r.State)
+
+	force := fleet.AbortRequest{Revert: true, Force: true, Reason: "INC-1"}
+	_, err = strict.AbortRollout(e.ctx, r.ID, force, fleet.Actor{ID: "root", Admin: true}, fleet.Precondition{})
+	assert.Equal(t, lifecycle.EFORBIDDEN, lifecycle.ErrorCode(err))
+	assert.Equal(t, "break-glass-forbidden", lifecycle.ErrorType(err))
+	assert.Equal(t, r.Generation, e.rollout(r.ID).Generation, "a refused abort changes nothing")
+
+	// Aborted with force where overrides were allowed, driven where they
+	// are not (the server restarted with them disabled).
+	_, err = e.s.AbortRollout(e.ctx, r.ID, force, fleet.Actor{ID: "root", Admin: true}, fleet.Precondition{})
+	require.NoError(t, err)
+	e.sc = fleet.NewScheduler(strict, time.Hour)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutAborted, r.State, "%+v", r.Counts.ByStatus)
+	assert.Equal(t, 2, r.Counts.ByStatus.NotReverted, "d000, d001 (1.0.0) need the override the server refuses")
+	for _, m := range e.members(r.ID, fleet.MemberFilter{Status: lifecycle.MemberNotReverted}) {
+		require.NotNil(t, m.Revert)
+		assert.Contains(t, m.Revert.Reason, "disables rollback overrides", m.DeviceID)
+	}
+}
