@@ -102,13 +102,24 @@ func (s *Service) visitRollout(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("rollout %s: stored request: %w", id, err)
 	}
-	if len(unpublished) > 0 && r.State.Active() {
-		// A publication a crash interrupted: create what is missing with
-		// the ids reserved.
+	switch {
+	case len(unpublished) == 0:
+	case r.State == lifecycle.RolloutRunning || r.State == lifecycle.RolloutPaused:
+		// A publication a crash (or a visit's timeout) interrupted: create
+		// what is missing with the ids reserved.
 		if err := s.publishMembers(ctx, r, settings, unpublished); err != nil {
 			return err
 		}
 		if _, _, err := s.store.SyncRolloutMembers(ctx, id, now); err != nil {
+			return err
+		}
+	default:
+		// The rollout ended or aborts: it starts nothing new.
+		results := make([]MemberResult, len(unpublished))
+		for i, m := range unpublished {
+			results[i] = MemberResult{Ord: m.Ord, Status: lifecycle.MemberCancelled, Result: resultNotStarted, IfStatus: lifecycle.MemberInProgress}
+		}
+		if err := s.store.SetMemberResults(ctx, id, results, now); err != nil {
 			return err
 		}
 	}
@@ -342,6 +353,10 @@ func (s *Service) rolloutEvent(now time.Time, actor string, r Rollout, body life
 	}
 	return []lifecycle.Event{e}, nil
 }
+
+// resultNotStarted is the result of a member cancelled because its rollout
+// ended (or aborted) before starting it.
+const resultNotStarted = "The rollout ended before starting it."
 
 // memberActor is who a rollout's member operations are requested by.
 func memberActor(r Rollout) Actor { return Actor{ID: "rollout:" + r.ID} }

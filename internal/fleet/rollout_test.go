@@ -824,3 +824,58 @@ func TestRolloutForcedAbortWithoutOverrides(t *testing.T) {
 		assert.Contains(t, m.Revert.Reason, "disables rollback overrides", m.DeviceID)
 	}
 }
+
+// reserveUnpublished puts the first two members of rollout id in the state
+// a crash between their reservation and the creation of their operations
+// leaves them: in-progress with operation ids no operation has.
+func (e *rolloutEnv) reserveUnpublished(id string) {
+	e.t.Helper()
+	reserved := []string{"00000000-0000-4000-8000-0000000000a1", "00000000-0000-4000-8000-0000000000a2"}
+	tag, err := e.pool.Exec(e.ctx, `UPDATE rollout_members SET status = 'in-progress', operation_id = ($2::uuid[])[ord + 1]
+WHERE rollout_id = $1 AND ord < 2`, id, reserved)
+	require.NoError(e.t, err)
+	require.EqualValues(e.t, 2, tag.RowsAffected())
+}
+
+// TestRolloutEndedBeforeInterruptedPublication: members reserved by a
+// visit that did not create their operations are published again only
+// while the rollout runs or is paused; a cancel or an abort cancels them
+// ("the rollout ended before starting it") and starts nothing new.
+func TestRolloutEndedBeforeInterruptedPublication(t *testing.T) {
+	for _, end := range []string{"cancel", "abort", "ended-unseen"} {
+		t.Run(end, func(t *testing.T) {
+			e := newRolloutEnv(t, hopVersions)
+			e.mixedFleet(5)
+			r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+			require.NoError(t, err)
+			e.reserveUnpublished(r.ID)
+			switch end {
+			case "cancel":
+				_, err = e.s.CancelRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+			case "abort":
+				_, err = e.s.AbortRollout(e.ctx, r.ID, fleet.AbortRequest{}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+			default:
+				// Ended with the reserved members left in progress (as a
+				// store before this fix left them): the visit cancels them.
+				_, err = e.pool.Exec(e.ctx, `UPDATE rollouts SET state = 'cancelled', cause = 'operator-cancelled', settling = true WHERE id = $1`, r.ID)
+				require.NoError(t, err)
+				_, err = e.pool.Exec(e.ctx, `UPDATE rollout_members SET status = 'cancelled', result = 'The rollout ended before starting it.'
+WHERE rollout_id = $1 AND status = 'pending'`, r.ID)
+			}
+			require.NoError(t, err)
+			e.pump(installed)
+			var ops int
+			require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM operations WHERE type = 'upgrade'`).Scan(&ops))
+			assert.Zero(t, ops, "the ended rollout started nothing")
+			r = e.rollout(r.ID)
+			assert.Zero(t, r.Counts.ByStatus.InProgress)
+			assert.Equal(t, 5, r.Counts.ByStatus.Cancelled)
+			for _, m := range e.members(r.ID, fleet.MemberFilter{Wave: 1}) {
+				assert.Equal(t, "The rollout ended before starting it.", m.Result, m.DeviceID)
+			}
+			var settling bool
+			require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT settling FROM rollouts WHERE id = $1`, r.ID).Scan(&settling))
+			assert.False(t, settling, "the rollout settled")
+		})
+	}
+}

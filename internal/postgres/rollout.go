@@ -781,8 +781,12 @@ func applyRolloutChange(ctx context.Context, tx pgx.Tx, r fleet.Rollout, c fleet
 		return err
 	}
 	if c.CancelPending {
-		if _, err := tx.Exec(ctx, `UPDATE rollout_members SET status = 'cancelled', result = 'The rollout ended before starting it.', updated_at = $2
-WHERE rollout_id = $1 AND status = 'pending'`, r.ID, now); err != nil {
+		// Pending members, and members reserved whose operation a crash
+		// or a timed-out visit did not create (the next visit would
+		// otherwise create it).
+		if _, err := tx.Exec(ctx, `UPDATE rollout_members m SET status = 'cancelled', result = 'The rollout ended before starting it.', updated_at = $2
+WHERE m.rollout_id = $1 AND (m.status = 'pending' OR (m.status = 'in-progress'
+  AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = m.operation_id)))`, r.ID, now); err != nil {
 			return err
 		}
 	}
