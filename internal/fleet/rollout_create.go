@@ -167,8 +167,14 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 			m.DeploymentID, m.FromVersion, m.FromRevision = d.ID, d.Version.String(), d.Revision
 			f.State, f.Removing, f.Version, f.Revision = d.State, d.Removing, d.Version, d.Revision
 			if !c.InstalledVersion.IsZero() {
+				// What the device runs (a failed deployment still runs its
+				// installed revision): the revision and the version a
+				// revert restores describe the same revision.
 				f.Version = c.InstalledVersion
 				m.FromVersion = c.InstalledVersion.String()
+				if d.InstalledRevision > 0 {
+					m.FromRevision = d.InstalledRevision
+				}
 			}
 			f.Revisions, f.Parameters = c.Revisions, d.Parameters
 		}

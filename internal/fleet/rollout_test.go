@@ -879,3 +879,37 @@ WHERE rollout_id = $1 AND status = 'pending'`, r.ID)
 		})
 	}
 }
+
+// TestRolloutFromRevisionOfFailedMember: a member whose last operation
+// failed still runs its installed revision: its fromRevision and
+// fromVersion both describe that revision, and an abort with revert
+// returns it there.
+func TestRolloutFromRevisionOfFailedMember(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	d := e.deploy("c", "d0", "1.0.0")
+	e.deploy("c", "d1", "1.5.0")
+	_, _, err := e.s.Upgrade(e.ctx, d.ID, fleet.UpgradeRequest{TargetVersion: "1.5.0"}, fleet.Actor{ID: "bob"}, false, fleet.Precondition{})
+	require.NoError(t, err)
+	e.pump(func(fleet.Deployment) string { return "failed" })
+	d, err = e.s.Deployment(e.ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StateFailed, d.State)
+	require.Greater(t, d.Revision, d.InstalledRevision)
+
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(1)},
+		lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	ms := e.members(r.ID, fleet.MemberFilter{DeploymentID: d.ID})
+	require.Len(t, ms, 1)
+	assert.Equal(t, "1.0.0", ms[0].FromVersion)
+	assert.Equal(t, d.InstalledRevision, ms[0].FromRevision, "the installed revision, not the failed one")
+
+	e.pump(installed)
+	_, err = e.s.AbortRollout(e.ctx, r.ID, fleet.AbortRequest{Revert: true}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	e.pump(installed)
+	require.Equal(t, lifecycle.RolloutAborted, e.rollout(r.ID).State)
+	d, err = e.s.Deployment(e.ctx, d.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "1.0.0", d.Version.String(), "reverted to what it ran before the rollout")
+}
