@@ -151,3 +151,11 @@ type RolloutChange struct {
 	Bump   bool
 	Events []lifecycle.Event
 }
+
+// Changes reports whether c changes what an operator sees of the rollout
+// (a state move, members, the abort, anything that bumps the generation),
+// rather than only the driver's bookkeeping (waiting, recheck, lease).
+func (c RolloutChange) Changes() bool {
+	return c.To != "" || c.Bump || c.Abort != nil || c.CancelPending || len(c.Members) > 0 || c.Waves != nil ||
+		c.CurrentWave != nil || c.ThresholdAccepted != nil || c.WaveApproved != nil || len(c.Events) > 0
+}

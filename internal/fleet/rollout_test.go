@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
@@ -912,4 +913,40 @@ func TestRolloutFromRevisionOfFailedMember(t *testing.T) {
 	d, err = e.s.Deployment(e.ctx, d.ID)
 	require.NoError(t, err)
 	assert.Equal(t, "1.0.0", d.Version.String(), "reverted to what it ran before the rollout")
+}
+
+// TestRolloutAuditRowsInTheirTransaction: the audit row of a rollout's
+// creation (201) and of an action that changes it (200) is written in the
+// change's transaction; an action that finds the rollout as asked leaves
+// it to the HTTP adapter.
+func TestRolloutAuditRowsInTheirTransaction(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(3)
+	call := func(action string) (context.Context, *access.Pending) {
+		p := access.NewPending(access.AuditEntry{Actor: "alice", Action: action, RequestID: "req-" + action}, 201, 200)
+		return access.WithPending(e.ctx, p), p
+	}
+	ctx, p := call("createRollout")
+	r, err := e.s.CreateRollout(ctx, upgradeTo2(lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	status, written := p.Written()
+	assert.True(t, written, "created with its audit row")
+	assert.Equal(t, 201, status)
+
+	ctx, p = call("pauseRollout")
+	_, err = e.s.PauseRollout(ctx, r.ID, fleet.Actor{ID: "alice"}, fleet.Precondition{})
+	require.NoError(t, err)
+	status, written = p.Written()
+	assert.True(t, written, "paused with its audit row")
+	assert.Equal(t, 200, status)
+
+	ctx, p = call("pauseRollout")
+	_, err = e.s.PauseRollout(ctx, r.ID, fleet.Actor{ID: "alice"}, fleet.Precondition{})
+	require.NoError(t, err)
+	_, written = p.Written()
+	assert.False(t, written, "pausing a paused rollout changed nothing")
+
+	var rows int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM audit_log WHERE action IN ('createRollout', 'pauseRollout')`).Scan(&rows))
+	assert.Equal(t, 2, rows)
 }

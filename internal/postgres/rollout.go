@@ -471,7 +471,10 @@ VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 0, $9, $10, 1, $11, $8, $8
 		if err := insertMembers(ctx, tx, rows); err != nil {
 			return err
 		}
-		return AppendEvents(ctx, tx, events)
+		if err := AppendEvents(ctx, tx, events); err != nil {
+			return err
+		}
+		return auditChange(ctx, tx, r.CreatedAt, true)
 	})
 	if id := busyConstraint(err); id != "" {
 		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: fleet.ProblemRolloutMember,
@@ -716,7 +719,13 @@ func (s *FleetStore) UpdateRollout(ctx context.Context, id string, decide func(f
 		if err != nil {
 			return err
 		}
-		return applyRolloutChange(ctx, tx, r, c, now)
+		if err := applyRolloutChange(ctx, tx, r, c, now); err != nil {
+			return err
+		}
+		if !c.Changes() {
+			return nil // an action that found the rollout as asked: audited after the answer
+		}
+		return auditChange(ctx, tx, now, false)
 	})
 	if err != nil {
 		return fleet.Rollout{}, translate(err)
