@@ -85,7 +85,8 @@ func (s *Service) ResumeRollout(ctx context.Context, id string, actor Actor, exp
 }
 
 // ApproveRollout starts the manual wave a rollout waits for (cause
-// approved). ECONFLICT when no wave waits for approval. Errors as
+// approved): the wave leaves pending for publishing, with its startedAt
+// and its wave_started event. ECONFLICT when no wave waits for approval. Errors as
 // PauseRollout.
 func (s *Service) ApproveRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
 	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
@@ -98,6 +99,13 @@ func (s *Service) ApproveRollout(ctx context.Context, id string, actor Actor, ex
 		c := RolloutChange{Waves: r.Waves}
 		w := &c.Waves[r.CurrentWave-1]
 		w.ApprovedAt, w.ApprovedBy = now, actor.ID
+		if w.State == WavePending && startWave(w, now) {
+			ev, err := s.rolloutEvent(now, actor.ID, r, lifecycle.RolloutWaveStartedBody{Wave: r.CurrentWave, Size: w.ResolvedSize})
+			if err != nil {
+				return RolloutChange{}, err
+			}
+			c.Events = ev
+		}
 		return s.move(c, r, lifecycle.RolloutRunning, lifecycle.RolloutCauseApproved, actor.ID, "", now)
 	})
 }

@@ -274,7 +274,7 @@ func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor A
 		r.Waves = append(r.Waves, RolloutWave{Index: len(r.Waves) + 1, Wave: w.Wave, ResolvedSize: w.Size,
 			AllowedFailures: w.MaxFailures.Allowed(w.Size), State: WavePending})
 	}
-	r.Waves[0].State, r.Waves[0].StartedAt = WavePublishing, now
+	started := startWave(&r.Waves[0], now)
 	var events []lifecycle.Event
 	add := func(body lifecycle.EventBody) error {
 		e, err := lifecycle.NewEvent(now, createdBy, lifecycle.Ref{Kind: lifecycle.SubjectRollout, ID: r.ID}, body,
@@ -287,11 +287,13 @@ func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor A
 		target = res.settings.Target.String()
 	}
 	excluded := len(res.members) - res.eligible
-	if err := errors.Join(
+	err = errors.Join(
 		add(lifecycle.RolloutCreatedBody{Action: r.Action, Target: target, Eligible: res.eligible, Excluded: excluded, Waves: len(r.Waves)}),
-		add(lifecycle.RolloutStateChangedBody{To: r.State, Cause: r.Cause}),
-		add(lifecycle.RolloutWaveStartedBody{Wave: 1, Size: r.Waves[0].ResolvedSize}),
-	); err != nil {
+		add(lifecycle.RolloutStateChangedBody{To: r.State, Cause: r.Cause}))
+	if started {
+		err = errors.Join(err, add(lifecycle.RolloutWaveStartedBody{Wave: 1, Size: r.Waves[0].ResolvedSize}))
+	}
+	if err != nil {
 		return Rollout{}, err
 	}
 	if err := s.store.InsertRollout(ctx, r, res.members, events); err != nil {

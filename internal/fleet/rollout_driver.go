@@ -210,12 +210,14 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 			waves := cur.Waves
 			i := cur.CurrentWave - 1
 			waves[i].State, waves[i].FinishedAt = WavePassed, now
-			waves[i+1].State, waves[i+1].StartedAt = WavePublishing, now
 			next, accepted := cur.CurrentWave+1, false
 			c := RolloutChange{Waves: waves, CurrentWave: &next, ThresholdAccepted: &accepted, Bump: true}
 			if dec.WaveSettled {
 				s.settle(&c, cur, i, now)
 				waves[i].State = WavePassed // no soak to wait for
+			}
+			if !startWave(&waves[i+1], now) {
+				return c, nil // a manual wave: started by approve
 			}
 			ev, err := s.rolloutEvent(now, lifecycle.ActorScheduler, cur, lifecycle.RolloutWaveStartedBody{Wave: next, Size: waves[i+1].ResolvedSize})
 			c.Events = append(c.Events, ev...)
@@ -287,6 +289,16 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 		return false, err
 	}
 	return true, err
+}
+
+// startWave starts w (publishing, from now) and reports whether it did: a
+// manual wave not yet approved stays pending (ApproveRollout starts it).
+func startWave(w *RolloutWave, now time.Time) bool {
+	if w.Approval == lifecycle.ApprovalManual && w.ApprovedAt.IsZero() {
+		return false
+	}
+	w.State, w.StartedAt = WavePublishing, now
+	return true
 }
 
 // settle records that wave i settled at now (its soak runs from then), with

@@ -950,3 +950,44 @@ func TestRolloutAuditRowsInTheirTransaction(t *testing.T) {
 	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM audit_log WHERE action IN ('createRollout', 'pauseRollout')`).Scan(&rows))
 	assert.Equal(t, 2, rows)
 }
+
+// TestRolloutManualWaveStaysPending: a manual wave (the first or a later
+// one) starts nothing, not even its startedAt or its wave_started event,
+// until approve starts it.
+func TestRolloutManualWaveStaysPending(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(4)
+	waveStarted := func(id string) int {
+		var n int
+		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM events WHERE type = 'rollout.wave_started' AND subject_id = $1`, id).Scan(&n))
+		return n
+	}
+	first, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}),
+		fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, fleet.WavePending, first.Waves[0].State)
+	assert.True(t, first.Waves[0].StartedAt.IsZero())
+	assert.Zero(t, waveStarted(first.ID))
+	_, err = e.s.CancelRollout(e.ctx, first.ID, fleet.Actor{ID: "alice"}, fleet.Precondition{})
+	require.NoError(t, err)
+
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(1)},
+		lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	require.Equal(t, lifecycle.RolloutPaused, r.State)
+	require.Equal(t, lifecycle.RolloutCauseApprovalRequired, r.Cause)
+	assert.Equal(t, 2, r.CurrentWave)
+	assert.Equal(t, fleet.WavePending, r.Waves[1].State)
+	assert.True(t, r.Waves[1].StartedAt.IsZero())
+	assert.Equal(t, 1, waveStarted(r.ID), "wave 1's only")
+
+	r, err = e.s.ApproveRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	assert.Equal(t, fleet.WavePublishing, r.Waves[1].State)
+	assert.False(t, r.Waves[1].StartedAt.IsZero())
+	assert.Equal(t, 2, waveStarted(r.ID))
+	e.pump(installed)
+	assert.Equal(t, lifecycle.RolloutSucceeded, e.rollout(r.ID).State)
+}
