@@ -159,22 +159,28 @@ func (s *Service) AbortRollout(ctx context.Context, id string, req AbortRequest,
 }
 
 // ExcludeRolloutMember excludes one member of an active rollout (status
-// excluded, reason operator); its in-flight operation is left alone.
-// Returns ENOTFOUND when the rollout does not exist; EINVALID
-// (ProblemNotAMember, naming the field) when the member does not;
-// ECONFLICT when the member already ended (reverted, removed, excluded...)
-// or the rollout ended. Errors as PauseRollout.
+// excluded, reason operator); its in-flight operation is left alone. The
+// member's key fits the rollout's action: deploymentId for upgrade,
+// reconfigure and rollback, clientId and deviceId for install (EINVALID
+// naming the missing or extra field otherwise). Excluding an excluded
+// member changes nothing. Returns ENOTFOUND when the rollout does not
+// exist; EINVALID (ProblemNotAMember, naming the field) when the member
+// does not; ECONFLICT when the member already ended otherwise (reverted,
+// removed...) or the rollout ended. Errors as PauseRollout.
 func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberRef, actor Actor, expect Precondition) (Rollout, error) {
-	f := MemberFilter{DeploymentID: m.DeploymentID, ClientID: m.ClientID, DeviceID: m.DeviceID}
-	if f == (MemberFilter{}) {
-		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "Name the member: deploymentId, or clientId and deviceId.",
-			Fields: []lifecycle.FieldError{{Pointer: "/deploymentId", Detail: "required (or clientId and deviceId)"}}}
+	r, err := s.store.Rollout(ctx, id)
+	if err != nil {
+		return Rollout{}, err
+	}
+	f, err := memberKey(r.Action, m)
+	if err != nil {
+		return Rollout{}, err
 	}
 	// The member read here may move before the rollout is locked (its
 	// operation or revert ends): the change is guarded on the status seen,
 	// and decided again on the member read anew when it moved.
 	for attempt := 0; ; attempt++ {
-		r, err := s.excludeMember(ctx, id, f, m, actor, expect)
+		r, err := s.excludeMember(ctx, id, f, actor, expect)
 		if errors.Is(err, ErrMemberChanged) && attempt < 3 {
 			continue
 		}
@@ -182,18 +188,45 @@ func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberR
 	}
 }
 
+// memberKey is the filter of the member m names in a rollout of action,
+// or EINVALID naming the field that does not fit the action.
+func memberKey(action lifecycle.RolloutAction, m MemberRef) (MemberFilter, error) {
+	invalid := func(pointer, detail string) error {
+		return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request",
+			Message: "The exclude request is not valid: " + pointer + ": " + detail + ".",
+			Fields:  []lifecycle.FieldError{{Pointer: pointer, Detail: detail}}}
+	}
+	if action == lifecycle.RolloutInstall {
+		switch {
+		case m.DeploymentID != "":
+			return MemberFilter{}, invalid("/deploymentId", "an install rollout's member is named by clientId and deviceId")
+		case m.ClientID == "":
+			return MemberFilter{}, invalid("/clientId", "required (with deviceId) to name an install rollout's member")
+		case m.DeviceID == "":
+			return MemberFilter{}, invalid("/deviceId", "required (with clientId) to name an install rollout's member")
+		}
+		return MemberFilter{ClientID: m.ClientID, DeviceID: m.DeviceID}, nil
+	}
+	switch {
+	case m.DeploymentID == "":
+		return MemberFilter{}, invalid("/deploymentId", "required to name a member of a "+string(action)+" rollout")
+	case m.ClientID != "":
+		return MemberFilter{}, invalid("/clientId", "a "+string(action)+" rollout's member is named by deploymentId alone")
+	case m.DeviceID != "":
+		return MemberFilter{}, invalid("/deviceId", "a "+string(action)+" rollout's member is named by deploymentId alone")
+	}
+	return MemberFilter{DeploymentID: m.DeploymentID}, nil
+}
+
 // excludeMember is one attempt of ExcludeRolloutMember.
-func (s *Service) excludeMember(ctx context.Context, id string, f MemberFilter, m MemberRef, actor Actor, expect Precondition) (Rollout, error) {
+func (s *Service) excludeMember(ctx context.Context, id string, f MemberFilter, actor Actor, expect Precondition) (Rollout, error) {
 	ms, err := s.store.RolloutMembers(ctx, id, f, -1, 2)
 	if err != nil {
 		return Rollout{}, err
 	}
 	if len(ms) != 1 {
-		if _, err := s.store.Rollout(ctx, id); err != nil {
-			return Rollout{}, err
-		}
 		pointer := "/deploymentId"
-		if m.DeploymentID == "" {
+		if f.DeploymentID == "" {
 			pointer = "/deviceId"
 		}
 		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: ProblemNotAMember, Message: "Rollout " + id + " has no such member.",
@@ -203,6 +236,9 @@ func (s *Service) excludeMember(ctx context.Context, id string, f MemberFilter, 
 	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
 		if !r.State.Active() {
 			return RolloutChange{}, lifecycle.CheckRolloutMove(r.State, r.State, lifecycle.RolloutCauseOperatorPaused)
+		}
+		if mem.Status == lifecycle.MemberExcluded {
+			return unchanged(r), nil
 		}
 		if !mem.Status.CanTransitionTo(lifecycle.MemberExcluded) {
 			return RolloutChange{}, &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "member-ended",
@@ -214,6 +250,8 @@ func (s *Service) excludeMember(ctx context.Context, id string, f MemberFilter, 
 			rel = append(rel, lifecycle.Ref{Kind: lifecycle.SubjectDeployment, ID: mem.DeploymentID})
 		}
 		ev, err := s.rolloutEvent(now, actor.ID, r, lifecycle.RolloutMemberExcludedBody{PreviousStatus: mem.Status}, rel...)
+		// Guarded on the status seen: the member's operation or revert
+		// may have moved it since it was read (ErrMemberChanged).
 		return RolloutChange{Waiting: r.Waiting, Bump: true, Events: ev, Members: []MemberResult{{Ord: mem.Ord, Status: lifecycle.MemberExcluded,
 			Result: "Excluded by " + actor.ID + ".", Deactivate: true, IfStatus: mem.Status}}}, err
 	})

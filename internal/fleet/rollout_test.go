@@ -450,8 +450,26 @@ func TestRolloutApprovalPauseCancelExclude(t *testing.T) {
 	r, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: deps["d007"].ID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
 	require.NoError(t, err)
 	assert.Equal(t, 1, r.Counts.ExcludedByReason[lifecycle.ExcludedOperator])
-	_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: deps["d007"].ID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
-	assert.Equal(t, lifecycle.ECONFLICT, lifecycle.ErrorCode(err), "an excluded member stays excluded")
+	again, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: deps["d007"].ID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err, "excluding an excluded member changes nothing")
+	assert.Equal(t, r.Generation, again.Generation)
+	assert.Equal(t, 1, again.Counts.ExcludedByReason[lifecycle.ExcludedOperator])
+	for _, bad := range []struct {
+		ref     fleet.MemberRef
+		pointer string
+	}{
+		{fleet.MemberRef{}, "/deploymentId"},
+		{fleet.MemberRef{ClientID: "c", DeviceID: "d007"}, "/deploymentId"},
+		{fleet.MemberRef{DeploymentID: deps["d006"].ID, ClientID: "c"}, "/clientId"},
+		{fleet.MemberRef{DeploymentID: deps["d006"].ID, DeviceID: "d006"}, "/deviceId"},
+	} {
+		_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, bad.ref, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+		require.Equal(t, lifecycle.EINVALID, lifecycle.ErrorCode(err), "%+v", bad.ref)
+		var le *lifecycle.Error
+		require.ErrorAs(t, err, &le)
+		require.Len(t, le.Fields, 1)
+		assert.Equal(t, bad.pointer, le.Fields[0].Pointer, "%+v", bad.ref)
+	}
 	r, err = e.s.ResumeRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
 	require.NoError(t, err)
 	assert.Equal(t, lifecycle.RolloutCauseOperatorResumed, r.Cause)
@@ -504,6 +522,24 @@ func TestRolloutInstallAbortRevertRemoves(t *testing.T) {
 	require.Equal(t, lifecycle.RolloutPaused, r.State)
 	assert.Equal(t, 2, r.Waves[0].Counts.Succeeded)
 	assert.Equal(t, map[string]int{"2.0.0": 2, "1.0.0": 1}, e.versionsOf())
+	// An install rollout's member is named by clientId and deviceId.
+	d0 := e.members(r.ID, fleet.MemberFilter{DeviceID: "d0"})
+	require.Len(t, d0, 1)
+	for _, bad := range []struct {
+		ref     fleet.MemberRef
+		pointer string
+	}{
+		{fleet.MemberRef{DeploymentID: d0[0].DeploymentID}, "/deploymentId"},
+		{fleet.MemberRef{DeviceID: "d2"}, "/clientId"},
+		{fleet.MemberRef{ClientID: "c"}, "/deviceId"},
+	} {
+		_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, bad.ref, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+		var le *lifecycle.Error
+		require.ErrorAs(t, err, &le, "%+v", bad.ref)
+		assert.Equal(t, lifecycle.EINVALID, le.Code)
+		require.Len(t, le.Fields, 1)
+		assert.Equal(t, bad.pointer, le.Fields[0].Pointer, "%+v", bad.ref)
+	}
 
 	_, err = e.s.AbortRollout(e.ctx, r.ID, fleet.AbortRequest{Revert: true, Force: true, Reason: "x"}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
 	assert.Equal(t, lifecycle.EFORBIDDEN, lifecycle.ErrorCode(err), "force needs an admin")
