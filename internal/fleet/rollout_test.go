@@ -1027,3 +1027,23 @@ func TestRolloutManualWaveStaysPending(t *testing.T) {
 	e.pump(installed)
 	assert.Equal(t, lifecycle.RolloutSucceeded, e.rollout(r.ID).State)
 }
+
+// TestRolloutLastWaveSoaks: the rollout succeeds only once its last wave's
+// soak ended.
+func TestRolloutLastWaveSoaks(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(3)
+	soak := "1h"
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(1)}, lifecycle.WaveSpec{Size: percent(100), Soak: &soak}),
+		fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutRunning, r.State)
+	assert.Equal(t, fleet.WaveSoaking, r.Waves[1].State)
+	e.skew.Store(int64(time.Hour + time.Minute))
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutSucceeded, r.State)
+	assert.Equal(t, fleet.WavePassed, r.Waves[1].State)
+}

@@ -154,8 +154,10 @@ type RolloutDecision struct {
 //   - an ended rollout: nothing;
 //   - aborting: aborted (revert-finished) once no member operation is
 //     outstanding, else wait;
-//   - running, the last wave settled and passed: succeeded (completed),
-//     even if the target version went away or the deadline passed since;
+//   - running, the last wave settled, its soak over and its thresholds
+//     met: succeeded (completed), even if the target version went away or
+//     the deadline passed since (during the last wave's soak, as during
+//     any other, they fail the rollout);
 //   - running or paused: failed when the target version was deleted
 //     (target-version-deleted) or yanked (target-version-yanked), or Now is
 //     past Deadline (deadline-passed);
@@ -217,7 +219,8 @@ func DecideRolloutStep(in RolloutStepInput) (RolloutDecision, error) {
 		return nil
 	}()
 	last := in.Wave == len(in.Waves)-1
-	if in.State == RolloutRunning && last && settled && breach == nil {
+	soaked := settled && !in.Now.Before(in.WaveSettledAt.Add(w.Soak))
+	if in.State == RolloutRunning && last && soaked && breach == nil {
 		d.To, d.Cause, d.Reason = RolloutSucceeded, RolloutCauseCompleted, "Every wave passed."
 		return d, nil
 	}
