@@ -51,7 +51,7 @@ var errRolloutMoved = errors.New("the rollout changed during the visit")
 // tests call it to run the driver once. Returns EUNAVAILABLE, ending the
 // pass, when the database is unavailable.
 func (s *Service) DriveRollouts(ctx context.Context) (int, error) {
-	ids, err := s.store.ClaimRollouts(ctx, maxRolloutsPerPass, s.now().UTC(), rolloutLease)
+	ids, err := s.store.ClaimRollouts(ctx, s.leaseOwner, maxRolloutsPerPass, s.now().UTC(), rolloutLease)
 	if err != nil {
 		return 0, err
 	}
@@ -66,6 +66,10 @@ func (s *Service) DriveRollouts(ctx context.Context) (int, error) {
 		n++
 		switch {
 		case err == nil:
+		case errors.Is(err, ErrLeaseLost):
+			// Another driver claimed the rollout after this one's lease ran
+			// out: it is that driver's now.
+			s.log.WarnContext(ctx, "rollout visit stopped: its lease was lost", "rollout", id)
 		case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE && !collided(err):
 			return n, err
 		default:
@@ -77,18 +81,47 @@ func (s *Service) DriveRollouts(ctx context.Context) (int, error) {
 }
 
 // release ends the lease on a rollout whose visit stopped early; it is due
-// at the next pass.
+// at the next pass. A lease lost meanwhile is left to its new owner.
 func (s *Service) release(ctx context.Context, id string) {
-	_, err := s.store.UpdateRollout(ctx, id, func(r Rollout) (RolloutChange, error) {
+	_, err := s.driverUpdate(ctx, id, func(r Rollout) (RolloutChange, error) {
 		return RolloutChange{Release: true, Waiting: r.Waiting}, nil
 	}, s.now().UTC())
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrLeaseLost) {
 		s.log.WarnContext(ctx, "releasing a rollout failed; its lease runs out", "rollout", id, "error", err)
 	}
 }
 
-// visitRollout drives one claimed rollout.
+// driverUpdate is store.UpdateRollout for the driver: the change is
+// applied only while this service holds the rollout's lease (ErrLeaseLost
+// otherwise).
+func (s *Service) driverUpdate(ctx context.Context, id string, decide func(Rollout) (RolloutChange, error), now time.Time) (Rollout, error) {
+	return s.store.UpdateRollout(ctx, id, func(r Rollout) (RolloutChange, error) {
+		c, err := decide(r)
+		c.Owner = s.leaseOwner
+		return c, err
+	}, now)
+}
+
+// renew extends this service's lease on rollout id before the visit acts
+// again; ErrLeaseLost when another driver holds it now.
+func (s *Service) renew(ctx context.Context, id string) error {
+	ok, err := s.store.RenewRolloutLease(ctx, id, s.leaseOwner, s.now().UTC(), rolloutLease)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// visitRollout drives one claimed rollout. It checks (and renews) its
+// lease before each step: a visit whose lease ran out and was claimed by
+// another driver stops (ErrLeaseLost).
 func (s *Service) visitRollout(ctx context.Context, id string) error {
+	if err := s.renew(ctx, id); err != nil {
+		return err
+	}
 	now := s.now().UTC()
 	_, unpublished, err := s.store.SyncRolloutMembers(ctx, id, now)
 	if err != nil {
@@ -126,12 +159,15 @@ func (s *Service) visitRollout(ctx context.Context, id string) error {
 	if r.State.Terminal() {
 		// Settling: the sync above moved what ended; look again at the
 		// next pass while members are in flight.
-		_, err := s.store.UpdateRollout(ctx, id, func(cur Rollout) (RolloutChange, error) {
+		_, err := s.driverUpdate(ctx, id, func(cur Rollout) (RolloutChange, error) {
 			return RolloutChange{Release: true, Waiting: cur.Waiting}, nil
 		}, now)
 		return err
 	}
 	for range maxStepsPerVisit {
+		if err := s.renew(ctx, id); err != nil {
+			return err
+		}
 		r, err = s.store.Rollout(ctx, id)
 		if err != nil {
 			return err
@@ -185,12 +221,12 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 	}
 	switch {
 	case dec.Publish > 0:
-		ms, err := s.store.ReserveRolloutMembers(ctx, r.ID, r.Generation, in.Wave, min(dec.Publish, maxPublishPerVisit), now)
+		ms, err := s.store.ReserveRolloutMembers(ctx, r.ID, s.leaseOwner, r.Generation, in.Wave, min(dec.Publish, maxPublishPerVisit), now)
 		if err != nil {
 			return false, err
 		}
 		if len(ms) == 0 {
-			return false, errRolloutMoved
+			return false, errRolloutMoved // or the lease was lost: release checks
 		}
 		if err := s.publishMembers(ctx, r, settings, ms); err != nil {
 			return false, err
@@ -203,7 +239,7 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 		s.release(ctx, r.ID)
 		return true, nil
 	case dec.NextWave:
-		_, err := s.store.UpdateRollout(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+		_, err := s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
 			if cur.Generation != r.Generation {
 				return RolloutChange{}, errRolloutMoved
 			}
@@ -225,7 +261,7 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 		}, now)
 		return false, err
 	case dec.To != "":
-		_, err := s.store.UpdateRollout(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+		_, err := s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
 			if cur.Generation != r.Generation {
 				return RolloutChange{}, errRolloutMoved
 			}
@@ -253,7 +289,7 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 		return false, err
 	}
 	// A wait: record why and when to look again, and end the visit.
-	_, err = s.store.UpdateRollout(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+	_, err = s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
 		if cur.Generation != r.Generation {
 			return RolloutChange{}, errRolloutMoved
 		}
@@ -469,9 +505,23 @@ func (s *Service) publishMember(ctx context.Context, r Rollout, st lifecycle.Rol
 		return err
 	}
 	if !p.Allowed {
-		return p.Refusal
+		err = p.Refusal
+	} else {
+		err = s.createPlanned(ctx, p, m.OperationID)
 	}
-	return s.createPlanned(ctx, p, m.OperationID)
+	if lifecycle.ErrorType(err) == "operation-in-progress" {
+		// The operation in progress may be the member's own, created by
+		// a visit this one overlapped (a lease that ran out): the member
+		// is in progress, not refused.
+		var le *lifecycle.Error
+		if errors.As(err, &le) && le.Extra["activeOperation"] == m.OperationID {
+			return nil
+		}
+		if _, oerr := s.store.Operation(ctx, m.OperationID); oerr == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // createPlanned creates a planned operation with id, as run does.
@@ -656,8 +706,12 @@ func (s *Service) decideRevert(ctx context.Context, r Rollout, m RolloutMember, 
 	// Reserve the revert's operation id first, so that a crash between the
 	// creation and its record starts it again rather than twice.
 	opID := newUUID()
-	if err := s.store.SetMemberResults(ctx, r.ID, []MemberResult{{Ord: m.Ord,
-		Revert: &MemberRevert{Outcome: RevertPending, ToRevision: rv.ToRevision, OperationID: opID, Forced: rv.Forced}}}, now); err != nil {
+	err = s.store.SetMemberResults(ctx, r.ID, []MemberResult{{Ord: m.Ord, IfNoRevert: true,
+		Revert: &MemberRevert{Outcome: RevertPending, ToRevision: rv.ToRevision, OperationID: opID, Forced: rv.Forced}}}, now)
+	if errors.Is(err, ErrMemberChanged) {
+		return nil, false, nil // another visit reserved it: the next one follows it
+	}
+	if err != nil {
 		return nil, false, err
 	}
 	res, err := s.startRevert(ctx, r, m, rv.ToRevision, opID)

@@ -1047,3 +1047,79 @@ func TestRolloutLastWaveSoaks(t *testing.T) {
 	assert.Equal(t, lifecycle.RolloutSucceeded, r.State)
 	assert.Equal(t, fleet.WavePassed, r.Waves[1].State)
 }
+
+// TestRolloutLeaseOwnership: a driver acts on a rollout only while it holds
+// its lease: once the lease ran out and another driver claimed the
+// rollout, the first one's visit stops without acting, and its store
+// calls (reserve, update, release) change nothing.
+func TestRolloutLeaseOwnership(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(4)
+	store := postgres.NewFleetStore(e.pool, 5)
+	a, b := e.s, e.service()
+	r, err := a.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	now := time.Now().UTC()
+	ids, err := store.ClaimRollouts(e.ctx, fleet.LeaseOwner(a), 10, now, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{r.ID}, ids)
+	n, err := b.DriveRollouts(e.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "a's lease holds")
+
+	// a's lease runs out (it stalled); b claims the rollout.
+	ids, err = store.ClaimRollouts(e.ctx, fleet.LeaseOwner(b), 10, now.Add(2*time.Minute), time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, []string{r.ID}, ids)
+	err = fleet.VisitRollout(e.ctx, a, r.ID)
+	assert.ErrorIs(t, err, fleet.ErrLeaseLost)
+	ms, err := store.ReserveRolloutMembers(e.ctx, r.ID, fleet.LeaseOwner(a), e.rollout(r.ID).Generation, 0, 2, now)
+	require.NoError(t, err)
+	assert.Empty(t, ms, "a reserves nothing")
+	_, err = store.UpdateRollout(e.ctx, r.ID, func(fleet.Rollout) (fleet.RolloutChange, error) {
+		return fleet.RolloutChange{Release: true, Owner: fleet.LeaseOwner(a)}, nil
+	}, now)
+	assert.ErrorIs(t, err, fleet.ErrLeaseLost, "a releases nothing")
+	var ops int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM operations WHERE type = 'upgrade'`).Scan(&ops))
+	assert.Zero(t, ops)
+	var owner string
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT lease_owner FROM rollouts WHERE id = $1`, r.ID).Scan(&owner))
+	assert.Equal(t, fleet.LeaseOwner(b), owner)
+
+	// b drives it (its own visit), and the rollout finishes.
+	require.NoError(t, fleet.VisitRollout(e.ctx, b, r.ID))
+	e.sc = fleet.NewScheduler(b, time.Hour)
+	e.pump(installed)
+	assert.Equal(t, lifecycle.RolloutSucceeded, e.rollout(r.ID).State)
+}
+
+// TestRolloutOverlappingPublication: a visit that publishes members whose
+// operations an overlapping visit created already finds them in progress
+// (operation-in-progress naming the member's own operation), not failed;
+// a member's revert is reserved once.
+func TestRolloutOverlappingPublication(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(4)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	_, err = e.s.DriveRollouts(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, e.rollout(r.ID).Counts.ByStatus.InProgress)
+	require.NoError(t, fleet.PublishAgain(e.ctx, e.s, r.ID))
+	r = e.rollout(r.ID)
+	assert.Equal(t, 2, r.Counts.ByStatus.InProgress)
+	assert.Zero(t, r.Counts.ByStatus.Failed)
+
+	// A revert reserved by one visit is not reserved again by another.
+	store := postgres.NewFleetStore(e.pool, 5)
+	rv := &fleet.MemberRevert{Outcome: fleet.RevertPending, ToRevision: 1, OperationID: "00000000-0000-4000-8000-0000000000b1"}
+	require.NoError(t, store.SetMemberResults(e.ctx, r.ID, []fleet.MemberResult{{Ord: 0, IfNoRevert: true, Revert: rv}}, time.Now()))
+	again := *rv
+	again.OperationID = "00000000-0000-4000-8000-0000000000b2"
+	err = store.SetMemberResults(e.ctx, r.ID, []fleet.MemberResult{{Ord: 0, IfNoRevert: true, Revert: &again}}, time.Now())
+	assert.ErrorIs(t, err, fleet.ErrMemberChanged)
+	ms := e.members(r.ID, fleet.MemberFilter{Wave: 1})
+	require.NotNil(t, ms[0].Revert)
+	assert.Equal(t, rv.OperationID, ms[0].Revert.OperationID)
+}

@@ -216,6 +216,9 @@ type Service struct {
 	specs *margo.SpecCache
 	// seen notes the device API's contacts (nil: not recorded).
 	seen *LastSeen
+	// leaseOwner is this service's token on the rollouts its driver
+	// leases (random: each process, each Service, is its own driver).
+	leaseOwner string
 }
 
 // specCacheSize bounds Service.specs (a few KiB each).
@@ -224,7 +227,7 @@ const specCacheSize = 1024
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1),
-		batcher: newBatcher(store, now, log), versions: newVersionCache(), specs: margo.NewSpecCache(specCacheSize)}
+		batcher: newBatcher(store, now, log), versions: newVersionCache(), specs: margo.NewSpecCache(specCacheSize), leaseOwner: newUUID()}
 }
 
 // Close stops taking creations (CreateDeployment then fails) and waits

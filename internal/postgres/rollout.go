@@ -561,17 +561,26 @@ func (s *FleetStore) oneID(ctx context.Context, sql string, args ...any) (string
 // ---- the driver ----
 
 // ClaimRollouts implements fleet.RolloutStore.
-func (s *FleetStore) ClaimRollouts(ctx context.Context, limit int, now time.Time, lease time.Duration) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `UPDATE rollouts SET lease_until = $3 WHERE id IN (
+func (s *FleetStore) ClaimRollouts(ctx context.Context, owner string, limit int, now time.Time, lease time.Duration) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `UPDATE rollouts SET lease_until = $3, lease_owner = $4 WHERE id IN (
   SELECT id FROM rollouts WHERE (state IN ('running', 'paused', 'aborting') OR settling) AND (recheck_at IS NULL OR recheck_at <= $2)
     AND (lease_until IS NULL OR lease_until <= $2)
   ORDER BY recheck_at NULLS FIRST LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING id::text`, limit, now, now.Add(lease))
+RETURNING id::text`, limit, now, now.Add(lease), owner)
 	if err != nil {
 		return nil, translate(err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return ids, translate(err)
+}
+
+// RenewRolloutLease implements fleet.RolloutStore.
+func (s *FleetStore) RenewRolloutLease(ctx context.Context, id, owner string, now time.Time, lease time.Duration) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE rollouts SET lease_until = $3 WHERE id = $1 AND lease_owner = $2`, id, owner, now.Add(lease))
+	if err != nil {
+		return false, translate(err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // SyncRolloutMembers implements fleet.RolloutStore.
@@ -624,14 +633,14 @@ FROM operations o WHERE m.rollout_id = $1 AND m.revert_outcome IN ('pending', 'i
 }
 
 // ReserveRolloutMembers implements fleet.RolloutStore.
-func (s *FleetStore) ReserveRolloutMembers(ctx context.Context, id string, gen int64, wave, n int, now time.Time) ([]fleet.RolloutMember, error) {
-	rows, err := s.pool.Query(ctx, `WITH r AS (SELECT id FROM rollouts WHERE id = $1 AND generation = $2 AND state = 'running' FOR UPDATE),
+func (s *FleetStore) ReserveRolloutMembers(ctx context.Context, id, owner string, gen int64, wave, n int, now time.Time) ([]fleet.RolloutMember, error) {
+	rows, err := s.pool.Query(ctx, `WITH r AS (SELECT id FROM rollouts WHERE id = $1 AND generation = $2 AND state = 'running' AND lease_owner = $6 FOR UPDATE),
 picked AS (SELECT ord AS pick FROM rollout_members WHERE rollout_id = $1 AND wave = $3 AND status = 'pending' AND EXISTS (SELECT 1 FROM r)
   ORDER BY ord LIMIT $4 FOR UPDATE)
 UPDATE rollout_members m SET status = 'in-progress', operation_id = gen_random_uuid(),
   deployment_id = CASE WHEN m.install THEN gen_random_uuid() ELSE m.deployment_id END, updated_at = $5
 FROM picked WHERE m.rollout_id = $1 AND m.ord = picked.pick
-RETURNING `+sqlMemberColumns, id, gen, wave, n, now)
+RETURNING `+sqlMemberColumns, id, gen, wave, n, now, owner)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -680,9 +689,9 @@ func setMembers(ctx context.Context, tx pgx.Tx, id string, results []fleet.Membe
   revert_forced = CASE WHEN $8 THEN $13 ELSE revert_forced END,
   active = active AND NOT $14,
   updated_at = $15
-WHERE rollout_id = $1 AND ord = $2 AND ($16 = '' OR status = $16)`, id, m.Ord, string(m.Status), reason, m.Result, m.OperationID, m.DeploymentID,
-			setRevert, outcome, revTo, revOp, revDetail, revForced, m.Deactivate, now, string(m.IfStatus))
-		guarded[i] = m.IfStatus != ""
+WHERE rollout_id = $1 AND ord = $2 AND ($16 = '' OR status = $16) AND (NOT $17 OR revert_outcome IS NULL)`, id, m.Ord, string(m.Status), reason,
+			m.Result, m.OperationID, m.DeploymentID, setRevert, outcome, revTo, revOp, revDetail, revForced, m.Deactivate, now, string(m.IfStatus), m.IfNoRevert)
+		guarded[i] = m.IfStatus != "" || m.IfNoRevert
 	}
 	br := tx.SendBatch(ctx, b)
 	for i := range results {
@@ -718,6 +727,15 @@ func (s *FleetStore) UpdateRollout(ctx context.Context, id string, decide func(f
 		c, err := decide(r)
 		if err != nil {
 			return err
+		}
+		if c.Owner != "" {
+			var owns bool
+			if err := tx.QueryRow(ctx, `SELECT lease_owner IS NOT DISTINCT FROM $2 FROM rollouts WHERE id = $1`, id, c.Owner).Scan(&owns); err != nil {
+				return err
+			}
+			if !owns {
+				return fleet.ErrLeaseLost
+			}
 		}
 		if err := applyRolloutChange(ctx, tx, r, c, now); err != nil {
 			return err
@@ -781,6 +799,7 @@ func applyRolloutChange(ctx context.Context, tx pgx.Tx, r fleet.Rollout, c fleet
 	}
 	if c.Release {
 		w.add("lease_until = NULL")
+		w.add("lease_owner = NULL")
 	}
 	if c.Bump || c.To != "" {
 		w.add("generation = generation + 1")
