@@ -509,6 +509,9 @@ func (s *Service) publishMember(ctx context.Context, r Rollout, st lifecycle.Rol
 	} else {
 		err = s.createPlanned(ctx, p, m.OperationID)
 	}
+	if errors.Is(err, errNotReserved) {
+		return nil // the member moved on meanwhile: its status says how
+	}
 	if lifecycle.ErrorType(err) == "operation-in-progress" {
 		// The operation in progress may be the member's own, created by
 		// a visit this one overlapped (a lease that ran out): the member
@@ -524,11 +527,23 @@ func (s *Service) publishMember(ctx context.Context, r Rollout, st lifecycle.Rol
 	return err
 }
 
-// createPlanned creates a planned operation with id, as run does.
+// errNotReserved refuses the creation of a member's operation (or revert)
+// whose reservation no longer stands (the member was excluded, cancelled,
+// or its rollout ended since): nothing is created, nothing to record.
+var errNotReserved = &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
+	Message: "The rollout member's reservation no longer stands."}
+
+// createPlanned creates a planned operation with id, as run does, for a
+// rollout member: on the locked deployment, its membership must still hold
+// the reservation of id (the member's operation, in progress, or its
+// revert).
 func (s *Service) createPlanned(ctx context.Context, p Plan, id string) error {
 	op := *p.op
 	op.ID = id
-	_, err := s.store.CreateOperation(ctx, op, func(d Deployment) error {
+	_, err := s.store.CreateOperation(ctx, op, func(d Deployment, hold RolloutHold) error {
+		if !(hold.OperationID == id && hold.Status == lifecycle.MemberInProgress) && hold.RevertOperationID != id {
+			return errNotReserved
+		}
 		if d.Revision != op.BaseRevision {
 			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
 				Message: "The deployment changed while the operation was planned."}

@@ -75,6 +75,20 @@ type RolloutStore interface {
 	UpdateRollout(ctx context.Context, id string, decide func(Rollout) (RolloutChange, error), now time.Time) (Rollout, error)
 }
 
+// RolloutHold is a deployment's rollout membership as CreateOperation sees
+// it on the locked deployment: its active membership, or the membership
+// whose (revert) operation is the one being created; zero when none.
+type RolloutHold struct {
+	RolloutID string
+	// Active: the membership holds the deployment (an active rollout's
+	// member not excluded or removed).
+	Active bool
+	// OperationID, RevertOperationID: the ids reserved for the member's
+	// operation and its revert.
+	OperationID, RevertOperationID string
+	Status                         lifecycle.MemberStatus
+}
+
 // CandidateQuery selects a rollout's candidate members.
 type CandidateQuery struct {
 	ApplicationID string

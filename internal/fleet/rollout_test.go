@@ -1123,3 +1123,51 @@ func TestRolloutOverlappingPublication(t *testing.T) {
 	require.NotNil(t, ms[0].Revert)
 	assert.Equal(t, rv.OperationID, ms[0].Revert.OperationID)
 }
+
+// lateRollouts is the real store whose ActiveRolloutOf answers "no
+// rollout": what the check before CreateOperation sees when a rollout
+// takes the deployment just after it.
+type lateRollouts struct{ *postgres.FleetStore }
+
+func (lateRollouts) ActiveRolloutOf(context.Context, string) (string, error) { return "", nil }
+
+// TestRolloutMembershipCheckedUnderTheLock: the membership of a deployment
+// is checked again on the locked deployment when its operation is
+// created: a single upgrade loses to a rollout that took the deployment
+// after the first check; a member's reserved operation is not created
+// once the member was excluded.
+func TestRolloutMembershipCheckedUnderTheLock(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	deps := e.mixedFleet(4)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	late := fleet.NewService(lateRollouts{postgres.NewFleetStore(e.pool, 5)}, e.cat, fleet.Policy{AcceptAll: true, AllowOverrides: true}, time.Now,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, _, err = late.Upgrade(e.ctx, deps["d003"].ID, fleet.UpgradeRequest{TargetVersion: "1.5.0"}, fleet.Actor{ID: "bob"}, false, fleet.Precondition{})
+	assert.Equal(t, fleet.ProblemRolloutMember, lifecycle.ErrorType(err))
+
+	// Wave 1 reserved, then d000 excluded before its operation is created.
+	store := postgres.NewFleetStore(e.pool, 5)
+	ids, err := store.ClaimRollouts(e.ctx, "test", 10, time.Now(), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{r.ID}, ids)
+	ms, err := store.ReserveRolloutMembers(e.ctx, r.ID, "test", e.rollout(r.ID).Generation, 0, 2, time.Now())
+	require.NoError(t, err)
+	require.Len(t, ms, 2)
+	_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: deps["d000"].ID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	require.NoError(t, fleet.PublishAgain(e.ctx, e.s, r.ID))
+	var ops []string
+	rows, err := e.pool.Query(e.ctx, `SELECT deployment_id::text FROM operations WHERE type = 'upgrade'`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		ops = append(ops, id)
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, []string{deps["d001"].ID}, ops, "the excluded member's operation is not created")
+	m := e.members(r.ID, fleet.MemberFilter{DeploymentID: deps["d000"].ID})
+	require.Len(t, m, 1)
+	assert.Equal(t, lifecycle.MemberExcluded, m[0].Status)
+}

@@ -102,9 +102,11 @@ type Store interface {
 	Bundle(ctx context.Context, clientID, digest string) ([]byte, error)
 
 	// CreateOperation stores a queued operation and its steps after check
-	// passed on the locked deployment, in one transaction. Returns
-	// ECONFLICT (operation-in-progress, naming it) if another is active.
-	CreateOperation(ctx context.Context, op Operation, check func(Deployment) error, now time.Time) (Operation, error)
+	// passed on the locked deployment, in one transaction; check also
+	// gets the deployment's rollout membership as it is under that lock.
+	// Returns ECONFLICT (operation-in-progress, naming it) if another is
+	// active.
+	CreateOperation(ctx context.Context, op Operation, check func(Deployment, RolloutHold) error, now time.Time) (Operation, error)
 	// Operation returns one operation with its steps. Returns ENOTFOUND.
 	Operation(ctx context.Context, id string) (Operation, error)
 	// Operations returns a page of operations, newest first.

@@ -117,7 +117,7 @@ func loadSteps(ctx context.Context, q interface {
 }
 
 // CreateOperation implements fleet.Store.
-func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, check func(fleet.Deployment) error, now time.Time) (fleet.Operation, error) {
+func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, check func(fleet.Deployment, fleet.RolloutHold) error, now time.Time) (fleet.Operation, error) {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		d, last, err := lockDeployment(ctx, tx, op.DeploymentID, "")
 		if err != nil {
@@ -156,7 +156,11 @@ func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, ch
 				return err
 			}
 		}
-		if err := check(d); err != nil {
+		hold, err := rolloutHold(ctx, tx, d.ID, op.ID)
+		if err != nil {
+			return err
+		}
+		if err := check(d, hold); err != nil {
 			return err
 		}
 		op.DeploymentID = d.ID

@@ -549,6 +549,23 @@ func (s *FleetStore) ActiveInstallRolloutOf(ctx context.Context, appID, clientID
   AND application_id = $1 AND client_id = $2 AND device_id = $3 LIMIT 1`, appID, clientID, deviceID)
 }
 
+// rolloutHold reads, in tx (the deployment locked), the rollout membership
+// of deployment id that concerns a new operation opID: the one reserved
+// for it, else the active one.
+func rolloutHold(ctx context.Context, tx pgx.Tx, id, opID string) (fleet.RolloutHold, error) {
+	var h fleet.RolloutHold
+	var status string
+	err := tx.QueryRow(ctx, `SELECT rollout_id::text, active, coalesce(operation_id::text, ''), coalesce(revert_operation::text, ''), status
+FROM rollout_members WHERE deployment_id = $1 AND (active OR operation_id = $2::uuid OR revert_operation = $2::uuid)
+ORDER BY (operation_id IS NOT DISTINCT FROM $2::uuid OR revert_operation IS NOT DISTINCT FROM $2::uuid) DESC, active DESC LIMIT 1`,
+		id, opID).Scan(&h.RolloutID, &h.Active, &h.OperationID, &h.RevertOperationID, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fleet.RolloutHold{}, nil
+	}
+	h.Status = lifecycle.MemberStatus(status)
+	return h, err
+}
+
 func (s *FleetStore) oneID(ctx context.Context, sql string, args ...any) (string, error) {
 	var id string
 	err := s.pool.QueryRow(ctx, sql, args...).Scan(&id)
