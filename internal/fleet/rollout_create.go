@@ -159,6 +159,20 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 	out.excluded = map[lifecycle.ExclusionReason]int{}
 	var eligibleKeys []lifecycle.MemberKey
 	var eligibleAt []int
+	// The candidates' active operations, read at once: one whose goal the
+	// device already reached (an install it finished, not yet settled by
+	// the scheduler) does not make the member busy: creating the member's
+	// operation settles it.
+	var activeIDs []string
+	for _, c := range cands {
+		if c.ActiveOperation != "" && c.Deployment != nil {
+			activeIDs = append(activeIDs, c.ActiveOperation)
+		}
+	}
+	active, err := s.store.OperationsByID(ctx, activeIDs)
+	if err != nil {
+		return out, err
+	}
 	for i, c := range cands {
 		m := RolloutMember{Ord: i, ClientID: c.ClientID, DeviceID: c.DeviceID}
 		f := lifecycle.MemberFacts{Key: key(c), HasDeployment: c.Deployment != nil, ActiveOperation: c.ActiveOperation,
@@ -194,18 +208,8 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 			}
 			f.Placeable, f.Misfit, m.ProfileID = p.misfit == "", p.misfit, p.profile
 		}
-		if f.ActiveOperation != "" && c.Deployment != nil {
-			// An operation whose goal the device already reached (an
-			// install it finished, not yet settled by the scheduler) does
-			// not make the member busy: creating the member's operation
-			// settles it.
-			op, err := s.store.Operation(ctx, f.ActiveOperation)
-			if err != nil && lifecycle.ErrorCode(err) != lifecycle.ENOTFOUND {
-				return out, err
-			}
-			if err == nil && reached(op, *c.Deployment) {
-				f.ActiveOperation = ""
-			}
+		if op, ok := active[f.ActiveOperation]; ok && c.Deployment != nil && reached(op, *c.Deployment) {
+			f.ActiveOperation = ""
 		}
 		x := cl.Classify(f)
 		if x.Eligible {

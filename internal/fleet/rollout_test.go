@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -1170,4 +1171,42 @@ func TestRolloutMembershipCheckedUnderTheLock(t *testing.T) {
 	m := e.members(r.ID, fleet.MemberFilter{DeploymentID: deps["d000"].ID})
 	require.Len(t, m, 1)
 	assert.Equal(t, lifecycle.MemberExcluded, m[0].Status)
+}
+
+// queryCounter counts the statements a pool sends that contain a text.
+type queryCounter struct {
+	text string
+	n    atomic.Int64
+}
+
+func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, q.text) {
+		q.n.Add(1)
+	}
+	return ctx
+}
+
+func (*queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestRolloutPlanReadsActiveOperationsAtOnce: resolving a rollout reads
+// the candidates' active operations in one query, however many there are.
+func TestRolloutPlanReadsActiveOperationsAtOnce(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	deps := e.mixedFleet(6)
+	for _, dev := range []string{"d000", "d001", "d003", "d004"} { // on 1.0.0: an upgrade to 1.5.0 the devices do not answer
+		_, _, err := e.s.Upgrade(e.ctx, deps[dev].ID, fleet.UpgradeRequest{TargetVersion: "1.5.0"}, fleet.Actor{ID: "bob"}, false, fleet.Precondition{})
+		require.NoError(t, err)
+	}
+	counter := &queryCounter{text: "FROM operations WHERE id"}
+	cfg := e.pool.Config()
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(e.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := fleet.NewService(postgres.NewFleetStore(pool, 5), e.cat, fleet.Policy{AcceptAll: true, AllowOverrides: true}, time.Now,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := s.PlanRollout(e.ctx, upgradeTo2())
+	require.NoError(t, err)
+	assert.Equal(t, 4, p.ExcludedByReason[lifecycle.ExcludedBusy])
+	assert.EqualValues(t, 1, counter.n.Load(), "one query for the 4 active operations")
 }

@@ -109,6 +109,9 @@ type Store interface {
 	CreateOperation(ctx context.Context, op Operation, check func(Deployment, RolloutHold) error, now time.Time) (Operation, error)
 	// Operation returns one operation with its steps. Returns ENOTFOUND.
 	Operation(ctx context.Context, id string) (Operation, error)
+	// OperationsByID returns the operations with these ids, with their
+	// steps, by id (the ids of no operation are left out), set-based.
+	OperationsByID(ctx context.Context, ids []string) (map[string]Operation, error)
 	// Operations returns a page of operations, newest first.
 	Operations(ctx context.Context, f OperationFilter, after string, limit int) ([]Operation, error)
 	// CancelOperation ends an active operation as cancelled. Returns

@@ -11,26 +11,29 @@ type WaveCounts struct {
 }
 
 // Add counts one member of status s (an unknown status counts nowhere).
-func (c *WaveCounts) Add(s MemberStatus) {
+func (c *WaveCounts) Add(s MemberStatus) { c.AddN(s, 1) }
+
+// AddN counts n members of status s (an unknown status counts nowhere).
+func (c *WaveCounts) AddN(s MemberStatus, n int) {
 	switch s {
 	case MemberPending:
-		c.Pending++
+		c.Pending += n
 	case MemberInProgress:
-		c.InProgress++
+		c.InProgress += n
 	case MemberSucceeded:
-		c.Succeeded++
+		c.Succeeded += n
 	case MemberFailed:
-		c.Failed++
+		c.Failed += n
 	case MemberCancelled:
-		c.Cancelled++
+		c.Cancelled += n
 	case MemberReverted:
-		c.Reverted++
+		c.Reverted += n
 	case MemberNotReverted:
-		c.NotReverted++
+		c.NotReverted += n
 	case MemberRemoved:
-		c.Removed++
+		c.Removed += n
 	case MemberExcluded:
-		c.Excluded++
+		c.Excluded += n
 	}
 }
 

@@ -18,6 +18,12 @@ func TestWaveCounts(t *testing.T) {
 	assert.Equal(t, 6, c.Counted(), "cancelled, removed and excluded count toward nothing")
 	assert.False(t, c.Settled())
 	assert.True(t, WaveCounts{Succeeded: 3, Cancelled: 1}.Settled())
+	var n WaveCounts
+	for i, s := range AllMemberStatuses() {
+		n.AddN(s, i+1)
+	}
+	n.AddN("bogus", 5)
+	assert.Equal(t, WaveCounts{1, 2, 3, 4, 5, 6, 7, 8, 9}, n)
 }
 
 func TestDecideRolloutStep(t *testing.T) {

@@ -100,13 +100,9 @@ WHERE rollout_id = $1 GROUP BY 1, 2, 3, 4`, r.ID)
 			r.Counts.Excluded += n
 			r.Counts.ExcludedByReason[lifecycle.ExclusionReason(reason)] += n
 		}
-		for range n {
-			r.Counts.ByStatus.Add(s)
-		}
+		r.Counts.ByStatus.AddN(s, n)
 		if wave != nil && *wave >= 0 && *wave < len(r.Waves) {
-			for range n {
-				r.Waves[*wave].Counts.Add(s)
-			}
+			r.Waves[*wave].Counts.AddN(s, n)
 		}
 	}
 	return rows.Err()
