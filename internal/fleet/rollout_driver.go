@@ -249,7 +249,9 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 			next, accepted := cur.CurrentWave+1, false
 			c := RolloutChange{Waves: waves, CurrentWave: &next, ThresholdAccepted: &accepted, Bump: true}
 			if dec.WaveSettled {
-				s.settle(&c, cur, i, now)
+				if err := s.settle(&c, cur, i, now); err != nil {
+					return RolloutChange{}, err
+				}
 				waves[i].State = WavePassed // no soak to wait for
 			}
 			if !startWave(&waves[i+1], now) {
@@ -268,7 +270,9 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 			c := RolloutChange{Waves: cur.Waves}
 			i := cur.CurrentWave - 1
 			if dec.WaveSettled {
-				s.settle(&c, cur, i, now)
+				if err := s.settle(&c, cur, i, now); err != nil {
+					return RolloutChange{}, err
+				}
 			}
 			detail := dec.Reason
 			if dec.Breach != nil {
@@ -296,7 +300,9 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 		c := RolloutChange{Release: true}
 		if dec.WaveSettled {
 			c.Waves = cur.Waves
-			s.settle(&c, cur, cur.CurrentWave-1, now)
+			if err := s.settle(&c, cur, cur.CurrentWave-1, now); err != nil {
+				return RolloutChange{}, err
+			}
 		}
 		switch dec.Wait {
 		case lifecycle.WaitPaused:
@@ -339,7 +345,7 @@ func startWave(w *RolloutWave, now time.Time) bool {
 
 // settle records that wave i settled at now (its soak runs from then), with
 // its wave_settled event.
-func (s *Service) settle(c *RolloutChange, r Rollout, i int, now time.Time) {
+func (s *Service) settle(c *RolloutChange, r Rollout, i int, now time.Time) error {
 	w := &c.Waves[i]
 	w.SettledAt = now
 	if w.Soak > 0 {
@@ -348,9 +354,8 @@ func (s *Service) settle(c *RolloutChange, r Rollout, i int, now time.Time) {
 	k := r.Waves[i].Counts
 	ev, err := s.rolloutEvent(now, lifecycle.ActorScheduler, r, lifecycle.RolloutWaveSettledBody{Wave: i + 1, Succeeded: k.Succeeded, Failed: k.Failed,
 		Cancelled: k.Cancelled, Removed: k.Removed, Excluded: k.Excluded})
-	if err == nil {
-		c.Events = append(c.Events, ev...)
-	}
+	c.Events = append(c.Events, ev...)
+	return err
 }
 
 // move returns c with the state move of r to to: its history row (by the
