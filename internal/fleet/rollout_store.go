@@ -2,8 +2,8 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
