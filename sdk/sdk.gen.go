@@ -3849,7 +3849,9 @@ type ClientInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+	// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+	// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+	// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -3866,7 +3868,9 @@ type ClientInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+	// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+	// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+	// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -5176,7 +5180,9 @@ func (c *Client) CancelRollout(ctx context.Context, rolloutId RolloutIdPath, par
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -5203,7 +5209,9 @@ func (c *Client) ExcludeRolloutMemberWithBody(ctx context.Context, rolloutId Rol
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -9300,7 +9308,9 @@ type ClientWithResponsesInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+	// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+	// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+	// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -9317,7 +9327,9 @@ type ClientWithResponsesInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+	// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+	// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+	// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -16243,7 +16255,9 @@ func (c *ClientWithResponses) CancelRolloutWithResponse(ctx context.Context, rol
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -16266,7 +16280,9 @@ func (c *ClientWithResponses) ExcludeRolloutMemberWithBodyWithResponse(ctx conte
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
