@@ -32,6 +32,10 @@ CREATE TABLE rollouts (
     -- a driver holds the rollout until then (several schedulers never
     -- drive one rollout at once; a crashed one's lease runs out)
     lease_until        timestamptz,
+    -- the driver holding the lease (its random token): a driver acts on the
+    -- rollout only while it is the owner, so one whose lease ran out and
+    -- was taken stops
+    lease_owner        text,
     -- an ended rollout whose members still have operations in flight
     -- (cancel): the driver keeps syncing their statuses until none is left
     settling           boolean     NOT NULL DEFAULT false,

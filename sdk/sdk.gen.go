@@ -3852,7 +3852,9 @@ type ClientInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+	// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+	// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+	// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -3869,7 +3871,9 @@ type ClientInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+	// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+	// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+	// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -5179,7 +5183,9 @@ func (c *Client) CancelRollout(ctx context.Context, rolloutId RolloutIdPath, par
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -5206,7 +5212,9 @@ func (c *Client) ExcludeRolloutMemberWithBody(ctx context.Context, rolloutId Rol
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -9303,7 +9311,9 @@ type ClientWithResponsesInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+	// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+	// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+	// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -9320,7 +9330,9 @@ type ClientWithResponsesInterface interface {
 	// state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 	// reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 	// its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-	// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+	// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+	// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+	// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 	//
 	// Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 	// change and its new `ETag`.
@@ -16246,7 +16258,9 @@ func (c *ClientWithResponses) CancelRolloutWithResponse(ctx context.Context, rol
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.
@@ -16269,7 +16283,9 @@ func (c *ClientWithResponses) ExcludeRolloutMemberWithBodyWithResponse(ctx conte
 // state it reached (an operation in flight finishes on its own, its result no longer counts), will not be
 // reverted, and accepts other lifecycle operations again. A member not yet started no longer counts toward
 // its wave's size or thresholds. 422 `not-a-member` when the rollout has no such member (naming the
-// member); excluding an excluded member changes nothing. 409 `rollout-state-conflict` in the terminal states.
+// member); excluding an excluded member changes nothing; 409 `member-ended` when the member ended otherwise
+// (`reverted`, `not-reverted`, `removed`). The key must fit the action: 422 `invalid-request` naming the
+// missing (or extra) field otherwise. 409 `rollout-state-conflict` in the terminal states.
 //
 // Honours `If-Match` (the rollout's `ETag`; 412 on mismatch). Answers 200 with the rollout after the
 // change and its new `ETag`.

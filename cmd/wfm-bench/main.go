@@ -63,14 +63,14 @@ type config struct {
 	conns    int // status: concurrent connections of wrk and pgbench
 	devices  int // status: deployments the reports spread over
 
-	singles   int // clients × 1 device measured for creations
-	gateway   int // devices of the one gateway client
-	fleet     int // clients × 1 device in the memory scenario (includes singles)
+	singles int // clients × 1 device measured for creations
+	gateway int // devices of the one gateway client
+	fleet   int // clients × 1 device in the memory scenario (includes singles)
 	// rolloutMembers are the clients × 1 device of the rollout group.
 	rolloutMembers int
-	createCap time.Duration
-	seedCap   time.Duration
-	budget    time.Duration
+	createCap      time.Duration
+	seedCap        time.Duration
+	budget         time.Duration
 
 	goBenchTimeout time.Duration
 	getenv         func(string) string

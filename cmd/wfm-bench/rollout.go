@@ -249,15 +249,19 @@ func rolloutFigures(ctx context.Context, b *bench) ([]Figure, error) {
 		want = r.Waves[0].ResolvedSize
 	}
 	// The agents sync in a loop until the rollout ends.
+	// Worker w syncs the members w, w+workers, ... (a simulated device is
+	// one agent: never synced by two workers at once).
 	stop := make(chan struct{})
 	var syncs atomic.Int64
 	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	for range cfg.workers {
+	for w := range min(cfg.workers, len(members)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
+			for k := w; ; k += cfg.workers {
+				if k >= len(members) {
+					k = w
+				}
 				select {
 				case <-stop:
 					return
@@ -265,7 +269,6 @@ func rolloutFigures(ctx context.Context, b *bench) ([]Figure, error) {
 					return
 				default:
 				}
-				k := int(next.Add(1)-1) % len(members)
 				if _, err := devices[members[k]].Sync(ctx); err == nil {
 					syncs.Add(1)
 				}

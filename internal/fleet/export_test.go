@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
 // SetBatcher sets the creation batcher's number of lanes and its test hooks:
@@ -16,4 +18,29 @@ func SetBatcher(s *Service, lanes int, hold func([]NewDeployment), queued func(i
 // make it fail or panic).
 func WrapBatchStore(s *Service, wrap func(next func(context.Context, []NewDeployment, time.Time) ([]CreateResult, error)) func(context.Context, []NewDeployment, time.Time) ([]CreateResult, error)) {
 	s.batcher.call = wrap(s.batcher.call)
+}
+
+// LeaseOwner returns the token s's rollout driver leases rollouts with.
+func LeaseOwner(s *Service) string { return s.leaseOwner }
+
+// VisitRollout runs one visit of rollout id by s's driver, without claiming
+// it first (a visit that follows a claim whose lease may have run out).
+func VisitRollout(ctx context.Context, s *Service, id string) error { return s.visitRollout(ctx, id) }
+
+// PublishAgain publishes again the members of rollout id in progress, as a
+// visit overlapping the one that published them would.
+func PublishAgain(ctx context.Context, s *Service, id string) error {
+	r, err := s.store.Rollout(ctx, id)
+	if err != nil {
+		return err
+	}
+	st, err := lifecycle.ValidateRolloutSpec(r.Request.Spec)
+	if err != nil {
+		return err
+	}
+	ms, err := s.allMembers(ctx, id, MemberFilter{Status: lifecycle.MemberInProgress})
+	if err != nil {
+		return err
+	}
+	return s.publishMembers(ctx, r, st, ms)
 }

@@ -120,10 +120,15 @@ func (s *Service) run(ctx context.Context, p Plan, dryRun bool, expect Precondit
 		return p, Operation{}, p.Refusal
 	}
 	op := *p.op
+	// Checked before, for the common case, and again on the locked
+	// deployment: a rollout that took it as a member meanwhile wins.
 	if err := s.checkNotMember(ctx, op.DeploymentID); err != nil {
 		return p, Operation{}, err
 	}
-	created, err := s.store.CreateOperation(ctx, op, func(d Deployment) error {
+	created, err := s.store.CreateOperation(ctx, op, func(d Deployment, hold RolloutHold) error {
+		if hold.Active {
+			return rolloutMemberError("Deployment "+d.ID, hold.RolloutID)
+		}
 		if err := expect.check(d); err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -84,7 +85,8 @@ func (s *Service) ResumeRollout(ctx context.Context, id string, actor Actor, exp
 }
 
 // ApproveRollout starts the manual wave a rollout waits for (cause
-// approved). ECONFLICT when no wave waits for approval. Errors as
+// approved): the wave leaves pending for publishing, with its startedAt
+// and its wave_started event. ECONFLICT when no wave waits for approval. Errors as
 // PauseRollout.
 func (s *Service) ApproveRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
 	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
@@ -97,6 +99,13 @@ func (s *Service) ApproveRollout(ctx context.Context, id string, actor Actor, ex
 		c := RolloutChange{Waves: r.Waves}
 		w := &c.Waves[r.CurrentWave-1]
 		w.ApprovedAt, w.ApprovedBy = now, actor.ID
+		if w.State == WavePending && startWave(w, now) {
+			ev, err := s.rolloutEvent(now, actor.ID, r, lifecycle.RolloutWaveStartedBody{Wave: r.CurrentWave, Size: w.ResolvedSize})
+			if err != nil {
+				return RolloutChange{}, err
+			}
+			c.Events = ev
+		}
 		return s.move(c, r, lifecycle.RolloutRunning, lifecycle.RolloutCauseApproved, actor.ID, "", now)
 	})
 }
@@ -115,13 +124,17 @@ func (s *Service) CancelRollout(ctx context.Context, id string, actor Actor, exp
 // in-flight operations; with Revert, the driver then returns every member
 // it changed to its revision from before the rollout where the installed
 // version's policy allows it. On an aborting rollout, a Revert not yet
-// asked is added (no state move). Force needs an admin (EFORBIDDEN
-// break-glass-forbidden) and a reason (EINVALID force-reason-required).
+// asked is added (no state move). Force needs an admin and a server that
+// allows overrides (EFORBIDDEN break-glass-forbidden) and a reason (EINVALID force-reason-required).
 // Errors as PauseRollout.
 func (s *Service) AbortRollout(ctx context.Context, id string, req AbortRequest, actor Actor, expect Precondition) (Rollout, error) {
 	if req.Force && !actor.Admin {
 		return Rollout{}, &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "break-glass-forbidden",
 			Message: "force is a break-glass override: only the admin role may use it."}
+	}
+	if req.Force && !s.policy.AllowOverrides {
+		return Rollout{}, &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "break-glass-forbidden",
+			Message: "force is a break-glass override: this server disables rollback overrides (-allow-rollback-override=false)."}
 	}
 	if req.Force && !req.Revert {
 		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request",
@@ -146,27 +159,74 @@ func (s *Service) AbortRollout(ctx context.Context, id string, req AbortRequest,
 }
 
 // ExcludeRolloutMember excludes one member of an active rollout (status
-// excluded, reason operator); its in-flight operation is left alone.
-// Returns ENOTFOUND when the rollout does not exist; EINVALID
-// (ProblemNotAMember, naming the field) when the member does not;
-// ECONFLICT when the member already ended (reverted, removed, excluded...)
-// or the rollout ended. Errors as PauseRollout.
+// excluded, reason operator); its in-flight operation is left alone. The
+// member's key fits the rollout's action: deploymentId for upgrade,
+// reconfigure and rollback, clientId and deviceId for install (EINVALID
+// naming the missing or extra field otherwise). Excluding an excluded
+// member changes nothing. Returns ENOTFOUND when the rollout does not
+// exist; EINVALID (ProblemNotAMember, naming the field) when the member
+// does not; ECONFLICT when the member already ended otherwise (reverted,
+// removed...) or the rollout ended. Errors as PauseRollout.
 func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberRef, actor Actor, expect Precondition) (Rollout, error) {
-	f := MemberFilter{DeploymentID: m.DeploymentID, ClientID: m.ClientID, DeviceID: m.DeviceID}
-	if f == (MemberFilter{}) {
-		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request", Message: "Name the member: deploymentId, or clientId and deviceId.",
-			Fields: []lifecycle.FieldError{{Pointer: "/deploymentId", Detail: "required (or clientId and deviceId)"}}}
+	r, err := s.store.Rollout(ctx, id)
+	if err != nil {
+		return Rollout{}, err
 	}
+	f, err := memberKey(r.Action, m)
+	if err != nil {
+		return Rollout{}, err
+	}
+	// The member read here may move before the rollout is locked (its
+	// operation or revert ends): the change is guarded on the status seen,
+	// and decided again on the member read anew when it moved.
+	for attempt := 0; ; attempt++ {
+		r, err := s.excludeMember(ctx, id, f, actor, expect)
+		if errors.Is(err, ErrMemberChanged) && attempt < 3 {
+			continue
+		}
+		return r, err
+	}
+}
+
+// memberKey is the filter of the member m names in a rollout of action,
+// or EINVALID naming the field that does not fit the action.
+func memberKey(action lifecycle.RolloutAction, m MemberRef) (MemberFilter, error) {
+	invalid := func(pointer, detail string) error {
+		return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request",
+			Message: "The exclude request is not valid: " + pointer + ": " + detail + ".",
+			Fields:  []lifecycle.FieldError{{Pointer: pointer, Detail: detail}}}
+	}
+	if action == lifecycle.RolloutInstall {
+		switch {
+		case m.DeploymentID != "":
+			return MemberFilter{}, invalid("/deploymentId", "an install rollout's member is named by clientId and deviceId")
+		case m.ClientID == "":
+			return MemberFilter{}, invalid("/clientId", "required (with deviceId) to name an install rollout's member")
+		case m.DeviceID == "":
+			return MemberFilter{}, invalid("/deviceId", "required (with clientId) to name an install rollout's member")
+		}
+		return MemberFilter{ClientID: m.ClientID, DeviceID: m.DeviceID}, nil
+	}
+	switch {
+	case m.DeploymentID == "":
+		return MemberFilter{}, invalid("/deploymentId", "required to name a member of a "+string(action)+" rollout")
+	case m.ClientID != "":
+		return MemberFilter{}, invalid("/clientId", "a "+string(action)+" rollout's member is named by deploymentId alone")
+	case m.DeviceID != "":
+		return MemberFilter{}, invalid("/deviceId", "a "+string(action)+" rollout's member is named by deploymentId alone")
+	}
+	return MemberFilter{DeploymentID: m.DeploymentID}, nil
+}
+
+// excludeMember is one attempt of ExcludeRolloutMember.
+func (s *Service) excludeMember(ctx context.Context, id string, f MemberFilter, actor Actor, expect Precondition) (Rollout, error) {
 	ms, err := s.store.RolloutMembers(ctx, id, f, -1, 2)
 	if err != nil {
 		return Rollout{}, err
 	}
 	if len(ms) != 1 {
-		if _, err := s.store.Rollout(ctx, id); err != nil {
-			return Rollout{}, err
-		}
 		pointer := "/deploymentId"
-		if m.DeploymentID == "" {
+		if f.DeploymentID == "" {
 			pointer = "/deviceId"
 		}
 		return Rollout{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: ProblemNotAMember, Message: "Rollout " + id + " has no such member.",
@@ -176,6 +236,9 @@ func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberR
 	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
 		if !r.State.Active() {
 			return RolloutChange{}, lifecycle.CheckRolloutMove(r.State, r.State, lifecycle.RolloutCauseOperatorPaused)
+		}
+		if mem.Status == lifecycle.MemberExcluded {
+			return unchanged(r), nil
 		}
 		if !mem.Status.CanTransitionTo(lifecycle.MemberExcluded) {
 			return RolloutChange{}, &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "member-ended",
@@ -187,8 +250,10 @@ func (s *Service) ExcludeRolloutMember(ctx context.Context, id string, m MemberR
 			rel = append(rel, lifecycle.Ref{Kind: lifecycle.SubjectDeployment, ID: mem.DeploymentID})
 		}
 		ev, err := s.rolloutEvent(now, actor.ID, r, lifecycle.RolloutMemberExcludedBody{PreviousStatus: mem.Status}, rel...)
+		// Guarded on the status seen: the member's operation or revert
+		// may have moved it since it was read (ErrMemberChanged).
 		return RolloutChange{Waiting: r.Waiting, Bump: true, Events: ev, Members: []MemberResult{{Ord: mem.Ord, Status: lifecycle.MemberExcluded,
-			Result: "Excluded by " + actor.ID + ".", Deactivate: true}}}, err
+			Result: "Excluded by " + actor.ID + ".", Deactivate: true, IfStatus: mem.Status}}}, err
 	})
 }
 

@@ -159,6 +159,20 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 	out.excluded = map[lifecycle.ExclusionReason]int{}
 	var eligibleKeys []lifecycle.MemberKey
 	var eligibleAt []int
+	// The candidates' active operations, read at once: one whose goal the
+	// device already reached (an install it finished, not yet settled by
+	// the scheduler) does not make the member busy: creating the member's
+	// operation settles it.
+	var activeIDs []string
+	for _, c := range cands {
+		if c.ActiveOperation != "" && c.Deployment != nil {
+			activeIDs = append(activeIDs, c.ActiveOperation)
+		}
+	}
+	active, err := s.store.OperationsByID(ctx, activeIDs)
+	if err != nil {
+		return out, err
+	}
 	for i, c := range cands {
 		m := RolloutMember{Ord: i, ClientID: c.ClientID, DeviceID: c.DeviceID}
 		f := lifecycle.MemberFacts{Key: key(c), HasDeployment: c.Deployment != nil, ActiveOperation: c.ActiveOperation,
@@ -167,8 +181,14 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 			m.DeploymentID, m.FromVersion, m.FromRevision = d.ID, d.Version.String(), d.Revision
 			f.State, f.Removing, f.Version, f.Revision = d.State, d.Removing, d.Version, d.Revision
 			if !c.InstalledVersion.IsZero() {
+				// What the device runs (a failed deployment still runs its
+				// installed revision): the revision and the version a
+				// revert restores describe the same revision.
 				f.Version = c.InstalledVersion
 				m.FromVersion = c.InstalledVersion.String()
+				if d.InstalledRevision > 0 {
+					m.FromRevision = d.InstalledRevision
+				}
 			}
 			f.Revisions, f.Parameters = c.Revisions, d.Parameters
 		}
@@ -188,18 +208,8 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 			}
 			f.Placeable, f.Misfit, m.ProfileID = p.misfit == "", p.misfit, p.profile
 		}
-		if f.ActiveOperation != "" && c.Deployment != nil {
-			// An operation whose goal the device already reached (an
-			// install it finished, not yet settled by the scheduler) does
-			// not make the member busy: creating the member's operation
-			// settles it.
-			op, err := s.store.Operation(ctx, f.ActiveOperation)
-			if err != nil && lifecycle.ErrorCode(err) != lifecycle.ENOTFOUND {
-				return out, err
-			}
-			if err == nil && reached(op, *c.Deployment) {
-				f.ActiveOperation = ""
-			}
+		if op, ok := active[f.ActiveOperation]; ok && c.Deployment != nil && reached(op, *c.Deployment) {
+			f.ActiveOperation = ""
 		}
 		x := cl.Classify(f)
 		if x.Eligible {
@@ -268,7 +278,7 @@ func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor A
 		r.Waves = append(r.Waves, RolloutWave{Index: len(r.Waves) + 1, Wave: w.Wave, ResolvedSize: w.Size,
 			AllowedFailures: w.MaxFailures.Allowed(w.Size), State: WavePending})
 	}
-	r.Waves[0].State, r.Waves[0].StartedAt = WavePublishing, now
+	started := startWave(&r.Waves[0], now)
 	var events []lifecycle.Event
 	add := func(body lifecycle.EventBody) error {
 		e, err := lifecycle.NewEvent(now, createdBy, lifecycle.Ref{Kind: lifecycle.SubjectRollout, ID: r.ID}, body,
@@ -281,11 +291,13 @@ func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor A
 		target = res.settings.Target.String()
 	}
 	excluded := len(res.members) - res.eligible
-	if err := errors.Join(
+	err = errors.Join(
 		add(lifecycle.RolloutCreatedBody{Action: r.Action, Target: target, Eligible: res.eligible, Excluded: excluded, Waves: len(r.Waves)}),
-		add(lifecycle.RolloutStateChangedBody{To: r.State, Cause: r.Cause}),
-		add(lifecycle.RolloutWaveStartedBody{Wave: 1, Size: r.Waves[0].ResolvedSize}),
-	); err != nil {
+		add(lifecycle.RolloutStateChangedBody{To: r.State, Cause: r.Cause}))
+	if started {
+		err = errors.Join(err, add(lifecycle.RolloutWaveStartedBody{Wave: 1, Size: r.Waves[0].ResolvedSize}))
+	}
+	if err != nil {
 		return Rollout{}, err
 	}
 	if err := s.store.InsertRollout(ctx, r, res.members, events); err != nil {

@@ -51,7 +51,7 @@ var errRolloutMoved = errors.New("the rollout changed during the visit")
 // tests call it to run the driver once. Returns EUNAVAILABLE, ending the
 // pass, when the database is unavailable.
 func (s *Service) DriveRollouts(ctx context.Context) (int, error) {
-	ids, err := s.store.ClaimRollouts(ctx, maxRolloutsPerPass, s.now().UTC(), rolloutLease)
+	ids, err := s.store.ClaimRollouts(ctx, s.leaseOwner, maxRolloutsPerPass, s.now().UTC(), rolloutLease)
 	if err != nil {
 		return 0, err
 	}
@@ -66,6 +66,10 @@ func (s *Service) DriveRollouts(ctx context.Context) (int, error) {
 		n++
 		switch {
 		case err == nil:
+		case errors.Is(err, ErrLeaseLost):
+			// Another driver claimed the rollout after this one's lease ran
+			// out: it is that driver's now.
+			s.log.WarnContext(ctx, "rollout visit stopped: its lease was lost", "rollout", id)
 		case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE && !collided(err):
 			return n, err
 		default:
@@ -77,18 +81,47 @@ func (s *Service) DriveRollouts(ctx context.Context) (int, error) {
 }
 
 // release ends the lease on a rollout whose visit stopped early; it is due
-// at the next pass.
+// at the next pass. A lease lost meanwhile is left to its new owner.
 func (s *Service) release(ctx context.Context, id string) {
-	_, err := s.store.UpdateRollout(ctx, id, func(r Rollout) (RolloutChange, error) {
+	_, err := s.driverUpdate(ctx, id, func(r Rollout) (RolloutChange, error) {
 		return RolloutChange{Release: true, Waiting: r.Waiting}, nil
 	}, s.now().UTC())
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrLeaseLost) {
 		s.log.WarnContext(ctx, "releasing a rollout failed; its lease runs out", "rollout", id, "error", err)
 	}
 }
 
-// visitRollout drives one claimed rollout.
+// driverUpdate is store.UpdateRollout for the driver: the change is
+// applied only while this service holds the rollout's lease (ErrLeaseLost
+// otherwise).
+func (s *Service) driverUpdate(ctx context.Context, id string, decide func(Rollout) (RolloutChange, error), now time.Time) (Rollout, error) {
+	return s.store.UpdateRollout(ctx, id, func(r Rollout) (RolloutChange, error) {
+		c, err := decide(r)
+		c.Owner = s.leaseOwner
+		return c, err
+	}, now)
+}
+
+// renew extends this service's lease on rollout id before the visit acts
+// again; ErrLeaseLost when another driver holds it now.
+func (s *Service) renew(ctx context.Context, id string) error {
+	ok, err := s.store.RenewRolloutLease(ctx, id, s.leaseOwner, s.now().UTC(), rolloutLease)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// visitRollout drives one claimed rollout. It checks (and renews) its
+// lease before each step: a visit whose lease ran out and was claimed by
+// another driver stops (ErrLeaseLost).
 func (s *Service) visitRollout(ctx context.Context, id string) error {
+	if err := s.renew(ctx, id); err != nil {
+		return err
+	}
 	now := s.now().UTC()
 	_, unpublished, err := s.store.SyncRolloutMembers(ctx, id, now)
 	if err != nil {
@@ -102,25 +135,39 @@ func (s *Service) visitRollout(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("rollout %s: stored request: %w", id, err)
 	}
-	if len(unpublished) > 0 && r.State.Active() {
-		// A publication a crash interrupted: create what is missing with
-		// the ids reserved.
+	switch {
+	case len(unpublished) == 0:
+	case r.State == lifecycle.RolloutRunning || r.State == lifecycle.RolloutPaused:
+		// A publication a crash (or a visit's timeout) interrupted: create
+		// what is missing with the ids reserved.
 		if err := s.publishMembers(ctx, r, settings, unpublished); err != nil {
 			return err
 		}
 		if _, _, err := s.store.SyncRolloutMembers(ctx, id, now); err != nil {
 			return err
 		}
+	default:
+		// The rollout ended or aborts: it starts nothing new.
+		results := make([]MemberResult, len(unpublished))
+		for i, m := range unpublished {
+			results[i] = MemberResult{Ord: m.Ord, Status: lifecycle.MemberCancelled, Result: resultNotStarted, IfStatus: lifecycle.MemberInProgress}
+		}
+		if err := s.store.SetMemberResults(ctx, id, results, now); err != nil {
+			return err
+		}
 	}
 	if r.State.Terminal() {
 		// Settling: the sync above moved what ended; look again at the
 		// next pass while members are in flight.
-		_, err := s.store.UpdateRollout(ctx, id, func(cur Rollout) (RolloutChange, error) {
+		_, err := s.driverUpdate(ctx, id, func(cur Rollout) (RolloutChange, error) {
 			return RolloutChange{Release: true, Waiting: cur.Waiting}, nil
 		}, now)
 		return err
 	}
 	for range maxStepsPerVisit {
+		if err := s.renew(ctx, id); err != nil {
+			return err
+		}
 		r, err = s.store.Rollout(ctx, id)
 		if err != nil {
 			return err
@@ -174,12 +221,12 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 	}
 	switch {
 	case dec.Publish > 0:
-		ms, err := s.store.ReserveRolloutMembers(ctx, r.ID, r.Generation, in.Wave, min(dec.Publish, maxPublishPerVisit), now)
+		ms, err := s.store.ReserveRolloutMembers(ctx, r.ID, s.leaseOwner, r.Generation, in.Wave, min(dec.Publish, maxPublishPerVisit), now)
 		if err != nil {
 			return false, err
 		}
 		if len(ms) == 0 {
-			return false, errRolloutMoved
+			return false, errRolloutMoved // or the lease was lost: release checks
 		}
 		if err := s.publishMembers(ctx, r, settings, ms); err != nil {
 			return false, err
@@ -192,19 +239,23 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 		s.release(ctx, r.ID)
 		return true, nil
 	case dec.NextWave:
-		_, err := s.store.UpdateRollout(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+		_, err := s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
 			if cur.Generation != r.Generation {
 				return RolloutChange{}, errRolloutMoved
 			}
 			waves := cur.Waves
 			i := cur.CurrentWave - 1
 			waves[i].State, waves[i].FinishedAt = WavePassed, now
-			waves[i+1].State, waves[i+1].StartedAt = WavePublishing, now
 			next, accepted := cur.CurrentWave+1, false
 			c := RolloutChange{Waves: waves, CurrentWave: &next, ThresholdAccepted: &accepted, Bump: true}
 			if dec.WaveSettled {
-				s.settle(&c, cur, i, now)
+				if err := s.settle(&c, cur, i, now); err != nil {
+					return RolloutChange{}, err
+				}
 				waves[i].State = WavePassed // no soak to wait for
+			}
+			if !startWave(&waves[i+1], now) {
+				return c, nil // a manual wave: started by approve
 			}
 			ev, err := s.rolloutEvent(now, lifecycle.ActorScheduler, cur, lifecycle.RolloutWaveStartedBody{Wave: next, Size: waves[i+1].ResolvedSize})
 			c.Events = append(c.Events, ev...)
@@ -212,14 +263,16 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 		}, now)
 		return false, err
 	case dec.To != "":
-		_, err := s.store.UpdateRollout(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+		_, err := s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
 			if cur.Generation != r.Generation {
 				return RolloutChange{}, errRolloutMoved
 			}
 			c := RolloutChange{Waves: cur.Waves}
 			i := cur.CurrentWave - 1
 			if dec.WaveSettled {
-				s.settle(&c, cur, i, now)
+				if err := s.settle(&c, cur, i, now); err != nil {
+					return RolloutChange{}, err
+				}
 			}
 			detail := dec.Reason
 			if dec.Breach != nil {
@@ -240,14 +293,16 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 		return false, err
 	}
 	// A wait: record why and when to look again, and end the visit.
-	_, err = s.store.UpdateRollout(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+	_, err = s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
 		if cur.Generation != r.Generation {
 			return RolloutChange{}, errRolloutMoved
 		}
 		c := RolloutChange{Release: true}
 		if dec.WaveSettled {
 			c.Waves = cur.Waves
-			s.settle(&c, cur, cur.CurrentWave-1, now)
+			if err := s.settle(&c, cur, cur.CurrentWave-1, now); err != nil {
+				return RolloutChange{}, err
+			}
 		}
 		switch dec.Wait {
 		case lifecycle.WaitPaused:
@@ -278,9 +333,19 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 	return true, err
 }
 
+// startWave starts w (publishing, from now) and reports whether it did: a
+// manual wave not yet approved stays pending (ApproveRollout starts it).
+func startWave(w *RolloutWave, now time.Time) bool {
+	if w.Approval == lifecycle.ApprovalManual && w.ApprovedAt.IsZero() {
+		return false
+	}
+	w.State, w.StartedAt = WavePublishing, now
+	return true
+}
+
 // settle records that wave i settled at now (its soak runs from then), with
 // its wave_settled event.
-func (s *Service) settle(c *RolloutChange, r Rollout, i int, now time.Time) {
+func (s *Service) settle(c *RolloutChange, r Rollout, i int, now time.Time) error {
 	w := &c.Waves[i]
 	w.SettledAt = now
 	if w.Soak > 0 {
@@ -289,9 +354,8 @@ func (s *Service) settle(c *RolloutChange, r Rollout, i int, now time.Time) {
 	k := r.Waves[i].Counts
 	ev, err := s.rolloutEvent(now, lifecycle.ActorScheduler, r, lifecycle.RolloutWaveSettledBody{Wave: i + 1, Succeeded: k.Succeeded, Failed: k.Failed,
 		Cancelled: k.Cancelled, Removed: k.Removed, Excluded: k.Excluded})
-	if err == nil {
-		c.Events = append(c.Events, ev...)
-	}
+	c.Events = append(c.Events, ev...)
+	return err
 }
 
 // move returns c with the state move of r to to: its history row (by the
@@ -342,6 +406,10 @@ func (s *Service) rolloutEvent(now time.Time, actor string, r Rollout, body life
 	}
 	return []lifecycle.Event{e}, nil
 }
+
+// resultNotStarted is the result of a member cancelled because its rollout
+// ended (or aborted) before starting it.
+const resultNotStarted = "The rollout ended before starting it."
 
 // memberActor is who a rollout's member operations are requested by.
 func memberActor(r Rollout) Actor { return Actor{ID: "rollout:" + r.ID} }
@@ -442,16 +510,45 @@ func (s *Service) publishMember(ctx context.Context, r Rollout, st lifecycle.Rol
 		return err
 	}
 	if !p.Allowed {
-		return p.Refusal
+		err = p.Refusal
+	} else {
+		err = s.createPlanned(ctx, p, m.OperationID)
 	}
-	return s.createPlanned(ctx, p, m.OperationID)
+	if errors.Is(err, errNotReserved) {
+		return nil // the member moved on meanwhile: its status says how
+	}
+	if lifecycle.ErrorType(err) == "operation-in-progress" {
+		// The operation in progress may be the member's own, created by
+		// a visit this one overlapped (a lease that ran out): the member
+		// is in progress, not refused.
+		var le *lifecycle.Error
+		if errors.As(err, &le) && le.Extra["activeOperation"] == m.OperationID {
+			return nil
+		}
+		if _, oerr := s.store.Operation(ctx, m.OperationID); oerr == nil {
+			return nil
+		}
+	}
+	return err
 }
 
-// createPlanned creates a planned operation with id, as run does.
+// errNotReserved refuses the creation of a member's operation (or revert)
+// whose reservation no longer stands (the member was excluded, cancelled,
+// or its rollout ended since): nothing is created, nothing to record.
+var errNotReserved = &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
+	Message: "The rollout member's reservation no longer stands."}
+
+// createPlanned creates a planned operation with id, as run does, for a
+// rollout member: on the locked deployment, its membership must still hold
+// the reservation of id (the member's operation, in progress, or its
+// revert).
 func (s *Service) createPlanned(ctx context.Context, p Plan, id string) error {
 	op := *p.op
 	op.ID = id
-	_, err := s.store.CreateOperation(ctx, op, func(d Deployment) error {
+	_, err := s.store.CreateOperation(ctx, op, func(d Deployment, hold RolloutHold) error {
+		if !(hold.OperationID == id && hold.Status == lifecycle.MemberInProgress) && hold.RevertOperationID != id {
+			return errNotReserved
+		}
 		if d.Revision != op.BaseRevision {
 			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
 				Message: "The deployment changed while the operation was planned."}
@@ -605,6 +702,13 @@ func (s *Service) decideRevert(ctx context.Context, r Rollout, m RolloutMember, 
 		}
 	}
 	rv, err := lifecycle.DecideRevert(in)
+	if refusal(err) {
+		// A refused override (EFORBIDDEN: the server disables overrides)
+		// or a bad force request ends this member's revert, not the
+		// abort: no rollout may stay aborting for a revert it cannot do.
+		return &MemberResult{Ord: m.Ord, Status: lifecycle.MemberNotReverted,
+			Revert: &MemberRevert{Outcome: RevertNotReverted, ToRevision: m.FromRevision, Reason: "Not reverted: " + message(err)}}, false, nil
+	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -622,8 +726,12 @@ func (s *Service) decideRevert(ctx context.Context, r Rollout, m RolloutMember, 
 	// Reserve the revert's operation id first, so that a crash between the
 	// creation and its record starts it again rather than twice.
 	opID := newUUID()
-	if err := s.store.SetMemberResults(ctx, r.ID, []MemberResult{{Ord: m.Ord,
-		Revert: &MemberRevert{Outcome: RevertPending, ToRevision: rv.ToRevision, OperationID: opID, Forced: rv.Forced}}}, now); err != nil {
+	err = s.store.SetMemberResults(ctx, r.ID, []MemberResult{{Ord: m.Ord, IfNoRevert: true,
+		Revert: &MemberRevert{Outcome: RevertPending, ToRevision: rv.ToRevision, OperationID: opID, Forced: rv.Forced}}}, now)
+	if errors.Is(err, ErrMemberChanged) {
+		return nil, false, nil // another visit reserved it: the next one follows it
+	}
+	if err != nil {
 		return nil, false, err
 	}
 	res, err := s.startRevert(ctx, r, m, rv.ToRevision, opID)

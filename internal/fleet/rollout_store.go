@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
@@ -42,7 +43,13 @@ type RolloutStore interface {
 	// ClaimRollouts leases up to limit active rollouts that are due at now
 	// (recheck_at passed or none) and not leased by another driver, for
 	// lease; FOR UPDATE SKIP LOCKED, so that two drivers never claim one.
-	ClaimRollouts(ctx context.Context, limit int, now time.Time, lease time.Duration) ([]string, error)
+	// owner is the claiming driver's token: the lease is its own until it
+	// runs out and another driver claims the rollout.
+	ClaimRollouts(ctx context.Context, owner string, limit int, now time.Time, lease time.Duration) ([]string, error)
+	// RenewRolloutLease extends owner's lease on rollout id to now+lease
+	// and reports whether owner still holds it (false: another driver
+	// claimed it, or it was released).
+	RenewRolloutLease(ctx context.Context, id, owner string, now time.Time, lease time.Duration) (bool, error)
 	// SyncRolloutMembers moves the statuses of a rollout's members from
 	// their operations and deployments (succeeded, failed, cancelled,
 	// removed; reverts: reverted or not-reverted) and returns how many
@@ -51,16 +58,32 @@ type RolloutStore interface {
 	SyncRolloutMembers(ctx context.Context, id string, now time.Time) (moved int, unpublished []RolloutMember, err error)
 	// ReserveRolloutMembers moves the first n pending members of wave
 	// (from 0) to in-progress with new operation ids (install: new
-	// deployment ids too), if the rollout's generation is still gen and it
-	// is running. Returns the reserved members (none when the rollout
-	// moved on).
-	ReserveRolloutMembers(ctx context.Context, id string, gen int64, wave, n int, now time.Time) ([]RolloutMember, error)
+	// deployment ids too), if the rollout's generation is still gen, it
+	// is running and owner holds its lease. Returns the reserved members
+	// (none when the rollout moved on or the lease was lost).
+	ReserveRolloutMembers(ctx context.Context, id, owner string, gen int64, wave, n int, now time.Time) ([]RolloutMember, error)
 	// SetMemberResults records what happened to members (by Ord).
 	SetMemberResults(ctx context.Context, id string, results []MemberResult, now time.Time) error
 	// UpdateRollout locks the rollout, reads it (with counts), calls
 	// decide, and applies the change it returns, with history and events,
-	// in one transaction. decide's error is returned and nothing changes.
+	// in one transaction. decide's error is returned and nothing changes;
+	// so is ErrLeaseLost when the change names an Owner that no longer
+	// holds the rollout's lease.
 	UpdateRollout(ctx context.Context, id string, decide func(Rollout) (RolloutChange, error), now time.Time) (Rollout, error)
+}
+
+// RolloutHold is a deployment's rollout membership as CreateOperation sees
+// it on the locked deployment: its active membership, or the membership
+// whose (revert) operation is the one being created; zero when none.
+type RolloutHold struct {
+	RolloutID string
+	// Active: the membership holds the deployment (an active rollout's
+	// member not excluded or removed).
+	Active bool
+	// OperationID, RevertOperationID: the ids reserved for the member's
+	// operation and its revert.
+	OperationID, RevertOperationID string
+	Status                         lifecycle.MemberStatus
 }
 
 // CandidateQuery selects a rollout's candidate members.
@@ -106,7 +129,24 @@ type MemberResult struct {
 	Revert *MemberRevert
 	// Deactivate ends the member's hold on its deployment.
 	Deactivate bool
+	// IfStatus, when not "", applies the change only if the member's
+	// status still is IfStatus; otherwise the whole change fails with
+	// ErrMemberChanged.
+	IfStatus lifecycle.MemberStatus
+	// IfNoRevert, like IfStatus, applies the change only if the member
+	// has no revert yet (a revert is reserved once).
+	IfNoRevert bool
 }
+
+// ErrLeaseLost is the error of a driver's change of a rollout whose lease
+// it no longer holds (it ran out and another driver claimed the rollout):
+// the visit stops.
+var ErrLeaseLost = errors.New("the driver's lease on the rollout was lost")
+
+// ErrMemberChanged is the error of a member change guarded by
+// MemberResult.IfStatus whose member moved meanwhile (ECONFLICT).
+var ErrMemberChanged = &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
+	Message: "The member changed while the change was decided; try again."}
 
 // RolloutChange is what UpdateRollout applies; the zero value changes
 // nothing but Recheck/Waiting/lease (see Touch).
@@ -134,8 +174,19 @@ type RolloutChange struct {
 	Recheck time.Time
 	// Release ends the driver's lease.
 	Release bool
+	// Owner, when not "", is the driver making the change: it is applied
+	// only while Owner holds the rollout's lease (ErrLeaseLost otherwise).
+	Owner string
 	// Bump increments the generation (every change an operator can see
 	// but counts).
 	Bump   bool
 	Events []lifecycle.Event
+}
+
+// Changes reports whether c changes what an operator sees of the rollout
+// (a state move, members, the abort, anything that bumps the generation),
+// rather than only the driver's bookkeeping (waiting, recheck, lease).
+func (c RolloutChange) Changes() bool {
+	return c.To != "" || c.Bump || c.Abort != nil || c.CancelPending || len(c.Members) > 0 || c.Waves != nil ||
+		c.CurrentWave != nil || c.ThresholdAccepted != nil || c.WaveApproved != nil || len(c.Events) > 0
 }

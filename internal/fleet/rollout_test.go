@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
@@ -449,8 +451,26 @@ func TestRolloutApprovalPauseCancelExclude(t *testing.T) {
 	r, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: deps["d007"].ID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
 	require.NoError(t, err)
 	assert.Equal(t, 1, r.Counts.ExcludedByReason[lifecycle.ExcludedOperator])
-	_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: deps["d007"].ID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
-	assert.Equal(t, lifecycle.ECONFLICT, lifecycle.ErrorCode(err), "an excluded member stays excluded")
+	again, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: deps["d007"].ID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err, "excluding an excluded member changes nothing")
+	assert.Equal(t, r.Generation, again.Generation)
+	assert.Equal(t, 1, again.Counts.ExcludedByReason[lifecycle.ExcludedOperator])
+	for _, bad := range []struct {
+		ref     fleet.MemberRef
+		pointer string
+	}{
+		{fleet.MemberRef{}, "/deploymentId"},
+		{fleet.MemberRef{ClientID: "c", DeviceID: "d007"}, "/deploymentId"},
+		{fleet.MemberRef{DeploymentID: deps["d006"].ID, ClientID: "c"}, "/clientId"},
+		{fleet.MemberRef{DeploymentID: deps["d006"].ID, DeviceID: "d006"}, "/deviceId"},
+	} {
+		_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, bad.ref, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+		require.Equal(t, lifecycle.EINVALID, lifecycle.ErrorCode(err), "%+v", bad.ref)
+		var le *lifecycle.Error
+		require.ErrorAs(t, err, &le)
+		require.Len(t, le.Fields, 1)
+		assert.Equal(t, bad.pointer, le.Fields[0].Pointer, "%+v", bad.ref)
+	}
 	r, err = e.s.ResumeRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
 	require.NoError(t, err)
 	assert.Equal(t, lifecycle.RolloutCauseOperatorResumed, r.Cause)
@@ -503,6 +523,24 @@ func TestRolloutInstallAbortRevertRemoves(t *testing.T) {
 	require.Equal(t, lifecycle.RolloutPaused, r.State)
 	assert.Equal(t, 2, r.Waves[0].Counts.Succeeded)
 	assert.Equal(t, map[string]int{"2.0.0": 2, "1.0.0": 1}, e.versionsOf())
+	// An install rollout's member is named by clientId and deviceId.
+	d0 := e.members(r.ID, fleet.MemberFilter{DeviceID: "d0"})
+	require.Len(t, d0, 1)
+	for _, bad := range []struct {
+		ref     fleet.MemberRef
+		pointer string
+	}{
+		{fleet.MemberRef{DeploymentID: d0[0].DeploymentID}, "/deploymentId"},
+		{fleet.MemberRef{DeviceID: "d2"}, "/clientId"},
+		{fleet.MemberRef{ClientID: "c"}, "/deviceId"},
+	} {
+		_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, bad.ref, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+		var le *lifecycle.Error
+		require.ErrorAs(t, err, &le, "%+v", bad.ref)
+		assert.Equal(t, lifecycle.EINVALID, le.Code)
+		require.Len(t, le.Fields, 1)
+		assert.Equal(t, bad.pointer, le.Fields[0].Pointer, "%+v", bad.ref)
+	}
 
 	_, err = e.s.AbortRollout(e.ctx, r.ID, fleet.AbortRequest{Revert: true, Force: true, Reason: "x"}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
 	assert.Equal(t, lifecycle.EFORBIDDEN, lifecycle.ErrorCode(err), "force needs an admin")
@@ -746,4 +784,429 @@ func TestRolloutExcludesDevicesNotSeen(t *testing.T) {
 	for _, m := range e.members(r.ID, fleet.MemberFilter{Classification: "excluded"}) {
 		assert.Equal(t, lifecycle.ExcludedNotSeen, m.Reason, m.DeviceID)
 	}
+}
+
+// TestRolloutExcludeDuringRevert: excluding a member whose revert runs
+// leaves it excluded; its revert's outcome is still recorded and the abort
+// finishes.
+func TestRolloutExcludeDuringRevert(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(6)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)},
+		lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	e.pump(installed)
+	require.Equal(t, lifecycle.RolloutPaused, e.rollout(r.ID).State)
+	_, err = e.s.AbortRollout(e.ctx, r.ID, fleet.AbortRequest{Revert: true}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	e.pump(func(fleet.Deployment) string { return "" }) // the reverts start; the devices are silent
+	var reverting *fleet.RolloutMember
+	for _, m := range e.members(r.ID, fleet.MemberFilter{}) {
+		if m.Revert != nil && m.Revert.Outcome == fleet.RevertInProgress {
+			reverting = &m
+			break
+		}
+	}
+	require.NotNil(t, reverting)
+	_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: reverting.DeploymentID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutAborted, r.State, "%+v", r.Counts.ByStatus)
+	ms := e.members(r.ID, fleet.MemberFilter{DeploymentID: reverting.DeploymentID})
+	require.Len(t, ms, 1)
+	assert.Equal(t, lifecycle.MemberExcluded, ms[0].Status)
+	require.NotNil(t, ms[0].Revert)
+	assert.Equal(t, fleet.RevertReverted, ms[0].Revert.Outcome)
+}
+
+// TestRolloutForcedAbortWithoutOverrides: a server that disables rollback
+// overrides refuses a forced abort (403 break-glass-forbidden, nothing
+// changes); a forced abort stored before (by a server that allowed them)
+// ends each member's revert it cannot force as not-reverted, and the
+// rollout as aborted.
+func TestRolloutForcedAbortWithoutOverrides(t *testing.T) {
+	versions := map[string]string{
+		"1.0.0": rollbackAllowed,
+		"1.5.0": rollbackAllowed,
+		"2.0.0": "  rollback:\n    allowed: true\n    minVersion: \"1.5.0\"\n    reason: \"2.0 migrates the schema\"\n",
+	}
+	e := newRolloutEnv(t, versions)
+	e.mixedFleet(6)
+	strict := fleet.NewService(postgres.NewFleetStore(e.pool, 5), e.cat, fleet.Policy{AcceptAll: true, AllowOverrides: false}, time.Now,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)},
+		lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	require.Equal(t, lifecycle.RolloutPaused, r.State)
+
+	force := fleet.AbortRequest{Revert: true, Force: true, Reason: "INC-1"}
+	_, err = strict.AbortRollout(e.ctx, r.ID, force, fleet.Actor{ID: "root", Admin: true}, fleet.Precondition{})
+	assert.Equal(t, lifecycle.EFORBIDDEN, lifecycle.ErrorCode(err))
+	assert.Equal(t, "break-glass-forbidden", lifecycle.ErrorType(err))
+	assert.Equal(t, r.Generation, e.rollout(r.ID).Generation, "a refused abort changes nothing")
+
+	// Aborted with force where overrides were allowed, driven where they
+	// are not (the server restarted with them disabled).
+	_, err = e.s.AbortRollout(e.ctx, r.ID, force, fleet.Actor{ID: "root", Admin: true}, fleet.Precondition{})
+	require.NoError(t, err)
+	e.sc = fleet.NewScheduler(strict, time.Hour)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutAborted, r.State, "%+v", r.Counts.ByStatus)
+	assert.Equal(t, 2, r.Counts.ByStatus.NotReverted, "d000, d001 (1.0.0) need the override the server refuses")
+	for _, m := range e.members(r.ID, fleet.MemberFilter{Status: lifecycle.MemberNotReverted}) {
+		require.NotNil(t, m.Revert)
+		assert.Contains(t, m.Revert.Reason, "disables rollback overrides", m.DeviceID)
+	}
+}
+
+// reserveUnpublished puts the first two members of rollout id in the state
+// a crash between their reservation and the creation of their operations
+// leaves them: in-progress with operation ids no operation has.
+func (e *rolloutEnv) reserveUnpublished(id string) {
+	e.t.Helper()
+	reserved := []string{"00000000-0000-4000-8000-0000000000a1", "00000000-0000-4000-8000-0000000000a2"}
+	tag, err := e.pool.Exec(e.ctx, `UPDATE rollout_members SET status = 'in-progress', operation_id = ($2::uuid[])[ord + 1]
+WHERE rollout_id = $1 AND ord < 2`, id, reserved)
+	require.NoError(e.t, err)
+	require.EqualValues(e.t, 2, tag.RowsAffected())
+}
+
+// TestRolloutEndedBeforeInterruptedPublication: members reserved by a
+// visit that did not create their operations are published again only
+// while the rollout runs or is paused; a cancel or an abort cancels them
+// ("the rollout ended before starting it") and starts nothing new.
+func TestRolloutEndedBeforeInterruptedPublication(t *testing.T) {
+	for _, end := range []string{"cancel", "abort", "ended-unseen"} {
+		t.Run(end, func(t *testing.T) {
+			e := newRolloutEnv(t, hopVersions)
+			e.mixedFleet(5)
+			r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+			require.NoError(t, err)
+			e.reserveUnpublished(r.ID)
+			switch end {
+			case "cancel":
+				_, err = e.s.CancelRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+			case "abort":
+				_, err = e.s.AbortRollout(e.ctx, r.ID, fleet.AbortRequest{}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+			default:
+				// Ended with the reserved members left in progress (as a
+				// store before this fix left them): the visit cancels them.
+				_, err = e.pool.Exec(e.ctx, `UPDATE rollouts SET state = 'cancelled', cause = 'operator-cancelled', settling = true WHERE id = $1`, r.ID)
+				require.NoError(t, err)
+				_, err = e.pool.Exec(e.ctx, `UPDATE rollout_members SET status = 'cancelled', result = 'The rollout ended before starting it.'
+WHERE rollout_id = $1 AND status = 'pending'`, r.ID)
+			}
+			require.NoError(t, err)
+			e.pump(installed)
+			var ops int
+			require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM operations WHERE type = 'upgrade'`).Scan(&ops))
+			assert.Zero(t, ops, "the ended rollout started nothing")
+			r = e.rollout(r.ID)
+			assert.Zero(t, r.Counts.ByStatus.InProgress)
+			assert.Equal(t, 5, r.Counts.ByStatus.Cancelled)
+			for _, m := range e.members(r.ID, fleet.MemberFilter{Wave: 1}) {
+				assert.Equal(t, "The rollout ended before starting it.", m.Result, m.DeviceID)
+			}
+			var settling bool
+			require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT settling FROM rollouts WHERE id = $1`, r.ID).Scan(&settling))
+			assert.False(t, settling, "the rollout settled")
+		})
+	}
+}
+
+// TestRolloutFromRevisionOfFailedMember: a member whose last operation
+// failed still runs its installed revision: its fromRevision and
+// fromVersion both describe that revision, and an abort with revert
+// returns it there.
+func TestRolloutFromRevisionOfFailedMember(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	d := e.deploy("c", "d0", "1.0.0")
+	e.deploy("c", "d1", "1.5.0")
+	_, _, err := e.s.Upgrade(e.ctx, d.ID, fleet.UpgradeRequest{TargetVersion: "1.5.0"}, fleet.Actor{ID: "bob"}, false, fleet.Precondition{})
+	require.NoError(t, err)
+	e.pump(func(fleet.Deployment) string { return "failed" })
+	d, err = e.s.Deployment(e.ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StateFailed, d.State)
+	require.Greater(t, d.Revision, d.InstalledRevision)
+
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(1)},
+		lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	ms := e.members(r.ID, fleet.MemberFilter{DeploymentID: d.ID})
+	require.Len(t, ms, 1)
+	assert.Equal(t, "1.0.0", ms[0].FromVersion)
+	assert.Equal(t, d.InstalledRevision, ms[0].FromRevision, "the installed revision, not the failed one")
+
+	e.pump(installed)
+	_, err = e.s.AbortRollout(e.ctx, r.ID, fleet.AbortRequest{Revert: true}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	e.pump(installed)
+	require.Equal(t, lifecycle.RolloutAborted, e.rollout(r.ID).State)
+	d, err = e.s.Deployment(e.ctx, d.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "1.0.0", d.Version.String(), "reverted to what it ran before the rollout")
+}
+
+// TestRolloutAuditRowsInTheirTransaction: the audit row of a rollout's
+// creation (201) and of an action that changes it (200) is written in the
+// change's transaction; an action that finds the rollout as asked leaves
+// it to the HTTP adapter.
+func TestRolloutAuditRowsInTheirTransaction(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(3)
+	call := func(action string) (context.Context, *access.Pending) {
+		p := access.NewPending(access.AuditEntry{Actor: "alice", Action: action, RequestID: "req-" + action}, 201, 200)
+		return access.WithPending(e.ctx, p), p
+	}
+	ctx, p := call("createRollout")
+	r, err := e.s.CreateRollout(ctx, upgradeTo2(lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	status, written := p.Written()
+	assert.True(t, written, "created with its audit row")
+	assert.Equal(t, 201, status)
+
+	ctx, p = call("pauseRollout")
+	_, err = e.s.PauseRollout(ctx, r.ID, fleet.Actor{ID: "alice"}, fleet.Precondition{})
+	require.NoError(t, err)
+	status, written = p.Written()
+	assert.True(t, written, "paused with its audit row")
+	assert.Equal(t, 200, status)
+
+	ctx, p = call("pauseRollout")
+	_, err = e.s.PauseRollout(ctx, r.ID, fleet.Actor{ID: "alice"}, fleet.Precondition{})
+	require.NoError(t, err)
+	_, written = p.Written()
+	assert.False(t, written, "pausing a paused rollout changed nothing")
+
+	var rows int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM audit_log WHERE action IN ('createRollout', 'pauseRollout')`).Scan(&rows))
+	assert.Equal(t, 2, rows)
+}
+
+// TestRolloutManualWaveStaysPending: a manual wave (the first or a later
+// one) starts nothing, not even its startedAt or its wave_started event,
+// until approve starts it.
+func TestRolloutManualWaveStaysPending(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(4)
+	waveStarted := func(id string) int {
+		var n int
+		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM events WHERE type = 'rollout.wave_started' AND subject_id = $1`, id).Scan(&n))
+		return n
+	}
+	first, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}),
+		fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, fleet.WavePending, first.Waves[0].State)
+	assert.True(t, first.Waves[0].StartedAt.IsZero())
+	assert.Zero(t, waveStarted(first.ID))
+	_, err = e.s.CancelRollout(e.ctx, first.ID, fleet.Actor{ID: "alice"}, fleet.Precondition{})
+	require.NoError(t, err)
+
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(1)},
+		lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	require.Equal(t, lifecycle.RolloutPaused, r.State)
+	require.Equal(t, lifecycle.RolloutCauseApprovalRequired, r.Cause)
+	assert.Equal(t, 2, r.CurrentWave)
+	assert.Equal(t, fleet.WavePending, r.Waves[1].State)
+	assert.True(t, r.Waves[1].StartedAt.IsZero())
+	assert.Equal(t, 1, waveStarted(r.ID), "wave 1's only")
+
+	r, err = e.s.ApproveRollout(e.ctx, r.ID, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	assert.Equal(t, fleet.WavePublishing, r.Waves[1].State)
+	assert.False(t, r.Waves[1].StartedAt.IsZero())
+	assert.Equal(t, 2, waveStarted(r.ID))
+	e.pump(installed)
+	assert.Equal(t, lifecycle.RolloutSucceeded, e.rollout(r.ID).State)
+}
+
+// TestRolloutLastWaveSoaks: the rollout succeeds only once its last wave's
+// soak ended.
+func TestRolloutLastWaveSoaks(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(3)
+	soak := "1h"
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(1)}, lifecycle.WaveSpec{Size: percent(100), Soak: &soak}),
+		fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutRunning, r.State)
+	assert.Equal(t, fleet.WaveSoaking, r.Waves[1].State)
+	e.skew.Store(int64(time.Hour + time.Minute))
+	e.pump(installed)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutSucceeded, r.State)
+	assert.Equal(t, fleet.WavePassed, r.Waves[1].State)
+}
+
+// TestRolloutLeaseOwnership: a driver acts on a rollout only while it holds
+// its lease: once the lease ran out and another driver claimed the
+// rollout, the first one's visit stops without acting, and its store
+// calls (reserve, update, release) change nothing.
+func TestRolloutLeaseOwnership(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(4)
+	store := postgres.NewFleetStore(e.pool, 5)
+	a, b := e.s, e.service()
+	r, err := a.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	now := time.Now().UTC()
+	ids, err := store.ClaimRollouts(e.ctx, fleet.LeaseOwner(a), 10, now, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{r.ID}, ids)
+	n, err := b.DriveRollouts(e.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "a's lease holds")
+
+	// a's lease runs out (it stalled); b claims the rollout.
+	ids, err = store.ClaimRollouts(e.ctx, fleet.LeaseOwner(b), 10, now.Add(2*time.Minute), time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, []string{r.ID}, ids)
+	err = fleet.VisitRollout(e.ctx, a, r.ID)
+	assert.ErrorIs(t, err, fleet.ErrLeaseLost)
+	ms, err := store.ReserveRolloutMembers(e.ctx, r.ID, fleet.LeaseOwner(a), e.rollout(r.ID).Generation, 0, 2, now)
+	require.NoError(t, err)
+	assert.Empty(t, ms, "a reserves nothing")
+	_, err = store.UpdateRollout(e.ctx, r.ID, func(fleet.Rollout) (fleet.RolloutChange, error) {
+		return fleet.RolloutChange{Release: true, Owner: fleet.LeaseOwner(a)}, nil
+	}, now)
+	assert.ErrorIs(t, err, fleet.ErrLeaseLost, "a releases nothing")
+	var ops int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM operations WHERE type = 'upgrade'`).Scan(&ops))
+	assert.Zero(t, ops)
+	var owner string
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT lease_owner FROM rollouts WHERE id = $1`, r.ID).Scan(&owner))
+	assert.Equal(t, fleet.LeaseOwner(b), owner)
+
+	// b drives it (its own visit), and the rollout finishes.
+	require.NoError(t, fleet.VisitRollout(e.ctx, b, r.ID))
+	e.sc = fleet.NewScheduler(b, time.Hour)
+	e.pump(installed)
+	assert.Equal(t, lifecycle.RolloutSucceeded, e.rollout(r.ID).State)
+}
+
+// TestRolloutOverlappingPublication: a visit that publishes members whose
+// operations an overlapping visit created already finds them in progress
+// (operation-in-progress naming the member's own operation), not failed;
+// a member's revert is reserved once.
+func TestRolloutOverlappingPublication(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(4)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	_, err = e.s.DriveRollouts(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, e.rollout(r.ID).Counts.ByStatus.InProgress)
+	require.NoError(t, fleet.PublishAgain(e.ctx, e.s, r.ID))
+	r = e.rollout(r.ID)
+	assert.Equal(t, 2, r.Counts.ByStatus.InProgress)
+	assert.Zero(t, r.Counts.ByStatus.Failed)
+
+	// A revert reserved by one visit is not reserved again by another.
+	store := postgres.NewFleetStore(e.pool, 5)
+	rv := &fleet.MemberRevert{Outcome: fleet.RevertPending, ToRevision: 1, OperationID: "00000000-0000-4000-8000-0000000000b1"}
+	require.NoError(t, store.SetMemberResults(e.ctx, r.ID, []fleet.MemberResult{{Ord: 0, IfNoRevert: true, Revert: rv}}, time.Now()))
+	again := *rv
+	again.OperationID = "00000000-0000-4000-8000-0000000000b2"
+	err = store.SetMemberResults(e.ctx, r.ID, []fleet.MemberResult{{Ord: 0, IfNoRevert: true, Revert: &again}}, time.Now())
+	assert.ErrorIs(t, err, fleet.ErrMemberChanged)
+	ms := e.members(r.ID, fleet.MemberFilter{Wave: 1})
+	require.NotNil(t, ms[0].Revert)
+	assert.Equal(t, rv.OperationID, ms[0].Revert.OperationID)
+}
+
+// lateRollouts is the real store whose ActiveRolloutOf answers "no
+// rollout": what the check before CreateOperation sees when a rollout
+// takes the deployment just after it.
+type lateRollouts struct{ *postgres.FleetStore }
+
+func (lateRollouts) ActiveRolloutOf(context.Context, string) (string, error) { return "", nil }
+
+// TestRolloutMembershipCheckedUnderTheLock: the membership of a deployment
+// is checked again on the locked deployment when its operation is
+// created: a single upgrade loses to a rollout that took the deployment
+// after the first check; a member's reserved operation is not created
+// once the member was excluded.
+func TestRolloutMembershipCheckedUnderTheLock(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	deps := e.mixedFleet(4)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: count(2)}, lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	late := fleet.NewService(lateRollouts{postgres.NewFleetStore(e.pool, 5)}, e.cat, fleet.Policy{AcceptAll: true, AllowOverrides: true}, time.Now,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, _, err = late.Upgrade(e.ctx, deps["d003"].ID, fleet.UpgradeRequest{TargetVersion: "1.5.0"}, fleet.Actor{ID: "bob"}, false, fleet.Precondition{})
+	assert.Equal(t, fleet.ProblemRolloutMember, lifecycle.ErrorType(err))
+
+	// Wave 1 reserved, then d000 excluded before its operation is created.
+	store := postgres.NewFleetStore(e.pool, 5)
+	ids, err := store.ClaimRollouts(e.ctx, "test", 10, time.Now(), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{r.ID}, ids)
+	ms, err := store.ReserveRolloutMembers(e.ctx, r.ID, "test", e.rollout(r.ID).Generation, 0, 2, time.Now())
+	require.NoError(t, err)
+	require.Len(t, ms, 2)
+	_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: deps["d000"].ID}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+	require.NoError(t, err)
+	require.NoError(t, fleet.PublishAgain(e.ctx, e.s, r.ID))
+	var ops []string
+	rows, err := e.pool.Query(e.ctx, `SELECT deployment_id::text FROM operations WHERE type = 'upgrade'`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		ops = append(ops, id)
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, []string{deps["d001"].ID}, ops, "the excluded member's operation is not created")
+	m := e.members(r.ID, fleet.MemberFilter{DeploymentID: deps["d000"].ID})
+	require.Len(t, m, 1)
+	assert.Equal(t, lifecycle.MemberExcluded, m[0].Status)
+}
+
+// queryCounter counts the statements a pool sends that contain a text.
+type queryCounter struct {
+	text string
+	n    atomic.Int64
+}
+
+func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, q.text) {
+		q.n.Add(1)
+	}
+	return ctx
+}
+
+func (*queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestRolloutPlanReadsActiveOperationsAtOnce: resolving a rollout reads
+// the candidates' active operations in one query, however many there are.
+func TestRolloutPlanReadsActiveOperationsAtOnce(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	deps := e.mixedFleet(6)
+	for _, dev := range []string{"d000", "d001", "d003", "d004"} { // on 1.0.0: an upgrade to 1.5.0 the devices do not answer
+		_, _, err := e.s.Upgrade(e.ctx, deps[dev].ID, fleet.UpgradeRequest{TargetVersion: "1.5.0"}, fleet.Actor{ID: "bob"}, false, fleet.Precondition{})
+		require.NoError(t, err)
+	}
+	counter := &queryCounter{text: "FROM operations WHERE id"}
+	cfg := e.pool.Config()
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(e.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := fleet.NewService(postgres.NewFleetStore(pool, 5), e.cat, fleet.Policy{AcceptAll: true, AllowOverrides: true}, time.Now,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := s.PlanRollout(e.ctx, upgradeTo2())
+	require.NoError(t, err)
+	assert.Equal(t, 4, p.ExcludedByReason[lifecycle.ExcludedBusy])
+	assert.EqualValues(t, 1, counter.n.Load(), "one query for the 4 active operations")
 }

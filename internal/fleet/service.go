@@ -102,11 +102,16 @@ type Store interface {
 	Bundle(ctx context.Context, clientID, digest string) ([]byte, error)
 
 	// CreateOperation stores a queued operation and its steps after check
-	// passed on the locked deployment, in one transaction. Returns
-	// ECONFLICT (operation-in-progress, naming it) if another is active.
-	CreateOperation(ctx context.Context, op Operation, check func(Deployment) error, now time.Time) (Operation, error)
+	// passed on the locked deployment, in one transaction; check also
+	// gets the deployment's rollout membership as it is under that lock.
+	// Returns ECONFLICT (operation-in-progress, naming it) if another is
+	// active.
+	CreateOperation(ctx context.Context, op Operation, check func(Deployment, RolloutHold) error, now time.Time) (Operation, error)
 	// Operation returns one operation with its steps. Returns ENOTFOUND.
 	Operation(ctx context.Context, id string) (Operation, error)
+	// OperationsByID returns the operations with these ids, with their
+	// steps, by id (the ids of no operation are left out), set-based.
+	OperationsByID(ctx context.Context, ids []string) (map[string]Operation, error)
 	// Operations returns a page of operations, newest first.
 	Operations(ctx context.Context, f OperationFilter, after string, limit int) ([]Operation, error)
 	// CancelOperation ends an active operation as cancelled. Returns
@@ -221,6 +226,9 @@ type Service struct {
 	specs *margo.SpecCache
 	// seen notes the device API's contacts (nil: not recorded).
 	seen *LastSeen
+	// leaseOwner is this service's token on the rollouts its driver
+	// leases (random: each process, each Service, is its own driver).
+	leaseOwner string
 }
 
 // specCacheSize bounds Service.specs (a few KiB each).
@@ -229,7 +237,7 @@ const specCacheSize = 1024
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1),
-		batcher: newBatcher(store, now, log), versions: newVersionCache(), specs: margo.NewSpecCache(specCacheSize)}
+		batcher: newBatcher(store, now, log), versions: newVersionCache(), specs: margo.NewSpecCache(specCacheSize), leaseOwner: newUUID()}
 }
 
 // Close stops taking creations (CreateDeployment then fails) and waits

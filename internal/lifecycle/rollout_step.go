@@ -11,26 +11,29 @@ type WaveCounts struct {
 }
 
 // Add counts one member of status s (an unknown status counts nowhere).
-func (c *WaveCounts) Add(s MemberStatus) {
+func (c *WaveCounts) Add(s MemberStatus) { c.AddN(s, 1) }
+
+// AddN counts n members of status s (an unknown status counts nowhere).
+func (c *WaveCounts) AddN(s MemberStatus, n int) {
 	switch s {
 	case MemberPending:
-		c.Pending++
+		c.Pending += n
 	case MemberInProgress:
-		c.InProgress++
+		c.InProgress += n
 	case MemberSucceeded:
-		c.Succeeded++
+		c.Succeeded += n
 	case MemberFailed:
-		c.Failed++
+		c.Failed += n
 	case MemberCancelled:
-		c.Cancelled++
+		c.Cancelled += n
 	case MemberReverted:
-		c.Reverted++
+		c.Reverted += n
 	case MemberNotReverted:
-		c.NotReverted++
+		c.NotReverted += n
 	case MemberRemoved:
-		c.Removed++
+		c.Removed += n
 	case MemberExcluded:
-		c.Excluded++
+		c.Excluded += n
 	}
 }
 
@@ -154,8 +157,10 @@ type RolloutDecision struct {
 //   - an ended rollout: nothing;
 //   - aborting: aborted (revert-finished) once no member operation is
 //     outstanding, else wait;
-//   - running, the last wave settled and passed: succeeded (completed),
-//     even if the target version went away or the deadline passed since;
+//   - running, the last wave settled, its soak over and its thresholds
+//     met: succeeded (completed), even if the target version went away or
+//     the deadline passed since (during the last wave's soak, as during
+//     any other, they fail the rollout);
 //   - running or paused: failed when the target version was deleted
 //     (target-version-deleted) or yanked (target-version-yanked), or Now is
 //     past Deadline (deadline-passed);
@@ -217,7 +222,8 @@ func DecideRolloutStep(in RolloutStepInput) (RolloutDecision, error) {
 		return nil
 	}()
 	last := in.Wave == len(in.Waves)-1
-	if in.State == RolloutRunning && last && settled && breach == nil {
+	soaked := settled && !in.Now.Before(in.WaveSettledAt.Add(w.Soak))
+	if in.State == RolloutRunning && last && soaked && breach == nil {
 		d.To, d.Cause, d.Reason = RolloutSucceeded, RolloutCauseCompleted, "Every wave passed."
 		return d, nil
 	}

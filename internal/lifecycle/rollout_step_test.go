@@ -18,6 +18,12 @@ func TestWaveCounts(t *testing.T) {
 	assert.Equal(t, 6, c.Counted(), "cancelled, removed and excluded count toward nothing")
 	assert.False(t, c.Settled())
 	assert.True(t, WaveCounts{Succeeded: 3, Cancelled: 1}.Settled())
+	var n WaveCounts
+	for i, s := range AllMemberStatuses() {
+		n.AddN(s, i+1)
+	}
+	n.AddN("bogus", 5)
+	assert.Equal(t, WaveCounts{1, 2, 3, 4, 5, 6, 7, 8, 9}, n)
 }
 
 func TestDecideRolloutStep(t *testing.T) {
@@ -111,6 +117,20 @@ func TestDecideRolloutStep(t *testing.T) {
 		{"the last wave passed succeeds", base(lastSettled), RolloutDecision{To: RolloutSucceeded, Cause: RolloutCauseCompleted, WaveSettled: true, Reason: "Every wave passed."}},
 		{"the last wave passed succeeds even past the deadline", base(func(in *RolloutStepInput) { lastSettled(in); in.Now = deadline.Add(time.Hour) }),
 			RolloutDecision{To: RolloutSucceeded, Cause: RolloutCauseCompleted, WaveSettled: true, Reason: "Every wave passed."}},
+		{"the last wave soaks before it succeeds", base(func(in *RolloutStepInput) { lastSettled(in); in.Waves[2].Soak = time.Hour }),
+			RolloutDecision{WaveSettled: true, Wait: WaitSoak, Recheck: now.Add(time.Hour), Reason: "Wave 3 settled; its soak runs until 2026-12-01T13:00:00Z."}},
+		{"the last wave's soak still runs", base(func(in *RolloutStepInput) {
+			lastSettled(in)
+			in.Waves[2].Soak, in.WaveSettledAt = time.Hour, now.Add(-59*time.Minute)
+		}), RolloutDecision{Wait: WaitSoak, Recheck: now.Add(time.Minute), Reason: "Wave 3 settled; its soak runs until 2026-12-01T12:01:00Z."}},
+		{"the last wave succeeds after its soak", base(func(in *RolloutStepInput) {
+			lastSettled(in)
+			in.Waves[2].Soak, in.WaveSettledAt = time.Hour, now.Add(-time.Hour)
+		}), RolloutDecision{To: RolloutSucceeded, Cause: RolloutCauseCompleted, Reason: "Every wave passed."}},
+		{"the deadline during the last wave's soak fails", base(func(in *RolloutStepInput) {
+			lastSettled(in)
+			in.Waves[2].Soak, in.WaveSettledAt, in.Now = time.Hour, deadline.Add(-time.Minute), deadline.Add(time.Second)
+		}), RolloutDecision{To: RolloutFailed, Cause: RolloutCauseDeadlinePassed, Reason: "The rollout's deadline passed at 2026-12-03T12:00:00Z."}},
 		{"the deadline fails", base(func(in *RolloutStepInput) { in.Now = deadline.Add(time.Second) }),
 			RolloutDecision{To: RolloutFailed, Cause: RolloutCauseDeadlinePassed, Reason: "The rollout's deadline passed at 2026-12-03T12:00:00Z."}},
 		{"the deadline fails a paused rollout", base(func(in *RolloutStepInput) { in.State, in.Now = RolloutPaused, deadline.Add(time.Second) }),

@@ -22,21 +22,29 @@ import (
 // equal to the revision, operation and step transition tables in the code:
 // each trigger tests exactly the table's SQL rendering.
 func TestMigrationMirrorsLifeCycleTables(t *testing.T) {
-	b, err := migrations.FS.ReadFile("00005_lifecycle_tables.sql")
-	require.NoError(t, err)
-	sql := string(b)
-	for _, tc := range []struct {
-		trigger, want string
-	}{
+	migrationMirrors(t, "00005_lifecycle_tables.sql", []triggerTable{
 		{"revisions_outcome_transition", lifecycle.OutcomeTransitionsSQL()},
 		{"operations_state_transition", lifecycle.OperationTransitionsSQL()},
 		{"operation_steps_state_transition", lifecycle.StepTransitionsSQL()},
-	} {
+	})
+}
+
+// triggerTable is a transition trigger and the SQL rendering of its table.
+type triggerTable struct{ trigger, want string }
+
+// migrationMirrors checks that migration file tests, in each of its
+// triggers, exactly the SQL rendering of its table, and nothing else.
+func migrationMirrors(t *testing.T, file string, cases []triggerTable) {
+	t.Helper()
+	b, err := migrations.FS.ReadFile(file)
+	require.NoError(t, err)
+	sql := string(b)
+	for _, tc := range cases {
 		assert.Equal(t, 1, strings.Count(sql, "IF NOT ("+tc.want+") THEN"),
-			"migrations/00005_lifecycle_tables.sql: trigger %s must test exactly\n%s", tc.trigger, tc.want)
+			"migrations/%s: trigger %s must test exactly\n%s", file, tc.trigger, tc.want)
 		assert.Contains(t, sql, "CONSTRAINT = '"+tc.trigger+"'")
 	}
-	assert.Equal(t, 3, strings.Count(sql, "IF NOT ("), "one transition test per trigger, no other")
+	assert.Equal(t, len(cases), strings.Count(sql, "IF NOT ("), "one transition test per trigger, no other")
 }
 
 // TestStateChecksListLifeCycleValues compares every state column's CHECK,
@@ -44,20 +52,28 @@ func TestMigrationMirrorsLifeCycleTables(t *testing.T) {
 // order.
 func TestStateChecksListLifeCycleValues(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.New(t)
-	ctx := context.Background()
-	quoted := regexp.MustCompile(`'([^']*)'::text`)
-	for _, tc := range []struct {
-		constraint string
-		want       []string
-	}{
+	checksList(t, pgtest.New(t), []checkValues{
 		{"deployments_state_check", names(lifecycle.AllStates())},
 		{"revisions_outcome_check", names(lifecycle.AllOutcomes())},
 		{"operations_state_check", names(lifecycle.AllOperationStates())},
 		{"operation_steps_state_check", names(lifecycle.AllStepStates())},
-	} {
+	})
+}
+
+// checkValues is a CHECK constraint and the values it must list, in order.
+type checkValues struct {
+	constraint string
+	want       []string
+}
+
+// checksList compares each constraint, as the database holds it, with the
+// values it must list.
+func checksList(t *testing.T, pool *pgxpool.Pool, cases []checkValues) {
+	t.Helper()
+	quoted := regexp.MustCompile(`'([^']*)'::text`)
+	for _, tc := range cases {
 		var def string
-		require.NoError(t, pool.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = $1`, tc.constraint).Scan(&def),
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = $1`, tc.constraint).Scan(&def),
 			"constraint %s", tc.constraint)
 		var got []string
 		for _, m := range quoted.FindAllStringSubmatch(def, -1) {
@@ -151,11 +167,20 @@ VALUES ('00000000-0000-0000-0000-000000000001', 1, 'app', '1.0.0', 'p', '{}', 'i
 			update: `UPDATE operation_steps SET state = $1 WHERE n = 1`,
 		},
 	}
+	lifeCycleTriggers(t, pool, cases)
+}
+
+// lifeCycleTriggers moves each case's column from every state to every
+// state: the database allows exactly the moves the case's table lists (and
+// writing the same value again), refusing the others with the case's
+// trigger.
+func lifeCycleTriggers(t *testing.T, pool *pgxpool.Pool, cases []lifeCycleCase) {
+	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.trigger, func(t *testing.T) {
 			for _, from := range tc.states {
 				for _, to := range tc.states {
-					err := moveRolledBack(ctx, t, pool, tc, from, to)
+					err := moveRolledBack(t.Context(), t, pool, tc, from, to)
 					if from == to || tc.can(from, to) {
 						assert.NoError(t, err, "%s -> %s", from, to)
 						continue

@@ -88,36 +88,83 @@ func loadSteps(ctx context.Context, q interface {
 	if err != nil {
 		return err
 	}
-	steps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Step, error) {
-		var s fleet.Step
-		var version string
-		var rev *int32
-		var pub, fin *time.Time
-		if err := r.Scan(&s.N, &version, &rev, &s.State, &pub, &fin); err != nil {
-			return s, err
-		}
-		v, err := lifecycle.ParseVersion(version)
-		if err != nil {
-			return s, err
-		}
-		s.Version = v
-		if rev != nil {
-			s.Revision = int(*rev)
-		}
-		if pub != nil {
-			s.PublishedAt = *pub
-		}
-		if fin != nil {
-			s.FinishedAt = *fin
-		}
-		return s, nil
-	})
+	steps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Step, error) { return scanStep(r) })
 	o.Steps = steps
 	return err
 }
 
+// OperationsByID implements fleet.Store: two queries whatever the number
+// of ids.
+func (s *FleetStore) OperationsByID(ctx context.Context, ids []string) (map[string]fleet.Operation, error) {
+	out := make(map[string]fleet.Operation, len(ids))
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if validUUID(id) {
+			valid = append(valid, id)
+		}
+	}
+	if len(valid) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = ANY($1::uuid[])`, valid)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ops, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Operation, error) { return scanOperation(r) })
+	if err != nil {
+		return nil, translate(err)
+	}
+	for _, o := range ops {
+		out[o.ID] = o
+	}
+	rows, err = s.pool.Query(ctx, `SELECT operation_id::text, n, version, revision, state, published_at, finished_at FROM operation_steps
+WHERE operation_id = ANY($1::uuid[]) ORDER BY operation_id, n`, valid)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		st, err := scanStep(skipRow{row: rows, lead: []any{&id}})
+		if err != nil {
+			return nil, translate(err)
+		}
+		o := out[id]
+		o.Steps = append(o.Steps, st)
+		out[id] = o
+	}
+	return out, translate(rows.Err())
+}
+
+// scanStep scans an operation step (n, version, revision, state,
+// published_at, finished_at).
+func scanStep(r pgx.Row) (fleet.Step, error) {
+	var s fleet.Step
+	var version string
+	var rev *int32
+	var pub, fin *time.Time
+	if err := r.Scan(&s.N, &version, &rev, &s.State, &pub, &fin); err != nil {
+		return s, err
+	}
+	v, err := lifecycle.ParseVersion(version)
+	if err != nil {
+		return s, err
+	}
+	s.Version = v
+	if rev != nil {
+		s.Revision = int(*rev)
+	}
+	if pub != nil {
+		s.PublishedAt = *pub
+	}
+	if fin != nil {
+		s.FinishedAt = *fin
+	}
+	return s, nil
+}
+
 // CreateOperation implements fleet.Store.
-func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, check func(fleet.Deployment) error, now time.Time) (fleet.Operation, error) {
+func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, check func(fleet.Deployment, fleet.RolloutHold) error, now time.Time) (fleet.Operation, error) {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		d, last, err := lockDeployment(ctx, tx, op.DeploymentID, "")
 		if err != nil {
@@ -156,7 +203,11 @@ func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, ch
 				return err
 			}
 		}
-		if err := check(d); err != nil {
+		hold, err := rolloutHold(ctx, tx, d.ID, op.ID)
+		if err != nil {
+			return err
+		}
+		if err := check(d, hold); err != nil {
 			return err
 		}
 		op.DeploymentID = d.ID

@@ -100,13 +100,9 @@ WHERE rollout_id = $1 GROUP BY 1, 2, 3, 4`, r.ID)
 			r.Counts.Excluded += n
 			r.Counts.ExcludedByReason[lifecycle.ExclusionReason(reason)] += n
 		}
-		for range n {
-			r.Counts.ByStatus.Add(s)
-		}
+		r.Counts.ByStatus.AddN(s, n)
 		if wave != nil && *wave >= 0 && *wave < len(r.Waves) {
-			for range n {
-				r.Waves[*wave].Counts.Add(s)
-			}
+			r.Waves[*wave].Counts.AddN(s, n)
 		}
 	}
 	return rows.Err()
@@ -471,7 +467,10 @@ VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 0, $9, $10, 1, $11, $8, $8
 		if err := insertMembers(ctx, tx, rows); err != nil {
 			return err
 		}
-		return AppendEvents(ctx, tx, events)
+		if err := AppendEvents(ctx, tx, events); err != nil {
+			return err
+		}
+		return auditChange(ctx, tx, r.CreatedAt, true)
 	})
 	if id := busyConstraint(err); id != "" {
 		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: fleet.ProblemRolloutMember,
@@ -540,6 +539,23 @@ func (s *FleetStore) ActiveRolloutOfOperation(ctx context.Context, operationID s
 	return s.oneID(ctx, `SELECT rollout_id::text FROM rollout_members WHERE active AND operation_id = $1 LIMIT 1`, operationID)
 }
 
+// rolloutHold reads, in tx (the deployment locked), the rollout membership
+// of deployment id that concerns a new operation opID: the one reserved
+// for it, else the active one.
+func rolloutHold(ctx context.Context, tx pgx.Tx, id, opID string) (fleet.RolloutHold, error) {
+	var h fleet.RolloutHold
+	var status string
+	err := tx.QueryRow(ctx, `SELECT rollout_id::text, active, coalesce(operation_id::text, ''), coalesce(revert_operation::text, ''), status
+FROM rollout_members WHERE deployment_id = $1 AND (active OR operation_id = $2::uuid OR revert_operation = $2::uuid)
+ORDER BY (operation_id IS NOT DISTINCT FROM $2::uuid OR revert_operation IS NOT DISTINCT FROM $2::uuid) DESC, active DESC LIMIT 1`,
+		id, opID).Scan(&h.RolloutID, &h.Active, &h.OperationID, &h.RevertOperationID, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fleet.RolloutHold{}, nil
+	}
+	h.Status = lifecycle.MemberStatus(status)
+	return h, err
+}
+
 func (s *FleetStore) oneID(ctx context.Context, sql string, args ...any) (string, error) {
 	var id string
 	err := s.pool.QueryRow(ctx, sql, args...).Scan(&id)
@@ -552,17 +568,26 @@ func (s *FleetStore) oneID(ctx context.Context, sql string, args ...any) (string
 // ---- the driver ----
 
 // ClaimRollouts implements fleet.RolloutStore.
-func (s *FleetStore) ClaimRollouts(ctx context.Context, limit int, now time.Time, lease time.Duration) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `UPDATE rollouts SET lease_until = $3 WHERE id IN (
+func (s *FleetStore) ClaimRollouts(ctx context.Context, owner string, limit int, now time.Time, lease time.Duration) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `UPDATE rollouts SET lease_until = $3, lease_owner = $4 WHERE id IN (
   SELECT id FROM rollouts WHERE (state IN ('running', 'paused', 'aborting') OR settling) AND (recheck_at IS NULL OR recheck_at <= $2)
     AND (lease_until IS NULL OR lease_until <= $2)
   ORDER BY recheck_at NULLS FIRST LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING id::text`, limit, now, now.Add(lease))
+RETURNING id::text`, limit, now, now.Add(lease), owner)
 	if err != nil {
 		return nil, translate(err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return ids, translate(err)
+}
+
+// RenewRolloutLease implements fleet.RolloutStore.
+func (s *FleetStore) RenewRolloutLease(ctx context.Context, id, owner string, now time.Time, lease time.Duration) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE rollouts SET lease_until = $3 WHERE id = $1 AND lease_owner = $2`, id, owner, now.Add(lease))
+	if err != nil {
+		return false, translate(err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // SyncRolloutMembers implements fleet.RolloutStore.
@@ -588,8 +613,12 @@ FROM operations o WHERE m.rollout_id = $1 AND m.status = 'in-progress' AND o.id 
 			return err
 		}
 		moved += int(tag.RowsAffected())
+		// A revert ends the member's status only from where a revert
+		// starts (an operator may have excluded it meanwhile: it stays
+		// excluded); its outcome is recorded in every case.
 		tag, err = tx.Exec(ctx, `UPDATE rollout_members m SET
-  status = CASE o.state WHEN 'succeeded' THEN 'reverted' ELSE 'not-reverted' END,
+  status = CASE WHEN m.status NOT IN ('succeeded', 'failed', 'cancelled') THEN m.status
+    WHEN o.state = 'succeeded' THEN 'reverted' ELSE 'not-reverted' END,
   revert_outcome = CASE o.state WHEN 'succeeded' THEN 'reverted' ELSE 'failed' END,
   revert_detail = CASE o.state WHEN 'succeeded' THEN m.revert_detail ELSE 'The revert operation ' || o.state || coalesce(': ' || nullif(o.reason, ''), '') || '.' END,
   updated_at = $2
@@ -611,14 +640,14 @@ FROM operations o WHERE m.rollout_id = $1 AND m.revert_outcome IN ('pending', 'i
 }
 
 // ReserveRolloutMembers implements fleet.RolloutStore.
-func (s *FleetStore) ReserveRolloutMembers(ctx context.Context, id string, gen int64, wave, n int, now time.Time) ([]fleet.RolloutMember, error) {
-	rows, err := s.pool.Query(ctx, `WITH r AS (SELECT id FROM rollouts WHERE id = $1 AND generation = $2 AND state = 'running' FOR UPDATE),
+func (s *FleetStore) ReserveRolloutMembers(ctx context.Context, id, owner string, gen int64, wave, n int, now time.Time) ([]fleet.RolloutMember, error) {
+	rows, err := s.pool.Query(ctx, `WITH r AS (SELECT id FROM rollouts WHERE id = $1 AND generation = $2 AND state = 'running' AND lease_owner = $6 FOR UPDATE),
 picked AS (SELECT ord AS pick FROM rollout_members WHERE rollout_id = $1 AND wave = $3 AND status = 'pending' AND EXISTS (SELECT 1 FROM r)
   ORDER BY ord LIMIT $4 FOR UPDATE)
 UPDATE rollout_members m SET status = 'in-progress', operation_id = gen_random_uuid(),
   deployment_id = CASE WHEN m.install THEN gen_random_uuid() ELSE m.deployment_id END, updated_at = $5
 FROM picked WHERE m.rollout_id = $1 AND m.ord = picked.pick
-RETURNING `+sqlMemberColumns, id, gen, wave, n, now)
+RETURNING `+sqlMemberColumns, id, gen, wave, n, now, owner)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -639,7 +668,8 @@ func setMembers(ctx context.Context, tx pgx.Tx, id string, results []fleet.Membe
 		return nil
 	}
 	b := &pgx.Batch{}
-	for _, m := range results {
+	guarded := make([]bool, len(results))
+	for i, m := range results {
 		var outcome, revOp any
 		revTo, revDetail, revForced := 0, "", false
 		setRevert := m.Revert != nil
@@ -666,10 +696,23 @@ func setMembers(ctx context.Context, tx pgx.Tx, id string, results []fleet.Membe
   revert_forced = CASE WHEN $8 THEN $13 ELSE revert_forced END,
   active = active AND NOT $14,
   updated_at = $15
-WHERE rollout_id = $1 AND ord = $2`, id, m.Ord, string(m.Status), reason, m.Result, m.OperationID, m.DeploymentID,
-			setRevert, outcome, revTo, revOp, revDetail, revForced, m.Deactivate, now)
+WHERE rollout_id = $1 AND ord = $2 AND ($16 = '' OR status = $16) AND (NOT $17 OR revert_outcome IS NULL)`, id, m.Ord, string(m.Status), reason,
+			m.Result, m.OperationID, m.DeploymentID, setRevert, outcome, revTo, revOp, revDetail, revForced, m.Deactivate, now, string(m.IfStatus), m.IfNoRevert)
+		guarded[i] = m.IfStatus != "" || m.IfNoRevert
 	}
-	return tx.SendBatch(ctx, b).Close()
+	br := tx.SendBatch(ctx, b)
+	for i := range results {
+		tag, err := br.Exec()
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+		if guarded[i] && tag.RowsAffected() == 0 {
+			_ = br.Close()
+			return fleet.ErrMemberChanged
+		}
+	}
+	return br.Close()
 }
 
 // UpdateRollout implements fleet.RolloutStore.
@@ -692,7 +735,22 @@ func (s *FleetStore) UpdateRollout(ctx context.Context, id string, decide func(f
 		if err != nil {
 			return err
 		}
-		return applyRolloutChange(ctx, tx, r, c, now)
+		if c.Owner != "" {
+			var owns bool
+			if err := tx.QueryRow(ctx, `SELECT lease_owner IS NOT DISTINCT FROM $2 FROM rollouts WHERE id = $1`, id, c.Owner).Scan(&owns); err != nil {
+				return err
+			}
+			if !owns {
+				return fleet.ErrLeaseLost
+			}
+		}
+		if err := applyRolloutChange(ctx, tx, r, c, now); err != nil {
+			return err
+		}
+		if !c.Changes() {
+			return nil // an action that found the rollout as asked: audited after the answer
+		}
+		return auditChange(ctx, tx, now, false)
 	})
 	if err != nil {
 		return fleet.Rollout{}, translate(err)
@@ -748,6 +806,7 @@ func applyRolloutChange(ctx context.Context, tx pgx.Tx, r fleet.Rollout, c fleet
 	}
 	if c.Release {
 		w.add("lease_until = NULL")
+		w.add("lease_owner = NULL")
 	}
 	if c.Bump || c.To != "" {
 		w.add("generation = generation + 1")
@@ -757,8 +816,12 @@ func applyRolloutChange(ctx context.Context, tx pgx.Tx, r fleet.Rollout, c fleet
 		return err
 	}
 	if c.CancelPending {
-		if _, err := tx.Exec(ctx, `UPDATE rollout_members SET status = 'cancelled', result = 'The rollout ended before starting it.', updated_at = $2
-WHERE rollout_id = $1 AND status = 'pending'`, r.ID, now); err != nil {
+		// Pending members, and members reserved whose operation a crash
+		// or a timed-out visit did not create (the next visit would
+		// otherwise create it).
+		if _, err := tx.Exec(ctx, `UPDATE rollout_members m SET status = 'cancelled', result = 'The rollout ended before starting it.', updated_at = $2
+WHERE m.rollout_id = $1 AND (m.status = 'pending' OR (m.status = 'in-progress'
+  AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = m.operation_id)))`, r.ID, now); err != nil {
 			return err
 		}
 	}

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -11,90 +10,57 @@ import (
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/pgtest"
-	"github.com/wfm-dev/wfm/migrations"
 )
 
 // TestMigrationMirrorsRolloutTables keeps the triggers of migration 00009
 // equal to the rollout and member transition tables in the code.
 func TestMigrationMirrorsRolloutTables(t *testing.T) {
-	b, err := migrations.FS.ReadFile("00009_rollouts.sql")
-	require.NoError(t, err)
-	sql := string(b)
-	for _, tc := range []struct {
-		trigger, want string
-	}{
+	migrationMirrors(t, "00009_rollouts.sql", []triggerTable{
 		{"rollouts_state_transition", lifecycle.RolloutTransitionsSQL()},
 		{"rollout_members_status_transition", lifecycle.MemberTransitionsSQL()},
-	} {
-		assert.Equal(t, 1, strings.Count(sql, "IF NOT ("+tc.want+") THEN"),
-			"migrations/00009_rollouts.sql: trigger %s must test exactly\n%s", tc.trigger, tc.want)
-		assert.Contains(t, sql, "CONSTRAINT = '"+tc.trigger+"'")
-	}
-	assert.Equal(t, 2, strings.Count(sql, "IF NOT ("), "one transition test per trigger, no other")
+	})
 }
 
 // TestRolloutChecksListLifeCycleValues compares the CHECKs of the rollout
 // tables, as the migrated database holds them, with the code's lists.
 func TestRolloutChecksListLifeCycleValues(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.New(t)
-	ctx := context.Background()
-	quoted := regexp.MustCompile(`'([^']*)'::text`)
-	for _, tc := range []struct {
-		constraint string
-		want       []string
-	}{
+	checksList(t, pgtest.New(t), []checkValues{
 		{"rollouts_state_check", names(lifecycle.AllRolloutStates())},
 		{"rollout_members_status_check", names(lifecycle.AllMemberStatuses())},
 		{"rollout_members_reason_check", names(lifecycle.AllExclusionReasons())},
-	} {
-		var def string
-		require.NoError(t, pool.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = $1`, tc.constraint).Scan(&def),
-			"constraint %s", tc.constraint)
-		var got []string
-		for _, m := range quoted.FindAllStringSubmatch(def, -1) {
-			got = append(got, m[1])
-		}
-		assert.Equal(t, tc.want, got, "%s = %s", tc.constraint, def)
-	}
+	})
 }
 
 // TestRolloutTriggers moves a rollout's state and a member's status from
 // every value to every value: the database allows exactly the table's moves.
 func TestRolloutTriggers(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.New(t)
-	ctx := context.Background()
-	insertRollout := func(state string) error {
-		_, err := pool.Exec(ctx, `DELETE FROM rollouts; INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at,
-  deadline_at, created_by, created_at, updated_at) VALUES ('00000000-0000-0000-0000-0000000000a1', 'app', 'upgrade', '{}', '[]', '`+state+`', 'started', now(), now(), 't', now(), now())`)
-		return err
-	}
-	for _, from := range lifecycle.AllRolloutStates() {
-		for _, to := range lifecycle.AllRolloutStates() {
-			require.NoError(t, insertRollout(string(from)))
-			_, err := pool.Exec(ctx, `UPDATE rollouts SET state = $1`, string(to))
-			if from == to || from.CanTransitionTo(to) {
-				assert.NoError(t, err, "%s -> %s", from, to)
-			} else {
-				assert.ErrorContains(t, err, "is not a transition of the rollout life cycle", "%s -> %s", from, to)
-			}
-		}
-	}
-	require.NoError(t, insertRollout("running"))
-	for _, from := range lifecycle.AllMemberStatuses() {
-		for _, to := range lifecycle.AllMemberStatuses() {
-			_, err := pool.Exec(ctx, `DELETE FROM rollout_members; INSERT INTO rollout_members (rollout_id, ord, application_id, install, client_id, device_id,
-  classification, reason, status, active, updated_at) VALUES ('00000000-0000-0000-0000-0000000000a1', 0, 'app', false, 'c', 'd', 'eligible', NULL, '`+string(from)+`', false, now())`)
-			require.NoError(t, err)
-			_, err = pool.Exec(ctx, `UPDATE rollout_members SET status = $1, reason = CASE WHEN $1 = 'excluded' THEN 'operator' END`, string(to))
-			if from == to || from.CanTransitionTo(to) {
-				assert.NoError(t, err, "%s -> %s", from, to)
-			} else {
-				assert.ErrorContains(t, err, "is not a transition of the member life cycle", "%s -> %s", from, to)
-			}
-		}
-	}
+	const insertRollout = `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at,
+  deadline_at, created_by, created_at, updated_at) VALUES ('00000000-0000-0000-0000-0000000000a1', 'app', 'upgrade', '{}', '[]', $1, 'started',
+  now(), now(), 't', now(), now())`
+	lifeCycleTriggers(t, pgtest.New(t), []lifeCycleCase{
+		{
+			trigger: "rollouts_state_transition",
+			states:  names(lifecycle.AllRolloutStates()),
+			can: func(from, to string) bool {
+				return lifecycle.RolloutState(from).CanTransitionTo(lifecycle.RolloutState(to))
+			},
+			insert: insertRollout,
+			update: `UPDATE rollouts SET state = $1`,
+		},
+		{
+			trigger: "rollout_members_status_transition",
+			states:  names(lifecycle.AllMemberStatuses()),
+			can: func(from, to string) bool {
+				return lifecycle.MemberStatus(from).CanTransitionTo(lifecycle.MemberStatus(to))
+			},
+			setup: strings.ReplaceAll(insertRollout, "$1", "'running'"),
+			insert: `INSERT INTO rollout_members (rollout_id, ord, application_id, install, client_id, device_id, classification, reason, status,
+  active, updated_at) VALUES ('00000000-0000-0000-0000-0000000000a1', 0, 'app', false, 'c', 'd', 'eligible', NULL, $1, false, now())`,
+			update: `UPDATE rollout_members SET status = $1, reason = CASE WHEN $1 = 'excluded' THEN 'operator' END`,
+		},
+	})
 }
 
 // TestRolloutMembershipIsADatabaseFact: a deployment is an active member of
