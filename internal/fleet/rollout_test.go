@@ -1210,3 +1210,27 @@ func TestRolloutPlanReadsActiveOperationsAtOnce(t *testing.T) {
 	assert.Equal(t, 4, p.ExcludedByReason[lifecycle.ExcludedBusy])
 	assert.EqualValues(t, 1, counter.n.Load(), "one query for the 4 active operations")
 }
+
+// TestRolloutPausedFailsAtOnceWhenTargetYanked: a rollout paused for an
+// approval (not visited again before RevisitBound) fails at the next
+// driver run once its target version is yanked: the yank makes it due.
+func TestRolloutPausedFailsAtOnceWhenTargetYanked(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(3)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	_, err = e.s.DriveRollouts(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.RolloutPaused, e.rollout(r.ID).State)
+	_, err = e.s.DriveRollouts(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.RolloutPaused, e.rollout(r.ID).State, "not due again before its recheck")
+
+	_, err = e.cat.Yank(e.ctx, "app", "2.0.0", "broken")
+	require.NoError(t, err)
+	_, err = e.s.DriveRollouts(e.ctx)
+	require.NoError(t, err)
+	r = e.rollout(r.ID)
+	assert.Equal(t, lifecycle.RolloutFailed, r.State)
+	assert.Equal(t, lifecycle.RolloutCauseTargetVersionYanked, r.Cause)
+}

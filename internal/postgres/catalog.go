@@ -56,6 +56,11 @@ RETURNING ` + versionColumns
 	sqlDeleteVersion        = `DELETE FROM application_versions WHERE application_id = $1 AND version = $2`
 	sqlDeleteEmptyApp       = `DELETE FROM applications a WHERE a.id = $1 AND NOT EXISTS (SELECT 1 FROM application_versions v WHERE v.application_id = a.id)`
 	sqlLockApplicationShare = `SELECT id FROM applications WHERE id = $1 FOR SHARE`
+	// sqlRolloutsDue makes the application's active rollouts due and wakes
+	// the schedulers: a version yanked or deleted may be a rollout's target,
+	// which then fails at once rather than at its next planned visit.
+	sqlRolloutsDue = `WITH due AS (UPDATE rollouts SET recheck_at = now() WHERE application_id = $1 AND state IN ('running', 'paused') RETURNING 1)
+SELECT pg_notify('` + SchedulerChannel + `', 'catalog') FROM (SELECT count(*) AS n FROM due) d WHERE d.n > 0`
 )
 
 // InsertVersion implements catalog.Store.
@@ -184,6 +189,11 @@ func (s *CatalogStore) SetYanked(ctx context.Context, appID string, v lifecycle.
 		if err != nil {
 			return err
 		}
+		if yanked {
+			if _, err := tx.Exec(ctx, sqlRolloutsDue, appID); err != nil {
+				return err
+			}
+		}
 		return auditChange(ctx, tx, at, false)
 	})
 	if err != nil {
@@ -206,6 +216,9 @@ func (s *CatalogStore) DeleteVersion(ctx context.Context, appID string, v lifecy
 		}
 		if tag.RowsAffected() == 0 {
 			return versionNotFound(appID, v)
+		}
+		if _, err := tx.Exec(ctx, sqlRolloutsDue, appID); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, sqlDeleteEmptyApp, appID); err != nil {
 			return err
