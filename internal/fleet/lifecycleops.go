@@ -120,11 +120,9 @@ func (s *Service) run(ctx context.Context, p Plan, dryRun bool, expect Precondit
 		return p, Operation{}, p.Refusal
 	}
 	op := *p.op
-	// Checked before, for the common case, and again on the locked
-	// deployment: a rollout that took it as a member meanwhile wins.
-	if err := s.checkNotMember(ctx, op.DeploymentID); err != nil {
-		return p, Operation{}, err
-	}
+	// Checked first by the caller (Upgrade, Reconfigure, Rollback) and
+	// again on the locked deployment: a rollout that took it as a member
+	// meanwhile wins.
 	created, err := s.store.CreateOperation(ctx, op, func(d Deployment, hold RolloutHold) error {
 		if hold.Active {
 			return rolloutMemberError("Deployment "+d.ID, hold.RolloutID)
@@ -195,6 +193,13 @@ func publishable(d Deployment, kind lifecycle.OperationKind) error {
 // a requested duration is not one within its field's range ("0s" included).
 // Unless dryRun, the deployment must meet expect (see run).
 func (s *Service) Upgrade(ctx context.Context, id string, req UpgradeRequest, actor Actor, dryRun bool, expect Precondition) (Plan, Operation, error) {
+	// A member of an active rollout refuses before anything else (a
+	// policy refusal would hide why: the rollout owns the deployment).
+	if !dryRun {
+		if err := s.checkNotMember(ctx, id); err != nil {
+			return Plan{}, Operation{}, err
+		}
+	}
 	var ds durations
 	timeout := ds.read(lifecycle.DurationStepTimeout, req.Timeout, "/timeout")
 	var drain *lifecycle.DrainPolicy
@@ -365,6 +370,13 @@ func stepBudget(timeout time.Duration, drain *lifecycle.DrainPolicy) time.Durati
 // timeout is not a duration within its range ("0s" included).
 // Unless dryRun, the deployment must meet expect (see run).
 func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureRequest, actor Actor, dryRun bool, expect Precondition) (Plan, Operation, error) {
+	// A member of an active rollout refuses before anything else (a
+	// policy refusal would hide why: the rollout owns the deployment).
+	if !dryRun {
+		if err := s.checkNotMember(ctx, id); err != nil {
+			return Plan{}, Operation{}, err
+		}
+	}
 	var ds durations
 	timeout := ds.read(lifecycle.DurationStepTimeout, req.Timeout, "/timeout")
 	if err := ds.err(); err != nil {
@@ -426,6 +438,13 @@ func (s *Service) planReconfigure(ctx context.Context, d Deployment, req Reconfi
 // timeout is not a duration within its range ("0s" included).
 // Unless dryRun, the deployment must meet expect (see run).
 func (s *Service) Rollback(ctx context.Context, id string, req RollbackRequest, actor Actor, dryRun bool, expect Precondition) (Plan, Operation, error) {
+	// A member of an active rollout refuses before anything else (a
+	// policy refusal would hide why: the rollout owns the deployment).
+	if !dryRun {
+		if err := s.checkNotMember(ctx, id); err != nil {
+			return Plan{}, Operation{}, err
+		}
+	}
 	var ds durations
 	timeout := ds.read(lifecycle.DurationStepTimeout, req.Timeout, "/timeout")
 	if err := ds.err(); err != nil {

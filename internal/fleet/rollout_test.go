@@ -575,6 +575,11 @@ func TestRolloutMembersAreBusy(t *testing.T) {
 	assert.Equal(t, first.ID, de.Extra["rolloutId"])
 	assert.Contains(t, de.Message, first.ID)
 
+	// Membership is answered before the plan's own refusals (revision 99
+	// does not exist).
+	_, _, err = e.s.Rollback(e.ctx, deps["d001"].ID, fleet.RollbackRequest{ToRevision: 99}, fleet.Actor{ID: "bob"}, false, fleet.Precondition{})
+	assert.Equal(t, fleet.ProblemRolloutMember, lifecycle.ErrorType(err))
+
 	canary := e.members(first.ID, fleet.MemberFilter{Wave: 1})
 	require.Len(t, canary, 1)
 	require.NotEmpty(t, canary[0].OperationID)
