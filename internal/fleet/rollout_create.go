@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
@@ -142,6 +143,15 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 	if err != nil {
 		return out, err
 	}
+	// The values given must be valid for the target version (install,
+	// upgrade): the whole request is refused otherwise, naming the value, as
+	// the single operation would. A reconfiguration's values are checked
+	// against each member's own version below.
+	if d := descs[settings.Target]; d != nil && settings.Action != lifecycle.RolloutReconfigure && len(settings.Parameters) > 0 {
+		if err := d.CheckValues(settings.Parameters, false); err != nil {
+			return out, err
+		}
+	}
 	cands, err := s.store.RolloutCandidates(ctx, q)
 	if err != nil {
 		return out, err
@@ -212,6 +222,14 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 			f.ActiveOperation = ""
 		}
 		x := cl.Classify(f)
+		if x.Eligible && settings.Action == lifecycle.RolloutReconfigure && c.Deployment != nil {
+			if d := descs[c.Deployment.Version]; d != nil {
+				if err := d.CheckValues(settings.Parameters, false); err != nil {
+					x = lifecycle.Classification{Reason: lifecycle.ExcludedPolicyRefused,
+						Detail: "Version " + c.Deployment.Version.String() + " refuses these values: " + fieldsMessage(err) + "."}
+				}
+			}
+		}
 		if x.Eligible {
 			plan := x.Plan
 			m.Classification, m.Plan, m.Status, m.RestoreRevision = ClassEligible, &plan, lifecycle.MemberPending, x.RestoreRevision
@@ -365,4 +383,18 @@ func (s *Service) PlanRollout(ctx context.Context, req RolloutRequest) (RolloutP
 		p.Waves = append(p.Waves, PlannedWave{Index: len(p.Waves) + 1, Wave: w.Wave, ResolvedSize: w.Size, AllowedFailures: w.MaxFailures.Allowed(w.Size)})
 	}
 	return p, nil
+}
+
+// fieldsMessage spells the field problems of err ("/parameters/x: too
+// long; ..."), or its message when it has none.
+func fieldsMessage(err error) string {
+	var de *lifecycle.Error
+	if !errors.As(err, &de) || len(de.Fields) == 0 {
+		return message(err)
+	}
+	parts := make([]string, len(de.Fields))
+	for i, f := range de.Fields {
+		parts[i] = f.Pointer + ": " + f.Detail
+	}
+	return strings.Join(parts, "; ")
 }

@@ -707,6 +707,8 @@ func TestRolloutBadRequests(t *testing.T) {
 		{"empty wave", up(`,"waves":[{"size":{"percent":100}},{"size":{"count":1}}]`), http.StatusUnprocessableEntity, "wave-empty", "/waves/1"},
 		{"empty client list", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"clients":[]}}`, http.StatusUnprocessableEntity, "invalid-request", "/target/clients"},
 		{"empty state list", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"states":[]}}`, http.StatusUnprocessableEntity, "invalid-request", "/target/states"},
+		{"value invalid for the target", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"2.0.0","parameters":{"greeting":""}}}`, http.StatusUnprocessableEntity, "invalid-parameter-values", "/upgrade/parameters/greeting"},
+		{"value invalid for every member's version", `{"applicationId":"svc","target":{},"action":"reconfigure","reconfigure":{"parameters":{"greeting":"far too long a greeting"}}}`, http.StatusUnprocessableEntity, "no-eligible-members", ""},
 		{"unknown selector syntax", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"labels":"site in (a,b)"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/target/labels"},
 		{"unknown target version", `{"applicationId":"svc","target":{},"action":"upgrade","upgrade":{"targetVersion":"9.0.0"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/upgrade/targetVersion"},
 		{"yanked target version", `{"applicationId":"svc","target":{},"action":"install","install":{"version":"1.0.0"}}`, http.StatusUnprocessableEntity, "invalid-rollout", "/install/version"},
