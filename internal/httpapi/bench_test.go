@@ -33,11 +33,19 @@ import (
 // validation), with the development header identity so that TLS is not
 // what is measured. Compare with BenchmarkBareHandler304 (design section 11:
 // at least 50% of its rate).
-func BenchmarkDevicePoll304(b *testing.B) {
+func BenchmarkDevicePoll304(b *testing.B) { benchPoll304(b, false) }
+
+// benchPoll304 measures the cached 304 poll through the device handler;
+// lastSeen switches on the recording of device contacts (fleet.LastSeen).
+func benchPoll304(b *testing.B, lastSeen bool) {
 	pool := pgtest.New(b)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
-	fl := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log)
+	store := postgres.NewFleetStore(pool, 0)
+	fl := fleet.NewService(store, cat, fleet.Policy{AcceptAll: true}, time.Now, log)
+	if lastSeen {
+		fl.RecordLastSeen(fleet.NewLastSeen(store, time.Minute, time.Now, log))
+	}
 	acc := access.NewService(postgres.NewAccessStore(pool), time.Now)
 	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: func(context.Context) error { return nil },
 		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: identity.HeaderIdentity{}.ClientIDFromRequest})

@@ -1,24 +1,16 @@
 package httpapi_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wfm-dev/wfm/internal/access"
-	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
-	"github.com/wfm-dev/wfm/internal/httpapi"
-	"github.com/wfm-dev/wfm/internal/identity"
-	"github.com/wfm-dev/wfm/internal/pgtest"
 	"github.com/wfm-dev/wfm/internal/postgres"
 	"github.com/wfm-dev/wfm/sdk"
 )
@@ -87,33 +79,4 @@ func TestDeviceLastSeenAt(t *testing.T) {
 // BenchmarkDevicePoll304LastSeen is BenchmarkDevicePoll304 with the poll
 // noted as a contact (fleet.LastSeen), as the server runs it: the
 // difference between the two is what recording lastSeenAt costs a poll.
-func BenchmarkDevicePoll304LastSeen(b *testing.B) {
-	pool := pgtest.New(b)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
-	store := postgres.NewFleetStore(pool, 0)
-	fl := fleet.NewService(store, cat, fleet.Policy{AcceptAll: true}, time.Now, log)
-	fl.RecordLastSeen(fleet.NewLastSeen(store, time.Minute, time.Now, log))
-	acc := access.NewService(postgres.NewAccessStore(pool), time.Now)
-	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: func(context.Context) error { return nil },
-		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: identity.HeaderIdentity{}.ClientIDFromRequest})
-	require.NoError(b, err)
-	_, device := httpapi.Split(h)
-	req := httptest.NewRequest("GET", "/api/v1/deployments", nil)
-	req.Header.Set(identity.DevHeader, "bench-client")
-	w := httptest.NewRecorder()
-	device.ServeHTTP(w, req)
-	require.Equal(b, http.StatusOK, w.Code)
-	req.Header.Set("If-None-Match", w.Header().Get("ETag"))
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			w := httptest.NewRecorder()
-			device.ServeHTTP(w, req)
-			if w.Code != http.StatusNotModified {
-				b.Fatalf("status %d", w.Code)
-			}
-		}
-	})
-}
+func BenchmarkDevicePoll304LastSeen(b *testing.B) { benchPoll304(b, true) }
