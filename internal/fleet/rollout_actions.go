@@ -67,9 +67,7 @@ func (s *Service) ResumeRollout(ctx context.Context, id string, actor Actor, exp
 			return unchanged(r), nil
 		}
 		if r.State == lifecycle.RolloutPaused && r.Cause == lifecycle.RolloutCauseApprovalRequired {
-			return RolloutChange{}, &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: lifecycle.ProblemRolloutStateConflict,
-				Message: "The rollout is paused: wave " + itoa(r.CurrentWave) + " waits for approval (approve), not for resume.",
-				Extra:   map[string]any{"state": string(r.State), "cause": string(r.Cause)}}
+			return RolloutChange{}, stateConflict(r, "wave "+itoa(r.CurrentWave)+" waits for approval (approve), not for resume")
 		}
 		c := RolloutChange{}
 		if r.State == lifecycle.RolloutPaused && r.Cause == lifecycle.RolloutCauseThresholdExceeded {
@@ -91,9 +89,7 @@ func (s *Service) ResumeRollout(ctx context.Context, id string, actor Actor, exp
 func (s *Service) ApproveRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
 	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
 		if r.State != lifecycle.RolloutPaused || r.Cause != lifecycle.RolloutCauseApprovalRequired {
-			return RolloutChange{}, &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: lifecycle.ProblemRolloutStateConflict,
-				Message: "The rollout is " + string(r.State) + ": no wave waits for approval.",
-				Extra:   map[string]any{"state": string(r.State), "cause": string(r.Cause)}}
+			return RolloutChange{}, stateConflict(r, "no wave waits for approval")
 		}
 		now := s.now().UTC()
 		c := RolloutChange{Waves: r.Waves}
@@ -235,7 +231,7 @@ func (s *Service) excludeMember(ctx context.Context, id string, f MemberFilter, 
 	mem := ms[0]
 	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
 		if !r.State.Active() {
-			return RolloutChange{}, lifecycle.CheckRolloutMove(r.State, r.State, lifecycle.RolloutCauseOperatorPaused)
+			return RolloutChange{}, stateConflict(r, "it ended; its members can no longer be excluded")
 		}
 		if mem.Status == lifecycle.MemberExcluded {
 			return unchanged(r), nil

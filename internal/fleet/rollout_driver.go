@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -358,12 +359,36 @@ func (s *Service) settle(c *RolloutChange, r Rollout, i int, now time.Time) erro
 	return err
 }
 
+// withStateCause adds the rollout's state cause (stateCause) to a refusal
+// of a move (its problem names the state, and the move asked: to, cause).
+func withStateCause(err error, r Rollout) error {
+	var de *lifecycle.Error
+	if !errors.As(err, &de) || de.Type != lifecycle.ProblemRolloutStateConflict {
+		return err
+	}
+	c := *de
+	c.Extra = maps.Clone(de.Extra)
+	if c.Extra == nil {
+		c.Extra = map[string]any{}
+	}
+	c.Extra["stateCause"] = string(r.Cause)
+	return &c
+}
+
+// stateConflict is the refusal of an action the rollout's state does not
+// allow, with no state move asked: it names the state and its cause.
+func stateConflict(r Rollout, why string) error {
+	return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: lifecycle.ProblemRolloutStateConflict,
+		Message: "The rollout is " + string(r.State) + ": " + why + ".",
+		Extra:   map[string]any{"state": string(r.State), "stateCause": string(r.Cause)}}
+}
+
 // move returns c with the state move of r to to: its history row (by the
 // store), its event, and what the move does to the members: pending ones
 // are cancelled when the rollout ends or aborts; the waves not passed stop.
 func (s *Service) move(c RolloutChange, r Rollout, to lifecycle.RolloutState, cause lifecycle.RolloutCause, actor, detail string, now time.Time) (RolloutChange, error) {
 	if err := lifecycle.CheckRolloutMove(r.State, to, cause); err != nil {
-		return RolloutChange{}, err
+		return RolloutChange{}, withStateCause(err, r)
 	}
 	c.To, c.Cause, c.Actor, c.Detail, c.Bump = to, cause, actor, detail, true
 	if to.Terminal() || to == lifecycle.RolloutAborting {

@@ -1239,3 +1239,28 @@ func TestRolloutPausedFailsAtOnceWhenTargetYanked(t *testing.T) {
 	assert.Equal(t, lifecycle.RolloutFailed, r.State)
 	assert.Equal(t, lifecycle.RolloutCauseTargetVersionYanked, r.Cause)
 }
+
+// TestRolloutStateConflictNamesTheState: an action the state refuses names
+// where the rollout stands and why (state, stateCause), and, when it asked
+// for a state move, that move (to, cause).
+func TestRolloutStateConflictNamesTheState(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	deps := e.mixedFleet(2)
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: percent(100), Approval: lifecycle.ApprovalManual}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	_, err = e.s.CancelRollout(e.ctx, r.ID, fleet.Actor{ID: "alice"}, fleet.Precondition{})
+	require.NoError(t, err)
+	extra := func(err error) map[string]any {
+		t.Helper()
+		var de *lifecycle.Error
+		require.ErrorAs(t, err, &de)
+		assert.Equal(t, lifecycle.ProblemRolloutStateConflict, de.Type)
+		return de.Extra
+	}
+	_, err = e.s.ExcludeRolloutMember(e.ctx, r.ID, fleet.MemberRef{DeploymentID: deps["d000"].ID}, fleet.Actor{ID: "alice"}, fleet.Precondition{})
+	assert.Equal(t, map[string]any{"state": "cancelled", "stateCause": "operator-cancelled"}, extra(err))
+	_, err = e.s.ApproveRollout(e.ctx, r.ID, fleet.Actor{ID: "alice"}, fleet.Precondition{})
+	assert.Equal(t, map[string]any{"state": "cancelled", "stateCause": "operator-cancelled"}, extra(err))
+	_, err = e.s.PauseRollout(e.ctx, r.ID, fleet.Actor{ID: "alice"}, fleet.Precondition{})
+	assert.Equal(t, map[string]any{"state": "cancelled", "stateCause": "operator-cancelled", "to": "paused", "cause": "operator-paused"}, extra(err))
+}
