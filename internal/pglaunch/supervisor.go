@@ -176,17 +176,24 @@ func (sv *Supervisor) Server() *Server {
 }
 
 // Ready returns nil while the server accepts connections, as far as the
-// last probe saw; otherwise an error wrapping ErrNotReady that says why.
+// last probe saw and as long as its postmaster.pid does not say it is
+// stopping (a shutdown asked since the last probe: pooled connections may
+// still answer, new ones are refused); otherwise an error wrapping
+// ErrNotReady that says why.
 func (sv *Supervisor) Ready() error {
 	sv.mu.Lock()
-	defer sv.mu.Unlock()
-	if sv.status == statusReady {
+	st, detail, s := sv.status, sv.detail, sv.server
+	sv.mu.Unlock()
+	if st == statusReady {
+		if s != nil && postmasterStatus(s.DataDir()) == "stopping" {
+			return fmt.Errorf("%w: %v", ErrNotReady, statusShuttingDown)
+		}
 		return nil
 	}
-	if sv.detail != nil {
-		return fmt.Errorf("%w: %v: %w", ErrNotReady, sv.status, sv.detail)
+	if detail != nil {
+		return fmt.Errorf("%w: %v: %w", ErrNotReady, st, detail)
 	}
-	return fmt.Errorf("%w: %v", ErrNotReady, sv.status)
+	return fmt.Errorf("%w: %v", ErrNotReady, st)
 }
 
 // Failed is closed when the Supervisor gave up restarting the server; Err

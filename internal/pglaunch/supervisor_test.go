@@ -111,6 +111,24 @@ func TestSupervisorSmartShutdown(t *testing.T) {
 	s.waitRestarted(t, old)
 }
 
+// TestSupervisorNotReadyBeforeTheProbe: readiness fails as soon as the
+// postmaster says it is stopping, before the next probe saw it (pooled
+// connections still answer during a smart shutdown).
+func TestSupervisorNotReadyBeforeTheProbe(t *testing.T) {
+	t.Parallel()
+	s := supervise(t, SupervisorOptions{ShutdownGrace: time.Hour})
+	ctx := context.Background()
+	held, err := pgx.Connect(ctx, s.sv.URL("postgres")) // keeps the smart shutdown waiting
+	require.NoError(t, err)
+	defer held.Close(ctx)
+	require.NoError(t, s.sv.Ready())
+	old := s.sv.Server()
+	require.NoError(t, syscall.Kill(old.PID(), syscall.SIGTERM))
+	require.Eventually(t, func() bool { return postmasterStatus(old.DataDir()) == "stopping" }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, statusReady, s.sv.currentStatus(), "no probe ran yet")
+	require.ErrorIs(t, s.sv.Ready(), ErrNotReady)
+}
+
 // TestSupervisorSmartShutdownGrace: sessions that do not end (the server's
 // own LISTEN connections) make the Supervisor turn a smart shutdown into a
 // fast one after the grace period.
