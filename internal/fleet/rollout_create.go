@@ -221,15 +221,14 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 		if op, ok := active[f.ActiveOperation]; ok && c.Deployment != nil && reached(op, *c.Deployment) {
 			f.ActiveOperation = ""
 		}
-		x := cl.Classify(f)
-		if x.Eligible && settings.Action == lifecycle.RolloutReconfigure && c.Deployment != nil {
+		if settings.Action == lifecycle.RolloutReconfigure && c.Deployment != nil {
 			if d := descs[c.Deployment.Version]; d != nil {
 				if err := d.CheckValues(settings.Parameters, false); err != nil {
-					x = lifecycle.Classification{Reason: lifecycle.ExcludedPolicyRefused,
-						Detail: "Version " + c.Deployment.Version.String() + " refuses these values: " + fieldsMessage(err) + "."}
+					f.ValueProblems = fieldsMessage(err)
 				}
 			}
 		}
+		x := cl.Classify(f)
 		if x.Eligible {
 			plan := x.Plan
 			m.Classification, m.Plan, m.Status, m.RestoreRevision = ClassEligible, &plan, lifecycle.MemberPending, x.RestoreRevision

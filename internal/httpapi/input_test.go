@@ -214,6 +214,9 @@ func TestTrailingBytesAreRefused(t *testing.T) {
 		{"token, stray bracket", "/mgmt/v1/tokens", `{"name":"junk","role":"admin"}]`},
 		{"deployment", "/mgmt/v1/deployments", `{"applicationId":"svc","version":"1.0.0","clientId":"plant","deviceId":"edge"}{"junk":`},
 		{"client", "/mgmt/v1/clients", `{"id":"other"}x`},
+		{"rollout", "/mgmt/v1/rollouts", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{}}{"junk":`},
+		{"rollout plan", "/mgmt/v1/rollouts/plan", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{}} {}`}, // a read: not audited
+		{"rollout abort", "/mgmt/v1/rollouts/00000000-0000-4000-8000-000000000001/abort", `{"revert":true}]`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := snapshot(t, e.pool)
@@ -222,7 +225,7 @@ func TestTrailingBytesAreRefused(t *testing.T) {
 			assert.Equal(t, httpapi.ProblemBase+"malformed", p.Type, "%+v", p)
 			assert.Equal(t, before, snapshot(t, e.pool), "nothing created")
 			_, audited := auditRow(t, e.pool, p.RequestID)
-			assert.True(t, audited)
+			assert.Equal(t, !strings.HasSuffix(c.path, "/plan"), audited, "audited unless a read")
 		})
 	}
 	// Trailing white space is still one JSON value.
@@ -262,6 +265,22 @@ func TestDuplicateMembersAreRefused(t *testing.T) {
 		`{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{},"waves":[{"size":{"count":1}},{"size":{"percent":100}}]}`)
 	defer res.Body.Close()
 	assert.NotEqual(t, http.StatusBadRequest, res.StatusCode)
+}
+
+// TestOversizedRolloutBodiesAreRefused: a rollout body over the
+// management limit is refused (413 problem) and creates nothing.
+func TestOversizedRolloutBodiesAreRefused(t *testing.T) {
+	e, _ := inputEnv(t)
+	big := `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"labels":"` + strings.Repeat("a", 1<<20) + `"}}`
+	for _, path := range []string{"/mgmt/v1/rollouts", "/mgmt/v1/rollouts/plan", "/mgmt/v1/rollouts/00000000-0000-4000-8000-000000000001/abort"} {
+		t.Run(path, func(t *testing.T) {
+			before := snapshot(t, e.pool)
+			res := rawCall(t, "POST", e.url+path, "application/json", big)
+			p := readProblem(t, res, http.StatusRequestEntityTooLarge)
+			assert.NotEmpty(t, p.Type)
+			assert.Equal(t, before, snapshot(t, e.pool), "nothing created")
+		})
+	}
 }
 
 // TestUnstorableDeviceInputIsRefused: the device API gets the same check

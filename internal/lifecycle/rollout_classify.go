@@ -138,6 +138,10 @@ type MemberFacts struct {
 	// deployment profile fits); Misfit says why not.
 	Placeable bool
 	Misfit    string
+	// ValueProblems, for a reconfiguration, says why the member's version
+	// refuses the requested values (its parameter schemas, which margo
+	// checks); "" when it accepts them.
+	ValueProblems string
 }
 
 // Classification is one member's classification at start.
@@ -391,6 +395,9 @@ func (c *Classifier) classifyReconfigure(m MemberFacts) Classification {
 			return excluded(ExcludedAtTarget, "the deployment already has every requested value")
 		}
 		return refused(err, "")
+	}
+	if m.ValueProblems != "" {
+		return excluded(ExcludedPolicyRefused, "version "+m.Version.String()+" refuses these values: "+m.ValueProblems)
 	}
 	x := Classification{Eligible: true, Values: p.Values, Changes: p.Changes}
 	x.Plan, x.Hops = direct(m.Version)

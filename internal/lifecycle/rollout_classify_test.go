@@ -115,6 +115,8 @@ func TestClassify(t *testing.T) {
 		{"reconfigure", reconfigure, member("1.5.0"), want{eligible: true, plan: directPlan, hops: []string{"1.5.0"}}},
 		{"reconfigure at target", reconfigure, member("1.5.0", func(m *MemberFacts) { m.Parameters["port"] = 9001 }),
 			want{reason: ExcludedAtTarget, detailHas: "every requested value"}},
+		{"reconfigure refused by the version's schemas", reconfigure, member("1.5.0", func(m *MemberFacts) { m.ValueProblems = "/parameters/port: at most 9000" }),
+			want{reason: ExcludedPolicyRefused, detailHas: "/parameters/port: at most 9000"}},
 		{"reconfigure immutable", RolloutSettings{Action: RolloutReconfigure, Parameters: map[string]any{"region": "us"}}, member("1.5.0"),
 			want{reason: ExcludedPolicyRefused, errType: ProblemImmutableParameter}},
 		{"reconfigure unknown on this version", RolloutSettings{Action: RolloutReconfigure, Parameters: map[string]any{"color": "red"}}, member("1.5.0"),
