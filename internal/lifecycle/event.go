@@ -99,6 +99,58 @@ var eventSubjects = map[EventType]SubjectKind{
 	EventRolloutMemberExcluded:      SubjectRollout,
 }
 
+// Visibility says who may read events of a type: everyone who may read the
+// fleet (a viewer, and so operators and admins), or only admins.
+type Visibility string
+
+// The visibilities.
+const (
+	// VisibilityViewer: about the fleet (deployments, operations, rollouts,
+	// devices, applications); a viewer may read them.
+	VisibilityViewer Visibility = "viewer"
+	// VisibilityAdmin: about access (tokens, clients); only an admin may
+	// read them, as only an admin may read tokens, clients and the audit log.
+	VisibilityAdmin Visibility = "admin"
+)
+
+// subjectVisibility is who may read events about each subject kind. It
+// follows the management API's read rules: a viewer reads deployments,
+// operations, rollouts, devices and applications; tokens and clients are an
+// admin's.
+var subjectVisibility = map[SubjectKind]Visibility{
+	SubjectDeployment:  VisibilityViewer,
+	SubjectOperation:   VisibilityViewer,
+	SubjectDevice:      VisibilityViewer,
+	SubjectApplication: VisibilityViewer,
+	SubjectRollout:     VisibilityViewer,
+	SubjectClient:      VisibilityAdmin,
+	SubjectToken:       VisibilityAdmin,
+}
+
+// Visibility returns who may read events of type t, and false if t is not a
+// known type.
+func (t EventType) Visibility() (Visibility, bool) {
+	k, ok := eventSubjects[t]
+	if !ok {
+		return "", false
+	}
+	return subjectVisibility[k], true
+}
+
+// EventTypesVisibleTo returns the known event types of visibility v or a
+// lower one (VisibilityAdmin: every type; VisibilityViewer: the viewer's),
+// sorted.
+func EventTypesVisibleTo(v Visibility) []EventType {
+	var out []EventType
+	for _, t := range EventTypes() {
+		tv, _ := t.Visibility()
+		if tv == VisibilityViewer || v == VisibilityAdmin {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // EventTypes returns every known event type, sorted.
 func EventTypes() []EventType {
 	types := make([]EventType, 0, len(eventSubjects))

@@ -107,3 +107,36 @@ func TestRefString(t *testing.T) {
 		assert.Equal(t, tt.want, tt.ref.String(), "%#v.String()", tt.ref)
 	}
 }
+
+func TestEventVisibility(t *testing.T) {
+	for _, typ := range EventTypes() {
+		v, ok := typ.Visibility()
+		if !ok || (v != VisibilityViewer && v != VisibilityAdmin) {
+			t.Errorf("%s: visibility %q, %v", typ, v, ok)
+		}
+	}
+	for typ, want := range map[EventType]Visibility{
+		EventDeploymentStateChanged:  VisibilityViewer,
+		EventRolloutStateChanged:     VisibilityViewer,
+		EventApplicationVersionAdded: VisibilityViewer,
+		EventDeviceRegistered:        VisibilityViewer,
+		EventTokenCreated:            VisibilityAdmin,
+		EventClientAccepted:          VisibilityAdmin,
+	} {
+		if got, _ := typ.Visibility(); got != want {
+			t.Errorf("%s: %q, want %q", typ, got, want)
+		}
+	}
+	if _, ok := EventType("nope.nope").Visibility(); ok {
+		t.Error("an unknown type has a visibility")
+	}
+	viewer, admin := EventTypesVisibleTo(VisibilityViewer), EventTypesVisibleTo(VisibilityAdmin)
+	if len(admin) != len(EventTypes()) || len(viewer) == 0 || len(viewer) >= len(admin) {
+		t.Fatalf("viewer %d, admin %d of %d", len(viewer), len(admin), len(EventTypes()))
+	}
+	for _, typ := range viewer {
+		if v, _ := typ.Visibility(); v != VisibilityViewer {
+			t.Errorf("viewer sees %s", typ)
+		}
+	}
+}
