@@ -9,5 +9,6 @@ type IdempotentResponse struct {
 	RequestHash string
 	Status      int
 	Location    string
+	ETag        string
 	Body        []byte
 }

@@ -320,6 +320,11 @@ func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor A
 	if err := s.store.InsertRollout(ctx, r, res.members, events); err != nil {
 		return Rollout{}, err
 	}
+	if !started {
+		if err := s.pauseForApproval(ctx, r.ID, res.settings, now); err != nil {
+			return Rollout{}, err
+		}
+	}
 	s.wake()
 	return s.Rollout(ctx, r.ID)
 }

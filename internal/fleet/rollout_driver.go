@@ -186,10 +186,10 @@ func (s *Service) visitRollout(ctx context.Context, id string) error {
 	return nil
 }
 
-// stepRollout decides and applies one step; done says the visit is over
-// (the lease was released).
-func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle.RolloutSettings) (bool, error) {
-	now := s.now().UTC()
+// stepInput is what lifecycle.DecideRolloutStep decides r's next step
+// from, at now, as far as r itself knows it (the target version's fate and
+// the abort's outstanding work are the caller's to add).
+func stepInput(r Rollout, settings lifecycle.RolloutSettings, now time.Time) lifecycle.RolloutStepInput {
 	in := lifecycle.RolloutStepInput{Now: now, State: r.State, Deadline: r.DeadlineAt, Waves: make([]lifecycle.Wave, len(r.Waves)),
 		Counts: make([]lifecycle.WaveCounts, len(r.Waves)), Wave: r.CurrentWave - 1, ThresholdAccepted: r.ThresholdAccepted,
 		MaxInFlight: settings.MaxInFlight, Window: settings.Window, OnThreshold: settings.OnThreshold}
@@ -198,6 +198,35 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 	}
 	cur := r.Waves[in.Wave]
 	in.WaveSettledAt, in.WaveApproved = cur.SettledAt, !cur.ApprovedAt.IsZero()
+	return in
+}
+
+// pauseForApproval takes, right after the creation of rollout id, the step
+// the driver would take first when the first wave waits for approval (the
+// rollout pauses, cause approval-required), so that the creation answers the
+// state the rollout stays in, with an ETag that stays current. Nothing is
+// changed if the rollout moved meanwhile (a driver or an action came first)
+// or if the decision is another.
+func (s *Service) pauseForApproval(ctx context.Context, id string, settings lifecycle.RolloutSettings, now time.Time) error {
+	_, err := s.store.UpdateRollout(ctx, id, func(cur Rollout) (RolloutChange, error) {
+		if cur.Generation != 1 || cur.State != lifecycle.RolloutRunning {
+			return RolloutChange{}, nil
+		}
+		dec, err := lifecycle.DecideRolloutStep(stepInput(cur, settings, now))
+		if err != nil || dec.To != lifecycle.RolloutPaused || dec.Cause != lifecycle.RolloutCauseApprovalRequired {
+			return RolloutChange{}, err
+		}
+		c := RolloutChange{Waiting: waitingFor(dec.Cause, dec.Reason, time.Time{})}
+		return s.move(c, cur, dec.To, dec.Cause, lifecycle.ActorScheduler, dec.Reason, now)
+	}, now)
+	return err
+}
+
+// stepRollout decides and applies one step; done says the visit is over
+// (the lease was released).
+func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle.RolloutSettings) (bool, error) {
+	now := s.now().UTC()
+	in := stepInput(r, settings, now)
 	if r.State == lifecycle.RolloutAborting {
 		outstanding, err := s.driveAbort(ctx, r)
 		if err != nil {

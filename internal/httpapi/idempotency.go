@@ -118,6 +118,9 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			if prev.Location != "" {
 				h.Set("Location", prev.Location)
 			}
+			if prev.ETag != "" {
+				h.Set("ETag", prev.ETag)
+			}
 			h.Set("Idempotent-Replayed", "true")
 			h.Set("Content-Length", strconv.Itoa(len(prev.Body)))
 			w.WriteHeader(prev.Status)
@@ -138,7 +141,8 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(cw, r)
 		if cw.status > 0 && cw.status < 500 {
-			rec := access.IdempotentResponse{RequestHash: hash, Status: cw.status, Location: cw.Header().Get("Location"), Body: cw.body.Bytes()}
+			rec := access.IdempotentResponse{RequestHash: hash, Status: cw.status, Location: cw.Header().Get("Location"),
+				ETag: cw.Header().Get("ETag"), Body: cw.body.Bytes()}
 			// A failure leaves the key reserved: the request took effect,
 			// so a retry must not run it again; it is told the key is in
 			// use until the reservation is abandoned.

@@ -150,9 +150,26 @@ func (e *rolloutEnv) start(t *testing.T, body string) sdk.Rollout {
 	r := *res.JSON201
 	assert.Equal(t, "/mgmt/v1/rollouts/"+r.Id.String(), res.HTTPResponse.Header.Get("Location"))
 	assert.NotEmpty(t, res.HTTPResponse.Header.Get("ETag"))
-	assert.Equal(t, sdk.RolloutState("running"), r.State)
-	assert.Equal(t, sdk.RolloutCause("started"), r.StateCause)
+	if manualFirst(t, body) { // a first wave waiting for approval: paused at once
+		assert.Equal(t, sdk.RolloutState("paused"), r.State)
+		assert.Equal(t, sdk.RolloutCause("approval-required"), r.StateCause)
+	} else {
+		assert.Equal(t, sdk.RolloutState("running"), r.State)
+		assert.Equal(t, sdk.RolloutCause("started"), r.StateCause)
+	}
 	return r
+}
+
+// manualFirst reports whether the rollout of body waits for the approval of
+// its first wave.
+func manualFirst(t *testing.T, body string) bool {
+	var req struct {
+		Waves []struct {
+			Approval string `json:"approval"`
+		} `json:"waves"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &req))
+	return len(req.Waves) > 0 && req.Waves[0].Approval == "manual"
 }
 
 func (e *rolloutEnv) rollout(t *testing.T, id string) (sdk.Rollout, string) {
@@ -846,7 +863,16 @@ func TestRolloutContract(t *testing.T) {
 	}
 	first, again := create(), create()
 	assert.Equal(t, first.JSON201.Id, again.JSON201.Id, "a replayed create answers the same rollout")
+	assert.Equal(t, "true", again.HTTPResponse.Header.Get("Idempotent-Replayed"))
+	assert.NotEmpty(t, first.HTTPResponse.Header.Get("ETag"))
+	assert.Equal(t, first.HTTPResponse.Header.Get("ETag"), again.HTTPResponse.Header.Get("ETag"), "a replay carries the first answer's ETag")
+	assert.Equal(t, sdk.RolloutState("paused"), first.JSON201.State, "a first wave that waits for approval: the create answers paused")
+	assert.Equal(t, "approval-required", string(first.JSON201.StateCause))
 	id := first.JSON201.Id.String()
+	if got, tag := e.rollout(t, id); true {
+		assert.Equal(t, first.HTTPResponse.Header.Get("ETag"), tag, "the create's ETag is current")
+		assert.Equal(t, sdk.RolloutState("paused"), got.State)
+	}
 
 	e.clock.Advance(time.Second) // a later creation time: listed first
 	install := e.start(t, `{"applicationId":"svc","target":{"clients":["spare"]},"action":"install","install":{"version":"1.5.0"},
@@ -881,6 +907,15 @@ func TestRolloutContract(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, httpapi.ProblemBase+"not-found", problemOf(t, get.HTTPResponse, get.Body, http.StatusNotFound).Type)
 
+	t.Run("exclude with a malformed id names it", func(t *testing.T) {
+		for field, b := range map[string]string{"/deploymentId": `{"deploymentId":"nope"}`, "/clientId": `{"clientId":7,"deviceId":"d"}`} {
+			ex, err := e.mgmt.ExcludeRolloutMemberWithBodyWithResponse(t.Context(), id, nil, "application/json", strings.NewReader(b))
+			require.NoError(t, err)
+			p := problemOf(t, ex.HTTPResponse, ex.Body, http.StatusUnprocessableEntity)
+			require.NotEmpty(t, p.Errors, string(ex.Body))
+			assert.Equal(t, field, p.Errors[0].Field, string(ex.Body))
+		}
+	})
 	t.Run("exclude names no member", func(t *testing.T) {
 		ex, err := e.mgmt.ExcludeRolloutMemberWithResponse(t.Context(), id, nil, sdk.ExcludeMemberRequest{DeploymentId: ptrTo(uuid.New())})
 		require.NoError(t, err)

@@ -210,17 +210,17 @@ RETURNING true`, actor, key, hash, now, IdempotencyTTL.Seconds(), idempotencyAba
 		return access.IdempotentResponse{}, false, translate(err)
 	}
 	var r access.IdempotentResponse
-	err = s.pool.QueryRow(ctx, `SELECT request_hash, status, location, body FROM idempotency_keys WHERE actor = $1 AND key = $2`, actor, key).
-		Scan(&r.RequestHash, &r.Status, &r.Location, &r.Body)
+	err = s.pool.QueryRow(ctx, `SELECT request_hash, status, location, etag, body FROM idempotency_keys WHERE actor = $1 AND key = $2`, actor, key).
+		Scan(&r.RequestHash, &r.Status, &r.Location, &r.ETag, &r.Body)
 	return r, false, translate(err)
 }
 
 // CompleteIdempotent remembers the response to the key reserved at
 // reservedAt (a reservation another request took over is left alone).
 func (s *AccessStore) CompleteIdempotent(ctx context.Context, actor, key string, reservedAt time.Time, r access.IdempotentResponse) error {
-	_, err := s.pool.Exec(ctx, `UPDATE idempotency_keys SET status = $3, location = $4, body = $5
+	_, err := s.pool.Exec(ctx, `UPDATE idempotency_keys SET status = $3, location = $4, body = $5, etag = $8
 WHERE actor = $1 AND key = $2 AND request_hash = $6 AND status = 0 AND created_at = $7`,
-		actor, key, r.Status, r.Location, r.Body, r.RequestHash, reservedAt.Truncate(time.Microsecond))
+		actor, key, r.Status, r.Location, r.Body, r.RequestHash, reservedAt.Truncate(time.Microsecond), r.ETag)
 	return translate(err)
 }
 
