@@ -151,3 +151,49 @@ func TestFoldedMovesFollowTheLifeCycles(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentPublicationsOfOneClient: two transactions publish for the
+// same client at once (a scheduler visit and an HTTP operation on one
+// gateway's deployments); the second waits for the first's client lock and
+// then publishes the next version. It used to fail with a unique violation
+// of manifest_versions_current: the bump was one statement, whose snapshot
+// (taken before the lock wait) did not see the version the first had
+// inserted, so it did not supersede it.
+func TestConcurrentPublicationsOfOneClient(t *testing.T) {
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	s := postgres.NewFleetStore(pool, 0)
+	now := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	_, _, err := s.AcceptClient(ctx, "a", now)
+	require.NoError(t, err)
+	change := func() []*lifecycle.Change {
+		cs, err := lifecycle.DecideUnregister("a", "dev", nil, now, "a")
+		require.NoError(t, err)
+		return cs
+	}
+	var before int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT manifest_version FROM clients WHERE id = 'a'`).Scan(&before))
+
+	first, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = first.Rollback(ctx) }()
+	require.NoError(t, postgres.Apply(ctx, first, change()))
+	second := make(chan error, 1)
+	go func() {
+		second <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return postgres.Apply(ctx, tx, change()) })
+	}()
+	// The second waits for the client's row lock (bounded).
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting))
+		return waiting > 0
+	}, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, first.Commit(ctx))
+	require.NoError(t, <-second, "the second publication commits after the first")
+
+	var after, current int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT manifest_version FROM clients WHERE id = 'a'`).Scan(&after))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM manifest_versions WHERE client_id = 'a' AND superseded_at IS NULL`).Scan(&current))
+	assert.Equal(t, before+2, after)
+	assert.Equal(t, 1, current, "one current manifest version")
+}

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
@@ -48,6 +49,8 @@ const (
 	// (now()), the clock the bundle collector's cutoff is read from:
 	// replicas' clocks may disagree, and a skewed one must not shorten a
 	// bundle's retention. One statement, one round trip.
+	// sqlLockClients locks the clients' rows in id order (the lock order).
+	sqlLockClients   = `SELECT 1 FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
 	sqlBumpManifests = `
 WITH locked AS (SELECT id FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE),
 bumped AS (UPDATE clients c SET manifest_version = c.manifest_version + 1, manifest_json = NULL, manifest_etag = NULL,
@@ -110,16 +113,26 @@ func bumpManifests(ctx context.Context, tx pgx.Tx, clients []string, at time.Tim
 	if len(clients) == 0 {
 		return versions, nil
 	}
-	rows, err := tx.Query(ctx, sqlBumpManifests, clients, at)
-	if err != nil {
-		return nil, err
-	}
+	// The clients are locked by a statement of their own, before the bump:
+	// a statement's snapshot is taken when it starts, so a bump that had
+	// waited for another transaction's lock on a client would not see the
+	// manifest_versions row that transaction inserted, would not supersede
+	// it, and its own insert would violate manifest_versions_current. The
+	// bump, a later statement, sees what committed before the lock was
+	// granted. Both go in one round trip.
 	type bumped struct {
 		ID      string
 		Version int64
 	}
-	bs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[bumped])
-	if err != nil {
+	var bs []bumped
+	b := &pgx.Batch{}
+	b.Queue(sqlLockClients, clients).Exec(func(pgconn.CommandTag) error { return nil })
+	b.Queue(sqlBumpManifests, clients, at).Query(func(rows pgx.Rows) error {
+		var err error
+		bs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[bumped])
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	for _, b := range bs {
