@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
@@ -115,58 +118,89 @@ func collided(err error) bool { return lifecycle.ErrorType(err) == "retry" }
 // true, so that no rule missed can leave an operation in progress forever.
 const RevisitBound = 5 * time.Minute
 
+// visitConcurrency bounds the operations one pass visits at once. Each
+// visit is a transaction of its own on its deployment's row (different
+// rows: visits do not wait for each other), mostly waiting for the
+// database's round trips and commit; a few at once let PostgreSQL commit
+// them together. The pool (10 connections by default) is shared with the
+// HTTP handlers and the rollout driver.
+const visitConcurrency = 4
+
 // RunOnce visits every active operation that is due (see
-// Store.ActiveOperations) once, then every due rollout (DriveRollouts),
-// and returns how many operations it visited (read and
-// decided on, while not held by another scheduler). An operation whose
-// visit collided with a concurrent change is left for the next pass; the
-// others are still visited. Returns EUNAVAILABLE, ending the pass, when the
-// database is unavailable.
+// Store.ActiveOperations) once, up to visitConcurrency at a time, then
+// every due rollout (DriveRollouts), and returns how many operations it
+// visited (read and decided on, while not held by another scheduler). An
+// operation whose visit collided with a concurrent change is left for the
+// next pass; the others are still visited. Returns EUNAVAILABLE, ending the
+// pass, when the database is unavailable.
 func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
 	ids, err := sc.svc.store.ActiveOperations(ctx, 1000, sc.svc.now().UTC())
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	var visited atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(visitConcurrency)
 	for _, id := range ids {
-		var clientID string
-		vctx, cancel := context.WithTimeout(ctx, visitTimeout)
-		decide := sc.svc.decide(vctx)
-		// The store calls decide before it locks anything: decide reads the
-		// catalog and the device.
-		visited, err := sc.svc.store.AdvanceOperation(vctx, id, func(v Visit) (Advance, error) {
-			clientID = v.Deployment.ClientID
-			return decide(v)
-		}, sc.svc.now().UTC())
-		cancel()
-		if clientID != "" {
-			// A visit may have published: this process's cached manifest goes
-			// now; other processes hear the store's notification.
-			sc.svc.cache.invalidate(clientID)
+		if gctx.Err() != nil {
+			break
 		}
-		if ctx.Err() != nil {
-			return n, ctx.Err() // stopped: not a failure of the operation
-		}
-		if collided(err) {
-			sc.svc.log.InfoContext(ctx, "operation step collided with a concurrent change; retrying at the next pass", "operation", id, "error", err)
-			continue
-		}
-		if lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE {
-			return n, err // no other operation can advance either
-		}
-		if err != nil {
-			sc.svc.log.ErrorContext(ctx, "operation step failed", "operation", id, "error", err)
-			continue
-		}
-		if visited {
-			n++
-		}
+		g.Go(func() error {
+			ok, err := sc.visitOperation(gctx, id)
+			if ok {
+				visited.Add(1)
+			}
+			return err
+		})
+	}
+	err = g.Wait()
+	n := int(visited.Load())
+	if ctx.Err() != nil {
+		return n, ctx.Err() // stopped: not a failure of the operations
+	}
+	if err != nil {
+		return n, err // no other operation can advance either
 	}
 	// Then the rollouts: their members' operations just advanced.
 	if _, err := sc.svc.DriveRollouts(ctx); err != nil {
 		return n, err
 	}
 	return n, nil
+}
+
+// visitOperation visits operation id once and reports whether it was
+// visited. It returns an error only when the pass must end (the database
+// is unavailable); a collision or another failure is logged, and the
+// operation is visited again at the next pass.
+func (sc *Scheduler) visitOperation(ctx context.Context, id string) (bool, error) {
+	var clientID string
+	vctx, cancel := context.WithTimeout(ctx, visitTimeout)
+	defer cancel()
+	decide := sc.svc.decide(vctx)
+	// The store calls decide before it locks anything: decide reads the
+	// catalog and the device.
+	visited, err := sc.svc.store.AdvanceOperation(vctx, id, func(v Visit) (Advance, error) {
+		clientID = v.Deployment.ClientID
+		return decide(v)
+	}, sc.svc.now().UTC())
+	if clientID != "" {
+		// A visit may have published: this process's cached manifest goes
+		// now; other processes hear the store's notification.
+		sc.svc.cache.invalidate(clientID)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return false, nil // stopped: RunOnce says so
+	case collided(err):
+		sc.svc.log.InfoContext(ctx, "operation step collided with a concurrent change; retrying at the next pass", "operation", id, "error", err)
+		return false, nil
+	case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE:
+		return false, err
+	case err != nil:
+		sc.svc.log.ErrorContext(ctx, "operation step failed", "operation", id, "error", err)
+		return false, nil
+	}
+	return visited, nil
 }
 
 // decide is the scheduler's visit of an operation: it loads what the

@@ -365,50 +365,115 @@ type reader interface {
 // transaction) the operation is claimed FOR UPDATE SKIP LOCKED and the
 // deployment locked; ok is false when the operation ended or another
 // scheduler holds it.
+//
+// The statements go in one round trip (a pipeline): the scheduler visits
+// thousands of operations in flight, and a visit reads twice (to decide,
+// then under lock), so round trips, not the statements' work, were most of
+// its time. Each statement finds the operation's deployment by the
+// operation's id. Locked, they run in order: the operation is claimed, its
+// deployment locked (only if the claim succeeded: the inner SKIP LOCKED
+// finds the row this transaction already holds, and nothing when another
+// holds it), and the reads that follow are fresh statements that see what
+// committed before the lock was granted.
 func readVisit(ctx context.Context, q reader, tx pgx.Tx, id string) (v fleet.Visit, ok bool, err error) {
+	if !validUUID(id) {
+		return v, false, nil
+	}
+	const active = `state IN ('queued', 'running')`
+	const deployment = `(SELECT deployment_id FROM operations WHERE id = $1)`
+	b := &pgx.Batch{}
 	lock := ""
 	if tx != nil {
-		q, lock = tx, " FOR UPDATE SKIP LOCKED"
+		lock = " FOR UPDATE SKIP LOCKED"
 	}
-	op, err := scanOperation(q.QueryRow(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 AND state IN ('queued', 'running')`+lock, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return v, false, nil // ended, or another scheduler holds it
-	}
-	if err != nil {
-		return v, false, err
-	}
-	if err := loadSteps(ctx, q, &op); err != nil {
-		return v, false, err
-	}
-	var d fleet.Deployment
+	var (
+		op     fleet.Operation
+		found  bool
+		d      fleet.Deployment
+		dFound bool
+		phase  *string
+	)
+	b.Queue(`SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 AND `+active+lock, id).QueryRow(func(row pgx.Row) error {
+		o, err := scanOperation(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // ended, or another scheduler holds it
+		}
+		op, found = o, err == nil
+		return err
+	})
 	if tx != nil {
-		d, v.LastRevision, err = lockDeployment(ctx, tx, op.DeploymentID, "")
+		b.Queue(`SELECT 1 FROM deployments WHERE id = (SELECT deployment_id FROM operations WHERE id = $1 AND `+active+lock+`) FOR UPDATE`, id).
+			Query(func(rows pgx.Rows) error { // zero or one row
+				for rows.Next() {
+				}
+				return rows.Err()
+			})
+	}
+	b.Queue(`SELECT n, version, revision, state, published_at, finished_at FROM operation_steps WHERE operation_id = $1 ORDER BY n`, id).
+		Query(func(rows pgx.Rows) error {
+			steps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Step, error) { return scanStep(r) })
+			op.Steps = steps
+			return err
+		})
+	b.Queue(`SELECT `+sqlDeploymentColumns+`, (SELECT max(n) FROM revisions WHERE deployment_id = d.id)`+sqlDeploymentFrom+
+		` WHERE d.id = `+deployment, id).QueryRow(func(row pgx.Row) error {
+		var err error
+		d, err = scanDeployment(row, &v.LastRevision)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		dFound = err == nil
+		return err
+	})
+	v.Revisions = map[int]fleet.Revision{}
+	b.Queue(`SELECT `+sqlRevisionColumns+sqlRevisionFrom+`
+JOIN operations o ON o.id = $1 JOIN deployments dd ON dd.id = o.deployment_id
+WHERE r.deployment_id = o.deployment_id AND r.n IN (o.base_revision, dd.revision, o.restore_revision, dd.installed_revision)`, id).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				r, err := scanRevision(rows)
+				if err != nil {
+					return err
+				}
+				v.Revisions[r.N] = r
+			}
+			return rows.Err()
+		})
+	b.Queue(`SELECT report->'x-wfm-extensions'->>'phase' FROM status_reports WHERE deployment_id = `+deployment+` ORDER BY id DESC LIMIT 1`, id).
+		QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&phase)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return err
+		})
+	var sender interface {
+		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	}
+	if tx != nil {
+		sender = tx
+	} else if p, isPool := q.(interface {
+		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	}); isPool {
+		sender = p
 	} else {
-		d, err = scanDeployment(q.QueryRow(ctx, `SELECT `+sqlDeploymentColumns+`, (SELECT max(n) FROM revisions WHERE deployment_id = d.id)`+
-			sqlDeploymentFrom+` WHERE d.id = $1`, op.DeploymentID), &v.LastRevision)
+		return v, false, fmt.Errorf("read visit: %T cannot send a batch", q)
 	}
-	if err != nil {
+	if err := sender.SendBatch(ctx, b).Close(); err != nil {
 		return v, false, err
 	}
-	v.Op, v.Deployment, v.Revisions = op, d, map[int]fleet.Revision{}
+	if !found {
+		return v, false, nil
+	}
+	if !dFound {
+		return v, false, notFound("There is no deployment %s.", op.DeploymentID)
+	}
 	for _, n := range []int{op.BaseRevision, d.Revision, op.RestoreRevision, d.InstalledRevision} {
-		if n <= 0 {
-			continue
+		if _, ok := v.Revisions[n]; n > 0 && !ok {
+			return v, false, fmt.Errorf("operation %s: revision %d of deployment %s not found", id, n, d.ID)
 		}
-		if _, ok := v.Revisions[n]; ok {
-			continue
-		}
-		r, err := scanRevision(q.QueryRow(ctx, `SELECT `+sqlRevisionColumns+sqlRevisionFrom+` WHERE r.deployment_id = $1 AND r.n = $2`, d.ID, n))
-		if err != nil {
-			return v, false, err
-		}
-		v.Revisions[n] = r
 	}
-	var phase *string
-	err = q.QueryRow(ctx, `SELECT report->'x-wfm-extensions'->>'phase' FROM status_reports WHERE deployment_id = $1 ORDER BY id DESC LIMIT 1`, d.ID).Scan(&phase)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return v, false, err
-	}
+	v.Op, v.Deployment = op, d
 	if phase != nil {
 		v.LastPhase = *phase
 	}
