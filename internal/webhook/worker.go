@@ -71,6 +71,9 @@ type WorkerConfig struct {
 	Now func() time.Time
 	// Logger receives a line per disabled subscription.
 	Logger *slog.Logger
+	// Backoff is the wait after the attempt-th failed attempt of job id
+	// (nil: Backoff; tests shorten it).
+	Backoff func(id int64, attempt int) time.Duration
 }
 
 // Worker delivers DeliveryArgs jobs: it signs the event's body and POSTs it,
@@ -94,6 +97,9 @@ func NewWorker(store DeliveryStore, keys *Keyring, cfg WorkerConfig) *Worker {
 	if cfg.DisableAfter <= 0 {
 		cfg.DisableAfter = DefaultDisableAfter
 	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = Backoff
+	}
 	transport := &http.Transport{
 		Proxy:                 nil, // a proxy would connect on our behalf, past the guard
 		DialContext:           cfg.Guard.Dialer(cfg.Timeout).DialContext,
@@ -116,9 +122,11 @@ func (w *Worker) Timeout(*river.Job[DeliveryArgs]) time.Duration {
 
 // NextRetry implements river.Worker: exponential backoff from 1 s, doubling,
 // capped at an hour, with ±20% jitter derived from the job and attempt (so
-// the instant the attempt record shows is the one River uses).
+// the attempt record shows, within the time to write it, the instant River
+// uses), counted from the failure on River's clock (River ignores an
+// instant already past).
 func (w *Worker) NextRetry(job *river.Job[DeliveryArgs]) time.Time {
-	return w.cfg.Now().Add(Backoff(job.ID, job.Attempt))
+	return time.Now().Add(w.cfg.Backoff(job.ID, job.Attempt))
 }
 
 // Backoff is the wait after the attempt-th failed attempt of job id.
@@ -162,7 +170,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	}
 	d.Latency = max(w.cfg.Now().Sub(start), 0)
 	d.StatusCode, d.Error = attempt.StatusCode, attempt.Err
-	retryAt := w.cfg.Now().Add(Backoff(job.ID, job.Attempt))
+	retryAt := w.cfg.Now().Add(w.cfg.Backoff(job.ID, job.Attempt))
 	windowOver := retryAt.After(job.CreatedAt.Add(RetryWindow)) || err != nil
 	if !windowOver {
 		d.NextRetryAt = retryAt.UTC()
