@@ -58,10 +58,16 @@ func startWebhooks(ctx context.Context, c config, pool *pgxpool.Pool, log *slog.
 	if err := river.AddWorkerSafely(workers, worker); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
+	// A delivery that was running on a replica that died (kill -9, a lost
+	// node) is retried once it has been running for twice its timeout,
+	// rather than after River's default hour.
+	jobTimeout := worker.Timeout(nil)
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:  map[string]river.QueueConfig{webhook.Queue: {MaxWorkers: c.webhooks.workers}},
-		Workers: workers,
-		Logger:  log.With("component", "river"),
+		Queues:               map[string]river.QueueConfig{webhook.Queue: {MaxWorkers: c.webhooks.workers}},
+		Workers:              workers,
+		JobTimeout:           jobTimeout,
+		RescueStuckJobsAfter: 2 * jobTimeout,
+		Logger:               log.With("component", "river"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: river client: %w", err)
