@@ -245,11 +245,44 @@ func (s *WebhookStore) Event(ctx context.Context, id int64) (lifecycle.Event, er
 	return e, translate(err)
 }
 
+// sqlInsertDelivery records one attempt.
+const sqlInsertDelivery = `
+INSERT INTO webhook_deliveries (webhook_id, event_id, sequence, attempt, at, succeeded, status_code, error, latency_ms, next_retry_at)
+VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+// statusOf is an attempt's status code, NULL when no response came.
+func statusOf(d webhook.Delivery) *int {
+	if d.StatusCode == 0 {
+		return nil
+	}
+	return &d.StatusCode
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
 // RecordAttempt implements webhook.DeliveryStore.
 func (s *WebhookStore) RecordAttempt(ctx context.Context, d webhook.Delivery,
 	decide func(webhook.Webhook) (lifecycle.WebhookOutcome, []lifecycle.Event, error)) (lifecycle.WebhookOutcome, error) {
 	var out lifecycle.WebhookOutcome
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	// The common case, a success of a subscription with no failure run,
+	// changes nothing of the subscription: it is decided on the row as read,
+	// without locking it, so that concurrent deliveries to one subscription
+	// do not queue on its row. Anything else is decided on the locked row.
+	w, err := scanWebhook(s.pool.QueryRow(ctx, `SELECT `+sqlWebhookColumns+` FROM webhooks WHERE id::text = $1`, d.WebhookID))
+	if err != nil {
+		return out, err
+	}
+	if o, events, err := decide(w); err == nil && o.Succeeded && w.ConsecutiveFailures == 0 && len(events) == 0 {
+		_, err := s.pool.Exec(ctx, sqlInsertDelivery, d.WebhookID, d.EventID, d.Sequence, d.Attempt, d.At, true, statusOf(d), truncate(d.Error, 1024),
+			d.Latency.Milliseconds(), nil)
+		return o, translate(err)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		w, err := scanWebhook(tx.QueryRow(ctx, `SELECT `+sqlWebhookColumns+` FROM webhooks WHERE id::text = $1 FOR UPDATE`, d.WebhookID))
 		if err != nil {
 			return err
@@ -262,18 +295,8 @@ func (s *WebhookStore) RecordAttempt(ctx context.Context, d webhook.Delivery,
 		if out.Retry && !d.NextRetryAt.IsZero() {
 			next = &d.NextRetryAt
 		}
-		var status *int
-		if d.StatusCode != 0 {
-			status = &d.StatusCode
-		}
-		errText := d.Error
-		if len(errText) > 1024 {
-			errText = errText[:1024]
-		}
-		if _, err := tx.Exec(ctx, `
-INSERT INTO webhook_deliveries (webhook_id, event_id, sequence, attempt, at, succeeded, status_code, error, latency_ms, next_retry_at)
-VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-			d.WebhookID, d.EventID, d.Sequence, d.Attempt, d.At, out.Succeeded, status, errText, d.Latency.Milliseconds(), next); err != nil {
+		if _, err := tx.Exec(ctx, sqlInsertDelivery,
+			d.WebhookID, d.EventID, d.Sequence, d.Attempt, d.At, out.Succeeded, statusOf(d), truncate(d.Error, 1024), d.Latency.Milliseconds(), next); err != nil {
 			return err
 		}
 		enabled, reason := w.Enabled, w.DisabledReason

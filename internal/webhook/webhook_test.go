@@ -269,8 +269,20 @@ func TestReceiverDownThenUp(t *testing.T) {
 	}
 	require.Len(t, bodies, 3)
 
-	ds, _, err := e.svc.Deliveries(context.Background(), w.ID, 100, "")
-	require.NoError(t, err)
+	// The receiver answers before the worker records the attempt: wait for
+	// the three successes to be recorded.
+	var ds []webhook.Delivery
+	require.Eventually(t, func() bool {
+		var err error
+		ds, _, err = e.svc.Deliveries(context.Background(), w.ID, 100, "")
+		ok := 0
+		for _, d := range ds {
+			if d.Succeeded {
+				ok++
+			}
+		}
+		return err == nil && ok == 3
+	}, 20*time.Second, 10*time.Millisecond)
 	failed := 0
 	for _, d := range ds {
 		if !d.Succeeded {
