@@ -463,3 +463,25 @@ WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND data_type IN 
 	}
 	require.Positive(t, scanned)
 }
+
+// TestDeliveryRetention: the pruner deletes attempts older than the
+// retention setting and keeps the others.
+func TestDeliveryRetention(t *testing.T) {
+	e := newEnv(t, webhook.WorkerConfig{})
+	ctx := context.Background()
+	w, _ := e.create(t, webhook.Webhook{URL: "https://example.com/hook"})
+	now := time.Now()
+	for i, age := range []time.Duration{10 * 24 * time.Hour, 8 * 24 * time.Hour, time.Hour} {
+		_, err := e.pool.Exec(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_id, sequence, attempt, at, succeeded, latency_ms)
+VALUES ($1::uuid, $2, 1, 1, $3, true, 1)`, w.ID, i+1, now.Add(-age))
+		require.NoError(t, err)
+	}
+	p := webhook.NewDeliveryPruner(e.store.PruneDeliveries, 7*24*time.Hour, 0, func() time.Time { return now }, quiet())
+	n, err := p.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	ds, _, err := e.svc.Deliveries(ctx, w.ID, 10, "")
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, int64(3), ds[0].EventID)
+}
