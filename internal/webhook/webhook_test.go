@@ -485,3 +485,81 @@ VALUES ($1::uuid, $2, 1, 1, $3, true, 1)`, w.ID, i+1, now.Add(-age))
 	require.Len(t, ds, 1)
 	require.Equal(t, int64(3), ds[0].EventID)
 }
+
+// TestDispatchOnceAcrossReplicas: dispatchers of several replicas running
+// at once queue each event once per subscription (one holds the dispatch
+// lock at a time; the cursor moves in the transaction that queues).
+func TestDispatchOnceAcrossReplicas(t *testing.T) {
+	e := newEnv(t, webhook.WorkerConfig{})
+	require.NoError(t, e.river.Stop(context.Background())) // count the jobs, do not run them
+	e.create(t, webhook.Webhook{URL: "https://example.com/a"})
+	e.create(t, webhook.Webhook{URL: "https://example.com/b", Types: []string{"application."}})
+	const events = 60
+	var wg sync.WaitGroup
+	for range 3 {
+		d := webhook.NewDispatcher(e.store, 0, quiet())
+		wg.Go(func() {
+			for range 200 {
+				if _, err := d.RunOnce(context.Background()); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for i := range events {
+		e.appendEvents(t, "s"+strconv.Itoa(i%7))
+	}
+	wg.Wait()
+	for {
+		n, err := e.disp.RunOnce(context.Background())
+		require.NoError(t, err)
+		if n == 0 {
+			var after, last int64
+			require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT (SELECT after FROM webhook_dispatch), (SELECT max(id) FROM events)`).Scan(&after, &last))
+			if after == last {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	var jobs, distinct int
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT (args->>'webhookId', args->>'eventId'))
+FROM river_job WHERE kind = 'webhook_delivery'`).Scan(&jobs, &distinct))
+	require.Equal(t, 2*events, jobs, "each event once per subscription")
+	require.Equal(t, jobs, distinct)
+	var bad int
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM (
+    SELECT args->>'webhookId' AS w, (args->>'sequence')::bigint AS seq, count(*) FROM river_job
+    GROUP BY 1, 2, (SELECT subject_id FROM events WHERE id = (args->>'eventId')::bigint) HAVING count(*) > 1) d`).Scan(&bad))
+	require.Zero(t, bad, "one sequence number per event of a subject")
+}
+
+// TestRedeliver: redelivering an attempt sends its event again with the
+// same webhook-id, body and sequence; a disabled subscription refuses.
+func TestRedeliver(t *testing.T) {
+	e := newEnv(t, webhook.WorkerConfig{})
+	ctx := context.Background()
+	rcv := newReceiver(t, func(int) int { return http.StatusOK })
+	w, _ := e.create(t, webhook.Webhook{URL: rcv.URL})
+	e.appendEvents(t, "x")
+	e.dispatch(t, 1)
+	first := rcv.next(t)
+	var ds []webhook.Delivery
+	require.Eventually(t, func() bool {
+		var err error
+		ds, _, err = e.svc.Deliveries(ctx, w.ID, 10, "")
+		return err == nil && len(ds) == 1
+	}, 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, e.svc.Redeliver(ctx, w.ID, ds[0].ID))
+	again := rcv.next(t)
+	require.Equal(t, first.header.Get("webhook-id"), again.header.Get("webhook-id"))
+	require.Equal(t, string(first.body), string(again.body))
+
+	off := false
+	_, err := e.svc.Update(ctx, w.ID, webhook.Update{Enabled: &off}, webhook.Expect{})
+	require.NoError(t, err)
+	err = e.svc.Redeliver(ctx, w.ID, ds[0].ID)
+	require.Equal(t, lifecycle.ECONFLICT, lifecycle.ErrorCode(err))
+	require.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(e.svc.Redeliver(ctx, w.ID, ds[0].ID+1000)))
+}
