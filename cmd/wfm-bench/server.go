@@ -51,7 +51,7 @@ func (b *bench) prepare(ctx context.Context) error {
 }
 
 func (b *bench) needsServer() bool {
-	for _, g := range []string{"poll", "status", "fleet"} {
+	for _, g := range []string{"poll", "status", "fleet", "webhooks"} {
 		if b.cfg.selected(g) {
 			return true
 		}
@@ -126,7 +126,8 @@ var (
 // startServer starts the server under test in a fresh folder: private
 // PostgreSQL, development header identity, rate limits lifted, an admin
 // token of its own. logLevel "info" is needed to learn the database socket.
-func (b *bench) startServer(ctx context.Context, name, logLevel string) (*server, error) {
+// extra are further server arguments.
+func (b *bench) startServer(ctx context.Context, name, logLevel string, extra ...string) (*server, error) {
 	if b.wfm == "" {
 		return nil, errors.New("no server binary")
 	}
@@ -157,6 +158,7 @@ func (b *bench) startServer(ctx context.Context, name, logLevel string) (*server
 		"-data-dir", filepath.Join(dir, "data"), "-admin-token-file", tokenFile,
 		"-dev-header-identity", "-mgmt-rate", "0", "-device-rate", "1e9", "-device-burst", "1000000000",
 		"-log-level", logLevel)
+	s.cmd.Args = append(s.cmd.Args, extra...)
 	// The server dies with this process (and its PostgreSQL with it).
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	s.cmd.Stderr = logf

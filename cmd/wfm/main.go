@@ -46,6 +46,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/ratelimit"
 	"github.com/wfm-dev/wfm/internal/sampling"
 	"github.com/wfm-dev/wfm/internal/telemetry"
+	"github.com/wfm-dev/wfm/internal/webhook"
 )
 
 func main() {
@@ -90,6 +91,18 @@ type config struct {
 	logLevel        slog.Level
 	logFormat       string
 	shutdownTimeout time.Duration
+	webhooks        webhookConfig
+}
+
+// webhookConfig are the webhook settings.
+type webhookConfig struct {
+	keyFile           string         // the key that seals signing secrets; "": <data-dir>/webhook-key, created once
+	allowHTTP         bool           // subscriptions may use http:// URLs
+	allowCIDRs        []netip.Prefix // receivers allowed in otherwise forbidden ranges
+	timeout           time.Duration  // per request
+	disableAfter      int            // consecutive failed attempts that disable a subscription
+	deliveryRetention time.Duration  // how long delivery attempts are kept
+	workers           int            // concurrent deliveries per server process
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -104,6 +117,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	var c config
 	var level, mgmtRate, mgmtBurst, trustedProxies, eventRetention string
 	var bundleRetention string
+	var whAllowCIDR, whTimeout, whDisableAfter, whRetention, whWorkers string
 	fs.StringVar(&c.listen, "listen", env("WFM_LISTEN", "127.0.0.1:8080"), "address of the HTTP listener (env WFM_LISTEN)")
 	fs.StringVar(&c.deviceListen, "device-listen", env("WFM_DEVICE_LISTEN", "127.0.0.1:8443"), "address of the device API listener (mTLS) (env WFM_DEVICE_LISTEN)")
 	fs.StringVar(&c.trustDomain, "trust-domain", env("WFM_TRUST_DOMAIN", "wfm.local"), "SPIFFE trust domain of WFM clients (env WFM_TRUST_DOMAIN)")
@@ -128,6 +142,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
 	fs.StringVar(&eventRetention, "event-retention", env("WFM_EVENT_RETENTION", postgres.DefaultEventRetention.String()), "how long the event log keeps an event, a duration from 1h to 87600h (10 years); pruned hourly (env WFM_EVENT_RETENTION)")
 	fs.StringVar(&bundleRetention, "bundle-retention", env("WFM_BUNDLE_RETENTION", postgres.DefaultBundleRetention.String()), "how long a superseded manifest version's bundle stays fetchable, a duration from 1h to 8760h (1 year); collected hourly (env WFM_BUNDLE_RETENTION)")
+	fs.StringVar(&c.webhooks.keyFile, "webhook-key-file", getenv("WFM_WEBHOOK_KEY_FILE"), "file holding the key that encrypts webhook signing secrets in the database: 32 bytes as base64 (openssl rand -base64 32); empty: <data-dir>/webhook-key, created once at mode 0600 (development) (env WFM_WEBHOOK_KEY_FILE)")
+	fs.BoolVar(&c.webhooks.allowHTTP, "webhook-allow-http", getenv("WFM_WEBHOOK_ALLOW_HTTP") == "true", "let webhook subscriptions use plain http:// URLs (https only otherwise) (env WFM_WEBHOOK_ALLOW_HTTP=true)")
+	fs.StringVar(&whAllowCIDR, "webhook-allow-cidr", getenv("WFM_WEBHOOK_ALLOW_CIDR"), "comma-separated CIDRs where webhook receivers may be although the range is refused by default (loopback, private, link-local, unique-local, CGNAT, metadata), e.g. 10.20.0.0/16 for an on-premises receiver (env WFM_WEBHOOK_ALLOW_CIDR)")
+	fs.StringVar(&whTimeout, "webhook-timeout", env("WFM_WEBHOOK_TIMEOUT", "10s"), "timeout of one webhook request, connection included, from 1s to 60s (env WFM_WEBHOOK_TIMEOUT)")
+	fs.StringVar(&whDisableAfter, "webhook-disable-after", env("WFM_WEBHOOK_DISABLE_AFTER", strconv.Itoa(webhook.DefaultDisableAfter)), "consecutive failed delivery attempts that disable a webhook subscription, from 1 to 100000 (env WFM_WEBHOOK_DISABLE_AFTER)")
+	fs.StringVar(&whRetention, "webhook-delivery-retention", env("WFM_WEBHOOK_DELIVERY_RETENTION", webhook.DefaultDeliveryRetention.String()), "how long webhook delivery attempts are kept, a duration from 1h to 8760h (1 year); pruned hourly (env WFM_WEBHOOK_DELIVERY_RETENTION)")
+	fs.StringVar(&whWorkers, "webhook-workers", env("WFM_WEBHOOK_WORKERS", "50"), "concurrent webhook deliveries per server process, from 1 to 1000 (env WFM_WEBHOOK_WORKERS)")
 	c.adminToken = getenv("WFM_ADMIN_TOKEN")
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", getenv("WFM_ADMIN_TOKEN_FILE"), "file holding the bootstrap admin token (env WFM_ADMIN_TOKEN_FILE; or the token itself in WFM_ADMIN_TOKEN); empty with the private PostgreSQL: <data-dir>/admin-token, created once")
 	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL; empty: start a private PostgreSQL (env DATABASE_URL)")
@@ -175,10 +196,34 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.bundleRetention, err = time.ParseDuration(bundleRetention); err != nil || c.bundleRetention < minBundleRetention || c.bundleRetention > maxBundleRetention {
 		return c, fmt.Errorf("-bundle-retention %q: want a duration from %s to %s", bundleRetention, minBundleRetention, maxBundleRetention)
 	}
+	if err := parseWebhookConfig(&c.webhooks, whAllowCIDR, whTimeout, whDisableAfter, whRetention, whWorkers); err != nil {
+		return c, err
+	}
 	if err := (identity.Config{TrustDomain: c.trustDomain, WFMID: c.wfmID}).Validate(); err != nil {
 		return c, err
 	}
 	return c, nil
+}
+
+// parseWebhookConfig reads the webhook settings given as text.
+func parseWebhookConfig(w *webhookConfig, allowCIDR, timeout, disableAfter, retention, workers string) error {
+	var err error
+	if w.allowCIDRs, err = webhook.ParseCIDRs(allowCIDR); err != nil {
+		return fmt.Errorf("-webhook-allow-cidr: %w", err)
+	}
+	if w.timeout, err = time.ParseDuration(timeout); err != nil || w.timeout < time.Second || w.timeout > time.Minute {
+		return fmt.Errorf("-webhook-timeout %q: want a duration from 1s to 60s", timeout)
+	}
+	if w.disableAfter, err = strconv.Atoi(disableAfter); err != nil || w.disableAfter < 1 || w.disableAfter > 100_000 {
+		return fmt.Errorf("-webhook-disable-after %q: want a number from 1 to 100000", disableAfter)
+	}
+	if w.deliveryRetention, err = time.ParseDuration(retention); err != nil || w.deliveryRetention < time.Hour || w.deliveryRetention > 365*24*time.Hour {
+		return fmt.Errorf("-webhook-delivery-retention %q: want a duration from 1h to 8760h", retention)
+	}
+	if w.workers, err = strconv.Atoi(workers); err != nil || w.workers < 1 || w.workers > 1000 {
+		return fmt.Errorf("-webhook-workers %q: want a number from 1 to 1000", workers)
+	}
+	return nil
 }
 
 // The range of -bundle-retention: below an hour (the collection interval)
@@ -381,6 +426,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		mgmtLimit = l
 	}
 
+	// Webhooks: subscriptions (secrets sealed with the webhook key), a
+	// dispatcher that queues deliveries from the event log, and River's
+	// workers that send them; stopped after HTTP drained.
+	hooks, err := startWebhooks(ctx, c, pool, log)
+	if err != nil {
+		return err
+	}
+	defer hooks.stop(log)
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		telemetry.NewPoolCollector(pool))
@@ -400,6 +454,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Refusals:        refusals,
 		LogSampler:      refusalLog,
 		OutageLog:       outageLog,
+		Webhooks:        hooks.service,
 	})
 	if err != nil {
 		return err

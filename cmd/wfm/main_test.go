@@ -29,6 +29,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("WFM_TEST_RUN_SERVER") == "args" {
+		// Re-executed by TestWebhookSurvivesSIGKILL: be the server, with
+		// the arguments given and the environment as it is.
+		if err := run(context.Background(), strings.Split(os.Getenv("WFM_TEST_SERVER_ARGS"), "\n"), os.Getenv, os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv("WFM_TEST_RUN_SERVER") == "1" {
 		// Re-executed by TestSIGKILLLeavesNoPostgres: be the server.
 		if err := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-device-listen", "127.0.0.1:0", "-data-dir", os.Getenv("WFM_TEST_DATA_DIR")}, envWithout("DATABASE_URL"), os.Stdout, os.Stderr); err != nil {

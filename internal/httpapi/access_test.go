@@ -25,6 +25,7 @@ var pathValues = map[string]string{
 	"applicationId": "app", "version": "1.0.0", "clientId": "c1", "deviceId": "d1",
 	"deploymentId": "00000000-0000-4000-8000-000000000000", "revision": "1", "tokenId": "abc",
 	"operationId": "00000000-0000-4000-8000-000000000001", "rolloutId": "00000000-0000-4000-8000-000000000002",
+	"webhookId": "00000000-0000-4000-8000-000000000003", "deliveryId": "1",
 }
 
 // TestEveryManagementOperationEnforcesItsRole walks every management

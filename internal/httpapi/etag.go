@@ -75,10 +75,21 @@ func rolloutETag(id string, generation int64) string {
 
 // preconditionOf is ifMatch for a resource whose tags etag spells.
 func preconditionOf(header *string, id string, etag func(id string, generation int64) string) fleet.Precondition {
-	if header == nil || *header == "" || strings.TrimSpace(*header) == "*" {
+	gs, set := generationsOf(header, id, etag)
+	if !set {
 		return fleet.Precondition{}
 	}
-	var gs []int64
+	return fleet.ExpectGeneration(gs...)
+}
+
+// generationsOf reads an If-Match header on resource id whose tags etag
+// spells: set is false without the header, with an empty one or with "*";
+// otherwise gs are the generations the listed tags name (none: a definite
+// mismatch).
+func generationsOf(header *string, id string, etag func(id string, generation int64) string) (gs []int64, set bool) {
+	if header == nil || *header == "" || strings.TrimSpace(*header) == "*" {
+		return nil, false
+	}
 	for _, t := range strings.Split(*header, ",") {
 		t = strings.TrimSpace(t)
 		i := strings.LastIndexByte(t, '-')
@@ -90,5 +101,5 @@ func preconditionOf(header *string, id string, etag func(id string, generation i
 			gs = append(gs, g)
 		}
 	}
-	return fleet.ExpectGeneration(gs...)
+	return gs, true
 }

@@ -144,6 +144,8 @@ func problemFromError(logger *slog.Logger, r *http.Request, err error) problem {
 // entry fall back to the HTTP status text.
 var titles = map[string]string{
 	"idempotency-key-in-use":      "Idempotency key in use",
+	"invalid-webhook":             "Invalid webhook",
+	"webhook-disabled":            "Webhook disabled",
 	"invalid-rollout":             "Invalid rollout",
 	"waves-do-not-cover":          "Waves do not cover the eligible members",
 	"wave-empty":                  "Empty wave",

@@ -26,6 +26,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/telemetry"
+	"github.com/wfm-dev/wfm/internal/webhook"
 )
 
 // Config is what the HTTP adapter needs from its owner.
@@ -83,6 +84,9 @@ type Config struct {
 	DeviceIdentity func(r *http.Request) (string, error)
 	// MaxBodyBytes bounds every request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// Webhooks manages webhook subscriptions; nil: /mgmt/v1/webhooks
+	// answers 503.
+	Webhooks *webhook.Service
 }
 
 // MgmtLimiter is what the management API's rate limit needs
@@ -107,6 +111,7 @@ type Server struct {
 	catalog  *catalog.Service
 	fleet    *fleet.Service
 	access   *access.Service
+	webhooks *webhook.Service
 	clientID func(r *http.Request) (string, error)
 	ops      map[string]operation // "METHOD /path" of every management operation
 	limiter  interface {
@@ -162,7 +167,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
+	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, webhooks: cfg.Webhooks, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
 		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: cfg.OutageLog}
 
 	r := chi.NewRouter()

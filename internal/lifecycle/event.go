@@ -54,6 +54,8 @@ const (
 	EventRolloutWaveStarted    EventType = "rollout.wave_started"
 	EventRolloutWaveSettled    EventType = "rollout.wave_settled"
 	EventRolloutMemberExcluded EventType = "rollout.member_excluded"
+
+	EventWebhookDisabled EventType = "webhook.disabled"
 )
 
 // SubjectKind is the kind of thing an event is about.
@@ -68,6 +70,7 @@ const (
 	SubjectApplication SubjectKind = "application" // id: the application id
 	SubjectToken       SubjectKind = "token"       // id: the token id
 	SubjectRollout     SubjectKind = "rollout"     // id: the rollout's UUID
+	SubjectWebhook     SubjectKind = "webhook"     // id: the subscription's UUID
 )
 
 // eventSubjects is the table of event types: each type's subject kind. A
@@ -97,6 +100,7 @@ var eventSubjects = map[EventType]SubjectKind{
 	EventRolloutWaveStarted:         SubjectRollout,
 	EventRolloutWaveSettled:         SubjectRollout,
 	EventRolloutMemberExcluded:      SubjectRollout,
+	EventWebhookDisabled:            SubjectWebhook,
 }
 
 // Visibility says who may read events of a type: everyone who may read the
@@ -108,8 +112,9 @@ const (
 	// VisibilityViewer: about the fleet (deployments, operations, rollouts,
 	// devices, applications); a viewer may read them.
 	VisibilityViewer Visibility = "viewer"
-	// VisibilityAdmin: about access (tokens, clients); only an admin may
-	// read them, as only an admin may read tokens, clients and the audit log.
+	// VisibilityAdmin: about access (tokens, clients) and webhooks; only an
+	// admin may read them, as only an admin may read tokens, clients,
+	// webhooks and the audit log.
 	VisibilityAdmin Visibility = "admin"
 )
 
@@ -125,6 +130,7 @@ var subjectVisibility = map[SubjectKind]Visibility{
 	SubjectRollout:     VisibilityViewer,
 	SubjectClient:      VisibilityAdmin,
 	SubjectToken:       VisibilityAdmin,
+	SubjectWebhook:     VisibilityAdmin,
 }
 
 // Visibility returns who may read events of type t, and false if t is not a
@@ -505,3 +511,18 @@ type TokenRevokedBody struct {
 
 // EventType implements EventBody.
 func (TokenRevokedBody) EventType() EventType { return EventTokenRevoked }
+
+// WebhookDisabledBody is the body of webhook.disabled: the server disabled a
+// webhook subscription (see WebhookAttempt). An admin enables it again.
+type WebhookDisabledBody struct {
+	// Reason is "gone" (the receiver answered 410) or "failures" (too many
+	// consecutive failed attempts).
+	Reason string `json:"reason"`
+	// ConsecutiveFailures is the run of failed attempts that ended it.
+	ConsecutiveFailures int `json:"consecutiveFailures"`
+	// LastError says what the last attempt got.
+	LastError string `json:"lastError,omitempty"`
+}
+
+// EventType implements EventBody.
+func (WebhookDisabledBody) EventType() EventType { return EventWebhookDisabled }

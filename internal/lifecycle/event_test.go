@@ -19,7 +19,7 @@ var allBodies = []EventBody{
 	DeviceRegisteredBody{}, DeviceUnregisteredBody{},
 	ClientAcceptedBody{}, ClientRetiredBody{},
 	ApplicationVersionAddedBody{}, ApplicationVersionYankedBody{}, ApplicationVersionUnyankedBody{}, ApplicationVersionDeletedBody{},
-	TokenCreatedBody{}, TokenRevokedBody{},
+	TokenCreatedBody{}, TokenRevokedBody{}, WebhookDisabledBody{},
 	RolloutCreatedBody{}, RolloutStateChangedBody{}, RolloutWaveStartedBody{}, RolloutWaveSettledBody{}, RolloutMemberExcludedBody{},
 }
 
@@ -122,6 +122,7 @@ func TestEventVisibility(t *testing.T) {
 		EventDeviceRegistered:        VisibilityViewer,
 		EventTokenCreated:            VisibilityAdmin,
 		EventClientAccepted:          VisibilityAdmin,
+		EventWebhookDisabled:         VisibilityAdmin,
 	} {
 		if got, _ := typ.Visibility(); got != want {
 			t.Errorf("%s: %q, want %q", typ, got, want)

@@ -274,6 +274,7 @@ func templateName() (string, error) {
 		fmt.Fprintf(sum, "%s\x00%d\x00", name, len(b))
 		sum.Write(b)
 	}
+	fmt.Fprintf(sum, "river\x00%d\x00", postgres.RiverSchemaVersion()) // River's tables come with Migrate
 	return "wfm_tmpl_" + hex.EncodeToString(sum.Sum(nil))[:16], nil
 }
 

@@ -308,6 +308,19 @@ const sqlEventHorizon = `SELECT pruned_through FROM event_log_horizon`
 // for a limit below 1 or a negative after, and an error if the database
 // fails.
 func (l *EventLog) EventsAfter(ctx context.Context, after int64, f EventFilter, limit int) ([]lifecycle.Event, error) {
+	return eventsAfter(ctx, l.pool, after, f, limit)
+}
+
+// eventQuerier runs the queries of eventsAfter: a pool, or a transaction
+// (the webhook dispatcher reads in the transaction that queues).
+type eventQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// eventsAfter is EventsAfter on q. In a transaction, each statement takes
+// its own snapshot (read committed), so the gate holds as it does on a pool.
+func eventsAfter(ctx context.Context, q eventQuerier, after int64, f EventFilter, limit int) ([]lifecycle.Event, error) {
 	if limit < 1 || after < 0 {
 		return nil, lifecycle.Errorf(lifecycle.EINVALID, "events after %d, limit %d: both must be positive", after, limit)
 	}
@@ -333,7 +346,7 @@ func (l *EventLog) EventsAfter(ctx context.Context, after int64, f EventFilter, 
 	if len(f.Refs) > 0 {
 		w.add("refs @> $?::text[]", refStrings(f.Refs))
 	}
-	rows, _ := l.pool.Query(ctx, `SELECT id, type, at, subject_kind, subject_id, refs, actor, body
+	rows, _ := q.Query(ctx, `SELECT id, type, at, subject_kind, subject_id, refs, actor, body
 FROM events WHERE `+w.sql()+` ORDER BY id LIMIT `+w.limit(limit), w.args...)
 	events, err := pgx.CollectRows(rows, scanEvent)
 	if err != nil {
@@ -342,7 +355,7 @@ FROM events WHERE `+w.sql()+` ORDER BY id LIMIT `+w.limit(limit), w.args...)
 	// Read the horizon after the events: if retention had deleted anything
 	// after `after` before the read above, the horizon is past it now.
 	var horizon int64
-	if err := l.pool.QueryRow(ctx, sqlEventHorizon).Scan(&horizon); err != nil {
+	if err := q.QueryRow(ctx, sqlEventHorizon).Scan(&horizon); err != nil {
 		return nil, fmt.Errorf("read event log horizon: %w", err)
 	}
 	if after < horizon {

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/wfm-dev/wfm/migrations"
 )
@@ -49,7 +51,53 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) (err error) {
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("apply migrations: %w", err)
 	}
+	return migrateRiver(ctx, pool)
+}
+
+// riverLockID names the session advisory lock under which River's
+// migrations run ("wfm-rivr" in ASCII): rivermigrate takes no lock of its
+// own, and replicas starting together must not apply one twice.
+const riverLockID int64 = 0x77666d2d72697672
+
+// migrateRiver applies River's migrations (its job tables; the webhook
+// deliveries run on it) that the database lacks, under riverLockID.
+func migrateRiver(ctx context.Context, pool *pgxpool.Pool) (err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("river migrations: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, riverLockID); err != nil {
+		return fmt.Errorf("river migrations: lock: %w", err)
+	}
+	defer func() {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, riverLockID); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("river migrations: unlock: %w", uerr))
+		}
+	}()
+	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return fmt.Errorf("river migrations: %w", err)
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("river migrations: %w", err)
+	}
 	return nil
+}
+
+// RiverSchemaVersion returns the newest River migration this binary
+// applies (test templates are named after it, with the embedded
+// migrations).
+func RiverSchemaVersion() int {
+	m, err := rivermigrate.New(riverpgxv5.New(nil), nil)
+	if err != nil {
+		return 0
+	}
+	all := m.AllVersions()
+	if len(all) == 0 {
+		return 0
+	}
+	return all[len(all)-1].Version
 }
 
 func newProvider(db *sql.DB) (*goose.Provider, error) {

@@ -1,0 +1,107 @@
+package lifecycle
+
+import (
+	"fmt"
+	"strings"
+)
+
+// WebhookFilter is what a webhook subscription receives: events of Types
+// (exact types, or prefixes ending in "." such as "rollout."; empty: every
+// type) that carry every one of Refs (as subject or related thing).
+type WebhookFilter struct {
+	Types []string
+	Refs  []Ref
+}
+
+// Matches reports whether e passes f.
+func (f WebhookFilter) Matches(e Event) bool {
+	if len(f.Types) > 0 {
+		ok := false
+		for _, t := range f.Types {
+			if string(e.Type) == t || strings.HasSuffix(t, ".") && strings.HasPrefix(string(e.Type), t) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	refs := e.Refs()
+	for _, want := range f.Refs {
+		found := false
+		for _, r := range refs {
+			if r == want {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckWebhookTypes returns EINVALID, naming /types/<i>, for an entry that
+// is neither a known event type nor a prefix ("rollout.") of one.
+func CheckWebhookTypes(types []string) error {
+	var fields []FieldError
+	for i, t := range types {
+		known := false
+		for _, k := range EventTypes() {
+			if string(k) == t || strings.HasSuffix(t, ".") && strings.HasPrefix(string(k), t) {
+				known = true
+				break
+			}
+		}
+		if !known {
+			fields = append(fields, FieldError{Pointer: fmt.Sprintf("/types/%d", i),
+				Detail: fmt.Sprintf("%q is neither an event type nor a prefix of one (such as \"rollout.\")", t)})
+		}
+	}
+	if len(fields) > 0 {
+		return &Error{Code: EINVALID, Type: "invalid-webhook", Message: "the webhook's types name no event type", Fields: fields}
+	}
+	return nil
+}
+
+// WebhookAttempt is what one delivery attempt got: a status code (0 when no
+// response came) and an error text when it was not a 2xx.
+type WebhookAttempt struct {
+	StatusCode int
+	Err        string
+}
+
+// WebhookOutcome is the decision about a subscription after an attempt.
+type WebhookOutcome struct {
+	// Succeeded: the receiver answered 2xx; the delivery is done.
+	Succeeded bool
+	// Retry: the delivery is tried again later (unless its retry window is
+	// over, which the job engine decides).
+	Retry bool
+	// ConsecutiveFailures is the subscription's new run of failed attempts.
+	ConsecutiveFailures int
+	// Disable: the subscription is disabled, with Event saying why.
+	Disable bool
+	// Reason is "gone" or "failures" when Disable.
+	Reason string
+}
+
+// DecideWebhookAttempt decides what follows attempt a of a subscription
+// whose run of failed attempts was failures before it: a 2xx ends the
+// delivery and the run; a 410 Gone disables the subscription (the receiver
+// says it is gone for good); any other failure is retried, and disables the
+// subscription once the run reaches disableAfter (> 0).
+func DecideWebhookAttempt(a WebhookAttempt, failures, disableAfter int) WebhookOutcome {
+	switch {
+	case a.StatusCode >= 200 && a.StatusCode < 300:
+		return WebhookOutcome{Succeeded: true}
+	case a.StatusCode == 410:
+		return WebhookOutcome{ConsecutiveFailures: failures + 1, Disable: true, Reason: "gone"}
+	case failures+1 >= disableAfter:
+		return WebhookOutcome{ConsecutiveFailures: failures + 1, Disable: true, Reason: "failures"}
+	default:
+		return WebhookOutcome{Retry: true, ConsecutiveFailures: failures + 1}
+	}
+}

@@ -1,0 +1,120 @@
+package webhook
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+)
+
+// Job is one delivery the dispatcher decided: event EventID to WebhookID.
+type Job struct {
+	WebhookID string
+	EventID   int64
+	Subject   lifecycle.Ref
+}
+
+// DispatchStore is what the dispatcher needs of the store.
+type DispatchStore interface {
+	// Dispatch, in one transaction and only if no other dispatcher holds
+	// the dispatch lock, reads up to limit events after the dispatch
+	// cursor, calls match with them and the enabled subscriptions, queues
+	// the returned jobs (each with its subject's next sequence number, in
+	// log order) and moves the cursor past the events read. It returns how
+	// many events it read (0 also when another dispatcher holds the lock).
+	Dispatch(ctx context.Context, limit int, match func([]lifecycle.Event, []Webhook) []Job) (int, error)
+}
+
+// Match returns the deliveries of events to hooks: each event to every
+// subscription whose filter it passes and whose creation preceded it.
+func Match(events []lifecycle.Event, hooks []Webhook) []Job {
+	var jobs []Job
+	for _, e := range events {
+		for _, h := range hooks {
+			if e.ID > h.AfterEvent && h.Filter().Matches(e) {
+				jobs = append(jobs, Job{WebhookID: h.ID, EventID: e.ID, Subject: e.Subject})
+			}
+		}
+	}
+	return jobs
+}
+
+// Dispatcher turns committed events into delivery jobs: it follows the
+// event log from a cursor stored in the database, and queues jobs and moves
+// the cursor in one transaction, so an event is queued exactly once
+// whatever crashes. Replicas may each run one; one at a time dispatches.
+// The status-report path pays nothing: it only appends events, as before.
+type Dispatcher struct {
+	store    DispatchStore
+	interval time.Duration
+	batch    int
+	logger   *slog.Logger
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// DefaultDispatchInterval is how often the dispatcher looks for new events
+// when it found none.
+const DefaultDispatchInterval = 100 * time.Millisecond
+
+// NewDispatcher returns a dispatcher on store that polls every interval
+// (zero: DefaultDispatchInterval).
+func NewDispatcher(store DispatchStore, interval time.Duration, logger *slog.Logger) *Dispatcher {
+	if interval <= 0 {
+		interval = DefaultDispatchInterval
+	}
+	return &Dispatcher{store: store, interval: interval, batch: 500, logger: logger}
+}
+
+// RunOnce dispatches until the log has no more events to read now, and
+// returns how many events it read. Returns an error if the store fails.
+func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		n, err := d.store.Dispatch(ctx, d.batch, Match)
+		cancel()
+		total += n
+		if err != nil || n < d.batch {
+			return total, err
+		}
+	}
+}
+
+// Start runs the dispatcher until Stop or ctx ends.
+func (d *Dispatcher) Start(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ctx, d.cancel = context.WithCancel(ctx)
+	d.done = make(chan struct{})
+	go func() {
+		defer close(d.done)
+		t := time.NewTicker(d.interval)
+		defer t.Stop()
+		for {
+			if _, err := d.RunOnce(ctx); err != nil && ctx.Err() == nil {
+				d.logger.WarnContext(ctx, "webhooks: dispatching failed; retrying", "error", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop ends the dispatcher and waits for its current run.
+func (d *Dispatcher) Stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cancel != nil {
+		d.cancel()
+		<-d.done
+		d.cancel = nil
+	}
+}

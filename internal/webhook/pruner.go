@@ -1,0 +1,84 @@
+package webhook
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// DeliveryPruner deletes delivery attempts older than the retention setting
+// in the background, as the event log's pruner does: once at Start, then
+// every interval. Replicas may each run one.
+type DeliveryPruner struct {
+	prune     func(ctx context.Context, now time.Time, maxAge time.Duration) (int64, error)
+	retention time.Duration
+	interval  time.Duration
+	now       func() time.Time
+	logger    *slog.Logger
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewDeliveryPruner returns a pruner that calls prune (the store's
+// PruneDeliveries) every interval (zero: an hour) to keep attempts for
+// retention (zero: DefaultDeliveryRetention).
+func NewDeliveryPruner(prune func(ctx context.Context, now time.Time, maxAge time.Duration) (int64, error),
+	retention, interval time.Duration, now func() time.Time, logger *slog.Logger) *DeliveryPruner {
+	if retention <= 0 {
+		retention = DefaultDeliveryRetention
+	}
+	if interval <= 0 {
+		interval = time.Hour
+	}
+	return &DeliveryPruner{prune: prune, retention: retention, interval: interval, now: now, logger: logger}
+}
+
+// RunOnce prunes once, within 5 minutes, and returns how many attempts it
+// deleted. Returns an error if the store fails or the run times out.
+func (p *DeliveryPruner) RunOnce(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	return p.prune(ctx, p.now(), p.retention)
+}
+
+// Start runs the pruner until Stop or ctx ends.
+func (p *DeliveryPruner) Start(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ctx, p.cancel = context.WithCancel(ctx)
+	p.done = make(chan struct{})
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(p.interval)
+		defer t.Stop()
+		for {
+			n, err := p.RunOnce(ctx)
+			switch {
+			case ctx.Err() != nil:
+			case err != nil:
+				p.logger.WarnContext(ctx, "webhooks: pruning delivery records failed; retrying at the next run", "error", err)
+			case n > 0:
+				p.logger.InfoContext(ctx, "webhooks: pruned old delivery records", "deleted", n, "retention", p.retention.String())
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop ends the pruner and waits for its current run.
+func (p *DeliveryPruner) Stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cancel != nil {
+		p.cancel()
+		<-p.done
+		p.cancel = nil
+	}
+}

@@ -1,0 +1,565 @@
+package webhook_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/pgtest"
+	"github.com/wfm-dev/wfm/internal/postgres"
+	"github.com/wfm-dev/wfm/internal/webhook"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// loopback lets the tests' receivers (httptest, on 127.0.0.1) through the
+// SSRF guard, as -webhook-allow-cidr does for an on-premises receiver.
+var loopback = webhook.Guard{AllowHTTP: true, Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+
+// delivery is one request a receiver got.
+type delivery struct {
+	header http.Header
+	body   []byte
+}
+
+// receiver is an HTTP receiver: answer decides the status of the n-th
+// request (from 1); every request is sent on got.
+type receiver struct {
+	*httptest.Server
+	got chan delivery
+	mu  sync.Mutex
+	n   int
+}
+
+func newReceiver(t *testing.T, answer func(n int) int) *receiver {
+	r := &receiver{got: make(chan delivery, 1000)}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.n++
+		n := r.n
+		r.mu.Unlock()
+		r.got <- delivery{header: req.Header.Clone(), body: b}
+		w.WriteHeader(answer(n))
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+// next returns the next request, failing the test if none comes within 20 s.
+func (r *receiver) next(t *testing.T) delivery {
+	t.Helper()
+	select {
+	case d := <-r.got:
+		return d
+	case <-time.After(20 * time.Second):
+		t.Fatal("the receiver got no request within 20 s")
+		return delivery{}
+	}
+}
+
+type env struct {
+	pool  *pgxpool.Pool
+	store *postgres.WebhookStore
+	svc   *webhook.Service
+	disp  *webhook.Dispatcher
+	river *river.Client[pgx.Tx]
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newEnv runs the webhook machinery on a fresh database: the worker with
+// cfg (loopback guard, a 5 ms backoff unless set) on a River client that
+// polls often.
+func newEnv(t *testing.T, cfg webhook.WorkerConfig) *env {
+	t.Helper()
+	pool := pgtest.New(t)
+	key := make([]byte, webhook.KeySize)
+	for i := range key {
+		key[i] = byte(i + 1)
+	}
+	keys, err := webhook.NewKeyring(key)
+	require.NoError(t, err)
+	store, err := postgres.NewWebhookStore(pool, quiet())
+	require.NoError(t, err)
+	if cfg.Guard.Allowed == nil && !cfg.Guard.AllowHTTP {
+		cfg.Guard = loopback
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = func(int64, int) time.Duration { return 5 * time.Millisecond }
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, webhook.NewWorker(store, keys, cfg))
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{webhook.Queue: {MaxWorkers: 10}},
+		Workers:           workers,
+		FetchPollInterval: 20 * time.Millisecond,
+		FetchCooldown:     5 * time.Millisecond,
+		TestOnly:          true,
+		Logger:            quiet(),
+	})
+	require.NoError(t, err)
+	require.NoError(t, rc.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rc.Stop(ctx)
+	})
+	return &env{pool: pool, store: store, svc: webhook.NewService(store, keys, cfg.Guard, cfg.Now),
+		disp: webhook.NewDispatcher(store, 0, quiet()), river: rc}
+}
+
+// appendEvents commits events about application app (one transaction) and
+// returns their ids.
+func (e *env) appendEvents(t *testing.T, subjects ...string) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	events := make([]lifecycle.Event, len(subjects))
+	for i, s := range subjects {
+		ev, err := lifecycle.NewEvent(time.Now(), "alice", lifecycle.Ref{Kind: lifecycle.SubjectApplication, ID: s},
+			lifecycle.ApplicationVersionAddedBody{Version: "1.0." + strconv.Itoa(i)})
+		require.NoError(t, err)
+		events[i] = ev
+	}
+	require.NoError(t, pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error { return postgres.AppendEvents(ctx, tx, events) }))
+	ids := make([]int64, len(events))
+	for i, ev := range events {
+		ids[i] = ev.ID
+	}
+	return ids
+}
+
+// dispatch runs the dispatcher until it has read n events: events become
+// readable once every older transaction of the server ended (the event
+// log's gate), so a test on a shared server may need a few rounds.
+func (e *env) dispatch(t *testing.T, n int) {
+	t.Helper()
+	got := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for got < n {
+		m, err := e.disp.RunOnce(context.Background())
+		require.NoError(t, err)
+		got += m
+		if got < n {
+			require.True(t, time.Now().Before(deadline), "dispatched %d of %d events within 20 s", got, n)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	require.Equal(t, n, got)
+}
+
+func (e *env) create(t *testing.T, w webhook.Webhook) (webhook.Webhook, string) {
+	t.Helper()
+	w.Enabled = true
+	w, secret, err := e.svc.Create(context.Background(), w)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(secret, "whsec_"), secret)
+	return w, secret
+}
+
+type body struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Subject  struct{ Kind, ID string }
+	Sequence int64 `json:"sequence"`
+}
+
+func decode(t *testing.T, d delivery) body {
+	t.Helper()
+	var b body
+	require.NoError(t, json.Unmarshal(d.body, &b))
+	return b
+}
+
+// TestDeliverySignedAndSequenced: each matching event arrives once, signed
+// as Standard Webhooks says (verified by the specification's own Go
+// library), with webhook-id = the event id and a per-subject sequence in
+// log order; events filtered out and events before the subscription do not
+// arrive.
+func TestDeliverySignedAndSequenced(t *testing.T) {
+	e := newEnv(t, webhook.WorkerConfig{})
+	e.appendEvents(t, "before")
+	rcv := newReceiver(t, func(int) int { return http.StatusNoContent })
+	_, secret := e.create(t, webhook.Webhook{URL: rcv.URL + "/hook", Types: []string{"application."},
+		Filters: webhook.Filters{}})
+	other := newReceiver(t, func(int) int { return http.StatusNoContent })
+	e.create(t, webhook.Webhook{URL: other.URL, Types: []string{"deployment."}}) // matches none
+	ids := e.appendEvents(t, "a", "b", "a", "a")
+	e.dispatch(t, 5) // "before" too: read, matched by no subscription
+
+	verifier, err := standardwebhooks.NewWebhook(secret)
+	require.NoError(t, err)
+	seqs := map[string][]int64{}
+	for range ids {
+		d := rcv.next(t)
+		require.NoError(t, verifier.Verify(d.body, d.header), "signature of %s", d.body)
+		b := decode(t, d)
+		require.Equal(t, b.ID, d.header.Get("webhook-id"))
+		seqs[b.Subject.ID] = append(seqs[b.Subject.ID], b.Sequence)
+		require.NotEqual(t, "before", b.Subject.ID)
+	}
+	require.ElementsMatch(t, []int64{1, 2, 3}, seqs["a"])
+	require.Equal(t, []int64{1}, seqs["b"])
+	select {
+	case d := <-rcv.got:
+		t.Fatalf("unexpected further delivery %s", d.body)
+	case d := <-other.got:
+		t.Fatalf("a subscription to deployment. got %s", d.body)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// A forged signature fails the same verification.
+	d := delivery{header: http.Header{"Webhook-Id": {"1"}, "Webhook-Timestamp": {strconv.FormatInt(time.Now().Unix(), 10)},
+		"Webhook-Signature": {"v1,AAAA"}}, body: []byte(`{}`)}
+	require.Error(t, verifier.Verify(d.body, d.header))
+}
+
+// TestReceiverDownThenUp: a receiver that fails for a while gets every
+// event once it is up, and the retries of one event carry its webhook-id
+// and the same body; the deliveries list shows the failed attempts with
+// their next retry.
+func TestReceiverDownThenUp(t *testing.T) {
+	e := newEnv(t, webhook.WorkerConfig{})
+	rcv := newReceiver(t, func(n int) int {
+		if n <= 9 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	w, _ := e.create(t, webhook.Webhook{URL: rcv.URL})
+	ids := e.appendEvents(t, "x", "y", "z")
+	e.dispatch(t, 3)
+
+	bodies := map[string][]string{} // webhook-id -> bodies received
+	ok := map[string]bool{}
+	for n := 1; len(ok) < len(ids); n++ {
+		d := rcv.next(t)
+		id := d.header.Get("webhook-id")
+		bodies[id] = append(bodies[id], string(d.body))
+		if n > 9 {
+			ok[id] = true
+		}
+	}
+	for _, id := range ids {
+		sid := strconv.FormatInt(id, 10)
+		require.True(t, ok[sid], "event %s delivered", sid)
+		for _, b := range bodies[sid] {
+			require.Equal(t, bodies[sid][0], b, "retries of %s carry the same body", sid)
+		}
+	}
+	require.Len(t, bodies, 3)
+
+	// The receiver answers before the worker records the attempt: wait for
+	// the three successes to be recorded.
+	var ds []webhook.Delivery
+	require.Eventually(t, func() bool {
+		var err error
+		ds, _, err = e.svc.Deliveries(context.Background(), w.ID, 100, "")
+		ok := 0
+		for _, d := range ds {
+			if d.Succeeded {
+				ok++
+			}
+		}
+		return err == nil && ok == 3
+	}, 20*time.Second, 10*time.Millisecond)
+	failed := 0
+	for _, d := range ds {
+		if !d.Succeeded {
+			failed++
+			require.Equal(t, 503, d.StatusCode)
+			require.False(t, d.NextRetryAt.IsZero(), "a failed attempt shows its next retry")
+		}
+	}
+	require.Equal(t, 9, failed)
+	got, err := e.svc.Get(context.Background(), w.ID)
+	require.NoError(t, err)
+	require.True(t, got.Enabled)
+	require.Zero(t, got.ConsecutiveFailures, "a success ends the run of failures")
+}
+
+// TestDisabledAfterFailures: a run of failed attempts disables the
+// subscription, and an admin-only webhook.disabled event says so; a 410
+// disables at once.
+func TestDisabledAfterFailures(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		status   int
+		attempts int
+		reason   string
+	}{
+		{"failures", http.StatusInternalServerError, 3, "failures"},
+		{"gone", http.StatusGone, 1, "gone"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, webhook.WorkerConfig{DisableAfter: 3})
+			rcv := newReceiver(t, func(int) int { return tt.status })
+			w, _ := e.create(t, webhook.Webhook{URL: rcv.URL})
+			e.appendEvents(t, "x")
+			e.dispatch(t, 1)
+			for range tt.attempts {
+				rcv.next(t)
+			}
+			var got webhook.Webhook
+			require.Eventually(t, func() bool {
+				var err error
+				got, err = e.svc.Get(context.Background(), w.ID)
+				return err == nil && !got.Enabled
+			}, 20*time.Second, 10*time.Millisecond)
+			require.Equal(t, tt.reason, got.DisabledReason)
+			require.Equal(t, tt.attempts, got.ConsecutiveFailures)
+
+			events, err := postgres.NewEventLog(e.pool).EventsAfter(context.Background(), 0,
+				postgres.EventFilter{Types: []lifecycle.EventType{lifecycle.EventWebhookDisabled}}, 10)
+			require.NoError(t, err)
+			require.Len(t, events, 1)
+			require.Equal(t, lifecycle.Ref{Kind: lifecycle.SubjectWebhook, ID: w.ID}, events[0].Subject)
+			var b lifecycle.WebhookDisabledBody
+			require.NoError(t, json.Unmarshal(events[0].Body, &b))
+			require.Equal(t, tt.reason, b.Reason)
+			select {
+			case d := <-rcv.got:
+				t.Fatalf("a disabled subscription got %s", d.body)
+			case <-time.After(200 * time.Millisecond):
+			}
+		})
+	}
+}
+
+// TestRotationOverlap: after a rotation both secrets verify a delivery
+// (two signatures) until the overlap ends; then only the new one does.
+func TestRotationOverlap(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := newEnv(t, webhook.WorkerConfig{Now: clock})
+	rcv := newReceiver(t, func(int) int { return http.StatusOK })
+	w, oldSecret := e.create(t, webhook.Webhook{URL: rcv.URL})
+	rotated, newSecret, err := e.svc.RotateSecret(context.Background(), w.ID)
+	require.NoError(t, err)
+	require.NotEqual(t, oldSecret, newSecret)
+	require.WithinDuration(t, now.Add(webhook.DefaultRotationOverlap), rotated.PreviousUntil, time.Second)
+
+	oldV, err := standardwebhooks.NewWebhook(oldSecret)
+	require.NoError(t, err)
+	newV, err := standardwebhooks.NewWebhook(newSecret)
+	require.NoError(t, err)
+
+	e.appendEvents(t, "x")
+	e.dispatch(t, 1)
+	d := rcv.next(t)
+	require.Len(t, strings.Fields(d.header.Get("webhook-signature")), 2)
+	require.NoError(t, newV.Verify(d.body, d.header))
+	require.NoError(t, oldV.Verify(d.body, d.header))
+
+	mu.Lock()
+	now = now.Add(webhook.DefaultRotationOverlap + time.Second)
+	mu.Unlock()
+	e.appendEvents(t, "y")
+	e.dispatch(t, 1)
+	d = rcv.next(t)
+	require.Len(t, strings.Fields(d.header.Get("webhook-signature")), 1)
+	require.NoError(t, newV.VerifyIgnoringTimestamp(d.body, d.header))
+	require.Error(t, oldV.VerifyIgnoringTimestamp(d.body, d.header))
+}
+
+// TestForbiddenAddress: a literal forbidden address is refused at creation
+// (EINVALID naming /url) unless a range allows it; a name that resolves to
+// one is refused when connecting, and the attempt says why.
+func TestForbiddenAddress(t *testing.T) {
+	e := newEnv(t, webhook.WorkerConfig{Guard: webhook.Guard{AllowHTTP: true}})
+	ctx := context.Background()
+	for _, u := range []string{"http://127.0.0.1:9/x", "http://[::1]/", "http://169.254.169.254/latest", "http://10.1.2.3/",
+		"http://[fd00:ec2::254]/", "http://100.64.0.1/", "http://[::ffff:127.0.0.1]/", "ftp://example.com/", "http://u:p@example.com/"} {
+		_, _, err := e.svc.Create(ctx, webhook.Webhook{URL: u, Enabled: true})
+		require.Equal(t, lifecycle.EINVALID, lifecycle.ErrorCode(err), u)
+		var le *lifecycle.Error
+		require.ErrorAs(t, err, &le)
+		require.Equal(t, "/url", le.Fields[0].Pointer, u)
+	}
+	strict := webhook.Guard{}
+	require.Error(t, strict.CheckURL("/url", "http://example.com/"), "http without -webhook-allow-http")
+	require.NoError(t, strict.CheckURL("/url", "https://example.com/"))
+	require.NoError(t, loopback.CheckURL("/url", "http://127.0.0.1:8080/"))
+
+	// localhost passes creation (a name) and is refused at connect time.
+	rcv := newReceiver(t, func(int) int { return http.StatusOK })
+	port := rcv.URL[strings.LastIndexByte(rcv.URL, ':'):]
+	w, _ := e.create(t, webhook.Webhook{URL: "http://localhost" + port + "/"})
+	e.appendEvents(t, "x")
+	e.dispatch(t, 1)
+	var ds []webhook.Delivery
+	require.Eventually(t, func() bool {
+		var err error
+		ds, _, err = e.svc.Deliveries(ctx, w.ID, 10, "")
+		return err == nil && len(ds) > 0
+	}, 20*time.Second, 10*time.Millisecond)
+	require.False(t, ds[0].Succeeded)
+	require.Contains(t, ds[0].Error, "range receivers may not be in")
+	select {
+	case d := <-rcv.got:
+		t.Fatalf("the guard let a request to loopback through: %s", d.body)
+	default:
+	}
+}
+
+// TestNoPlainTextSecret: neither the secret nor its key bytes appear in any
+// column of any table (text, bytea, json, arrays), rotated secrets
+// included.
+func TestNoPlainTextSecret(t *testing.T) {
+	e := newEnv(t, webhook.WorkerConfig{})
+	ctx := context.Background()
+	w, s1 := e.create(t, webhook.Webhook{URL: "https://example.com/hook"})
+	_, s2, err := e.svc.RotateSecret(ctx, w.ID)
+	require.NoError(t, err)
+	rows, err := e.pool.Query(ctx, `SELECT table_schema, table_name, column_name FROM information_schema.columns
+WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND data_type IN ('text', 'bytea', 'jsonb', 'json', 'ARRAY', 'character varying')`)
+	require.NoError(t, err)
+	type col struct{ schema, table, column string }
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (col, error) {
+		var c col
+		return c, r.Scan(&c.schema, &c.table, &c.column)
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, cols)
+	scanned := 0
+	for _, s := range []string{s1, s2} {
+		b64 := strings.TrimPrefix(s, "whsec_")
+		for _, c := range cols {
+			q := `SELECT count(*) FROM ` + pgx.Identifier{c.schema, c.table}.Sanitize() + ` WHERE position($1::bytea in convert_to(` +
+				pgx.Identifier{c.column}.Sanitize() + `::text, 'UTF8')) > 0 OR position(decode($2, 'base64') in convert_to(` +
+				pgx.Identifier{c.column}.Sanitize() + `::text, 'UTF8')) > 0`
+			var n int
+			require.NoError(t, e.pool.QueryRow(ctx, q, []byte(b64), b64).Scan(&n), c)
+			require.Zero(t, n, "secret found in %s.%s", c.table, c.column)
+			scanned++
+		}
+		// bytea columns hold raw bytes: search them as bytes too.
+		var n int
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM webhooks WHERE position(decode($1, 'base64') in secret_enc) > 0
+    OR position(convert_to($2, 'UTF8') in secret_enc) > 0 OR position(convert_to($2, 'UTF8') in coalesce(previous_secret_enc, ''::bytea)) > 0`,
+			b64, s).Scan(&n))
+		require.Zero(t, n)
+	}
+	require.Positive(t, scanned)
+}
+
+// TestDeliveryRetention: the pruner deletes attempts older than the
+// retention setting and keeps the others.
+func TestDeliveryRetention(t *testing.T) {
+	e := newEnv(t, webhook.WorkerConfig{})
+	ctx := context.Background()
+	w, _ := e.create(t, webhook.Webhook{URL: "https://example.com/hook"})
+	now := time.Now()
+	for i, age := range []time.Duration{10 * 24 * time.Hour, 8 * 24 * time.Hour, time.Hour} {
+		_, err := e.pool.Exec(ctx, `INSERT INTO webhook_deliveries (webhook_id, event_id, sequence, attempt, at, succeeded, latency_ms)
+VALUES ($1::uuid, $2, 1, 1, $3, true, 1)`, w.ID, i+1, now.Add(-age))
+		require.NoError(t, err)
+	}
+	p := webhook.NewDeliveryPruner(e.store.PruneDeliveries, 7*24*time.Hour, 0, func() time.Time { return now }, quiet())
+	n, err := p.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	ds, _, err := e.svc.Deliveries(ctx, w.ID, 10, "")
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, int64(3), ds[0].EventID)
+}
+
+// TestDispatchOnceAcrossReplicas: dispatchers of several replicas running
+// at once queue each event once per subscription (one holds the dispatch
+// lock at a time; the cursor moves in the transaction that queues).
+func TestDispatchOnceAcrossReplicas(t *testing.T) {
+	e := newEnv(t, webhook.WorkerConfig{})
+	require.NoError(t, e.river.Stop(context.Background())) // count the jobs, do not run them
+	e.create(t, webhook.Webhook{URL: "https://example.com/a"})
+	e.create(t, webhook.Webhook{URL: "https://example.com/b", Types: []string{"application."}})
+	const events = 60
+	var wg sync.WaitGroup
+	for range 3 {
+		d := webhook.NewDispatcher(e.store, 0, quiet())
+		wg.Go(func() {
+			for range 200 {
+				if _, err := d.RunOnce(context.Background()); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for i := range events {
+		e.appendEvents(t, "s"+strconv.Itoa(i%7))
+	}
+	wg.Wait()
+	for {
+		n, err := e.disp.RunOnce(context.Background())
+		require.NoError(t, err)
+		if n == 0 {
+			var after, last int64
+			require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT (SELECT after FROM webhook_dispatch), (SELECT max(id) FROM events)`).Scan(&after, &last))
+			if after == last {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	var jobs, distinct int
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT (args->>'webhookId', args->>'eventId'))
+FROM river_job WHERE kind = 'webhook_delivery'`).Scan(&jobs, &distinct))
+	require.Equal(t, 2*events, jobs, "each event once per subscription")
+	require.Equal(t, jobs, distinct)
+	var bad int
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM (
+    SELECT args->>'webhookId' AS w, (args->>'sequence')::bigint AS seq, count(*) FROM river_job
+    GROUP BY 1, 2, (SELECT subject_id FROM events WHERE id = (args->>'eventId')::bigint) HAVING count(*) > 1) d`).Scan(&bad))
+	require.Zero(t, bad, "one sequence number per event of a subject")
+}
+
+// TestRedeliver: redelivering an attempt sends its event again with the
+// same webhook-id, body and sequence; a disabled subscription refuses.
+func TestRedeliver(t *testing.T) {
+	e := newEnv(t, webhook.WorkerConfig{})
+	ctx := context.Background()
+	rcv := newReceiver(t, func(int) int { return http.StatusOK })
+	w, _ := e.create(t, webhook.Webhook{URL: rcv.URL})
+	e.appendEvents(t, "x")
+	e.dispatch(t, 1)
+	first := rcv.next(t)
+	var ds []webhook.Delivery
+	require.Eventually(t, func() bool {
+		var err error
+		ds, _, err = e.svc.Deliveries(ctx, w.ID, 10, "")
+		return err == nil && len(ds) == 1
+	}, 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, e.svc.Redeliver(ctx, w.ID, ds[0].ID))
+	again := rcv.next(t)
+	require.Equal(t, first.header.Get("webhook-id"), again.header.Get("webhook-id"))
+	require.Equal(t, string(first.body), string(again.body))
+
+	off := false
+	_, err := e.svc.Update(ctx, w.ID, webhook.Update{Enabled: &off}, webhook.Expect{})
+	require.NoError(t, err)
+	err = e.svc.Redeliver(ctx, w.ID, ds[0].ID)
+	require.Equal(t, lifecycle.ECONFLICT, lifecycle.ErrorCode(err))
+	require.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(e.svc.Redeliver(ctx, w.ID, ds[0].ID+1000)))
+}
