@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"iter"
 	"slices"
 	"sort"
 	"strconv"
@@ -165,14 +166,11 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 	out.excluded = map[lifecycle.ExclusionReason]int{}
 	var after lifecycle.MemberKey
 	members := make([]RolloutMember, 0, s.candidatePage)
-	for {
-		cands, err := s.store.RolloutCandidates(ctx, q, after, s.candidatePage)
-		if err != nil {
-			return out, err
+	for cp := range s.candidatePages(ctx, q, install) {
+		if cp.err != nil {
+			return out, cp.err
 		}
-		if len(cands) == 0 {
-			break
-		}
+		cands := cp.cands
 		members = members[:0]
 		for i, c := range cands {
 			k := c.key(install)
@@ -197,9 +195,6 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 		if err := page(members); err != nil {
 			return out, err
 		}
-		if len(cands) < s.candidatePage {
-			break
-		}
 	}
 	if out.eligible == 0 {
 		out.noEligible = lifecycle.NoEligibleError(out.excluded)
@@ -207,6 +202,55 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 	}
 	out.waves, err = lifecycle.ResolveWaveSizes(settings.Waves, out.eligible, settings.DefaultWaves)
 	return out, err
+}
+
+// candidatePageRead is one page of candidates, or the error that ended
+// their reading.
+type candidatePageRead struct {
+	cands []RolloutCandidate
+	err   error
+}
+
+// candidatePages reads the candidates of q a page at a time, in key order,
+// one page ahead of its consumer: the database reads the next page while
+// the consumer classifies this one. The reading goroutine stops when the
+// consumer stops ranging (the sequence's yield returns false) and is
+// waited for; at most two pages are held.
+func (s *Service) candidatePages(ctx context.Context, q CandidateQuery, install bool) iter.Seq[candidatePageRead] {
+	return func(yield func(candidatePageRead) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		pages := make(chan candidatePageRead, 1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer close(pages)
+			var after lifecycle.MemberKey
+			for {
+				cands, err := s.store.RolloutCandidates(ctx, q, after, s.candidatePage)
+				if err == nil && len(cands) == 0 {
+					return
+				}
+				select {
+				case pages <- candidatePageRead{cands: cands, err: err}:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil || len(cands) < s.candidatePage {
+					return
+				}
+				after = cands[len(cands)-1].key(install)
+			}
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
+		for p := range pages {
+			if !yield(p) {
+				return
+			}
+		}
+	}
 }
 
 // key is c's member key.
