@@ -69,31 +69,52 @@ func (s *Service) versionFacts(ctx context.Context, appID string) ([]lifecycle.V
 }
 
 // placement decides whether devices fit a version, once per distinct
-// capabilities document and profile.
+// capabilities document and profile; when the version's profiles do not
+// read the devices' identity (margo.PlacementIgnoresIdentity), once per
+// distinct document without it (RolloutCandidate.FitKey): a fleet of
+// devices alike but for their ids and serial numbers is parsed once.
 type placement struct {
-	desc  *margo.ApplicationDescription
-	cache map[string]placed
+	desc *margo.ApplicationDescription
+	// anonymous: desc's placement ignores the devices' identity.
+	anonymous bool
+	cache     map[string]placed
 }
+
+func newPlacement(desc *margo.ApplicationDescription) *placement {
+	return &placement{desc: desc, anonymous: desc != nil && desc.PlacementIgnoresIdentity(), cache: map[string]placed{}}
+}
+
+// maxPlacements bounds the fits a placement remembers.
+const maxPlacements = 4096
 
 type placed struct {
 	profile string
 	misfit  string
 }
 
-func (p *placement) fit(clientID, deviceID string, caps []byte, profileID string) (placed, error) {
+func (p *placement) fit(c RolloutCandidate, profileID string) (placed, error) {
 	if p.desc == nil {
 		return placed{misfit: "the target version is not in the catalog"}, nil
 	}
-	key := profileID + "\x00" + string(caps)
-	if r, ok := p.cache[key]; ok {
+	key := profileID + "\x00" + string(c.Capabilities)
+	if p.anonymous && c.FitKey != "" {
+		// A misfit's message names the device: only a fit is shared.
+		key = profileID + "\x01" + c.FitKey
+		if r, ok := p.cache[key]; ok && r.misfit == "" {
+			return r, nil
+		}
+	} else if r, ok := p.cache[key]; ok {
 		return r, nil
 	}
-	c, err := margo.ParseCapabilities(caps, deviceID)
+	if len(p.cache) >= maxPlacements {
+		clear(p.cache) // bounded: a fleet of distinct documents does not fill memory
+	}
+	caps, err := margo.ParseCapabilities(c.Capabilities, c.DeviceID)
 	if err != nil {
-		return placed{}, lifecycle.Errorf(lifecycle.EINTERNAL, "stored capabilities of %s/%s: %v", clientID, deviceID, err)
+		return placed{}, lifecycle.Errorf(lifecycle.EINTERNAL, "stored capabilities of %s/%s: %v", c.ClientID, c.DeviceID, err)
 	}
 	var r placed
-	prof, err := margo.ChooseProfile(p.desc, c, profileID)
+	prof, err := margo.ChooseProfile(p.desc, caps, profileID)
 	switch {
 	case err == nil:
 		r.profile = prof.ID
@@ -162,7 +183,7 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 			return out, err
 		}
 	}
-	place := &placement{desc: descs[settings.Target], cache: map[string]placed{}}
+	place := newPlacement(descs[settings.Target])
 	out.excluded = map[lifecycle.ExclusionReason]int{}
 	var after lifecycle.MemberKey
 	members := make([]RolloutMember, 0, s.candidatePage)
@@ -313,7 +334,7 @@ func (s *Service) classifyPage(ctx context.Context, cands []RolloutCandidate, in
 					}
 				}
 			}
-			p, err := place.fit(c.ClientID, c.DeviceID, c.Capabilities, profile)
+			p, err := place.fit(c, profile)
 			if err != nil {
 				return err
 			}

@@ -112,6 +112,9 @@ type CandidateQuery struct {
 type RolloutCandidate struct {
 	ClientID, DeviceID string
 	Capabilities       json.RawMessage
+	// FitKey is the same for devices whose capabilities differ only in
+	// margo.IdentityProperties ("": unknown).
+	FitKey string
 	// LastSeenAt: zero when unknown (never seen).
 	LastSeenAt time.Time
 	// Deployment: the application's deployment (nil for install when the

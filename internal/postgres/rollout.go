@@ -15,6 +15,7 @@ import (
 
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
 )
 
 // The rollout store (migration 00009): rollouts, their history and their
@@ -262,10 +263,11 @@ func (s *FleetStore) RolloutMembers(ctx context.Context, id string, f fleet.Memb
 // ---- candidates ----
 
 // RolloutCandidates implements fleet.RolloutStore: one query for a page of
-// candidates (with their active operation and rollout), keyset-paginated
-// on the member key (index deployments_rollout_order of migration 00013;
-// the devices' primary key for install), one for the revisions when
-// asked.
+// candidates (with their active operation; an install's with its active
+// rollout), keyset-paginated on the member key (index
+// deployments_rollout_order of migration 00013; the devices' primary key
+// for install), one for the page's active rollout memberships, one for the
+// revisions when asked.
 func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQuery, after lifecycle.MemberKey, limit int) ([]fleet.RolloutCandidate, error) {
 	var w where
 	w.args = append(w.args, q.ApplicationID) // $1 in the queries below
@@ -289,7 +291,7 @@ func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQue
 		}
 		// The device, with the application's live deployment on it if any
 		// (the columns of the deployment are NULL otherwise).
-		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlLastSeen + `, d.id::text,
+		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlFitKey + `, ` + sqlLastSeen + `, d.id::text,
   (SELECT m.rollout_id::text FROM rollout_members m WHERE m.active AND m.install AND m.application_id = $1
      AND m.client_id = dev.client_id AND m.device_id = dev.id LIMIT 1)
 FROM devices dev LEFT JOIN LATERAL (SELECT d.id FROM deployments d WHERE d.client_id = dev.client_id AND d.device_id = dev.id
@@ -313,10 +315,9 @@ WHERE ` + w.sql() + ` ORDER BY dev.client_id, dev.id LIMIT ` + strconv.Itoa(limi
 			w.add("d.state = ANY($?)", ss)
 		}
 		w.add("NOT d.removing")
-		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlLastSeen + `, ` + sqlDeploymentColumns + `,
+		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlFitKey + `, ` + sqlLastSeen + `, ` + sqlDeploymentColumns + `,
   coalesce((SELECT ir.version FROM revisions ir WHERE ir.deployment_id = d.id AND ir.n = d.installed_revision), ''),
-  (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1),
-  (SELECT m.rollout_id::text FROM rollout_members m WHERE m.active AND m.deployment_id = d.id LIMIT 1)
+  (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1), NULL::text
 ` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id = d.client_id AND dev.id = d.device_id
 WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_id, d.id LIMIT ` + strconv.Itoa(limit)
 	}
@@ -331,7 +332,7 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_i
 		var busy, active *string
 		if q.Install {
 			var dep *string
-			if err := row.Scan(&c.ClientID, &c.DeviceID, &caps, &seen, &dep, &busy); err != nil {
+			if err := row.Scan(&c.ClientID, &c.DeviceID, &caps, &c.FitKey, &seen, &dep, &busy); err != nil {
 				return c, err
 			}
 			if dep != nil {
@@ -341,7 +342,7 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_i
 			var installed string
 			var d fleet.Deployment
 			var err error
-			vals := []any{&c.ClientID, &c.DeviceID, &caps, &seen}
+			vals := []any{&c.ClientID, &c.DeviceID, &caps, &c.FitKey, &seen}
 			d, err = scanDeployment(skipRow{row: row, lead: vals}, &installed, &active, &busy)
 			if err != nil {
 				return c, err
@@ -368,6 +369,13 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_i
 	if err != nil {
 		return nil, translate(err)
 	}
+	if !q.Install && len(cands) > 0 {
+		// The page's active memberships, in one query (a subquery per row
+		// cost most of the page's time).
+		if err := s.candidateMemberships(ctx, cands); err != nil {
+			return nil, translate(err)
+		}
+	}
 	if q.Revisions && !q.Install && len(cands) > 0 {
 		if err := s.candidateRevisions(ctx, cands); err != nil {
 			return nil, translate(err)
@@ -376,6 +384,16 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_i
 	return cands, nil
 }
 
+// sqlFitKey is a digest of a device's capabilities without their
+// margo.IdentityProperties: devices that differ only in those share it.
+var sqlFitKey = func() string {
+	e := "dev.capabilities"
+	for _, p := range margo.IdentityProperties {
+		e += " #- '{properties," + p + "}'"
+	}
+	return "md5((" + e + ")::text)"
+}()
+
 // skipRow scans lead's columns first, then what scanDeployment asks.
 type skipRow struct {
 	row  pgx.Row
@@ -383,6 +401,29 @@ type skipRow struct {
 }
 
 func (r skipRow) Scan(dest ...any) error { return r.row.Scan(append(r.lead, dest...)...) }
+
+func (s *FleetStore) candidateMemberships(ctx context.Context, cands []fleet.RolloutCandidate) error {
+	ids := make([]string, len(cands))
+	at := make(map[string]int, len(cands))
+	for i, c := range cands {
+		ids[i] = c.Deployment.ID
+		at[c.Deployment.ID] = i
+	}
+	rows, err := s.pool.Query(ctx, `SELECT deployment_id::text, rollout_id::text FROM rollout_members
+WHERE active AND deployment_id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, rollout string
+		if err := rows.Scan(&id, &rollout); err != nil {
+			return err
+		}
+		cands[at[id]].BusyRollout = rollout
+	}
+	return rows.Err()
+}
 
 func (s *FleetStore) candidateRevisions(ctx context.Context, cands []fleet.RolloutCandidate) error {
 	ids := make([]string, len(cands))
