@@ -464,33 +464,20 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 		s.wake()
 		return s.store.SetMemberResults(ctx, r.ID, results, s.now().UTC())
 	}
-	// Each member's operation is planned as the single operation would be
-	// (a few at a time: each reads its deployment and the catalog), then
-	// the planned ones are created together, in one transaction.
+	// Each member is its own deployment's transaction: a few at a time.
 	refused := make([]error, len(ms))
-	plans := make([]*Plan, len(ms))
 	var g errgroup.Group
 	g.SetLimit(publishConcurrency)
 	for i, m := range ms {
 		g.Go(func() error {
-			p, err := s.planMember(ctx, r, st, m, actor)
-			switch {
-			case refusal(err):
-				refused[i] = err
-			case err != nil:
-				return err
-			case !p.Allowed:
-				refused[i] = s.memberRefusal(ctx, m, p.Refusal)
-			default:
-				plans[i] = &p
+			err := s.publishMember(ctx, r, st, m, actor)
+			if refusal(err) {
+				refused[i], err = err, nil
 			}
-			return nil
+			return err
 		})
 	}
 	err := g.Wait()
-	if err == nil {
-		err = s.createPlannedMembers(ctx, ms, plans, refused)
-	}
 	for i, e := range refused {
 		if e != nil {
 			st := notStarted(e)
@@ -504,82 +491,6 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 		return rerr
 	}
 	return err
-}
-
-// createPlannedMembers creates the planned operations of members (plans[i]
-// for ms[i], nil: none) with their reserved ids, in one transaction, and
-// sets refused[i] for each one refused.
-func (s *Service) createPlannedMembers(ctx context.Context, ms []RolloutMember, plans []*Plan, refused []error) error {
-	var ops []Operation
-	var at []int
-	for i, p := range plans {
-		if p == nil {
-			continue
-		}
-		op := *p.op
-		op.ID = ms[i].OperationID
-		ops, at = append(ops, op), append(at, i)
-	}
-	if len(ops) == 0 {
-		return nil
-	}
-	errs, err := s.store.CreateOperations(ctx, ops, func(d Deployment, hold RolloutHold, op Operation) error {
-		return plannedCheck(d, hold, op)
-	}, s.now().UTC())
-	if err != nil {
-		return err
-	}
-	for j, e := range errs {
-		if e != nil {
-			refused[at[j]] = s.memberRefusal(ctx, ms[at[j]], e)
-		}
-	}
-	return nil
-}
-
-// memberRefusal is what err, refusing member m's operation, means for m:
-// nil when the member moved on meanwhile (its status says how) or when the
-// operation in progress is the member's own, created by a visit this one
-// overlapped (a lease that ran out: the member is in progress, not
-// refused); err otherwise.
-func (s *Service) memberRefusal(ctx context.Context, m RolloutMember, err error) error {
-	if errors.Is(err, errNotReserved) {
-		return nil
-	}
-	if lifecycle.ErrorType(err) == "operation-in-progress" {
-		var le *lifecycle.Error
-		if errors.As(err, &le) && le.Extra["activeOperation"] == m.OperationID {
-			return nil
-		}
-		if _, oerr := s.store.Operation(ctx, m.OperationID); oerr == nil {
-			return nil
-		}
-	}
-	return err
-}
-
-// planMember plans one member's operation as the single operation would
-// be planned.
-func (s *Service) planMember(ctx context.Context, r Rollout, st lifecycle.RolloutSettings, m RolloutMember, actor Actor) (Plan, error) {
-	spec := r.Request.Spec
-	d, err := s.store.Deployment(ctx, m.DeploymentID)
-	if err != nil {
-		return Plan{}, err
-	}
-	switch r.Action {
-	case lifecycle.RolloutUpgrade:
-		var drain *DrainOverride
-		if spec.Drain != nil {
-			drain = &DrainOverride{Required: spec.Drain.Required, Timeout: spec.Drain.Timeout, OnTimeout: spec.Drain.OnTimeout}
-		}
-		return s.planUpgrade(ctx, d, UpgradeRequest{TargetVersion: st.Target.String(), Path: st.Path, Strategy: st.Strategy, Drain: drain,
-			Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Drain, st.Timeout, actor)
-	case lifecycle.RolloutReconfigure:
-		return s.planReconfigure(ctx, d, ReconfigureRequest{Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Timeout, actor)
-	case lifecycle.RolloutRollback:
-		return s.planRollback(ctx, d, RollbackRequest{ToRevision: m.RestoreRevision, Timeout: spec.Timeout}, st.Timeout, actor)
-	}
-	return Plan{}, lifecycle.Errorf(lifecycle.EINTERNAL, "rollout action %q", r.Action)
 }
 
 // notStarted is the status of a member whose operation could not start:
@@ -596,6 +507,56 @@ func notStarted(err error) lifecycle.MemberStatus {
 	return lifecycle.MemberFailed
 }
 
+// publishMember plans one member's operation as the single operation would
+// be planned, and creates it with the reserved id.
+func (s *Service) publishMember(ctx context.Context, r Rollout, st lifecycle.RolloutSettings, m RolloutMember, actor Actor) error {
+	spec := r.Request.Spec
+	d, err := s.store.Deployment(ctx, m.DeploymentID)
+	if err != nil {
+		return err
+	}
+	var p Plan
+	switch r.Action {
+	case lifecycle.RolloutUpgrade:
+		var drain *DrainOverride
+		if spec.Drain != nil {
+			drain = &DrainOverride{Required: spec.Drain.Required, Timeout: spec.Drain.Timeout, OnTimeout: spec.Drain.OnTimeout}
+		}
+		p, err = s.planUpgrade(ctx, d, UpgradeRequest{TargetVersion: st.Target.String(), Path: st.Path, Strategy: st.Strategy, Drain: drain,
+			Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Drain, st.Timeout, actor)
+	case lifecycle.RolloutReconfigure:
+		p, err = s.planReconfigure(ctx, d, ReconfigureRequest{Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Timeout, actor)
+	case lifecycle.RolloutRollback:
+		p, err = s.planRollback(ctx, d, RollbackRequest{ToRevision: m.RestoreRevision, Timeout: spec.Timeout}, st.Timeout, actor)
+	default:
+		return lifecycle.Errorf(lifecycle.EINTERNAL, "rollout action %q", r.Action)
+	}
+	if err != nil {
+		return err
+	}
+	if !p.Allowed {
+		err = p.Refusal
+	} else {
+		err = s.createPlanned(ctx, p, m.OperationID)
+	}
+	if errors.Is(err, errNotReserved) {
+		return nil // the member moved on meanwhile: its status says how
+	}
+	if lifecycle.ErrorType(err) == "operation-in-progress" {
+		// The operation in progress may be the member's own, created by
+		// a visit this one overlapped (a lease that ran out): the member
+		// is in progress, not refused.
+		var le *lifecycle.Error
+		if errors.As(err, &le) && le.Extra["activeOperation"] == m.OperationID {
+			return nil
+		}
+		if _, oerr := s.store.Operation(ctx, m.OperationID); oerr == nil {
+			return nil
+		}
+	}
+	return err
+}
+
 // errNotReserved refuses the creation of a member's operation (or revert)
 // whose reservation no longer stands (the member was excluded, cancelled,
 // or its rollout ended since): nothing is created, nothing to record.
@@ -609,23 +570,17 @@ var errNotReserved = &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict
 func (s *Service) createPlanned(ctx context.Context, p Plan, id string) error {
 	op := *p.op
 	op.ID = id
-	_, err := s.store.CreateOperation(ctx, op, func(d Deployment, hold RolloutHold) error { return plannedCheck(d, hold, op) }, s.now().UTC())
+	_, err := s.store.CreateOperation(ctx, op, func(d Deployment, hold RolloutHold) error {
+		if !(hold.OperationID == id && hold.Status == lifecycle.MemberInProgress) && hold.RevertOperationID != id {
+			return errNotReserved
+		}
+		if d.Revision != op.BaseRevision {
+			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
+				Message: "The deployment changed while the operation was planned."}
+		}
+		return publishable(d, op.Type)
+	}, s.now().UTC())
 	return err
-}
-
-// plannedCheck is the check, on the locked deployment d, of a rollout's
-// planned operation op: its membership must still hold the reservation of
-// op's id (the member's operation, in progress, or its revert), and d must
-// not have moved since op was planned.
-func plannedCheck(d Deployment, hold RolloutHold, op Operation) error {
-	if !(hold.OperationID == op.ID && hold.Status == lifecycle.MemberInProgress) && hold.RevertOperationID != op.ID {
-		return errNotReserved
-	}
-	if d.Revision != op.BaseRevision {
-		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
-			Message: "The deployment changed while the operation was planned."}
-	}
-	return publishable(d, op.Type)
 }
 
 // allMembers reads every member of a rollout matching f.

@@ -107,13 +107,6 @@ type Store interface {
 	// Returns ECONFLICT (operation-in-progress, naming it) if another is
 	// active.
 	CreateOperation(ctx context.Context, op Operation, check func(Deployment, RolloutHold) error, now time.Time) (Operation, error)
-	// CreateOperations is CreateOperation for operations of distinct
-	// deployments at once, in one transaction: each is checked by check on
-	// its locked deployment; one refused (check's error, or ENOTFOUND, or
-	// ECONFLICT operation-in-progress) is left out, its error at its index
-	// in refused, and the others are created. err (nothing created) is an
-	// error of the whole.
-	CreateOperations(ctx context.Context, ops []Operation, check func(Deployment, RolloutHold, Operation) error, now time.Time) (refused []error, err error)
 	// Operation returns one operation with its steps. Returns ENOTFOUND.
 	Operation(ctx context.Context, id string) (Operation, error)
 	// OperationsByID returns the operations with these ids, with their

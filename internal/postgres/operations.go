@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -168,109 +166,58 @@ func scanStep(r pgx.Row) (fleet.Step, error) {
 // CreateOperation implements fleet.Store.
 func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, check func(fleet.Deployment, fleet.RolloutHold) error, now time.Time) (fleet.Operation, error) {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		c, err := prepareOperation(ctx, tx, &op, check, now)
+		d, last, err := lockDeployment(ctx, tx, op.DeploymentID, "")
 		if err != nil {
 			return err
 		}
+		actor := op.RequestedBy
+		if actor == "" {
+			actor = fleet.ActorOf(ctx)
+		}
+		c := lifecycle.NewChange(aggregate(d, last), now, actor)
+		active, err := activeOperation(ctx, tx, d.ID)
+		if err != nil {
+			return err
+		}
+		if active != "" {
+			// An operation whose goal the device reached (an install it
+			// finished) is settled here rather than blocking this one until
+			// the scheduler's next visit. Its row is locked after the
+			// deployment's, against the usual order, so never waited for: one
+			// a scheduler holds is in progress.
+			o, err := scanOperation(tx.QueryRow(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 AND state IN ('queued', 'running') FOR UPDATE SKIP LOCKED`, active))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return operationInProgress(d.ID, active)
+			}
+			if err != nil {
+				return err
+			}
+			if err := loadSteps(ctx, tx, &o); err != nil {
+				return err
+			}
+			a := opAggregate(o)
+			if !a.Reached(c.Before) {
+				return operationInProgress(d.ID, active)
+			}
+			if err := c.SettleOperation(a); err != nil {
+				return err
+			}
+		}
+		hold, err := rolloutHold(ctx, tx, d.ID, op.ID)
+		if err != nil {
+			return err
+		}
+		if err := check(d, hold); err != nil {
+			return err
+		}
+		op.DeploymentID = d.ID
+		c.CreateOperation(lifecycle.Operation{ID: op.ID, Kind: op.Type}, createdBody(op))
 		return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}, operations: map[string]fleet.Operation{op.ID: op}})
 	})
 	if err != nil {
 		return fleet.Operation{}, translate(err)
 	}
 	return s.Operation(ctx, op.ID)
-}
-
-// CreateOperations implements fleet.Store: one transaction; the
-// deployments are locked in the order of their ids (as every other
-// transaction that locks several does), each checked as CreateOperation
-// checks it; the operations that pass are applied as one batch.
-func (s *FleetStore) CreateOperations(ctx context.Context, ops []fleet.Operation, check func(fleet.Deployment, fleet.RolloutHold, fleet.Operation) error, now time.Time) ([]error, error) {
-	order := make([]int, len(ops))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(ops[a].DeploymentID, ops[b].DeploymentID) })
-	var refused []error
-	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		refused = make([]error, len(ops))
-		b := batch{operations: make(map[string]fleet.Operation, len(ops))}
-		for _, i := range order {
-			op := ops[i]
-			c, err := prepareOperation(ctx, tx, &op, func(d fleet.Deployment, h fleet.RolloutHold) error { return check(d, h, op) }, now)
-			var de *lifecycle.Error
-			if errors.As(err, &de) {
-				refused[i] = de // a refusal of this one: the others go on
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			b.changes = append(b.changes, c)
-			b.operations[op.ID] = op
-		}
-		if len(b.changes) == 0 {
-			return nil
-		}
-		return apply(ctx, tx, b)
-	})
-	if err != nil {
-		return nil, translate(err)
-	}
-	return refused, nil
-}
-
-// prepareOperation locks op's deployment in tx, settles an active
-// operation whose goal the device reached, runs check, and returns the
-// change that creates op (op.DeploymentID set). A refusal is a
-// *lifecycle.Error; any other error is the transaction's.
-func prepareOperation(ctx context.Context, tx pgx.Tx, op *fleet.Operation, check func(fleet.Deployment, fleet.RolloutHold) error, now time.Time) (*lifecycle.Change, error) {
-	d, last, err := lockDeployment(ctx, tx, op.DeploymentID, "")
-	if err != nil {
-		return nil, err
-	}
-	actor := op.RequestedBy
-	if actor == "" {
-		actor = fleet.ActorOf(ctx)
-	}
-	c := lifecycle.NewChange(aggregate(d, last), now, actor)
-	active, err := activeOperation(ctx, tx, d.ID)
-	if err != nil {
-		return nil, err
-	}
-	if active != "" {
-		// An operation whose goal the device reached (an install it
-		// finished) is settled here rather than blocking this one until
-		// the scheduler's next visit. Its row is locked after the
-		// deployment's, against the usual order, so never waited for: one
-		// a scheduler holds is in progress.
-		o, err := scanOperation(tx.QueryRow(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 AND state IN ('queued', 'running') FOR UPDATE SKIP LOCKED`, active))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, operationInProgress(d.ID, active)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := loadSteps(ctx, tx, &o); err != nil {
-			return nil, err
-		}
-		a := opAggregate(o)
-		if !a.Reached(c.Before) {
-			return nil, operationInProgress(d.ID, active)
-		}
-		if err := c.SettleOperation(a); err != nil {
-			return nil, err
-		}
-	}
-	hold, err := rolloutHold(ctx, tx, d.ID, op.ID)
-	if err != nil {
-		return nil, err
-	}
-	if err := check(d, hold); err != nil {
-		return nil, err
-	}
-	op.DeploymentID = d.ID
-	c.CreateOperation(lifecycle.Operation{ID: op.ID, Kind: op.Type}, createdBody(*op))
-	return c, nil
 }
 
 func createdBody(op fleet.Operation) lifecycle.OperationCreatedBody {
