@@ -1319,3 +1319,30 @@ func TestRolloutResolvesInPages(t *testing.T) {
 		assert.Equal(t, want, r.Waves[i].Counts.Counted(), "wave %d", i+1)
 	}
 }
+
+// TestRolloutPlacementReadsIdentity: devices alike but for their ids share
+// one placement check only when no profile reads the identity: with a
+// target whose profile admits one device id, the other device is
+// unplaceable, whichever is checked first; with capacity constraints only,
+// both fit.
+func TestRolloutPlacementReadsIdentity(t *testing.T) {
+	for _, tt := range []struct {
+		constraints string
+		unplaceable int
+	}{
+		{"    deviceConstraints:\n      eligibilityRules:\n        - propertySelector: {matchExpressions: [{key: /id, operator: In, values: [d000]}]}\n", 1},
+		{"    deviceConstraints:\n      capacityRequirements: {cpu: {cores: 1}}\n", 0},
+	} {
+		e := newRolloutEnv(t, map[string]string{"1.0.0": ""})
+		target := strings.ReplaceAll(description, `"1.0.0"`, `"2.0.0"`)
+		target = strings.Replace(target, "    id: app-compose\n", "    id: app-compose\n"+tt.constraints, 1)
+		_, _, err := e.cat.Add(e.ctx, []byte(target), catalog.MediaYAML)
+		require.NoError(t, err)
+		e.deploy("c", "d000", "1.0.0")
+		e.deploy("c", "d001", "1.0.0")
+		p, err := e.s.PlanRollout(e.ctx, upgradeTo2())
+		require.NoError(t, err)
+		assert.Equal(t, tt.unplaceable, p.ExcludedByReason[lifecycle.ExcludedUnplaceable], "constraints %q", tt.constraints)
+		assert.Equal(t, 2-tt.unplaceable, p.Eligible, "constraints %q", tt.constraints)
+	}
+}
