@@ -44,3 +44,7 @@ func PublishAgain(ctx context.Context, s *Service, id string) error {
 	}
 	return s.publishMembers(ctx, r, st, ms)
 }
+
+// SetCandidatePage sets how many candidates s's rollout resolution reads
+// at a time.
+func SetCandidatePage(s *Service, n int) { s.candidatePage = n }

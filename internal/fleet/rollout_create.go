@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"iter"
 	"slices"
 	"sort"
 	"strconv"
@@ -14,17 +15,21 @@ import (
 )
 
 // resolved is what creating and planning a rollout share: the validated
-// settings, the members in stable order (classified, eligible ones
-// assigned to waves) and the sized waves.
+// settings, the counts of the classified members and the sized waves (the
+// members themselves go to resolve's page function as they are classified).
 type resolved struct {
 	settings lifecycle.RolloutSettings
-	members  []RolloutMember
 	waves    []lifecycle.SizedWave
 	excluded map[lifecycle.ExclusionReason]int
+	total    int
 	eligible int
 	// noEligible is NoEligibleError when no member is eligible (waves nil).
 	noEligible error
 }
+
+// candidatePage is how many candidates resolve reads and classifies at a
+// time (Service.candidatePage): what it holds of a fleet at once.
+const candidatePage = 2000
 
 // invalidTarget is a bad target of a rollout request (EINVALID naming the field).
 func invalidTarget(pointer, detail string) error {
@@ -64,31 +69,52 @@ func (s *Service) versionFacts(ctx context.Context, appID string) ([]lifecycle.V
 }
 
 // placement decides whether devices fit a version, once per distinct
-// capabilities document and profile.
+// capabilities document and profile; when the version's profiles do not
+// read the devices' identity (margo.PlacementIgnoresIdentity), once per
+// distinct document without it (RolloutCandidate.FitKey): a fleet of
+// devices alike but for their ids and serial numbers is parsed once.
 type placement struct {
-	desc  *margo.ApplicationDescription
-	cache map[string]placed
+	desc *margo.ApplicationDescription
+	// anonymous: desc's placement ignores the devices' identity.
+	anonymous bool
+	cache     map[string]placed
 }
+
+func newPlacement(desc *margo.ApplicationDescription) *placement {
+	return &placement{desc: desc, anonymous: desc != nil && desc.PlacementIgnoresIdentity(), cache: map[string]placed{}}
+}
+
+// maxPlacements bounds the fits a placement remembers.
+const maxPlacements = 4096
 
 type placed struct {
 	profile string
 	misfit  string
 }
 
-func (p *placement) fit(clientID, deviceID string, caps []byte, profileID string) (placed, error) {
+func (p *placement) fit(c RolloutCandidate, profileID string) (placed, error) {
 	if p.desc == nil {
 		return placed{misfit: "the target version is not in the catalog"}, nil
 	}
-	key := profileID + "\x00" + string(caps)
-	if r, ok := p.cache[key]; ok {
+	key := profileID + "\x00" + string(c.Capabilities)
+	if p.anonymous && c.FitKey != "" {
+		// A misfit's message names the device: only a fit is shared.
+		key = profileID + "\x01" + c.FitKey
+		if r, ok := p.cache[key]; ok && r.misfit == "" {
+			return r, nil
+		}
+	} else if r, ok := p.cache[key]; ok {
 		return r, nil
 	}
-	c, err := margo.ParseCapabilities(caps, deviceID)
+	if len(p.cache) >= maxPlacements {
+		clear(p.cache) // bounded: a fleet of distinct documents does not fill memory
+	}
+	caps, err := margo.ParseCapabilities(c.Capabilities, c.DeviceID)
 	if err != nil {
-		return placed{}, lifecycle.Errorf(lifecycle.EINTERNAL, "stored capabilities of %s/%s: %v", clientID, deviceID, err)
+		return placed{}, lifecycle.Errorf(lifecycle.EINTERNAL, "stored capabilities of %s/%s: %v", c.ClientID, c.DeviceID, err)
 	}
 	var r placed
-	prof, err := margo.ChooseProfile(p.desc, c, profileID)
+	prof, err := margo.ChooseProfile(p.desc, caps, profileID)
 	switch {
 	case err == nil:
 		r.profile = prof.ID
@@ -102,8 +128,13 @@ func (p *placement) fit(clientID, deviceID string, caps []byte, profileID string
 }
 
 // resolve validates req and classifies its members at now, writing
-// nothing: the part of CreateRollout that PlanRollout shares.
-func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time) (resolved, error) {
+// nothing: the part of CreateRollout that PlanRollout shares. It reads the
+// candidates a page at a time, in the stable order of their keys, and
+// gives each page's members (Ord numbered from 0 across pages, Wave not
+// set) to page as they are classified, so that what it holds is bounded
+// by a page whatever the size of the fleet; the eligible members' waves
+// follow from their places among the eligible (lifecycle.WaveStarts).
+func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time, page func([]RolloutMember) error) (resolved, error) {
 	var out resolved
 	settings, err := lifecycle.ValidateRolloutSpec(req.Spec)
 	if err != nil {
@@ -152,23 +183,111 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 			return out, err
 		}
 	}
-	cands, err := s.store.RolloutCandidates(ctx, q)
-	if err != nil {
-		return out, err
-	}
-	key := func(c RolloutCandidate) lifecycle.MemberKey {
-		k := lifecycle.MemberKey{ClientID: c.ClientID, DeviceID: c.DeviceID}
-		if !install && c.Deployment != nil {
-			k.DeploymentID = c.Deployment.ID
-		}
-		return k
-	}
-	slices.SortStableFunc(cands, func(a, b RolloutCandidate) int { return lifecycle.CompareMemberKeys(key(a), key(b)) })
-	place := &placement{desc: descs[settings.Target], cache: map[string]placed{}}
-	out.members = make([]RolloutMember, len(cands))
+	place := newPlacement(descs[settings.Target])
 	out.excluded = map[lifecycle.ExclusionReason]int{}
-	var eligibleKeys []lifecycle.MemberKey
-	var eligibleAt []int
+	var after lifecycle.MemberKey
+	members := make([]RolloutMember, 0, s.candidatePage)
+	for cp := range s.candidatePages(ctx, q, install) {
+		if cp.err != nil {
+			return out, cp.err
+		}
+		cands := cp.cands
+		members = members[:0]
+		for i, c := range cands {
+			k := c.key(install)
+			// The pages follow each other in the order of the keys; the
+			// waves are taken in it.
+			if (out.total > 0 || i > 0) && lifecycle.CompareMemberKeys(after, k) >= 0 {
+				return out, lifecycle.Errorf(lifecycle.EINTERNAL, "rollout candidates out of order: %v after %v (is the database's collation C?)", k, after)
+			}
+			after = k
+		}
+		if err := s.classifyPage(ctx, cands, install, settings, cl, place, descs, req.ProfileID, out.total, &members); err != nil {
+			return out, err
+		}
+		for _, m := range members {
+			if m.Classification == ClassEligible {
+				out.eligible++
+			} else {
+				out.excluded[m.Reason]++
+			}
+		}
+		out.total += len(cands)
+		if err := page(members); err != nil {
+			return out, err
+		}
+	}
+	if out.eligible == 0 {
+		out.noEligible = lifecycle.NoEligibleError(out.excluded)
+		return out, nil
+	}
+	out.waves, err = lifecycle.ResolveWaveSizes(settings.Waves, out.eligible, settings.DefaultWaves)
+	return out, err
+}
+
+// candidatePageRead is one page of candidates, or the error that ended
+// their reading.
+type candidatePageRead struct {
+	cands []RolloutCandidate
+	err   error
+}
+
+// candidatePages reads the candidates of q a page at a time, in key order,
+// one page ahead of its consumer: the database reads the next page while
+// the consumer classifies this one. The reading goroutine stops when the
+// consumer stops ranging (the sequence's yield returns false) and is
+// waited for; at most two pages are held.
+func (s *Service) candidatePages(ctx context.Context, q CandidateQuery, install bool) iter.Seq[candidatePageRead] {
+	return func(yield func(candidatePageRead) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		pages := make(chan candidatePageRead, 1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer close(pages)
+			var after lifecycle.MemberKey
+			for {
+				cands, err := s.store.RolloutCandidates(ctx, q, after, s.candidatePage)
+				if err == nil && len(cands) == 0 {
+					return
+				}
+				select {
+				case pages <- candidatePageRead{cands: cands, err: err}:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil || len(cands) < s.candidatePage {
+					return
+				}
+				after = cands[len(cands)-1].key(install)
+			}
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
+		for p := range pages {
+			if !yield(p) {
+				return
+			}
+		}
+	}
+}
+
+// key is c's member key.
+func (c RolloutCandidate) key(install bool) lifecycle.MemberKey {
+	k := lifecycle.MemberKey{ClientID: c.ClientID, DeviceID: c.DeviceID}
+	if !install && c.Deployment != nil {
+		k.DeploymentID = c.Deployment.ID
+	}
+	return k
+}
+
+// classifyPage classifies one page of candidates (in order, the first of
+// them at ord first) into members, without their waves.
+func (s *Service) classifyPage(ctx context.Context, cands []RolloutCandidate, install bool, settings lifecycle.RolloutSettings,
+	cl *lifecycle.Classifier, place *placement, descs map[lifecycle.Version]*margo.ApplicationDescription, profileID string,
+	first int, members *[]RolloutMember) error {
 	// The candidates' active operations, read at once: one whose goal the
 	// device already reached (an install it finished, not yet settled by
 	// the scheduler) does not make the member busy: creating the member's
@@ -179,13 +298,16 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 			activeIDs = append(activeIDs, c.ActiveOperation)
 		}
 	}
-	active, err := s.store.OperationsByID(ctx, activeIDs)
-	if err != nil {
-		return out, err
+	var active map[string]Operation
+	if len(activeIDs) > 0 {
+		var err error
+		if active, err = s.store.OperationsByID(ctx, activeIDs); err != nil {
+			return err
+		}
 	}
 	for i, c := range cands {
-		m := RolloutMember{Ord: i, ClientID: c.ClientID, DeviceID: c.DeviceID}
-		f := lifecycle.MemberFacts{Key: key(c), HasDeployment: c.Deployment != nil, ActiveOperation: c.ActiveOperation,
+		m := RolloutMember{Ord: first + i, ClientID: c.ClientID, DeviceID: c.DeviceID}
+		f := lifecycle.MemberFacts{Key: c.key(install), HasDeployment: c.Deployment != nil, ActiveOperation: c.ActiveOperation,
 			BusyRollout: c.BusyRollout, LastSeenAt: c.LastSeenAt, Placeable: true}
 		if d := c.Deployment; d != nil && !install {
 			m.DeploymentID, m.FromVersion, m.FromRevision = d.ID, d.Version.String(), d.Revision
@@ -203,7 +325,7 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 			f.Revisions, f.Parameters = c.Revisions, d.Parameters
 		}
 		if settings.Action != lifecycle.RolloutReconfigure && (install || c.Deployment != nil) {
-			profile := req.ProfileID
+			profile := profileID
 			if !install {
 				profile = ""
 				if place.desc != nil {
@@ -212,9 +334,9 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 					}
 				}
 			}
-			p, err := place.fit(c.ClientID, c.DeviceID, c.Capabilities, profile)
+			p, err := place.fit(c, profile)
 			if err != nil {
-				return out, err
+				return err
 			}
 			f.Placeable, f.Misfit, m.ProfileID = p.misfit == "", p.misfit, p.profile
 		}
@@ -232,42 +354,21 @@ func (s *Service) resolve(ctx context.Context, req RolloutRequest, now time.Time
 		if x.Eligible {
 			plan := x.Plan
 			m.Classification, m.Plan, m.Status, m.RestoreRevision = ClassEligible, &plan, lifecycle.MemberPending, x.RestoreRevision
-			eligibleKeys, eligibleAt = append(eligibleKeys, f.Key), append(eligibleAt, i)
 		} else {
 			m.Classification, m.Status = ClassExcluded, lifecycle.MemberExcluded
 			m.Reason, m.ReasonDetail, m.SupplierReason = x.Reason, x.Detail, x.SupplierReason
-			out.excluded[x.Reason]++
 		}
-		out.members[i] = m
+		*members = append(*members, m)
 	}
-	out.eligible = len(eligibleKeys)
-	if out.eligible == 0 {
-		out.noEligible = lifecycle.NoEligibleError(out.excluded)
-		return out, nil
-	}
-	out.waves, err = lifecycle.ResolveWaveSizes(settings.Waves, out.eligible, settings.DefaultWaves)
-	if err != nil {
-		return out, err
-	}
-	sizes := make([]int, len(out.waves))
-	for i, w := range out.waves {
-		sizes[i] = w.Size
-	}
-	waves, err := lifecycle.AssignWaves(eligibleKeys, sizes)
-	if err != nil {
-		return out, err
-	}
-	for j, i := range eligibleAt {
-		out.members[i].Wave = waves[j] + 1
-	}
-	return out, nil
+	return nil
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
 // CreateRollout validates the request, resolves and classifies its
 // members, sizes its waves and stores the rollout running (cause started)
-// with its members, history and events in one transaction.
+// with its members, history and events in one transaction. The members
+// are written as they are classified, a page at a time (resolve).
 //
 // Returns EINVALID naming the field for a bad request (an unknown selector,
 // waves that do not cover, a target version that does not exist or is
@@ -277,51 +378,56 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // this one was resolved.
 func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor Actor) (Rollout, error) {
 	now := s.now().UTC()
-	res, err := s.resolve(ctx, req, now)
-	if err != nil {
-		return Rollout{}, err
-	}
-	if res.noEligible != nil {
-		return Rollout{}, res.noEligible
-	}
 	createdBy := actor.ID
 	if createdBy == "" {
 		createdBy = ActorOf(ctx)
 	}
-	r := Rollout{ID: newUUID(), ApplicationID: req.ApplicationID, Action: res.settings.Action, Request: req,
+	r := Rollout{ID: newUUID(), ApplicationID: req.ApplicationID, Request: req,
 		State: lifecycle.InitialRolloutState, Cause: lifecycle.RolloutCauseStarted, StateChangedAt: now,
-		DeadlineAt: now.Add(res.settings.Deadline), CurrentWave: 1, CreatedAt: now, UpdatedAt: now, CreatedBy: createdBy, Generation: 1}
-	for _, w := range res.waves {
-		r.Waves = append(r.Waves, RolloutWave{Index: len(r.Waves) + 1, Wave: w.Wave, ResolvedSize: w.Size,
-			AllowedFailures: w.MaxFailures.Allowed(w.Size), State: WavePending})
-	}
-	started := startWave(&r.Waves[0], now)
-	var events []lifecycle.Event
-	add := func(body lifecycle.EventBody) error {
-		e, err := lifecycle.NewEvent(now, createdBy, lifecycle.Ref{Kind: lifecycle.SubjectRollout, ID: r.ID}, body,
-			lifecycle.Ref{Kind: lifecycle.SubjectApplication, ID: r.ApplicationID})
-		events = append(events, e)
-		return err
-	}
-	target := ""
-	if !res.settings.Target.IsZero() {
-		target = res.settings.Target.String()
-	}
-	excluded := len(res.members) - res.eligible
-	err = errors.Join(
-		add(lifecycle.RolloutCreatedBody{Action: r.Action, Target: target, Eligible: res.eligible, Excluded: excluded, Waves: len(r.Waves)}),
-		add(lifecycle.RolloutStateChangedBody{To: r.State, Cause: r.Cause}))
-	if started {
-		err = errors.Join(err, add(lifecycle.RolloutWaveStartedBody{Wave: 1, Size: r.Waves[0].ResolvedSize}))
-	}
+		CurrentWave: 1, CreatedAt: now, UpdatedAt: now, CreatedBy: createdBy, Generation: 1}
+	var settings lifecycle.RolloutSettings
+	err := s.store.InsertRollout(ctx, func(write func([]RolloutMember) error) (Rollout, []lifecycle.Event, error) {
+		res, err := s.resolve(ctx, req, now, write)
+		if err != nil {
+			return r, nil, err
+		}
+		if res.noEligible != nil {
+			return r, nil, res.noEligible
+		}
+		settings = res.settings
+		r.Action, r.DeadlineAt = res.settings.Action, now.Add(res.settings.Deadline)
+		for _, w := range res.waves {
+			r.Waves = append(r.Waves, RolloutWave{Index: len(r.Waves) + 1, Wave: w.Wave, ResolvedSize: w.Size,
+				AllowedFailures: w.MaxFailures.Allowed(w.Size), State: WavePending})
+		}
+		started := startWave(&r.Waves[0], now)
+		var events []lifecycle.Event
+		add := func(body lifecycle.EventBody) error {
+			e, err := lifecycle.NewEvent(now, createdBy, lifecycle.Ref{Kind: lifecycle.SubjectRollout, ID: r.ID}, body,
+				lifecycle.Ref{Kind: lifecycle.SubjectApplication, ID: r.ApplicationID})
+			events = append(events, e)
+			return err
+		}
+		target := ""
+		if !res.settings.Target.IsZero() {
+			target = res.settings.Target.String()
+		}
+		err = errors.Join(
+			add(lifecycle.RolloutCreatedBody{Action: r.Action, Target: target, Eligible: res.eligible, Excluded: res.total - res.eligible, Waves: len(r.Waves)}),
+			add(lifecycle.RolloutStateChangedBody{To: r.State, Cause: r.Cause}))
+		if started {
+			err = errors.Join(err, add(lifecycle.RolloutWaveStartedBody{Wave: 1, Size: r.Waves[0].ResolvedSize}))
+		}
+		return r, events, err
+	})
 	if err != nil {
 		return Rollout{}, err
 	}
-	if err := s.store.InsertRollout(ctx, r, res.members, events); err != nil {
-		return Rollout{}, err
-	}
-	if !started {
-		if err := s.pauseForApproval(ctx, r.ID, res.settings, now); err != nil {
+	// A first wave that waits for approval: the rollout pauses at once
+	// (the driver's first step, taken now), so that the answer shows the
+	// state it stays in, with a current ETag.
+	if r.Waves[0].Approval == lifecycle.ApprovalManual && r.Waves[0].ApprovedAt.IsZero() {
+		if err := s.pauseForApproval(ctx, r.ID, settings, now); err != nil {
 			return Rollout{}, err
 		}
 	}
@@ -331,40 +437,44 @@ func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor A
 
 // PlanRollout answers what CreateRollout would do, writing nothing. It
 // refuses what CreateRollout refuses, except that an empty eligible set is
-// answered (with its counts), not refused.
+// answered (with its counts), not refused. It keeps the counts and the
+// first examples of each group, not the members.
 func (s *Service) PlanRollout(ctx context.Context, req RolloutRequest) (RolloutPlan, error) {
-	res, err := s.resolve(ctx, req, s.now().UTC())
-	if err != nil {
-		return RolloutPlan{}, err
-	}
-	p := RolloutPlan{ApplicationID: req.ApplicationID, Action: res.settings.Action, Total: len(res.members), Eligible: res.eligible,
-		Excluded: len(res.members) - res.eligible, ExcludedByReason: res.excluded}
 	plans := map[string]*PlanGroup{}
 	exclusions := map[lifecycle.ExclusionReason]*ExclusionGroup{}
-	for _, m := range res.members {
-		ex := PlanExample{DeploymentID: m.DeploymentID, ClientID: m.ClientID, DeviceID: m.DeviceID, FromVersion: m.FromVersion, ReasonDetail: m.ReasonDetail}
-		if m.Plan != nil {
-			g := plans[m.Plan.Key()]
+	res, err := s.resolve(ctx, req, s.now().UTC(), func(ms []RolloutMember) error {
+		for _, m := range ms {
+			ex := PlanExample{DeploymentID: m.DeploymentID, ClientID: m.ClientID, DeviceID: m.DeviceID, FromVersion: m.FromVersion, ReasonDetail: m.ReasonDetail}
+			if m.Plan != nil {
+				key := m.Plan.Key()
+				g := plans[key]
+				if g == nil {
+					g = &PlanGroup{Plan: *m.Plan}
+					plans[key] = g
+				}
+				g.Count++
+				if len(g.Examples) < MaxPlanExamples {
+					g.Examples = append(g.Examples, ex)
+				}
+				continue
+			}
+			g := exclusions[m.Reason]
 			if g == nil {
-				g = &PlanGroup{Plan: *m.Plan}
-				plans[m.Plan.Key()] = g
+				g = &ExclusionGroup{Reason: m.Reason}
+				exclusions[m.Reason] = g
 			}
 			g.Count++
 			if len(g.Examples) < MaxPlanExamples {
 				g.Examples = append(g.Examples, ex)
 			}
-			continue
 		}
-		g := exclusions[m.Reason]
-		if g == nil {
-			g = &ExclusionGroup{Reason: m.Reason}
-			exclusions[m.Reason] = g
-		}
-		g.Count++
-		if len(g.Examples) < MaxPlanExamples {
-			g.Examples = append(g.Examples, ex)
-		}
+		return nil
+	})
+	if err != nil {
+		return RolloutPlan{}, err
 	}
+	p := RolloutPlan{ApplicationID: req.ApplicationID, Action: res.settings.Action, Total: res.total, Eligible: res.eligible,
+		Excluded: res.total - res.eligible, ExcludedByReason: res.excluded}
 	for _, g := range plans {
 		p.Plans = append(p.Plans, *g)
 	}

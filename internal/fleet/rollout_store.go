@@ -12,17 +12,25 @@ import (
 // RolloutStore is what rollouts need of storage (part of Store). Each
 // method is one transaction.
 type RolloutStore interface {
-	// RolloutCandidates returns the candidate members of a rollout in
-	// their stable order (client id, device id, deployment id), read
-	// set-based: for install, the registered devices matching q with the
-	// application's deployment on each (if any); otherwise the
-	// application's deployments (not removed) on devices matching q.
-	RolloutCandidates(ctx context.Context, q CandidateQuery) ([]RolloutCandidate, error)
-	// InsertRollout stores a new rollout with its members, its first
-	// history row and events, in one transaction. Returns ECONFLICT
-	// (rollout-member) when an eligible member became a member of another
-	// active rollout meanwhile (nothing is stored).
-	InsertRollout(ctx context.Context, r Rollout, members []RolloutMember, events []lifecycle.Event) error
+	// RolloutCandidates returns up to limit candidate members of a
+	// rollout whose keys come after after (the zero key: from the first),
+	// in their stable order (client id, device id, deployment id; the
+	// order of lifecycle.CompareMemberKeys), read set-based: for install,
+	// the registered devices matching q with the application's deployment
+	// on each (if any); otherwise the application's deployments (not
+	// removed) on devices matching q.
+	RolloutCandidates(ctx context.Context, q CandidateQuery, after lifecycle.MemberKey, limit int) ([]RolloutCandidate, error)
+	// InsertRollout stores a new rollout. It first calls fill, which
+	// gives the rollout's members to write page by page, in order of Ord
+	// (their Wave is not read: an eligible member's wave follows from its
+	// place among the eligible ones and the waves' ResolvedSize, as
+	// lifecycle.WaveStarts and WaveAt say), and returns the rollout and its
+	// events; then it stores the rollout with its members, its first
+	// history row and events, in one transaction. fill's error is returned
+	// as it is, and nothing is stored. Returns ECONFLICT (rollout-member)
+	// when an eligible member became a member of another active rollout
+	// meanwhile (nothing is stored).
+	InsertRollout(ctx context.Context, fill func(write func([]RolloutMember) error) (Rollout, []lifecycle.Event, error)) error
 	// Rollout returns one rollout with its history and counts (overall and
 	// per wave). Returns ENOTFOUND.
 	Rollout(ctx context.Context, id string) (Rollout, error)
@@ -104,6 +112,9 @@ type CandidateQuery struct {
 type RolloutCandidate struct {
 	ClientID, DeviceID string
 	Capabilities       json.RawMessage
+	// FitKey is the same for devices whose capabilities differ only in
+	// margo.IdentityProperties ("": unknown).
+	FitKey string
 	// LastSeenAt: zero when unknown (never seen).
 	LastSeenAt time.Time
 	// Deployment: the application's deployment (nil for install when the

@@ -1264,3 +1264,85 @@ func TestRolloutStateConflictNamesTheState(t *testing.T) {
 	_, err = e.s.PauseRollout(e.ctx, r.ID, fleet.Actor{ID: "alice"}, fleet.Precondition{})
 	assert.Equal(t, map[string]any{"state": "cancelled", "stateCause": "operator-cancelled", "to": "paused", "cause": "operator-paused"}, extra(err))
 }
+
+// TestRolloutResolvesInPages: a rollout resolved a few candidates at a time
+// plans and creates what it does in one page: the same plan (counts,
+// examples, waves), and members in key order whose waves follow their
+// places among the eligible ones, excluded members (on the target
+// already) interleaved.
+func TestRolloutResolvesInPages(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	e.mixedFleet(30) // d000..d029: 20 on 1.0.0, 10 on 1.5.0
+	for _, dev := range []string{"d000a", "d007a", "d013a", "d029a"} {
+		e.deploy("c", dev, "2.0.0") // at-target, between the others in key order
+	}
+	req := upgradeTo2(lifecycle.WaveSpec{Size: count(1)}, lifecycle.WaveSpec{Size: percent(10)}, lifecycle.WaveSpec{Size: percent(100)})
+	whole, err := e.s.PlanRollout(e.ctx, req)
+	require.NoError(t, err)
+	paged := e.service()
+	fleet.SetCandidatePage(paged, 4)
+	p, err := paged.PlanRollout(e.ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, whole, p)
+	assert.Equal(t, 34, p.Total)
+	assert.Equal(t, 4, p.ExcludedByReason[lifecycle.ExcludedAtTarget])
+
+	r, err := paged.CreateRollout(e.ctx, req, fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, 30, r.Counts.Eligible)
+	assert.Equal(t, 4, r.Counts.Excluded)
+	ms := e.members(r.ID, fleet.MemberFilter{})
+	require.Len(t, ms, 34)
+	place := 0
+	for i, m := range ms {
+		assert.Equal(t, i, m.Ord)
+		if i > 0 {
+			assert.Negative(t, lifecycle.CompareMemberKeys(lifecycle.MemberKey{ClientID: ms[i-1].ClientID, DeviceID: ms[i-1].DeviceID, DeploymentID: ms[i-1].DeploymentID},
+				lifecycle.MemberKey{ClientID: m.ClientID, DeviceID: m.DeviceID, DeploymentID: m.DeploymentID}), "member %d in key order", i)
+		}
+		if m.Classification != fleet.ClassEligible {
+			assert.Zero(t, m.Wave, "excluded member %s has no wave", m.DeviceID)
+			continue
+		}
+		want := 3
+		switch {
+		case place < 1:
+			want = 1
+		case place < 4:
+			want = 2
+		}
+		assert.Equal(t, want, m.Wave, "eligible member %d (%s)", place, m.DeviceID)
+		place++
+	}
+	for i, want := range []int{1, 3, 26} {
+		assert.Equal(t, want, r.Waves[i].ResolvedSize, "wave %d", i+1)
+		assert.Equal(t, want, r.Waves[i].Counts.Counted(), "wave %d", i+1)
+	}
+}
+
+// TestRolloutPlacementReadsIdentity: devices alike but for their ids share
+// one placement check only when no profile reads the identity: with a
+// target whose profile admits one device id, the other device is
+// unplaceable, whichever is checked first; with capacity constraints only,
+// both fit.
+func TestRolloutPlacementReadsIdentity(t *testing.T) {
+	for _, tt := range []struct {
+		constraints string
+		unplaceable int
+	}{
+		{"    deviceConstraints:\n      eligibilityRules:\n        - propertySelector: {matchExpressions: [{key: /id, operator: In, values: [d000]}]}\n", 1},
+		{"    deviceConstraints:\n      capacityRequirements: {cpu: {cores: 1}}\n", 0},
+	} {
+		e := newRolloutEnv(t, map[string]string{"1.0.0": ""})
+		target := strings.ReplaceAll(description, `"1.0.0"`, `"2.0.0"`)
+		target = strings.Replace(target, "    id: app-compose\n", "    id: app-compose\n"+tt.constraints, 1)
+		_, _, err := e.cat.Add(e.ctx, []byte(target), catalog.MediaYAML)
+		require.NoError(t, err)
+		e.deploy("c", "d000", "1.0.0")
+		e.deploy("c", "d001", "1.0.0")
+		p, err := e.s.PlanRollout(e.ctx, upgradeTo2())
+		require.NoError(t, err)
+		assert.Equal(t, tt.unplaceable, p.ExcludedByReason[lifecycle.ExcludedUnplaceable], "constraints %q", tt.constraints)
+		assert.Equal(t, 2-tt.unplaceable, p.Eligible, "constraints %q", tt.constraints)
+	}
+}

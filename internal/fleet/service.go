@@ -229,6 +229,8 @@ type Service struct {
 	// leaseOwner is this service's token on the rollouts its driver
 	// leases (random: each process, each Service, is its own driver).
 	leaseOwner string
+	// candidatePage: the candidates a rollout's resolution reads at a time.
+	candidatePage int
 }
 
 // specCacheSize bounds Service.specs (a few KiB each).
@@ -237,7 +239,8 @@ const specCacheSize = 1024
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1),
-		batcher: newBatcher(store, now, log), versions: newVersionCache(), specs: margo.NewSpecCache(specCacheSize), leaseOwner: newUUID()}
+		batcher: newBatcher(store, now, log), versions: newVersionCache(), specs: margo.NewSpecCache(specCacheSize), leaseOwner: newUUID(),
+		candidatePage: candidatePage}
 }
 
 // Close stops taking creations (CreateDeployment then fails) and waits

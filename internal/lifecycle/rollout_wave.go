@@ -140,3 +140,26 @@ func AssignWaves(keys []MemberKey, sizes []int) ([]int, error) {
 	}
 	return out, nil
 }
+
+// WaveStarts returns, for waves of the given sizes, the place among the
+// eligible members (counted from 0 in the stable order of their keys) at
+// which each wave after the first starts: the eligible member at place p
+// is in wave k (from 0) where k is the number of starts at or below p.
+// That is the assignment of AssignWaves, for a store that numbers the
+// eligible members as it writes them instead of holding their keys.
+func WaveStarts(sizes []int) []int {
+	starts := make([]int, 0, len(sizes))
+	at := 0
+	for _, s := range sizes[:max(len(sizes)-1, 0)] {
+		at += s
+		starts = append(starts, at)
+	}
+	return starts
+}
+
+// WaveAt returns the wave (from 0) of the eligible member at place p
+// (from 0) given the starts of WaveStarts.
+func WaveAt(starts []int, p int) int {
+	k, _ := slices.BinarySearch(starts, p+1)
+	return k
+}

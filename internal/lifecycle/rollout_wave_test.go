@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -111,4 +112,26 @@ func TestAssignWaves(t *testing.T) {
 	got, err = AssignWaves(nil, nil)
 	require.NoError(t, err)
 	assert.Empty(t, got)
+}
+
+func TestWaveStartsMatchAssignWaves(t *testing.T) {
+	for _, sizes := range [][]int{{1}, {5}, {1, 4}, {1, 2, 2}, {3, 1, 1, 7}, {2, 2, 2, 2, 2}} {
+		n := 0
+		for _, s := range sizes {
+			n += s
+		}
+		keys := make([]MemberKey, n)
+		for i := range keys {
+			keys[i] = MemberKey{ClientID: fmt.Sprintf("c%03d", i)}
+		}
+		want, err := AssignWaves(keys, sizes)
+		require.NoError(t, err)
+		starts := WaveStarts(sizes)
+		for p := range n {
+			if got := WaveAt(starts, p); got != want[p] {
+				t.Errorf("WaveAt(WaveStarts(%v), %d) = %d, want %d", sizes, p, got, want[p])
+			}
+		}
+	}
+	assert.Empty(t, WaveStarts(nil))
 }

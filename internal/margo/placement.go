@@ -831,3 +831,37 @@ func formatFloat(f float64) string {
 	}
 	return strconv.FormatFloat(f, 'f', -1, 64)
 }
+
+// IdentityProperties are the members of a capabilities document's
+// properties that name one device rather than describe what it offers.
+var IdentityProperties = []string{"id", "serialNumber"}
+
+// PlacementIgnoresIdentity reports whether every deployment profile of d
+// decides whether a device fits without reading its IdentityProperties:
+// no property selector of its eligibility rules resolves the whole
+// properties object or a pointer into one of them. When it holds, two
+// devices whose capabilities differ only in those members fit d's
+// profiles alike (the message of a misfit still names the device). False
+// when a profile's constraints do not read (ChooseProfile reports those).
+func (d *ApplicationDescription) PlacementIgnoresIdentity() bool {
+	for _, p := range d.DeploymentProfiles {
+		if p.DeviceConstraints == nil {
+			continue
+		}
+		cs, fe := compileConstraints(p.DeviceConstraints)
+		if len(fe) > 0 {
+			return false
+		}
+		for _, r := range cs.rules {
+			if r.property == nil {
+				continue
+			}
+			for _, e := range r.property.exprs {
+				if len(e.tokens) == 0 || slices.Contains(IdentityProperties, e.tokens[0]) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}

@@ -534,3 +534,29 @@ func constraintProblems(dc map[string]any) []lifecycle.FieldError {
 	_, fe := compileConstraints(dc)
 	return fe
 }
+
+func TestPlacementIgnoresIdentity(t *testing.T) {
+	tests := []struct {
+		dc   string // "" for no deviceConstraints
+		want bool
+	}{
+		{"", true},
+		{"capacityRequirements: {cpu: {cores: 1}}\n", true},
+		{"eligibilityRules:\n  - propertySelector: {matchExpressions: [{key: /vendor, operator: In, values: [Acme]}]}\n", true},
+		{"eligibilityRules:\n  - labelSelector: {matchExpressions: [{key: id, operator: In, values: [x]}]}\n", true},
+		{"eligibilityRules:\n  - propertySelector: {matchExpressions: [{key: /id, operator: In, values: [d1]}]}\n", false},
+		{"eligibilityRules:\n  - propertySelector: {matchExpressions: [{key: /serialNumber, operator: Exists}]}\n", false},
+		{"eligibilityRules:\n  - propertySelector: {matchExpressions: [{key: \"\", operator: Exists}]}\n", false},
+		{"eligibilityRules: 3\n", false},
+	}
+	for _, tt := range tests {
+		var dc map[string]any
+		if tt.dc != "" {
+			dc = yamlMap(t, tt.dc)
+		}
+		d := &ApplicationDescription{ID: "app", DeploymentProfiles: []DeploymentProfile{{Type: ProfileHelm, ID: "a"}, {Type: ProfileHelm, ID: "p", DeviceConstraints: dc}}}
+		if got := d.PlacementIgnoresIdentity(); got != tt.want {
+			t.Errorf("PlacementIgnoresIdentity(%q) = %v, want %v", tt.dc, got, tt.want)
+		}
+	}
+}

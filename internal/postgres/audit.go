@@ -6,7 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wfm-dev/wfm/internal/access"
 )
@@ -23,21 +22,27 @@ import (
 //
 //	grep -n "inTx(" internal/postgres/*.go
 
-// inTx runs fn in one transaction of pool, as pgx.BeginFunc does, for a
+// inTx runs fn in one transaction of db (a pool, or a connection taken
+// from it), as pgx.BeginFunc does, for a
 // store method that makes the change of a management call. The call's
 // audit entry, if fn appended it (auditChange), counts as written once the
 // transaction committed. calls are the entries of further calls whose
 // changes the transaction makes (a batch of coalesced creations).
-func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error, calls ...*access.Pending) error {
+func inTx(ctx context.Context, db beginner, fn func(pgx.Tx) error, calls ...*access.Pending) error {
 	ps := append([]*access.Pending{access.PendingOf(ctx)}, calls...)
 	for _, p := range ps {
 		p.BeginTx()
 	}
-	err := pgx.BeginFunc(ctx, pool, fn)
+	err := pgx.BeginFunc(ctx, db, fn)
 	for _, p := range ps {
 		p.EndTx(err == nil)
 	}
 	return err
+}
+
+// beginner begins transactions: *pgxpool.Pool, *pgxpool.Conn.
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // auditChange appends in tx the audit entry of the management call ctx

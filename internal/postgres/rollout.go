@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
 )
 
 // The rollout store (migration 00009): rollouts, their history and their
@@ -260,10 +262,13 @@ func (s *FleetStore) RolloutMembers(ctx context.Context, id string, f fleet.Memb
 
 // ---- candidates ----
 
-// RolloutCandidates implements fleet.RolloutStore: one query for the
-// candidates (with their active operation and rollout), one for the
+// RolloutCandidates implements fleet.RolloutStore: one query for a page of
+// candidates (with their active operation; an install's with its active
+// rollout), keyset-paginated on the member key (index
+// deployments_rollout_order of migration 00013; the devices' primary key
+// for install), one for the page's active rollout memberships, one for the
 // revisions when asked.
-func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQuery) ([]fleet.RolloutCandidate, error) {
+func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQuery, after lifecycle.MemberKey, limit int) ([]fleet.RolloutCandidate, error) {
 	var w where
 	w.args = append(w.args, q.ApplicationID) // $1 in the queries below
 	w.add("dev.registered")
@@ -279,16 +284,26 @@ func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQue
 	}
 	selectorSQL(q.Selector, "dev.labels", &w)
 	var sql string
+	first := after == lifecycle.MemberKey{}
 	if q.Install {
+		if !first {
+			w.add("(dev.client_id, dev.id) > ($?, $?)", after.ClientID, after.DeviceID)
+		}
 		// The device, with the application's live deployment on it if any
 		// (the columns of the deployment are NULL otherwise).
-		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlLastSeen + `, d.id::text,
+		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlFitKey + `, ` + sqlLastSeen + `, d.id::text,
   (SELECT m.rollout_id::text FROM rollout_members m WHERE m.active AND m.install AND m.application_id = $1
      AND m.client_id = dev.client_id AND m.device_id = dev.id LIMIT 1)
 FROM devices dev LEFT JOIN LATERAL (SELECT d.id FROM deployments d WHERE d.client_id = dev.client_id AND d.device_id = dev.id
   AND d.application_id = $1 AND NOT d.removing LIMIT 1) d ON true
-WHERE ` + w.sql() + ` ORDER BY dev.client_id, dev.id`
+WHERE ` + w.sql() + ` ORDER BY dev.client_id, dev.id LIMIT ` + strconv.Itoa(limit)
 	} else {
+		if !first {
+			if !validUUID(after.DeploymentID) {
+				return nil, fmt.Errorf("rollout candidates after %v: not a deployment id", after)
+			}
+			w.add("(d.client_id, d.device_id, d.id) > ($?, $?, $?::uuid)", after.ClientID, after.DeviceID, after.DeploymentID)
+		}
 		if len(q.Versions) > 0 {
 			w.add("r.version = ANY($?)", q.Versions)
 		}
@@ -300,12 +315,11 @@ WHERE ` + w.sql() + ` ORDER BY dev.client_id, dev.id`
 			w.add("d.state = ANY($?)", ss)
 		}
 		w.add("NOT d.removing")
-		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlLastSeen + `, ` + sqlDeploymentColumns + `,
+		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlFitKey + `, ` + sqlLastSeen + `, ` + sqlDeploymentColumns + `,
   coalesce((SELECT ir.version FROM revisions ir WHERE ir.deployment_id = d.id AND ir.n = d.installed_revision), ''),
-  (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1),
-  (SELECT m.rollout_id::text FROM rollout_members m WHERE m.active AND m.deployment_id = d.id LIMIT 1)
+  (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1), NULL::text
 ` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id = d.client_id AND dev.id = d.device_id
-WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_id, d.id`
+WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_id, d.id LIMIT ` + strconv.Itoa(limit)
 	}
 	rows, err := s.pool.Query(ctx, sql, w.args...)
 	if err != nil {
@@ -318,7 +332,7 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_i
 		var busy, active *string
 		if q.Install {
 			var dep *string
-			if err := row.Scan(&c.ClientID, &c.DeviceID, &caps, &seen, &dep, &busy); err != nil {
+			if err := row.Scan(&c.ClientID, &c.DeviceID, &caps, &c.FitKey, &seen, &dep, &busy); err != nil {
 				return c, err
 			}
 			if dep != nil {
@@ -328,7 +342,7 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_i
 			var installed string
 			var d fleet.Deployment
 			var err error
-			vals := []any{&c.ClientID, &c.DeviceID, &caps, &seen}
+			vals := []any{&c.ClientID, &c.DeviceID, &caps, &c.FitKey, &seen}
 			d, err = scanDeployment(skipRow{row: row, lead: vals}, &installed, &active, &busy)
 			if err != nil {
 				return c, err
@@ -355,6 +369,13 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_i
 	if err != nil {
 		return nil, translate(err)
 	}
+	if !q.Install && len(cands) > 0 {
+		// The page's active memberships, in one query (a subquery per row
+		// cost most of the page's time).
+		if err := s.candidateMemberships(ctx, cands); err != nil {
+			return nil, translate(err)
+		}
+	}
 	if q.Revisions && !q.Install && len(cands) > 0 {
 		if err := s.candidateRevisions(ctx, cands); err != nil {
 			return nil, translate(err)
@@ -363,6 +384,16 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_i
 	return cands, nil
 }
 
+// sqlFitKey is a digest of a device's capabilities without their
+// margo.IdentityProperties: devices that differ only in those share it.
+var sqlFitKey = func() string {
+	e := "dev.capabilities"
+	for _, p := range margo.IdentityProperties {
+		e += " #- '{properties," + p + "}'"
+	}
+	return "md5((" + e + ")::text)"
+}()
+
 // skipRow scans lead's columns first, then what scanDeployment asks.
 type skipRow struct {
 	row  pgx.Row
@@ -370,6 +401,29 @@ type skipRow struct {
 }
 
 func (r skipRow) Scan(dest ...any) error { return r.row.Scan(append(r.lead, dest...)...) }
+
+func (s *FleetStore) candidateMemberships(ctx context.Context, cands []fleet.RolloutCandidate) error {
+	ids := make([]string, len(cands))
+	at := make(map[string]int, len(cands))
+	for i, c := range cands {
+		ids[i] = c.Deployment.ID
+		at[c.Deployment.ID] = i
+	}
+	rows, err := s.pool.Query(ctx, `SELECT deployment_id::text, rollout_id::text FROM rollout_members
+WHERE active AND deployment_id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, rollout string
+		if err := rows.Scan(&id, &rollout); err != nil {
+			return err
+		}
+		cands[at[id]].BusyRollout = rollout
+	}
+	return rows.Err()
+}
 
 func (s *FleetStore) candidateRevisions(ctx context.Context, cands []fleet.RolloutCandidate) error {
 	ids := make([]string, len(cands))
@@ -403,15 +457,14 @@ func (s *FleetStore) candidateRevisions(ctx context.Context, cands []fleet.Rollo
 
 // ---- creation ----
 
-// copyMembersMin is the number of members from which InsertRollout uses
-// COPY rather than one multi-row INSERT.
-const copyMembersMin = 256
+// stagedColumns are the columns of a member that resolving it decides;
+// InsertRollout stages them in a temporary table as they come, then adds
+// the rollout's own (id, application, install, wave, active, updated_at)
+// when it inserts them all at once.
+var stagedColumns = []string{"ord", "client_id", "device_id", "deployment_id", "classification", "reason", "reason_detail",
+	"supplier_reason", "plan", "status", "from_version", "from_revision", "profile_id", "restore_revision"}
 
-var memberInsertColumns = []string{"rollout_id", "ord", "application_id", "install", "client_id", "device_id", "deployment_id",
-	"classification", "reason", "reason_detail", "supplier_reason", "plan", "wave", "status", "from_version", "from_revision",
-	"profile_id", "restore_revision", "active", "updated_at"}
-
-func memberRow(r fleet.Rollout, m fleet.RolloutMember) ([]any, error) {
+func stagedRow(m fleet.RolloutMember) ([]any, error) {
 	var dep, reason, plan any
 	if m.DeploymentID != "" {
 		dep = m.DeploymentID
@@ -426,18 +479,70 @@ func memberRow(r fleet.Rollout, m fleet.RolloutMember) ([]any, error) {
 		}
 		plan = string(b)
 	}
-	var wave any
-	if m.Wave > 0 {
-		wave = m.Wave - 1
-	}
-	active := m.Classification == fleet.ClassEligible && m.Status != lifecycle.MemberExcluded
-	return []any{r.ID, m.Ord, r.ApplicationID, r.Action == lifecycle.RolloutInstall, m.ClientID, m.DeviceID, dep, m.Classification,
-		reason, m.ReasonDetail, m.SupplierReason, plan, wave, string(m.Status), m.FromVersion, m.FromRevision, m.ProfileID,
-		m.RestoreRevision, active, r.CreatedAt}, nil
+	return []any{m.Ord, m.ClientID, m.DeviceID, dep, m.Classification, reason, m.ReasonDetail, m.SupplierReason, plan,
+		string(m.Status), m.FromVersion, m.FromRevision, m.ProfileID, m.RestoreRevision}, nil
 }
 
-// InsertRollout implements fleet.RolloutStore.
-func (s *FleetStore) InsertRollout(ctx context.Context, r fleet.Rollout, members []fleet.RolloutMember, events []lifecycle.Event) error {
+// sqlStage is the temporary table of a rollout's members being resolved
+// (its session's; dropped when the creation ends).
+const sqlStage = `CREATE TEMPORARY TABLE rollout_stage AS SELECT ` + "ord, client_id, device_id, deployment_id, classification, reason, reason_detail, " +
+	`supplier_reason, plan, status, from_version, from_revision, profile_id, restore_revision FROM rollout_members WITH NO DATA`
+
+// sqlInsertStaged inserts the staged members of rollout $1: an eligible
+// member's wave is the number of wave starts ($5, lifecycle.WaveStarts
+// with a last bound no place reaches) at or below its place among the
+// eligible members, in order of ord.
+const sqlInsertStaged = `INSERT INTO rollout_members (rollout_id, ord, application_id, install, client_id, device_id, deployment_id,
+  classification, reason, reason_detail, supplier_reason, plan, wave, status, from_version, from_revision, profile_id, restore_revision,
+  active, updated_at)
+SELECT $1, ord, $2, $3, client_id, device_id, deployment_id, classification, reason, reason_detail, supplier_reason, plan,
+  CASE WHEN classification = 'eligible'
+    THEN width_bucket(row_number() OVER (PARTITION BY classification = 'eligible' ORDER BY ord) - 1, $5::bigint[]) END,
+  status, from_version, from_revision, profile_id, restore_revision, classification = 'eligible' AND status <> 'excluded', $4
+FROM rollout_stage ORDER BY ord`
+
+// InsertRollout implements fleet.RolloutStore. The members are staged, as
+// fill gives them, in a temporary table of one connection (each page's
+// COPY its own short transaction, so that no transaction stays open while
+// the members are resolved); the rollout, its history, members and events
+// are then written in one transaction on that connection.
+func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]fleet.RolloutMember) error) (fleet.Rollout, []lifecycle.Event, error)) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `DROP TABLE IF EXISTS pg_temp.rollout_stage`); err != nil {
+		return translate(err)
+	}
+	if _, err := conn.Exec(ctx, sqlStage); err != nil {
+		return translate(err)
+	}
+	defer func() {
+		// The table goes with its session otherwise: a connection that
+		// cannot drop it is closed rather than pooled with it.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(dctx, `DROP TABLE IF EXISTS pg_temp.rollout_stage`); err != nil {
+			conn.Hijack().Close(dctx) //nolint:errcheck // closing a connection whose state is unknown
+		}
+	}()
+	rows := make([][]any, 0, 1024)
+	r, events, err := fill(func(ms []fleet.RolloutMember) error {
+		rows = rows[:0]
+		for _, m := range ms {
+			row, err := stagedRow(m)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, row)
+		}
+		_, err := conn.CopyFrom(ctx, pgx.Identifier{"rollout_stage"}, stagedColumns, pgx.CopyFromRows(rows))
+		return translate(err)
+	})
+	if err != nil {
+		return err
+	}
 	request, err := json.Marshal(r.Request)
 	if err != nil {
 		return err
@@ -446,13 +551,12 @@ func (s *FleetStore) InsertRollout(ctx context.Context, r fleet.Rollout, members
 	if err != nil {
 		return err
 	}
-	rows := make([][]any, len(members))
-	for i, m := range members {
-		if rows[i], err = memberRow(r, m); err != nil {
-			return err
-		}
+	sizes := make([]int, len(r.Waves))
+	for i, w := range r.Waves {
+		sizes[i] = w.ResolvedSize
 	}
-	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
+	starts := append(lifecycle.WaveStarts(sizes), math.MaxInt32)
+	err = inTx(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at, current_wave,
   revert_on_abort, deadline_at, generation, created_by, created_at, updated_at)
 VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 0, $9, $10, 1, $11, $8, $8)`,
@@ -464,7 +568,7 @@ VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 0, $9, $10, 1, $11, $8, $8
 			r.ID, string(r.State), string(r.Cause), r.CreatedAt, r.CreatedBy); err != nil {
 			return err
 		}
-		if err := insertMembers(ctx, tx, rows); err != nil {
+		if _, err := tx.Exec(ctx, sqlInsertStaged, r.ID, r.ApplicationID, r.Action == lifecycle.RolloutInstall, r.CreatedAt, starts); err != nil {
 			return err
 		}
 		if err := AppendEvents(ctx, tx, events); err != nil {
@@ -477,38 +581,6 @@ VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 0, $9, $10, 1, $11, $8, $8
 			Message: "A member of this rollout became a member of another active rollout meanwhile; plan it again."}
 	}
 	return translate(err)
-}
-
-func insertMembers(ctx context.Context, tx pgx.Tx, rows [][]any) error {
-	if len(rows) >= copyMembersMin {
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"rollout_members"}, memberInsertColumns, pgx.CopyFromRows(rows))
-		return err
-	}
-	if len(rows) == 0 {
-		return nil
-	}
-	var b strings.Builder
-	b.WriteString("INSERT INTO rollout_members (" + strings.Join(memberInsertColumns, ", ") + ") VALUES ")
-	args := make([]any, 0, len(rows)*len(memberInsertColumns))
-	for i, row := range rows {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(")
-		for j := range row {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			args = append(args, row[j])
-			b.WriteString("$" + strconv.Itoa(len(args)))
-			if memberInsertColumns[j] == "plan" {
-				b.WriteString("::jsonb")
-			}
-		}
-		b.WriteString(")")
-	}
-	_, err := tx.Exec(ctx, b.String(), args...)
-	return err
 }
 
 // busyConstraint returns the name of the active-membership index err
