@@ -19,6 +19,10 @@ func (s *Service) wake() {
 	case s.wakeups <- struct{}{}:
 	default:
 	}
+	select {
+	case s.rolloutWakeups <- struct{}{}:
+	default:
+	}
 }
 
 // Wake nudges the scheduler: something may let an operation advance. Called
@@ -44,47 +48,73 @@ func NewScheduler(svc *Service, interval time.Duration) *Scheduler {
 	return &Scheduler{svc: svc, interval: interval}
 }
 
-// Start runs the scheduler until Stop or ctx ends.
+// Start runs the scheduler until Stop or ctx ends: two loops, one visiting
+// the due operations and one driving the due rollouts, each at least every
+// interval and sooner when woken. Rollouts have a loop of their own so that
+// a wave is published, and its members' results counted, without waiting
+// for a pass over thousands of operations.
 func (sc *Scheduler) Start(ctx context.Context) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	ctx, sc.cancel = context.WithCancel(ctx)
 	sc.done = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer close(sc.done)
-		t := time.NewTicker(sc.interval)
-		defer t.Stop()
-		down := false // the database was unavailable at the last pass
-		for {
-			pass, cancel := context.WithTimeout(ctx, passTimeout)
-			_, err := sc.RunOnce(pass)
-			cancel()
-			switch {
-			case ctx.Err() != nil:
-			case collided(err):
-				// Not an outage: the next pass tries again.
-				sc.svc.log.InfoContext(ctx, "scheduler pass collided with a concurrent change; retrying at the next pass", "error", err)
-			case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE:
-				// One line per outage, not one per pass: the server
-				// answers 503 and reports not-ready meanwhile.
-				if !down {
-					sc.svc.log.WarnContext(ctx, "scheduler paused: the database is unavailable; retrying every pass", "error", err)
-				}
-				down = true
-			case err != nil:
-				sc.svc.log.ErrorContext(ctx, "scheduler pass failed", "error", err)
-			case down:
-				sc.svc.log.InfoContext(ctx, "scheduler resumed: the database is reachable again")
-				down = false
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			case <-sc.svc.wakeups:
-			}
-		}
+		defer wg.Done()
+		sc.loop(ctx, "scheduler", func(ctx context.Context) error {
+			_, err := sc.runOperations(ctx)
+			return err
+		}, sc.svc.wakeups)
 	}()
+	go func() {
+		defer wg.Done()
+		sc.loop(ctx, "rollout driver", func(ctx context.Context) error {
+			_, err := sc.svc.DriveRollouts(ctx)
+			return err
+		}, sc.svc.rolloutWakeups)
+	}()
+	go func() {
+		wg.Wait()
+		close(sc.done)
+	}()
+}
+
+// loop runs pass until ctx ends, once per interval or wake-up, logging
+// what fails (an outage once).
+func (sc *Scheduler) loop(ctx context.Context, name string, pass func(context.Context) error, wakeups <-chan struct{}) {
+	t := time.NewTicker(sc.interval)
+	defer t.Stop()
+	down := false // the database was unavailable at the last pass
+	for {
+		pctx, cancel := context.WithTimeout(ctx, passTimeout)
+		err := pass(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+		case collided(err):
+			// Not an outage: the next pass tries again.
+			sc.svc.log.InfoContext(ctx, name+" pass collided with a concurrent change; retrying at the next pass", "error", err)
+		case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE:
+			// One line per outage, not one per pass: the server answers
+			// 503 and reports not-ready meanwhile.
+			if !down {
+				sc.svc.log.WarnContext(ctx, name+" paused: the database is unavailable; retrying every pass", "error", err)
+			}
+			down = true
+		case err != nil:
+			sc.svc.log.ErrorContext(ctx, name+" pass failed", "error", err)
+		case down:
+			sc.svc.log.InfoContext(ctx, name+" resumed: the database is reachable again")
+			down = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-wakeups:
+		}
+	}
 }
 
 // passTimeout bounds one scheduler pass, visitTimeout one visit of an
@@ -134,6 +164,20 @@ const visitConcurrency = 4
 // next pass; the others are still visited. Returns EUNAVAILABLE, ending the
 // pass, when the database is unavailable.
 func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
+	n, err := sc.runOperations(ctx)
+	if err != nil {
+		return n, err
+	}
+	// Then the rollouts: their members' operations just advanced.
+	if _, err := sc.svc.DriveRollouts(ctx); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// runOperations visits every due active operation once (RunOnce's first
+// part, the operations loop's pass).
+func (sc *Scheduler) runOperations(ctx context.Context) (int, error) {
 	ids, err := sc.svc.store.ActiveOperations(ctx, 1000, sc.svc.now().UTC())
 	if err != nil {
 		return 0, err
@@ -158,14 +202,7 @@ func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
 	if ctx.Err() != nil {
 		return n, ctx.Err() // stopped: not a failure of the operations
 	}
-	if err != nil {
-		return n, err // no other operation can advance either
-	}
-	// Then the rollouts: their members' operations just advanced.
-	if _, err := sc.svc.DriveRollouts(ctx); err != nil {
-		return n, err
-	}
-	return n, nil
+	return n, err // an error: no other operation can advance either
 }
 
 // visitOperation visits operation id once and reports whether it was

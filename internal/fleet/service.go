@@ -218,6 +218,8 @@ type Service struct {
 	log     *slog.Logger
 	cache   *manifestCache
 	wakeups chan struct{}
+	// rolloutWakeups nudges the rollout driver's loop (wake nudges both).
+	rolloutWakeups chan struct{}
 	// versions remembers the catalog versions of creations (versionCache).
 	versions *versionCache
 	batcher  *batcher
@@ -238,7 +240,7 @@ const specCacheSize = 1024
 
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1),
+	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1), rolloutWakeups: make(chan struct{}, 1),
 		batcher: newBatcher(store, now, log), versions: newVersionCache(), specs: margo.NewSpecCache(specCacheSize), leaseOwner: newUUID(),
 		candidatePage: candidatePage}
 }
