@@ -47,6 +47,16 @@ func (r Role) Valid() bool { return r.rank() > 0 }
 // Allows reports whether a token of role r may do what needs role need.
 func (r Role) Allows(need Role) bool { return r.rank() >= need.rank() && need.Valid() }
 
+// EventVisibility is which events a token of role r may read: an admin
+// every event, a viewer or operator those of lifecycle.VisibilityViewer
+// (as they may read the fleet but not tokens or clients).
+func (r Role) EventVisibility() lifecycle.Visibility {
+	if r == Admin {
+		return lifecycle.VisibilityAdmin
+	}
+	return lifecycle.VisibilityViewer
+}
+
 // BootstrapID is the id of the admin token that comes from configuration.
 const BootstrapID = "bootstrap"
 
