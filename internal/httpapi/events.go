@@ -302,8 +302,8 @@ type sseStream struct {
 func (ss sseStream) VisitListEventsResponse(w http.ResponseWriter) error {
 	defer ss.stream.Close()
 	rc := http.NewResponseController(w)
-	// Exempt from the server's read and write timeouts (a read timeout
-	// would cancel the request's context); each write has its own deadline.
+	// Exempt from the server's read and write timeouts (WriteTimeout would
+	// cut the stream after a minute); each write has its own deadline.
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Now().Add(ss.writeTimeout))
 	h := w.Header()
