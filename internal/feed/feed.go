@@ -2,8 +2,11 @@
 // shared reader polls the event log (EventLog.EventsAfter) and fans each
 // event out to the streams that want it, each filtering in memory, each with
 // a bounded queue. A hundred streams thus cost one query per poll, not a
-// hundred, and a stream that does not keep up is ended (its consumer resumes
-// with its last id) rather than buffered without bound.
+// hundred, and a stream that does not keep up is never buffered without
+// bound: when its queue is full, it stops receiving from the shared reader
+// and reads the log on its own, a page at a time, as far as its consumer
+// takes them (a consumer that stops reading is disconnected by its
+// writer's deadline, and resumes with its last id).
 //
 // A stream that starts behind the shared reader (it resumes from an older
 // id) catches up with queries of its own, then joins the fan-out; see
@@ -41,8 +44,8 @@ const (
 	DefaultMaxStreams = 256
 	defaultBatch      = 1000
 	// catchUpPage is how many events a stream reads per query while it
-	// catches up.
-	catchUpPage = 500
+	// catches up (at most 400 KiB of bodies).
+	catchUpPage = 100
 )
 
 // Config configures a Hub.
@@ -56,10 +59,11 @@ type Config struct {
 	// wakes it (Wake); 0 means DefaultPoll. Each poll is one indexed query
 	// that usually finds nothing.
 	Poll time.Duration
-	// Buffer is how many events a live stream may have queued; a stream
-	// whose queue is full when an event comes is ended (ErrSlow). 0 means
-	// DefaultBuffer. Memory per stream is bounded by Buffer events of at
-	// most lifecycle.MaxEventBody bytes of body.
+	// Buffer is how many events a stream may have queued; a stream whose
+	// queue is full when an event comes falls back to reading the log on
+	// its own (see Stream.Next). 0 means DefaultBuffer. Memory per stream
+	// is bounded by Buffer plus one page of events of at most
+	// lifecycle.MaxEventBody bytes of body.
 	Buffer int
 	// MaxStreams bounds the streams open at once (Open answers ErrFull
 	// beyond); 0 means DefaultMaxStreams.
@@ -71,8 +75,6 @@ type Config struct {
 
 // Errors that end a stream (Stream.Next) or refuse one (Hub.Open).
 var (
-	// ErrSlow: the consumer did not read fast enough and its queue filled.
-	ErrSlow = errors.New("the stream's consumer is too slow: its queue is full; resume after the last id received")
 	// ErrTokenEnded: the stream's token was revoked or expired.
 	ErrTokenEnded = errors.New("the stream's token is no longer valid")
 	// ErrClosed: the server is shutting down.
@@ -213,8 +215,8 @@ type Stats struct {
 	// Head is the last event id the shared reader has read.
 	Head int64
 	// Streams is the number of open streams; Joined of those receiving from
-	// the shared reader (the others are catching up on their own); Live of
-	// those caught up (a full queue ends them).
+	// the shared reader; Live of those caught up (the others read the log on
+	// their own until they are).
 	Streams, Joined, Live int
 	// Queued is the number of events waiting in streams' queues.
 	Queued int
@@ -292,11 +294,8 @@ func (h *Hub) RunOnce(ctx context.Context) (int, error) {
 			select {
 			case s.ch <- e:
 			default:
-				if s.live {
-					h.endLocked(s, ErrSlow)
-				} else {
-					s.overflowed = true // still catching up: it reads again (Next)
-				}
+				// Full: it reads on its own until it catches up (Next).
+				s.overflowed, s.live = true, false
 			}
 		}
 	}
@@ -325,8 +324,8 @@ type Stream struct {
 
 	// Under h.mu.
 	joined     bool  // receives from the shared reader
-	live       bool  // caught up: a full queue ends it
-	overflowed bool  // its queue filled while it caught up
+	live       bool  // caught up: reads only its queue
+	overflowed bool  // its queue filled: it reads on its own
 	err        error // why it ended
 
 	// Owned by the stream's goroutine.
@@ -384,8 +383,8 @@ func (s *Stream) Close() {
 	s.h.endLocked(s, errClientClosed)
 }
 
-// Done is closed when the stream is ended by the hub (ErrSlow,
-// ErrTokenEnded, ErrClosed, ErrBehind) or closed.
+// Done is closed when the stream is ended by the hub (ErrTokenEnded,
+// ErrClosed, ErrBehind) or closed.
 func (s *Stream) Done() <-chan struct{} { return s.done }
 
 // Err returns why the stream ended, nil while it runs.
@@ -398,10 +397,13 @@ func (s *Stream) Err() error {
 // Next returns the next events, in id order, waiting up to wait for some;
 // none (and no error) when wait passed without any.
 //
-// Returns the reason the stream ended (ErrSlow, ErrTokenEnded, ErrClosed,
+// Returns the reason the stream ended (ErrTokenEnded, ErrClosed,
 // ErrBehind), ctx's error, or an error if the log cannot be read.
 //
-// A stream behind the shared reader reads on its own (catchUp). When a read
+// A stream behind the shared reader (it resumed from an older id, or its
+// queue filled because its consumer read slower than events came) reads on
+// its own (catchUp), a page per call, so that it holds at most a page and
+// its queue whatever its consumer's pace. When a read
 // comes back short (it reached the log's readable end), the stream joins the
 // fan-out and reads once more: every event the shared reader had fanned out
 // before the join has an id at or below its head then, and that later read's

@@ -71,8 +71,9 @@ type envOptions struct {
 	// streams, if not nil, serves event streams with a hub of this
 	// configuration (Reader and Logger filled in), which the test drives
 	// with RunOnce (it is not started); heartbeat is the streams'.
-	streams   *feed.Config
-	heartbeat time.Duration
+	streams      *feed.Config
+	heartbeat    time.Duration
+	writeTimeout time.Duration
 	// server, if not nil, configures the management face's server before it
 	// starts (timeouts).
 	server func(*http.Server)
@@ -113,7 +114,7 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 	_, err := acc.Bootstrap(t.Context(), adminToken)
 	require.NoError(t, err)
 	ids := identity.Config{TrustDomain: "example.org", WFMID: "wfm-test"}
-	events := httpapi.EventsConfig{Log: postgres.NewEventLog(pool), Heartbeat: o.heartbeat}
+	events := httpapi.EventsConfig{Log: postgres.NewEventLog(pool), Heartbeat: o.heartbeat, WriteTimeout: o.writeTimeout}
 	if o.streams != nil {
 		cfg := *o.streams
 		cfg.Reader, cfg.Logger = events.Log, log

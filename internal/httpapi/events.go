@@ -31,7 +31,8 @@ type EventsConfig struct {
 	// often a stream re-checks its token; 0 means DefaultHeartbeat.
 	Heartbeat time.Duration
 	// WriteTimeout bounds each write to a stream's connection (streams are
-	// exempt from the server's write timeout); 0 means 30 s.
+	// exempt from the server's write timeout): a consumer that stops reading
+	// is disconnected when a write cannot complete within it; 0 means 30 s.
 	WriteTimeout time.Duration
 }
 
@@ -314,13 +315,19 @@ func (ss sseStream) VisitListEventsResponse(w http.ResponseWriter) error {
 	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil || rc.Flush() != nil {
 		return nil
 	}
-	// When the hub ends the stream (slow consumer, shutdown, revoked token)
-	// while a write is blocked on a consumer that does not read, cut it.
+	// When the hub ends the stream (shutdown, revoked token) while a write
+	// is blocked on a consumer that does not read, cut it.
 	finished := make(chan struct{})
 	defer close(finished)
 	go func() {
 		select {
 		case <-ss.stream.Done():
+			// The handler ends the stream cleanly unless a write is stuck.
+			select {
+			case <-finished:
+				return
+			case <-time.After(time.Second):
+			}
 			_ = rc.SetWriteDeadline(time.Now())
 		case <-finished:
 		}

@@ -514,7 +514,7 @@ func TestEventStreamBeyondRetentionIsGone(t *testing.T) {
 func TestSlowConsumerIsDisconnected(t *testing.T) {
 	t.Parallel()
 	const buffer = 8
-	e := streamEnv(t, feed.Config{Buffer: buffer}, envOptions{})
+	e := streamEnv(t, feed.Config{Buffer: buffer}, envOptions{writeTimeout: 200 * time.Millisecond})
 	// A consumer that reads the answer's head, then nothing.
 	stalled := get(t, e.mgmtURL, adminToken, "/mgmt/v1/events", "Accept", "text/event-stream")
 	defer stalled.Body.Close()
@@ -539,10 +539,10 @@ func TestSlowConsumerIsDisconnected(t *testing.T) {
 		maxQueued = max(maxQueued, e.hub.Stats().Queued)
 		require.True(t, time.Now().Before(deadline), "events not read")
 	}
-	st := e.hub.Stats()
 	assert.LessOrEqual(t, maxQueued, buffer, "the server queues at most Buffer events per stream")
-	assert.Equal(t, 0, st.Streams, "the slow stream was ended")
-	assert.Equal(t, 0, st.Queued)
+	// Its writes stall: it is disconnected at its write deadline.
+	waitFor(t, "the slow stream was ended", func() bool { return e.hub.Stats().Streams == 0 })
+	assert.Equal(t, 0, e.hub.Stats().Queued)
 	// The consumer finds the end of the stream after what the sockets held.
 	drained := make(chan int64)
 	go func() {
@@ -723,4 +723,26 @@ func TestEventStreamsAreBoundedAndEndAtShutdown(t *testing.T) {
 
 func httpapiProblem(slug string) string {
 	return "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#" + slug
+}
+
+func TestBurstBeyondTheQueueIsReadFromTheLog(t *testing.T) {
+	t.Parallel()
+	e := streamEnv(t, feed.Config{Buffer: 4}, envOptions{})
+	s := openSSE(t, e.mgmtURL, adminToken, "")
+	waitFor(t, "the stream joined the fan-out", func() bool { return e.hub.Stats().Live == 1 })
+	// 300 events in one batch of the shared reader: its queue of 4 fills,
+	// and the stream reads the rest on its own, then joins again.
+	evs := make([]lifecycle.Event, 300)
+	for i := range evs {
+		evs[i] = event(t, dep1, lifecycle.DeploymentStateChangedBody{To: lifecycle.StateInstalling, Cause: "report", Revision: i})
+	}
+	commit(t, e.pool, evs...)
+	pump(t, e.hub, evs[len(evs)-1].ID)
+	for i, f := range s.events(t, len(evs)) {
+		require.Equal(t, strconv.FormatInt(evs[i].ID, 10), f.id, "event %d", i)
+	}
+	more := commit(t, e.pool, event(t, dep2, lifecycle.DeploymentStateChangedBody{To: lifecycle.StatePending, Cause: "operator"}))
+	pump(t, e.hub, more[0].ID)
+	assert.Equal(t, strconv.FormatInt(more[0].ID, 10), s.next(t).id)
+	assert.Equal(t, 1, e.hub.Stats().Streams, "still connected")
 }
