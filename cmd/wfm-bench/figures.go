@@ -78,6 +78,7 @@ func allGroups() []group {
 		{"batch", batchFigures},
 		{"poll", pollFigures},
 		{"status", statusFigures},
+		{"sse", sseFigures},
 		{"rollout", rolloutFigures},
 		{"fleet", fleetFigures},
 	}

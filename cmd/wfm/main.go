@@ -392,7 +392,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// of each important domain event. Streams end before HTTP drains; the
 	// reader stops after it.
 	eventLog := postgres.NewEventLog(pool)
-	hub := feed.New(feed.Config{Reader: eventLog, Logger: log, MaxStreams: c.eventStreams})
+	hub := feed.New(feed.Config{Reader: eventLog, Logger: log, MaxStreams: c.eventStreams, Encode: httpapi.SSEFrame})
 	if err := hub.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}

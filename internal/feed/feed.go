@@ -42,7 +42,9 @@ const (
 	DefaultPoll       = 100 * time.Millisecond
 	DefaultBuffer     = 256
 	DefaultMaxStreams = 256
-	defaultBatch      = 1000
+	// drainWait bounds how long the shared reader waits, in a burst, for
+	// the streams' queues to be half empty before the next batch.
+	drainWait = 50 * time.Millisecond
 	// catchUpPage is how many events a stream reads per query while it
 	// catches up (at most 400 KiB of bodies).
 	catchUpPage = 100
@@ -68,8 +70,11 @@ type Config struct {
 	// MaxStreams bounds the streams open at once (Open answers ErrFull
 	// beyond); 0 means DefaultMaxStreams.
 	MaxStreams int
+	// Encode, when not nil, renders an event as its streams write it; the
+	// shared reader renders each event once for all streams (Item.Encoded).
+	Encode func(lifecycle.Event) ([]byte, error)
 	// Batch is how many events the shared reader reads per query; 0 means
-	// 1000.
+	// Buffer (a batch fits an empty queue).
 	Batch int
 }
 
@@ -90,11 +95,20 @@ var (
 	errClientClosed = errors.New("stream closed")
 )
 
+// Item is one event a stream delivers, with its rendering by
+// Config.Encode when the shared reader made it (nil otherwise: the stream
+// read it on its own).
+type Item struct {
+	Event   lifecycle.Event
+	Encoded []byte
+}
+
 // Hub is the shared reader and the set of streams of one process. Start it,
 // Open streams, CloseStreams before the HTTP server drains, Stop at the end.
 type Hub struct {
-	cfg  Config
-	wake chan struct{}
+	cfg     Config
+	wake    chan struct{}
+	drained chan struct{} // a stream took events from its queue
 
 	mu      sync.Mutex
 	head    int64 // the last id the shared reader has read (and fanned out)
@@ -118,9 +132,9 @@ func New(cfg Config) *Hub {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
 	if cfg.Batch <= 0 {
-		cfg.Batch = defaultBatch
+		cfg.Batch = cfg.Buffer
 	}
-	return &Hub{cfg: cfg, wake: make(chan struct{}, 1), streams: map[*Stream]struct{}{}}
+	return &Hub{cfg: cfg, wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), streams: map[*Stream]struct{}{}}
 }
 
 // Start starts the shared reader, which runs until Stop. It starts at the
@@ -151,7 +165,11 @@ func (h *Hub) Start(ctx context.Context) error {
 				failing = false
 			}
 			if err == nil && n == h.cfg.Batch {
-				continue // more are waiting
+				// More are waiting: give the streams a moment to empty
+				// their queues, so that a burst goes through the fan-out
+				// rather than overflowing into each stream's own reads.
+				h.awaitDrain(ctx, drainWait)
+				continue
 			}
 			t := time.NewTimer(h.cfg.Poll)
 			select {
@@ -281,18 +299,24 @@ func (h *Hub) RunOnce(ctx context.Context) (int, error) {
 	if len(events) == 0 {
 		return 0, nil
 	}
-	for _, e := range events {
+	items := make([]Item, len(events))
+	for i, e := range events {
 		logLine(ctx, h.cfg.Logger, e)
+		items[i].Event = e
+		if h.cfg.Encode != nil {
+			items[i].Encoded, _ = h.cfg.Encode(e) // nil on failure: the stream renders it (and reports the failure)
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, e := range events {
+	for _, it := range items {
+		e := it.Event
 		for s := range h.streams {
 			if !s.joined || s.overflowed || !s.filter.Matches(e) {
 				continue
 			}
 			select {
-			case s.ch <- e:
+			case s.ch <- it:
 			default:
 				// Full: it reads on its own until it catches up (Next).
 				s.overflowed, s.live = true, false
@@ -301,6 +325,31 @@ func (h *Hub) RunOnce(ctx context.Context) (int, error) {
 	}
 	h.head = events[len(events)-1].ID
 	return len(events), nil
+}
+
+// awaitDrain waits until every live stream's queue is at most half full,
+// or wait passed, or ctx ended.
+func (h *Hub) awaitDrain(ctx context.Context, wait time.Duration) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		h.mu.Lock()
+		full := false
+		for s := range h.streams {
+			full = full || (s.live && len(s.ch) > cap(s.ch)/2)
+		}
+		h.mu.Unlock()
+		if !full {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case <-h.drained:
+		}
+	}
 }
 
 // endLocked ends s with err (once); h.mu is held.
@@ -319,7 +368,7 @@ type Stream struct {
 	h       *Hub
 	filter  lifecycle.EventFilter
 	tokenID string
-	ch      chan lifecycle.Event
+	ch      chan Item
 	done    chan struct{}
 
 	// Under h.mu.
@@ -330,7 +379,7 @@ type Stream struct {
 
 	// Owned by the stream's goroutine.
 	cursor  int64
-	pending []lifecycle.Event
+	pending []Item
 }
 
 // Open opens a stream for token tokenID of the events that match f after
@@ -342,7 +391,7 @@ type Stream struct {
 // (with resumeAfter) if retention deleted events after after, and an error
 // if the log cannot be read.
 func (h *Hub) Open(ctx context.Context, tokenID string, f lifecycle.EventFilter, after int64, fromEnd bool) (*Stream, error) {
-	s := &Stream{h: h, filter: f, tokenID: tokenID, ch: make(chan lifecycle.Event, h.cfg.Buffer), done: make(chan struct{})}
+	s := &Stream{h: h, filter: f, tokenID: tokenID, ch: make(chan Item, h.cfg.Buffer), done: make(chan struct{})}
 	h.mu.Lock()
 	switch {
 	case h.closed:
@@ -410,7 +459,7 @@ func (s *Stream) Err() error {
 // gate (the oldest running transaction, which never moves back) is above
 // that head, so the read covers them; every event after the join is queued.
 // Overlap is dropped by id (the cursor), so nothing is skipped or repeated.
-func (s *Stream) Next(ctx context.Context, wait time.Duration) ([]lifecycle.Event, error) {
+func (s *Stream) Next(ctx context.Context, wait time.Duration) ([]Item, error) {
 	if len(s.pending) > 0 {
 		evs := s.pending
 		s.pending = nil
@@ -429,15 +478,19 @@ func (s *Stream) Next(ctx context.Context, wait time.Duration) ([]lifecycle.Even
 	defer t.Stop()
 	for {
 		select {
-		case e := <-s.ch:
-			evs := s.keep(nil, e)
+		case it := <-s.ch:
+			evs := s.keep(nil, it)
 			for more := true; more && len(evs) < cap(s.ch); {
 				select {
-				case e := <-s.ch:
-					evs = s.keep(evs, e)
+				case it := <-s.ch:
+					evs = s.keep(evs, it)
 				default:
 					more = false
 				}
+			}
+			select {
+			case s.h.drained <- struct{}{}:
+			default:
 			}
 			if len(evs) > 0 {
 				return evs, nil
@@ -458,18 +511,18 @@ func (s *Stream) isLive() bool {
 	return s.live
 }
 
-// keep appends e unless it was delivered already, and moves the cursor.
-func (s *Stream) keep(evs []lifecycle.Event, e lifecycle.Event) []lifecycle.Event {
-	if e.ID <= s.cursor {
-		return evs
+// keep appends it unless it was delivered already, and moves the cursor.
+func (s *Stream) keep(items []Item, it Item) []Item {
+	if it.Event.ID <= s.cursor {
+		return items
 	}
-	s.cursor = e.ID
-	return append(evs, e)
+	s.cursor = it.Event.ID
+	return append(items, it)
 }
 
 // catchUp reads the next events on the stream's own until it is live (see
 // Next); it returns as soon as it has events.
-func (s *Stream) catchUp(ctx context.Context) ([]lifecycle.Event, error) {
+func (s *Stream) catchUp(ctx context.Context) ([]Item, error) {
 	for {
 		if err := s.Err(); err != nil {
 			return nil, err
@@ -482,7 +535,7 @@ func (s *Stream) catchUp(ctx context.Context) ([]lifecycle.Event, error) {
 			s.cursor = evs[len(evs)-1].ID
 		}
 		if len(evs) == catchUpPage {
-			return evs, nil
+			return items(evs), nil
 		}
 		s.h.mu.Lock()
 		switch {
@@ -502,7 +555,16 @@ func (s *Stream) catchUp(ctx context.Context) ([]lifecycle.Event, error) {
 		live := s.live
 		s.h.mu.Unlock()
 		if live || len(evs) > 0 {
-			return evs, nil
+			return items(evs), nil
 		}
 	}
+}
+
+// items wraps events read by a stream on its own (not rendered).
+func items(evs []lifecycle.Event) []Item {
+	out := make([]Item, len(evs))
+	for i, e := range evs {
+		out[i].Event = e
+	}
+	return out
 }

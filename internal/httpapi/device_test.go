@@ -117,7 +117,7 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 	events := httpapi.EventsConfig{Log: postgres.NewEventLog(pool), Heartbeat: o.heartbeat, WriteTimeout: o.writeTimeout}
 	if o.streams != nil {
 		cfg := *o.streams
-		cfg.Reader, cfg.Logger = events.Log, log
+		cfg.Reader, cfg.Logger, cfg.Encode = events.Log, log, httpapi.SSEFrame
 		events.Hub = feed.New(cfg)
 	}
 	var idem httpapi.IdempotencyStore = postgres.NewAccessStore(pool)

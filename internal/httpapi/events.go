@@ -81,6 +81,20 @@ func EventJSON(e lifecycle.Event) ([]byte, error) {
 	return out, nil
 }
 
+// SSEFrame renders e as one Server-Sent Event: its id, its type as the
+// event name and its JSON (EventJSON) as one data line. The process's
+// shared stream reader renders each event once for all its streams
+// (feed.Config.Encode).
+//
+// Returns an error if the body is not valid JSON.
+func SSEFrame(e lifecycle.Event) ([]byte, error) {
+	b, err := EventJSON(e)
+	if err != nil {
+		return nil, err
+	}
+	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", e.ID, e.Type, b), nil
+}
+
 // eventQueryParams are the query parameters GET /mgmt/v1/events takes;
 // any other is refused.
 var eventQueryParams = map[string]bool{"type": true, "application": true, "deployment": true, "rollout": true,
@@ -340,13 +354,15 @@ func (ss sseStream) VisitListEventsResponse(w http.ResponseWriter) error {
 			return nil
 		}
 		var buf []byte
-		for _, e := range events {
-			b, err := EventJSON(e)
-			if err != nil {
-				ss.s.log.ErrorContext(ss.ctx, "event stream: encode", "error", err)
-				return nil
+		for _, it := range events {
+			frame := it.Encoded
+			if frame == nil {
+				if frame, err = SSEFrame(it.Event); err != nil {
+					ss.s.log.ErrorContext(ss.ctx, "event stream: encode", "error", err)
+					return nil
+				}
 			}
-			buf = fmt.Appendf(buf, "id: %d\nevent: %s\ndata: %s\n\n", e.ID, e.Type, b)
+			buf = append(buf, frame...)
 		}
 		if len(events) == 0 {
 			buf = append(buf, ": heartbeat\n\n"...)
