@@ -40,10 +40,10 @@ type Reader interface {
 // Defaults of Config.
 const (
 	DefaultPoll       = 100 * time.Millisecond
-	DefaultBuffer     = 256
+	DefaultBuffer     = 1024
 	DefaultMaxStreams = 256
 	// drainWait bounds how long the shared reader waits, in a burst, for
-	// the streams' queues to be half empty before the next batch.
+	// the streams' queues to have room for the next batch.
 	drainWait = 50 * time.Millisecond
 	// catchUpPage is how many events a stream reads per query while it
 	// catches up (at most 400 KiB of bodies).
@@ -63,9 +63,11 @@ type Config struct {
 	Poll time.Duration
 	// Buffer is how many events a stream may have queued; a stream whose
 	// queue is full when an event comes falls back to reading the log on
-	// its own (see Stream.Next). 0 means DefaultBuffer. Memory per stream
-	// is bounded by Buffer plus one page of events of at most
-	// lifecycle.MaxEventBody bytes of body.
+	// its own (see Stream.Next). 0 means DefaultBuffer. Queued events are
+	// shared by every stream (a queue entry is about 150 bytes of
+	// references): the events held are at most the last Buffer the shared
+	// reader read, plus a page per stream reading on its own, each of at
+	// most lifecycle.MaxEventBody bytes of body.
 	Buffer int
 	// MaxStreams bounds the streams open at once (Open answers ErrFull
 	// beyond); 0 means DefaultMaxStreams.
@@ -74,7 +76,7 @@ type Config struct {
 	// shared reader renders each event once for all streams (Item.Encoded).
 	Encode func(lifecycle.Event) ([]byte, error)
 	// Batch is how many events the shared reader reads per query; 0 means
-	// Buffer (a batch fits an empty queue).
+	// a quarter of Buffer (a burst fills a queue a batch at a time).
 	Batch int
 }
 
@@ -132,7 +134,7 @@ func New(cfg Config) *Hub {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
 	if cfg.Batch <= 0 {
-		cfg.Batch = cfg.Buffer
+		cfg.Batch = max(1, cfg.Buffer/4)
 	}
 	return &Hub{cfg: cfg, wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), streams: map[*Stream]struct{}{}}
 }
@@ -327,7 +329,7 @@ func (h *Hub) RunOnce(ctx context.Context) (int, error) {
 	return len(events), nil
 }
 
-// awaitDrain waits until every live stream's queue is at most half full,
+// awaitDrain waits until every live stream's queue has room for a batch,
 // or wait passed, or ctx ended.
 func (h *Hub) awaitDrain(ctx context.Context, wait time.Duration) {
 	t := time.NewTimer(wait)
@@ -336,7 +338,7 @@ func (h *Hub) awaitDrain(ctx context.Context, wait time.Duration) {
 		h.mu.Lock()
 		full := false
 		for s := range h.streams {
-			full = full || (s.live && len(s.ch) > cap(s.ch)/2)
+			full = full || (s.live && len(s.ch) > cap(s.ch)-h.cfg.Batch)
 		}
 		h.mu.Unlock()
 		if !full {
@@ -534,12 +536,20 @@ func (s *Stream) catchUp(ctx context.Context) ([]Item, error) {
 		if len(evs) > 0 {
 			s.cursor = evs[len(evs)-1].ID
 		}
-		if len(evs) == catchUpPage {
-			return items(evs), nil
-		}
 		s.h.mu.Lock()
 		switch {
 		case s.err != nil:
+		case s.h.ready && s.cursor >= s.h.head:
+			// Every event the shared reader has fanned out is at or below
+			// its head, so this stream has delivered or read it: it joins
+			// (again), and takes only what comes next. Its queue holds only
+			// events at or below the head.
+			s.joined, s.live, s.overflowed = true, true, false
+			for len(s.ch) > 0 {
+				<-s.ch
+			}
+		case len(evs) == catchUpPage:
+			// More to read on its own.
 		case !s.joined:
 			s.joined = true
 		case s.overflowed:
