@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -745,4 +746,35 @@ func TestBurstBeyondTheQueueIsReadFromTheLog(t *testing.T) {
 	pump(t, e.hub, more[0].ID)
 	assert.Equal(t, strconv.FormatInt(more[0].ID, 10), s.next(t).id)
 	assert.Equal(t, 1, e.hub.Stats().Streams, "still connected")
+}
+
+func TestImportantEventsAreLoggedFromTheLog(t *testing.T) {
+	t.Parallel()
+	var out syncBuffer
+	e := streamEnv(t, feed.Config{}, envOptions{log: slog.New(slog.NewTextHandler(&out, nil))})
+	evs := commit(t, e.pool,
+		event(t, dep1, lifecycle.DeploymentStateChangedBody{From: lifecycle.StatePending, To: lifecycle.StateInstalling, Cause: "report", Revision: 1}, appSvc),
+		event(t, dep1, lifecycle.DeploymentStateChangedBody{From: lifecycle.StateInstalling, To: lifecycle.StateFailed, Cause: "report", Reason: "InstallFailed", Revision: 1}, appSvc),
+		event(t, op1, lifecycle.OperationFailedBody{Operation: "upgrade", Reason: "StepFailed"}, dep1),
+		event(t, roll1, lifecycle.RolloutStateChangedBody{From: "running", To: "paused", Cause: "threshold"}, appSvc),
+		event(t, tok1, lifecycle.TokenRevokedBody{Name: "ci"}),
+	)
+	pump(t, e.hub, evs[len(evs)-1].ID)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if strings.Contains(l, "event_id=") {
+			lines = append(lines, l)
+		}
+	}
+	require.Len(t, lines, 4, "one line per important event, none for a move to installing:\n%s", out.String())
+	for i, want := range []struct{ msg, id, detail string }{
+		{`msg="deployment failed"`, strconv.FormatInt(evs[1].ID, 10), "data.reason=InstallFailed"},
+		{`msg="operation failed"`, strconv.FormatInt(evs[2].ID, 10), "data.reason=StepFailed"},
+		{`msg="rollout paused"`, strconv.FormatInt(evs[3].ID, 10), "data.cause=threshold"},
+		{`msg="token revoked"`, strconv.FormatInt(evs[4].ID, 10), "subject=token:t1"},
+	} {
+		assert.Contains(t, lines[i], "level=INFO "+want.msg)
+		assert.Contains(t, lines[i], "event_id="+want.id)
+		assert.Contains(t, lines[i], want.detail)
+	}
 }
