@@ -514,7 +514,9 @@ func TestEventStreamBeyondRetentionIsGone(t *testing.T) {
 }
 
 func TestSlowConsumerIsDisconnected(t *testing.T) {
-	t.Parallel()
+	// Not parallel: run next to the other stream tests it was seen, once in
+	// a few runs, not to end within 30 s (not understood yet; see the
+	// stream helper's report).
 	const buffer = 8
 	e := streamEnv(t, feed.Config{Buffer: buffer}, envOptions{writeTimeout: 200 * time.Millisecond})
 	// A consumer that reads the answer's head, then nothing, with a small
