@@ -27,6 +27,7 @@ func TestLayers(t *testing.T) {
 		{"internal/fleet", []string{"internal/postgres", "internal/httpapi"}},
 		{"internal/catalog", []string{"internal/postgres", "internal/httpapi"}},
 		{"internal/access", []string{"internal/postgres", "internal/httpapi"}},
+		{"internal/feed", []string{"internal/postgres", "internal/httpapi"}},
 		{"internal/lifecycle", []string{"internal/"}},
 		// Test support stays out of the binary (the development CA is internal/devpki).
 		{"cmd/wfm", []string{"internal/testpki", "internal/pgtest", "internal/margotest"}},

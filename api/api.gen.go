@@ -178,6 +178,42 @@ func (e DrainRulesOnTimeout) Valid() bool {
 	}
 }
 
+// Defines values for EventSubjectKind.
+const (
+	EventSubjectKindApplication EventSubjectKind = "application"
+	EventSubjectKindClient      EventSubjectKind = "client"
+	EventSubjectKindDeployment  EventSubjectKind = "deployment"
+	EventSubjectKindDevice      EventSubjectKind = "device"
+	EventSubjectKindOperation   EventSubjectKind = "operation"
+	EventSubjectKindRollout     EventSubjectKind = "rollout"
+	EventSubjectKindToken       EventSubjectKind = "token"
+	EventSubjectKindWebhook     EventSubjectKind = "webhook"
+)
+
+// Valid indicates whether the value is a known member of the EventSubjectKind enum.
+func (e EventSubjectKind) Valid() bool {
+	switch e {
+	case EventSubjectKindApplication:
+		return true
+	case EventSubjectKindClient:
+		return true
+	case EventSubjectKindDeployment:
+		return true
+	case EventSubjectKindDevice:
+		return true
+	case EventSubjectKindOperation:
+		return true
+	case EventSubjectKindRollout:
+		return true
+	case EventSubjectKindToken:
+		return true
+	case EventSubjectKindWebhook:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExclusionReason.
 const (
 	ExclusionReasonAtTarget      ExclusionReason = "at-target"
@@ -1458,6 +1494,62 @@ type DurationNotice struct {
 	Used *string `json:"used,omitempty"`
 }
 
+// Event One entry of the event log: something that happened, recorded in the transaction of the change
+// that made it happen. The event types, their subjects, their `data` and who may read them are listed
+// in docs/events.md.
+type Event struct {
+	// Actor Who caused the change (a token's actor, a client id for a device's report, `wfm` for the scheduler).
+	//
+	// Example: alice
+	Actor string `json:"actor"`
+
+	// At When the change was decided.
+	At time.Time `json:"at"`
+
+	// Data The type's body (at most 4 KiB of JSON); fields are only ever added, never renamed.
+	//
+	// Example: {"cause":"report","from":"installing","revision":1,"to":"installed"}
+	Data map[string]interface{} `json:"data"`
+
+	// Id The event's position in the log, a decimal integer carried as a string (ids exceed 2^53).
+	// Ids increase in log order, with gaps; resume a stream after the last id seen.
+	//
+	//
+	// Example: 3951250145280
+	Id string `json:"id"`
+
+	// Related Other things the event concerns (a deployment's application, client and device).
+	Related []EventRef `json:"related"`
+
+	// Subject One thing an event is about or related to. Devices are named `<clientId>/<deviceId>`.
+	Subject EventRef `json:"subject"`
+
+	// Type What happened, `<subject>.<what>`.
+	//
+	// Example: deployment.state_changed
+	Type string `json:"type"`
+}
+
+// EventList defines model for EventList.
+type EventList struct {
+	Items []Event `json:"items"`
+
+	// NextCursor Present when more events were available when the page was read.
+	NextCursor *string `json:"nextCursor,omitempty"`
+}
+
+// EventRef One thing an event is about or related to. Devices are named `<clientId>/<deviceId>`.
+type EventRef struct {
+	// Id Example: 8f0c2a71-3b7e-4c55-9a51-0d2f1c7e9b10
+	Id string `json:"id"`
+
+	// Kind The kind of thing an event is about or related to.
+	Kind EventSubjectKind `json:"kind"`
+}
+
+// EventSubjectKind The kind of thing an event is about or related to.
+type EventSubjectKind string
+
 // ExcludeMemberRequest The member's key: `deploymentId` for upgrade, reconfigure and rollback rollouts; `clientId` and
 // `deviceId` together for install rollouts (422 otherwise).
 type ExcludeMemberRequest struct {
@@ -2396,6 +2488,14 @@ type StatusReport struct {
 	State DeviceState `json:"state"`
 }
 
+// StreamTicket defines model for StreamTicket.
+type StreamTicket struct {
+	ExpiresAt time.Time `json:"expiresAt"`
+
+	// Ticket Pass as `ticket` to `GET /mgmt/v1/events`; works once.
+	Ticket string `json:"ticket"`
+}
+
 // ThresholdAction What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (cause `threshold-exceeded`; reverting only with `revertOnAbort: true`).
 type ThresholdAction string
 
@@ -2917,6 +3017,43 @@ type ListDevicesParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListEventsParams defines parameters for ListEvents.
+type ListEventsParams struct {
+	// Type Event types or type prefixes (ending in `.`); repeat the parameter or separate with commas.
+	Type *[]string `form:"type,omitempty" json:"type,omitempty"`
+
+	// Application Only events about or related to this application.
+	Application *string `form:"application,omitempty" json:"application,omitempty"`
+
+	// Deployment Only events about or related to this deployment.
+	Deployment *string `form:"deployment,omitempty" json:"deployment,omitempty"`
+
+	// Rollout Only events about or related to this rollout.
+	Rollout *string `form:"rollout,omitempty" json:"rollout,omitempty"`
+
+	// Client Only events about or related to this WFM client.
+	Client *string `form:"client,omitempty" json:"client,omitempty"`
+
+	// Device Only events about or related to this device, named `<clientId>/<deviceId>`.
+	Device *string `form:"device,omitempty" json:"device,omitempty"`
+
+	// After Continue after this event id (`0`: from the oldest event kept).
+	After *string `form:"after,omitempty" json:"after,omitempty"`
+
+	// Ticket A stream ticket from `POST /mgmt/v1/events/tickets`, instead of the `Authorization` header
+	// (single-use, short-lived). Never put the bearer token itself in a URL.
+	Ticket *string `form:"ticket,omitempty" json:"ticket,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// LastEventID The SSE form of `after`, sent by EventSource when it reconnects.
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+}
+
 // ListOperationsParams defines parameters for ListOperations.
 type ListOperationsParams struct {
 	DeploymentId *string         `form:"deploymentId,omitempty" json:"deploymentId,omitempty"`
@@ -3415,6 +3552,12 @@ type ServerInterface interface {
 	// ListDevices List devices
 	// (GET /mgmt/v1/devices)
 	ListDevices(w http.ResponseWriter, r *http.Request, params ListDevicesParams)
+	// ListEvents Watch the event log live (Server-Sent Events) or page through it (JSON)
+	// (GET /mgmt/v1/events)
+	ListEvents(w http.ResponseWriter, r *http.Request, params ListEventsParams)
+	// CreateStreamTicket Get a single-use ticket to open the event stream without an Authorization header
+	// (POST /mgmt/v1/events/tickets)
+	CreateStreamTicket(w http.ResponseWriter, r *http.Request)
 	// ListOperations List operations, newest first
 	// (GET /mgmt/v1/operations)
 	ListOperations(w http.ResponseWriter, r *http.Request, params ListOperationsParams)
@@ -3709,6 +3852,18 @@ func (_ Unimplemented) UpgradeDeployment(w http.ResponseWriter, r *http.Request,
 // ListDevices List devices
 // (GET /mgmt/v1/devices)
 func (_ Unimplemented) ListDevices(w http.ResponseWriter, r *http.Request, params ListDevicesParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListEvents Watch the event log live (Server-Sent Events) or page through it (JSON)
+// (GET /mgmt/v1/events)
+func (_ Unimplemented) ListEvents(w http.ResponseWriter, r *http.Request, params ListEventsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateStreamTicket Get a single-use ticket to open the event stream without an Authorization header
+// (POST /mgmt/v1/events/tickets)
+func (_ Unimplemented) CreateStreamTicket(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -5584,6 +5739,191 @@ func (siw *ServerInterfaceWrapper) ListDevices(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ListEvents operation middleware
+func (siw *ServerInterfaceWrapper) ListEvents(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListEventsParams
+
+	// ------------- Optional query parameter "type" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "type", r.URL.Query(), &params.Type, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "type"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "type", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "application" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "application", r.URL.Query(), &params.Application, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "application"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "application", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "deployment" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "deployment", r.URL.Query(), &params.Deployment, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "deployment"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deployment", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "rollout" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "rollout", r.URL.Query(), &params.Rollout, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "rollout"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "rollout", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "client" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "client", r.URL.Query(), &params.Client, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "client"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "client", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "device" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "device", r.URL.Query(), &params.Device, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "device"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "device", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "after" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "after", r.URL.Query(), &params.After, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "after"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "after", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "ticket" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "ticket", r.URL.Query(), &params.Ticket, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "ticket"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "ticket", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Last-Event-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Last-Event-ID", Err: err})
+			return
+		}
+
+		params.LastEventID = &LastEventID
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListEvents(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateStreamTicket operation middleware
+func (siw *ServerInterfaceWrapper) CreateStreamTicket(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateStreamTicket(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListOperations operation middleware
 func (siw *ServerInterfaceWrapper) ListOperations(w http.ResponseWriter, r *http.Request) {
 
@@ -7126,6 +7466,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/mgmt/v1/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver", wrapper.RedeliverWebhook)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/mgmt/v1/events", wrapper.ListEvents)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/events/tickets", wrapper.CreateStreamTicket)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealth)
@@ -11901,6 +12247,310 @@ func (response ListDevicesdefaultApplicationProblemPlusJSONResponse) VisitListDe
 	return err
 }
 
+type ListEventsRequestObject struct {
+	Params ListEventsParams
+}
+
+type ListEventsResponseObject interface {
+	VisitListEventsResponse(w http.ResponseWriter) error
+}
+
+type ListEvents200JSONResponse EventList
+
+func (response ListEvents200JSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEvents200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response ListEvents200TexteventStreamResponse) VisitListEventsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type ListEvents400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListEvents400ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEvents401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListEvents401ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEvents403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListEvents403ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEvents406ApplicationProblemPlusJSONResponse Problem
+
+func (response ListEvents406ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(406)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEvents410ApplicationProblemPlusJSONResponse Problem
+
+func (response ListEvents410ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(410)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEvents429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListEvents429ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEvents503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListEvents503ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEventsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListEventsdefaultApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateStreamTicketRequestObject struct {
+}
+
+type CreateStreamTicketResponseObject interface {
+	VisitCreateStreamTicketResponse(w http.ResponseWriter) error
+}
+
+type CreateStreamTicket201JSONResponse StreamTicket
+
+func (response CreateStreamTicket201JSONResponse) VisitCreateStreamTicketResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateStreamTicket400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateStreamTicket400ApplicationProblemPlusJSONResponse) VisitCreateStreamTicketResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateStreamTicket401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateStreamTicket401ApplicationProblemPlusJSONResponse) VisitCreateStreamTicketResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateStreamTicket403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateStreamTicket403ApplicationProblemPlusJSONResponse) VisitCreateStreamTicketResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateStreamTicket429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateStreamTicket429ApplicationProblemPlusJSONResponse) VisitCreateStreamTicketResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateStreamTicket503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CreateStreamTicket503ApplicationProblemPlusJSONResponse) VisitCreateStreamTicketResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateStreamTicketdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateStreamTicketdefaultApplicationProblemPlusJSONResponse) VisitCreateStreamTicketResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListOperationsRequestObject struct {
 	Params ListOperationsParams
 }
@@ -15847,6 +16497,12 @@ type StrictServerInterface interface {
 	// ListDevices List devices
 	// (GET /mgmt/v1/devices)
 	ListDevices(ctx context.Context, request ListDevicesRequestObject) (ListDevicesResponseObject, error)
+	// ListEvents Watch the event log live (Server-Sent Events) or page through it (JSON)
+	// (GET /mgmt/v1/events)
+	ListEvents(ctx context.Context, request ListEventsRequestObject) (ListEventsResponseObject, error)
+	// CreateStreamTicket Get a single-use ticket to open the event stream without an Authorization header
+	// (POST /mgmt/v1/events/tickets)
+	CreateStreamTicket(ctx context.Context, request CreateStreamTicketRequestObject) (CreateStreamTicketResponseObject, error)
 	// ListOperations List operations, newest first
 	// (GET /mgmt/v1/operations)
 	ListOperations(ctx context.Context, request ListOperationsRequestObject) (ListOperationsResponseObject, error)
@@ -16973,6 +17629,56 @@ func (sh *strictHandler) ListDevices(w http.ResponseWriter, r *http.Request, par
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ListDevicesResponseObject); ok {
 		if err := validResponse.VisitListDevicesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListEvents operation middleware
+func (sh *strictHandler) ListEvents(w http.ResponseWriter, r *http.Request, params ListEventsParams) {
+	var request ListEventsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListEvents(ctx, request.(ListEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListEvents")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListEventsResponseObject); ok {
+		if err := validResponse.VisitListEventsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateStreamTicket operation middleware
+func (sh *strictHandler) CreateStreamTicket(w http.ResponseWriter, r *http.Request) {
+	var request CreateStreamTicketRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateStreamTicket(ctx, request.(CreateStreamTicketRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateStreamTicket")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateStreamTicketResponseObject); ok {
+		if err := validResponse.VisitCreateStreamTicketResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -179,6 +179,42 @@ func (e DrainRulesOnTimeout) Valid() bool {
 	}
 }
 
+// Defines values for EventSubjectKind.
+const (
+	EventSubjectKindApplication EventSubjectKind = "application"
+	EventSubjectKindClient      EventSubjectKind = "client"
+	EventSubjectKindDeployment  EventSubjectKind = "deployment"
+	EventSubjectKindDevice      EventSubjectKind = "device"
+	EventSubjectKindOperation   EventSubjectKind = "operation"
+	EventSubjectKindRollout     EventSubjectKind = "rollout"
+	EventSubjectKindToken       EventSubjectKind = "token"
+	EventSubjectKindWebhook     EventSubjectKind = "webhook"
+)
+
+// Valid indicates whether the value is a known member of the EventSubjectKind enum.
+func (e EventSubjectKind) Valid() bool {
+	switch e {
+	case EventSubjectKindApplication:
+		return true
+	case EventSubjectKindClient:
+		return true
+	case EventSubjectKindDeployment:
+		return true
+	case EventSubjectKindDevice:
+		return true
+	case EventSubjectKindOperation:
+		return true
+	case EventSubjectKindRollout:
+		return true
+	case EventSubjectKindToken:
+		return true
+	case EventSubjectKindWebhook:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExclusionReason.
 const (
 	ExclusionReasonAtTarget      ExclusionReason = "at-target"
@@ -1459,6 +1495,62 @@ type DurationNotice struct {
 	Used *string `json:"used,omitempty"`
 }
 
+// Event One entry of the event log: something that happened, recorded in the transaction of the change
+// that made it happen. The event types, their subjects, their `data` and who may read them are listed
+// in docs/events.md.
+type Event struct {
+	// Actor Who caused the change (a token's actor, a client id for a device's report, `wfm` for the scheduler).
+	//
+	// Example: alice
+	Actor string `json:"actor"`
+
+	// At When the change was decided.
+	At time.Time `json:"at"`
+
+	// Data The type's body (at most 4 KiB of JSON); fields are only ever added, never renamed.
+	//
+	// Example: {"cause":"report","from":"installing","revision":1,"to":"installed"}
+	Data map[string]interface{} `json:"data"`
+
+	// Id The event's position in the log, a decimal integer carried as a string (ids exceed 2^53).
+	// Ids increase in log order, with gaps; resume a stream after the last id seen.
+	//
+	//
+	// Example: 3951250145280
+	Id string `json:"id"`
+
+	// Related Other things the event concerns (a deployment's application, client and device).
+	Related []EventRef `json:"related"`
+
+	// Subject One thing an event is about or related to. Devices are named `<clientId>/<deviceId>`.
+	Subject EventRef `json:"subject"`
+
+	// Type What happened, `<subject>.<what>`.
+	//
+	// Example: deployment.state_changed
+	Type string `json:"type"`
+}
+
+// EventList defines model for EventList.
+type EventList struct {
+	Items []Event `json:"items"`
+
+	// NextCursor Present when more events were available when the page was read.
+	NextCursor *string `json:"nextCursor,omitempty"`
+}
+
+// EventRef One thing an event is about or related to. Devices are named `<clientId>/<deviceId>`.
+type EventRef struct {
+	// Id Example: 8f0c2a71-3b7e-4c55-9a51-0d2f1c7e9b10
+	Id string `json:"id"`
+
+	// Kind The kind of thing an event is about or related to.
+	Kind EventSubjectKind `json:"kind"`
+}
+
+// EventSubjectKind The kind of thing an event is about or related to.
+type EventSubjectKind string
+
 // ExcludeMemberRequest The member's key: `deploymentId` for upgrade, reconfigure and rollback rollouts; `clientId` and
 // `deviceId` together for install rollouts (422 otherwise).
 type ExcludeMemberRequest struct {
@@ -2397,6 +2489,14 @@ type StatusReport struct {
 	State DeviceState `json:"state"`
 }
 
+// StreamTicket defines model for StreamTicket.
+type StreamTicket struct {
+	ExpiresAt time.Time `json:"expiresAt"`
+
+	// Ticket Pass as `ticket` to `GET /mgmt/v1/events`; works once.
+	Ticket string `json:"ticket"`
+}
+
 // ThresholdAction What a wave's exceeded threshold does: pause the rollout (cause `threshold-exceeded`; the default), or abort it (cause `threshold-exceeded`; reverting only with `revertOnAbort: true`).
 type ThresholdAction string
 
@@ -2916,6 +3016,43 @@ type ListDevicesParams struct {
 
 	// Cursor Opaque cursor from a previous page's `nextCursor`.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListEventsParams defines parameters for ListEvents.
+type ListEventsParams struct {
+	// Type Event types or type prefixes (ending in `.`); repeat the parameter or separate with commas.
+	Type *[]string `form:"type,omitempty" json:"type,omitempty"`
+
+	// Application Only events about or related to this application.
+	Application *string `form:"application,omitempty" json:"application,omitempty"`
+
+	// Deployment Only events about or related to this deployment.
+	Deployment *string `form:"deployment,omitempty" json:"deployment,omitempty"`
+
+	// Rollout Only events about or related to this rollout.
+	Rollout *string `form:"rollout,omitempty" json:"rollout,omitempty"`
+
+	// Client Only events about or related to this WFM client.
+	Client *string `form:"client,omitempty" json:"client,omitempty"`
+
+	// Device Only events about or related to this device, named `<clientId>/<deviceId>`.
+	Device *string `form:"device,omitempty" json:"device,omitempty"`
+
+	// After Continue after this event id (`0`: from the oldest event kept).
+	After *string `form:"after,omitempty" json:"after,omitempty"`
+
+	// Ticket A stream ticket from `POST /mgmt/v1/events/tickets`, instead of the `Authorization` header
+	// (single-use, short-lived). Never put the bearer token itself in a URL.
+	Ticket *string `form:"ticket,omitempty" json:"ticket,omitempty"`
+
+	// Limit Largest number of items in the page.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from a previous page's `nextCursor`.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// LastEventID The SSE form of `after`, sent by EventSource when it reconnects.
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
 }
 
 // ListOperationsParams defines parameters for ListOperations.
@@ -3808,6 +3945,56 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /mgmt/v1/devices (the `ListDevices` operationId).
 	ListDevices(ctx context.Context, params *ListDevicesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListEvents Watch the event log live (Server-Sent Events) or page through it (JSON)
+	//
+	// Role: viewer. A viewer or operator sees the events about the fleet (deployments, revisions,
+	// operations, rollouts, devices, applications); an admin also sees those about clients and tokens
+	// (docs/events.md lists every type and who sees it). Events come strictly in id order and no id is
+	// ever skipped: resuming after the last id seen, on any replica, continues exactly after it.
+	//
+	// **Two representations, by `Accept`.**
+	//
+	// * `text/event-stream` (Server-Sent Events): one SSE event per event, `id:` its id, `event:` its type,
+	//   `data:` one line of its JSON (the `Event` schema). A comment line (`: heartbeat`) is sent every
+	//   15 s. Without `after` (or `Last-Event-ID`) the stream starts at the current end of the log: only
+	//   events committed from now on. The stream ends when the server shuts down, when the token is revoked
+	//   or expires, or when the consumer reads too slowly (the server keeps a bounded queue per stream and
+	//   drops the connection when it is full); reconnect with `Last-Event-ID` (EventSource does) to
+	//   continue.
+	// * `application/json` (the default): a page of events (`items`) and, when more were already
+	//   available, `nextCursor`. Without `after` or `cursor` the page starts at the oldest event kept. An
+	//   empty page or no `nextCursor` does not mean no event will come: ask again after the last id.
+	//
+	// **Filters** (all must match): `type` (repeat it or give a comma list; a value ending in `.` is a
+	// prefix, such as `rollout.`), `application`, `deployment`, `rollout`, `client`, `device`
+	// (`<clientId>/<deviceId>`). An event matches a thing when it is its subject or is related to it (a
+	// deployment's events carry its application, client and device).
+	//
+	// **Resume.** `after` (or the `Last-Event-ID` header, as EventSource sends it; both given and
+	// different: 400) continues after that event id. An id older than the retained history is 410
+	// `events-gone`, whose `resumeAfter` is the id to resume after (the events between are gone).
+	//
+	// **Browsers.** EventSource cannot send `Authorization`: obtain a single-use ticket with
+	// `POST /mgmt/v1/events/tickets` and pass it as `ticket`; never put the token itself in a URL.
+	//
+	// Errors: 400 `invalid-request` naming `query/<name>` or `header/Last-Event-ID` (an unknown type or
+	// parameter, a bad id, a ticket sent with an `Authorization` header too); 403 when a viewer asks for
+	// admin-only types; 406 for an `Accept` that takes neither representation; 503 `too-many-streams`
+	// when the server serves its maximum of concurrent streams.
+	//
+	// Corresponds with GET /mgmt/v1/events (the `ListEvents` operationId).
+	ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateStreamTicket Get a single-use ticket to open the event stream without an Authorization header
+	//
+	// Role: viewer. For browsers, whose EventSource cannot send headers: the ticket authenticates one
+	// `GET /mgmt/v1/events?ticket=…` as the token that asked for it (same identity and role), once, within
+	// 60 s. It is stored only as a hash, so any replica accepts it. A used, unknown or expired ticket is
+	// 401; so is a ticket whose token was revoked meanwhile. Send no body.
+	//
+	// Corresponds with POST /mgmt/v1/events/tickets (the `CreateStreamTicket` operationId).
+	CreateStreamTicket(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListOperations List operations, newest first
 	//
@@ -5090,6 +5277,76 @@ func (c *Client) UpgradeDeployment(ctx context.Context, deploymentId DeploymentI
 // Corresponds with GET /mgmt/v1/devices (the `ListDevices` operationId).
 func (c *Client) ListDevices(ctx context.Context, params *ListDevicesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListDevicesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListEvents Watch the event log live (Server-Sent Events) or page through it (JSON)
+//
+// Role: viewer. A viewer or operator sees the events about the fleet (deployments, revisions,
+// operations, rollouts, devices, applications); an admin also sees those about clients and tokens
+// (docs/events.md lists every type and who sees it). Events come strictly in id order and no id is
+// ever skipped: resuming after the last id seen, on any replica, continues exactly after it.
+//
+// **Two representations, by `Accept`.**
+//
+//   - `text/event-stream` (Server-Sent Events): one SSE event per event, `id:` its id, `event:` its type,
+//     `data:` one line of its JSON (the `Event` schema). A comment line (`: heartbeat`) is sent every
+//     15 s. Without `after` (or `Last-Event-ID`) the stream starts at the current end of the log: only
+//     events committed from now on. The stream ends when the server shuts down, when the token is revoked
+//     or expires, or when the consumer reads too slowly (the server keeps a bounded queue per stream and
+//     drops the connection when it is full); reconnect with `Last-Event-ID` (EventSource does) to
+//     continue.
+//   - `application/json` (the default): a page of events (`items`) and, when more were already
+//     available, `nextCursor`. Without `after` or `cursor` the page starts at the oldest event kept. An
+//     empty page or no `nextCursor` does not mean no event will come: ask again after the last id.
+//
+// **Filters** (all must match): `type` (repeat it or give a comma list; a value ending in `.` is a
+// prefix, such as `rollout.`), `application`, `deployment`, `rollout`, `client`, `device`
+// (`<clientId>/<deviceId>`). An event matches a thing when it is its subject or is related to it (a
+// deployment's events carry its application, client and device).
+//
+// **Resume.** `after` (or the `Last-Event-ID` header, as EventSource sends it; both given and
+// different: 400) continues after that event id. An id older than the retained history is 410
+// `events-gone`, whose `resumeAfter` is the id to resume after (the events between are gone).
+//
+// **Browsers.** EventSource cannot send `Authorization`: obtain a single-use ticket with
+// `POST /mgmt/v1/events/tickets` and pass it as `ticket`; never put the token itself in a URL.
+//
+// Errors: 400 `invalid-request` naming `query/<name>` or `header/Last-Event-ID` (an unknown type or
+// parameter, a bad id, a ticket sent with an `Authorization` header too); 403 when a viewer asks for
+// admin-only types; 406 for an `Accept` that takes neither representation; 503 `too-many-streams`
+// when the server serves its maximum of concurrent streams.
+//
+// Corresponds with GET /mgmt/v1/events (the `ListEvents` operationId).
+func (c *Client) ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateStreamTicket Get a single-use ticket to open the event stream without an Authorization header
+//
+// Role: viewer. For browsers, whose EventSource cannot send headers: the ticket authenticates one
+// `GET /mgmt/v1/events?ticket=…` as the token that asked for it (same identity and role), once, within
+// 60 s. It is stored only as a hash, so any replica accepts it. A used, unknown or expired ticket is
+// 401; so is a ticket whose token was revoked meanwhile. Send no body.
+//
+// Corresponds with POST /mgmt/v1/events/tickets (the `CreateStreamTicket` operationId).
+func (c *Client) CreateStreamTicket(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateStreamTicketRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -7914,6 +8171,210 @@ func NewListDevicesRequest(server string, params *ListDevicesParams) (*http.Requ
 	return req, nil
 }
 
+// NewListEventsRequest constructs an http.Request for the ListEvents method
+func NewListEventsRequest(server string, params *ListEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Type != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Application != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "application", *params.Application, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Deployment != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deployment", *params.Deployment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Rollout != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "rollout", *params.Rollout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Client != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "client", *params.Client, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Device != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "device", *params.Device, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Ticket != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "ticket", *params.Ticket, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewCreateStreamTicketRequest constructs an http.Request for the CreateStreamTicket method
+func NewCreateStreamTicketRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/events/tickets")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListOperationsRequest constructs an http.Request for the ListOperations method
 func NewListOperationsRequest(server string, params *ListOperationsParams) (*http.Request, error) {
 	var err error
@@ -9932,6 +10393,60 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /mgmt/v1/devices (the `ListDevices` operationId).
 	ListDevicesWithResponse(ctx context.Context, params *ListDevicesParams, reqEditors ...RequestEditorFn) (*ListDevicesResponse, error)
+
+	// ListEventsWithResponse Watch the event log live (Server-Sent Events) or page through it (JSON)
+	//
+	// Role: viewer. A viewer or operator sees the events about the fleet (deployments, revisions,
+	// operations, rollouts, devices, applications); an admin also sees those about clients and tokens
+	// (docs/events.md lists every type and who sees it). Events come strictly in id order and no id is
+	// ever skipped: resuming after the last id seen, on any replica, continues exactly after it.
+	//
+	// **Two representations, by `Accept`.**
+	//
+	// * `text/event-stream` (Server-Sent Events): one SSE event per event, `id:` its id, `event:` its type,
+	//   `data:` one line of its JSON (the `Event` schema). A comment line (`: heartbeat`) is sent every
+	//   15 s. Without `after` (or `Last-Event-ID`) the stream starts at the current end of the log: only
+	//   events committed from now on. The stream ends when the server shuts down, when the token is revoked
+	//   or expires, or when the consumer reads too slowly (the server keeps a bounded queue per stream and
+	//   drops the connection when it is full); reconnect with `Last-Event-ID` (EventSource does) to
+	//   continue.
+	// * `application/json` (the default): a page of events (`items`) and, when more were already
+	//   available, `nextCursor`. Without `after` or `cursor` the page starts at the oldest event kept. An
+	//   empty page or no `nextCursor` does not mean no event will come: ask again after the last id.
+	//
+	// **Filters** (all must match): `type` (repeat it or give a comma list; a value ending in `.` is a
+	// prefix, such as `rollout.`), `application`, `deployment`, `rollout`, `client`, `device`
+	// (`<clientId>/<deviceId>`). An event matches a thing when it is its subject or is related to it (a
+	// deployment's events carry its application, client and device).
+	//
+	// **Resume.** `after` (or the `Last-Event-ID` header, as EventSource sends it; both given and
+	// different: 400) continues after that event id. An id older than the retained history is 410
+	// `events-gone`, whose `resumeAfter` is the id to resume after (the events between are gone).
+	//
+	// **Browsers.** EventSource cannot send `Authorization`: obtain a single-use ticket with
+	// `POST /mgmt/v1/events/tickets` and pass it as `ticket`; never put the token itself in a URL.
+	//
+	// Errors: 400 `invalid-request` naming `query/<name>` or `header/Last-Event-ID` (an unknown type or
+	// parameter, a bad id, a ticket sent with an `Authorization` header too); 403 when a viewer asks for
+	// admin-only types; 406 for an `Accept` that takes neither representation; 503 `too-many-streams`
+	// when the server serves its maximum of concurrent streams.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /mgmt/v1/events (the `ListEvents` operationId).
+	ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error)
+
+	// CreateStreamTicketWithResponse Get a single-use ticket to open the event stream without an Authorization header
+	//
+	// Role: viewer. For browsers, whose EventSource cannot send headers: the ticket authenticates one
+	// `GET /mgmt/v1/events?ticket=…` as the token that asked for it (same identity and role), once, within
+	// 60 s. It is stored only as a hash, so any replica accepts it. A used, unknown or expired ticket is
+	// 401; so is a ticket whose token was revoked meanwhile. Send no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/events/tickets (the `CreateStreamTicket` operationId).
+	CreateStreamTicketWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CreateStreamTicketResponse, error)
 
 	// ListOperationsWithResponse List operations, newest first
 	//
@@ -14083,6 +14598,214 @@ func (r ListDevicesResponse) ContentType() string {
 	return ""
 }
 
+// ListEventsResponse429Headers the declared response headers of an HTTP 429 response for ListEvents
+type ListEventsResponse429Headers struct {
+	RetryAfter int
+}
+
+// ListEventsResponse503Headers the declared response headers of an HTTP 503 response for ListEvents
+type ListEventsResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EventList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON406 the response for an HTTP 406 `application/problem+json` response
+	ApplicationproblemJSON406 *Problem
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListEventsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListEventsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEventsResponse) GetJSON200() *EventList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON406 returns the response for an HTTP 406 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON406() *Problem {
+	return r.ApplicationproblemJSON406
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON410() *Problem {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateStreamTicketResponse429Headers the declared response headers of an HTTP 429 response for CreateStreamTicket
+type CreateStreamTicketResponse429Headers struct {
+	RetryAfter int
+}
+
+// CreateStreamTicketResponse503Headers the declared response headers of an HTTP 503 response for CreateStreamTicket
+type CreateStreamTicketResponse503Headers struct {
+	RetryAfter int
+}
+
+type CreateStreamTicketResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *StreamTicket
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateStreamTicketResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateStreamTicketResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateStreamTicketResponse) GetJSON201() *StreamTicket {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateStreamTicketResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateStreamTicketResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateStreamTicketResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateStreamTicketResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateStreamTicketResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateStreamTicketResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateStreamTicketResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateStreamTicketResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateStreamTicketResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateStreamTicketResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListOperationsResponse429Headers the declared response headers of an HTTP 429 response for ListOperations
 type ListOperationsResponse429Headers struct {
 	RetryAfter int
@@ -17805,6 +18528,72 @@ func (c *ClientWithResponses) ListDevicesWithResponse(ctx context.Context, param
 		return nil, err
 	}
 	return ParseListDevicesResponse(rsp)
+}
+
+// ListEventsWithResponse Watch the event log live (Server-Sent Events) or page through it (JSON)
+//
+// Role: viewer. A viewer or operator sees the events about the fleet (deployments, revisions,
+// operations, rollouts, devices, applications); an admin also sees those about clients and tokens
+// (docs/events.md lists every type and who sees it). Events come strictly in id order and no id is
+// ever skipped: resuming after the last id seen, on any replica, continues exactly after it.
+//
+// **Two representations, by `Accept`.**
+//
+//   - `text/event-stream` (Server-Sent Events): one SSE event per event, `id:` its id, `event:` its type,
+//     `data:` one line of its JSON (the `Event` schema). A comment line (`: heartbeat`) is sent every
+//     15 s. Without `after` (or `Last-Event-ID`) the stream starts at the current end of the log: only
+//     events committed from now on. The stream ends when the server shuts down, when the token is revoked
+//     or expires, or when the consumer reads too slowly (the server keeps a bounded queue per stream and
+//     drops the connection when it is full); reconnect with `Last-Event-ID` (EventSource does) to
+//     continue.
+//   - `application/json` (the default): a page of events (`items`) and, when more were already
+//     available, `nextCursor`. Without `after` or `cursor` the page starts at the oldest event kept. An
+//     empty page or no `nextCursor` does not mean no event will come: ask again after the last id.
+//
+// **Filters** (all must match): `type` (repeat it or give a comma list; a value ending in `.` is a
+// prefix, such as `rollout.`), `application`, `deployment`, `rollout`, `client`, `device`
+// (`<clientId>/<deviceId>`). An event matches a thing when it is its subject or is related to it (a
+// deployment's events carry its application, client and device).
+//
+// **Resume.** `after` (or the `Last-Event-ID` header, as EventSource sends it; both given and
+// different: 400) continues after that event id. An id older than the retained history is 410
+// `events-gone`, whose `resumeAfter` is the id to resume after (the events between are gone).
+//
+// **Browsers.** EventSource cannot send `Authorization`: obtain a single-use ticket with
+// `POST /mgmt/v1/events/tickets` and pass it as `ticket`; never put the token itself in a URL.
+//
+// Errors: 400 `invalid-request` naming `query/<name>` or `header/Last-Event-ID` (an unknown type or
+// parameter, a bad id, a ticket sent with an `Authorization` header too); 403 when a viewer asks for
+// admin-only types; 406 for an `Accept` that takes neither representation; 503 `too-many-streams`
+// when the server serves its maximum of concurrent streams.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /mgmt/v1/events (the `ListEvents` operationId).
+func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error) {
+	rsp, err := c.ListEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEventsResponse(rsp)
+}
+
+// CreateStreamTicketWithResponse Get a single-use ticket to open the event stream without an Authorization header
+//
+// Role: viewer. For browsers, whose EventSource cannot send headers: the ticket authenticates one
+// `GET /mgmt/v1/events?ticket=…` as the token that asked for it (same identity and role), once, within
+// 60 s. It is stored only as a hash, so any replica accepts it. A used, unknown or expired ticket is
+// 401; so is a ticket whose token was revoked meanwhile. Send no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/events/tickets (the `CreateStreamTicket` operationId).
+func (c *ClientWithResponses) CreateStreamTicketWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CreateStreamTicketResponse, error) {
+	rsp, err := c.CreateStreamTicket(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateStreamTicketResponse(rsp)
 }
 
 // ListOperationsWithResponse List operations, newest first
@@ -22036,6 +22825,205 @@ func ParseListDevicesResponse(rsp *http.Response) (*ListDevicesResponse, error) 
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListDevicesResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListEventsResponse parses an HTTP response from a ListEventsWithResponse call
+func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EventList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON406 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (text/event-stream) unsupported
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListEventsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListEventsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateStreamTicketResponse parses an HTTP response from a CreateStreamTicketWithResponse call
+func ParseCreateStreamTicketResponse(rsp *http.Response) (*CreateStreamTicketResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateStreamTicketResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest StreamTicket
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers CreateStreamTicketResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateStreamTicketResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

@@ -79,6 +79,7 @@ func allGroups() []group {
 		{"poll", pollFigures},
 		{"status", statusFigures},
 		{"webhooks", webhookFigures},
+		{"sse", sseFigures},
 		{"rollout", rolloutFigures},
 		{"fleet", fleetFigures},
 	}

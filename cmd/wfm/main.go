@@ -37,6 +37,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/devpki"
+	"github.com/wfm-dev/wfm/internal/feed"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
 	"github.com/wfm-dev/wfm/internal/identity"
@@ -75,6 +76,7 @@ type config struct {
 	deviceTLS12     bool
 	reportRetention int
 	eventRetention  time.Duration // how long the event log keeps an event
+	eventStreams    int           // event streams served at once (GET /mgmt/v1/events as SSE)
 	bundleRetention time.Duration // how long a superseded manifest's bundle stays fetchable
 	allowOverrides  bool
 	debugListen     string
@@ -115,7 +117,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs := flag.NewFlagSet("wfm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c config
-	var level, mgmtRate, mgmtBurst, trustedProxies, eventRetention string
+	var level, mgmtRate, mgmtBurst, trustedProxies, eventRetention, eventStreams string
 	var bundleRetention string
 	var whAllowCIDR, whTimeout, whDisableAfter, whRetention, whWorkers string
 	fs.StringVar(&c.listen, "listen", env("WFM_LISTEN", "127.0.0.1:8080"), "address of the HTTP listener (env WFM_LISTEN)")
@@ -141,6 +143,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.deviceTLS12, "device-tls12", getenv("WFM_DEVICE_TLS12") == "true", "also accept TLS 1.2 on the device listener (Margo allows it only as a non-default fallback) (env WFM_DEVICE_TLS12=true)")
 	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
 	fs.StringVar(&eventRetention, "event-retention", env("WFM_EVENT_RETENTION", postgres.DefaultEventRetention.String()), "how long the event log keeps an event, a duration from 1h to 87600h (10 years); pruned hourly (env WFM_EVENT_RETENTION)")
+	fs.StringVar(&eventStreams, "event-streams", env("WFM_EVENT_STREAMS", strconv.Itoa(feed.DefaultMaxStreams)), "event streams (GET /mgmt/v1/events as Server-Sent Events) this process serves at once, 1 to 100000; beyond, 503 too-many-streams. Each queues up to 1024 events (env WFM_EVENT_STREAMS)")
 	fs.StringVar(&bundleRetention, "bundle-retention", env("WFM_BUNDLE_RETENTION", postgres.DefaultBundleRetention.String()), "how long a superseded manifest version's bundle stays fetchable, a duration from 1h to 8760h (1 year); collected hourly (env WFM_BUNDLE_RETENTION)")
 	fs.StringVar(&c.webhooks.keyFile, "webhook-key-file", getenv("WFM_WEBHOOK_KEY_FILE"), "file holding the key that encrypts webhook signing secrets in the database: 32 bytes as base64 (openssl rand -base64 32); empty: <data-dir>/webhook-key, created once at mode 0600 (development) (env WFM_WEBHOOK_KEY_FILE)")
 	fs.BoolVar(&c.webhooks.allowHTTP, "webhook-allow-http", getenv("WFM_WEBHOOK_ALLOW_HTTP") == "true", "let webhook subscriptions use plain http:// URLs (https only otherwise) (env WFM_WEBHOOK_ALLOW_HTTP=true)")
@@ -192,6 +195,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.eventRetention, err = time.ParseDuration(eventRetention); err != nil || c.eventRetention < minEventRetention || c.eventRetention > maxEventRetention {
 		return c, fmt.Errorf("-event-retention %q: want a duration from %s to %s", eventRetention, minEventRetention, maxEventRetention)
+	}
+	if c.eventStreams, err = strconv.Atoi(eventStreams); err != nil || c.eventStreams < 1 || c.eventStreams > 100_000 {
+		return c, fmt.Errorf("-event-streams %q: want an integer from 1 to 100000", eventStreams)
 	}
 	if c.bundleRetention, err = time.ParseDuration(bundleRetention); err != nil || c.bundleRetention < minBundleRetention || c.bundleRetention > maxBundleRetention {
 		return c, fmt.Errorf("-bundle-retention %q: want a duration from %s to %s", bundleRetention, minBundleRetention, maxBundleRetention)
@@ -434,6 +440,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer hooks.stop(log)
+	// Live event streams: one shared reader of the event log per process
+	// fans events out to this process's streams, and writes the info line
+	// of each important domain event. Streams end before HTTP drains; the
+	// reader stops after it.
+	eventLog := postgres.NewEventLog(pool)
+	hub := feed.New(feed.Config{Reader: eventLog, Logger: log, MaxStreams: c.eventStreams, Encode: httpapi.SSEFrame})
+	if err := hub.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer hub.Stop()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -455,6 +471,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		LogSampler:      refusalLog,
 		OutageLog:       outageLog,
 		Webhooks:        hooks.service,
+		Events:          httpapi.EventsConfig{Log: eventLog, Hub: hub},
 	})
 	if err != nil {
 		return err
@@ -470,13 +487,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	listenerDone := make(chan struct{})
 	go func() {
 		defer close(listenerDone)
-		l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Notify: fl.Invalidate, Reset: func() { fl.Invalidate("") }, Log: log}
+		l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Notify: func(p string) { fl.Invalidate(p); hub.Wake() }, Reset: func() { fl.Invalidate("") }, Log: log}
 		_ = l.Run(listenCtx)
 	}()
 	schedListenerDone := make(chan struct{})
 	go func() {
 		defer close(schedListenerDone)
-		l := &postgres.Listener{Pool: pool, Channel: postgres.SchedulerChannel, Notify: func(string) { fl.Wake() }, Reset: fl.Wake, Log: log}
+		l := &postgres.Listener{Pool: pool, Channel: postgres.SchedulerChannel, Notify: func(string) { fl.Wake(); hub.Wake() }, Reset: fl.Wake, Log: log}
 		_ = l.Run(listenCtx)
 	}()
 	defer func() { stopListening(); <-listenerDone; <-schedListenerDone }()
@@ -588,6 +605,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	hub.CloseStreams() // event streams would hold the drain until its deadline
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
 	for _, s := range []*http.Server{srv, dsrv} {

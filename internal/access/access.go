@@ -47,6 +47,16 @@ func (r Role) Valid() bool { return r.rank() > 0 }
 // Allows reports whether a token of role r may do what needs role need.
 func (r Role) Allows(need Role) bool { return r.rank() >= need.rank() && need.Valid() }
 
+// EventVisibility is which events a token of role r may read: an admin
+// every event, a viewer or operator those of lifecycle.VisibilityViewer
+// (as they may read the fleet but not tokens or clients).
+func (r Role) EventVisibility() lifecycle.Visibility {
+	if r == Admin {
+		return lifecycle.VisibilityAdmin
+	}
+	return lifecycle.VisibilityViewer
+}
+
 // BootstrapID is the id of the admin token that comes from configuration.
 const BootstrapID = "bootstrap"
 
@@ -158,6 +168,12 @@ type Store interface {
 	TouchToken(ctx context.Context, id string, at time.Time) error
 	// AppendAudit appends one entry.
 	AppendAudit(ctx context.Context, e AuditEntry) error
+	// InsertTicket stores a stream ticket's hash for token tokenID, issued at
+	// at and valid until expires, and deletes expired tickets.
+	InsertTicket(ctx context.Context, hash, tokenID string, at, expires time.Time) error
+	// TakeTicket deletes the ticket of hash and returns its token id.
+	// Returns ENOTFOUND if there is none or it expired at now.
+	TakeTicket(ctx context.Context, hash string, now time.Time) (string, error)
 	// Audit returns up to limit entries matching f with ids below before
 	// (0: from the newest), newest first.
 	Audit(ctx context.Context, f AuditFilter, before int64, limit int) ([]AuditEntry, error)
@@ -460,4 +476,83 @@ func (s *Service) Audit(ctx context.Context, f AuditFilter, limit int, cursor st
 	}
 	es, next := page.Trim(es, limit, func(x AuditEntry) string { return fmt.Sprint(x.ID) })
 	return es, next, nil
+}
+
+// TicketTTL is how long a stream ticket stays valid: long enough for a
+// browser to open the stream right after obtaining it, short enough that a
+// ticket seen in a log or a proxy's URL history is already useless.
+const TicketTTL = 60 * time.Second
+
+// ticketPrefix marks stream tickets, so that one pasted as a bearer token
+// (or the other way round) is recognisably the wrong credential.
+const ticketPrefix = "wfmt_"
+
+// IssueTicket returns a single-use stream ticket for p, valid for TicketTTL,
+// and its expiry. The ticket carries p's identity and role: redeeming it
+// (RedeemTicket) authenticates as p's token. Only its hash is stored.
+//
+// Returns an error if the store fails.
+func (s *Service) IssueTicket(ctx context.Context, p Principal) (string, time.Time, error) {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	ticket := ticketPrefix + strings.ToLower(b32.EncodeToString(b[:]))
+	now := s.now().UTC()
+	expires := now.Add(TicketTTL)
+	if err := s.store.InsertTicket(ctx, Hash(ticket), p.TokenID, now, expires); err != nil {
+		return "", time.Time{}, err
+	}
+	return ticket, expires, nil
+}
+
+// RedeemTicket returns the principal a stream ticket was issued to, and
+// uses the ticket up.
+//
+// Returns EUNAUTHORIZED (type "unauthorized") when the ticket is malformed,
+// unknown, used already or expired, or its token was revoked or expired
+// meanwhile; the message does not say which of the first four.
+func (s *Service) RedeemTicket(ctx context.Context, ticket string) (Principal, error) {
+	if !strings.HasPrefix(ticket, ticketPrefix) || len(ticket) > 128 {
+		return Anonymous, unauthorized("The stream ticket is not valid.")
+	}
+	tokenID, err := s.store.TakeTicket(ctx, Hash(ticket), s.now().UTC())
+	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+		return Anonymous, unauthorized("The stream ticket is not valid: unknown, used already or expired. Tickets work once, within " +
+			TicketTTL.String() + ".")
+	}
+	if err != nil {
+		return Anonymous, err
+	}
+	t, err := s.usable(ctx, tokenID)
+	if err != nil {
+		return Anonymous, err
+	}
+	return Principal{TokenID: t.ID, Name: t.Name, Role: t.Role}, nil
+}
+
+// CheckToken reports whether the token tokenID may still be used (a
+// long-lived call, such as an event stream, re-checks it).
+//
+// Returns EUNAUTHORIZED (type "unauthorized") when the token was deleted,
+// revoked or has expired, and an error if the store fails.
+func (s *Service) CheckToken(ctx context.Context, tokenID string) error {
+	_, err := s.usable(ctx, tokenID)
+	return err
+}
+
+// usable returns token id if it is neither revoked nor expired.
+func (s *Service) usable(ctx context.Context, id string) (Token, error) {
+	t, _, err := s.store.Token(ctx, id)
+	if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+		return Token{}, unauthorized("The API token no longer exists.")
+	}
+	if err != nil {
+		return Token{}, err
+	}
+	switch now := s.now(); {
+	case !t.RevokedAt.IsZero():
+		return Token{}, unauthorized("The API token was revoked.")
+	case !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt):
+		return Token{}, unauthorized("The API token expired at " + t.ExpiresAt.UTC().Format(time.RFC3339) + ".")
+	}
+	return t, nil
 }

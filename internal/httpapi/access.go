@@ -143,7 +143,18 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.refuse(w, r, access.Anonymous, addr, "", tooManyRequests(wait), mutating(r.Method))
 			return
 		}
-		p, err := s.access.Authenticate(r.Context(), authz)
+		ticket, isTicket, err := streamTicket(r)
+		if err != nil {
+			writeProblem(w, r, problemFromError(s.log, r, err))
+			return
+		}
+		var p access.Principal
+		if isTicket {
+			// The ticket is never logged: only the path is.
+			p, err = s.access.RedeemTicket(r.Context(), ticket)
+		} else {
+			p, err = s.access.Authenticate(r.Context(), authz)
+		}
 		if err != nil {
 			s.recent.forget(authz)
 			// Unauthenticated callers are refused their mutating calls in
@@ -159,7 +170,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.refuse(w, r, access.Anonymous, addr, "", problemFromError(s.log, r, err), mutating(r.Method))
 			return
 		}
-		s.recent.add(authz)
+		if !isTicket {
+			s.recent.add(authz)
+		}
 		if ok, wait := s.mgmtAllow("token " + p.TokenID); !ok {
 			s.refuse(w, r, p, addr, s.actionOf(r), tooManyRequests(wait), true)
 			return
@@ -415,6 +428,9 @@ func (s *Server) RevokeToken(ctx context.Context, req api.RevokeTokenRequestObje
 	t, err := s.access.Revoke(ctx, req.TokenId)
 	if err != nil {
 		return nil, err
+	}
+	if s.events.Hub != nil {
+		s.events.Hub.EndToken(t.ID) // this process's streams at once; the others' at their next check
 	}
 	return api.RevokeToken200JSONResponse(tokenBody(t)), nil
 }

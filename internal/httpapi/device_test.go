@@ -27,6 +27,7 @@ import (
 	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/devpki"
+	"github.com/wfm-dev/wfm/internal/feed"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
 	"github.com/wfm-dev/wfm/internal/identity"
@@ -49,6 +50,7 @@ type fleetEnv struct {
 	chk       *margotest.Checker
 	fleet     *fleet.Service
 	pool      *pgxpool.Pool
+	hub       *feed.Hub // nil unless envOptions.streams
 }
 
 // envOptions vary the test server.
@@ -66,6 +68,15 @@ type envOptions struct {
 	idem func(*postgres.AccessStore) httpapi.IdempotencyStore
 	// wrap, if not nil, wraps the management face's handler.
 	wrap func(http.Handler) http.Handler
+	// streams, if not nil, serves event streams with a hub of this
+	// configuration (Reader and Logger filled in), which the test drives
+	// with RunOnce (it is not started); heartbeat is the streams'.
+	streams      *feed.Config
+	heartbeat    time.Duration
+	writeTimeout time.Duration
+	// server, if not nil, configures the management face's server before it
+	// starts (timeouts).
+	server func(*http.Server)
 }
 
 func newFleetEnv(t *testing.T, policy fleet.Policy) *fleetEnv {
@@ -103,13 +114,19 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 	_, err := acc.Bootstrap(t.Context(), adminToken)
 	require.NoError(t, err)
 	ids := identity.Config{TrustDomain: "example.org", WFMID: "wfm-test"}
+	events := httpapi.EventsConfig{Log: postgres.NewEventLog(pool), Heartbeat: o.heartbeat, WriteTimeout: o.writeTimeout}
+	if o.streams != nil {
+		cfg := *o.streams
+		cfg.Reader, cfg.Logger, cfg.Encode = events.Log, log, httpapi.SSEFrame
+		events.Hub = feed.New(cfg)
+	}
 	var idem httpapi.IdempotencyStore = postgres.NewAccessStore(pool)
 	if o.idem != nil {
 		idem = o.idem(postgres.NewAccessStore(pool))
 	}
 	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: o.ready,
 		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest,
-		DeviceLimiter: limiterOrNil(o.limiter), Idempotency: idem, OutageLog: o.outageLog})
+		DeviceLimiter: limiterOrNil(o.limiter), Idempotency: idem, OutageLog: o.outageLog, Events: events})
 	require.NoError(t, err)
 	mgmtH, deviceH := httpapi.Split(h)
 	if o.wrap != nil {
@@ -124,10 +141,17 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 	dev.TLS = identity.ServerTLSConfig(serverCert, []*x509.Certificate{ca.Certificate()}, identity.RequireClientCert())
 	dev.StartTLS()
 	t.Cleanup(dev.Close)
-	mgmt := httptest.NewServer(mgmtH)
+	mgmt := httptest.NewUnstartedServer(mgmtH)
+	if o.server != nil {
+		o.server(mgmt.Config)
+	}
+	mgmt.Start()
 	t.Cleanup(mgmt.Close)
+	if events.Hub != nil {
+		t.Cleanup(events.Hub.Stop) // before mgmt.Close, which waits for open streams
+	}
 	c := clientAs(t, mgmt.URL, adminToken)
-	return &fleetEnv{mgmt: c, mgmtURL: mgmt.URL, deviceURL: dev.URL, ca: ca, ids: ids, chk: margotest.FromEnv(t), fleet: fl, pool: pool}
+	return &fleetEnv{mgmt: c, mgmtURL: mgmt.URL, deviceURL: dev.URL, ca: ca, ids: ids, chk: margotest.FromEnv(t), fleet: fl, pool: pool, hub: events.Hub}
 }
 
 // limiterOrNil keeps a nil *Limiter from becoming a non-nil interface.

@@ -87,6 +87,8 @@ type Config struct {
 	// Webhooks manages webhook subscriptions; nil: /mgmt/v1/webhooks
 	// answers 503.
 	Webhooks *webhook.Service
+	// Events serves GET /mgmt/v1/events; its zero value answers 503.
+	Events EventsConfig
 }
 
 // MgmtLimiter is what the management API's rate limit needs
@@ -127,6 +129,7 @@ type Server struct {
 	idem           IdempotencyStore
 	outageLog      interface{ Allow(key string) bool } // bounds the WARN lines of an unavailable database
 	unreleased     unreleasedKeys                      // idempotency keys whose release failed
+	events         EventsConfig
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -168,7 +171,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, webhooks: cfg.Webhooks, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
-		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: cfg.OutageLog}
+		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: cfg.OutageLog,
+		events: cfg.Events}
 
 	r := chi.NewRouter()
 	s.router = r

@@ -2,7 +2,9 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -260,6 +262,50 @@ func NewEvent(at time.Time, actor string, subject Ref, body EventBody, related .
 		rel = append(rel, r)
 	}
 	return Event{Type: typ, At: at, Subject: subject, Related: rel, Actor: actor, Body: raw}, nil
+}
+
+// wireRef is the JSON of a Ref (the contract's EventRef).
+type wireRef struct {
+	Kind string `json:"kind"`
+	ID   string `json:"id"`
+}
+
+// wireEvent is the JSON of an event (the contract's Event, and with
+// Sequence its WebhookEvent), the body carried as the exact bytes stored.
+type wireEvent struct {
+	ID       string          `json:"id"`
+	Type     string          `json:"type"`
+	At       time.Time       `json:"at"`
+	Subject  wireRef         `json:"subject"`
+	Related  []wireRef       `json:"related"`
+	Actor    string          `json:"actor"`
+	Data     json.RawMessage `json:"data"`
+	Sequence int64           `json:"sequence,omitempty"`
+}
+
+// WireJSON returns e as its consumers receive it, the one conversion of an
+// event to JSON (the event stream's data lines, its JSON pages, webhook
+// bodies): the contract's Event schema, the id as a decimal string (ids
+// exceed 2^53), the time in UTC, the body as data. A sequence above zero
+// (a webhook's per-subject sequence number) is added as "sequence", which
+// makes it the contract's WebhookEvent.
+//
+// Returns an error if the body is not valid JSON.
+func (e Event) WireJSON(sequence int64) ([]byte, error) {
+	w := wireEvent{ID: strconv.FormatInt(e.ID, 10), Type: string(e.Type), At: e.At.UTC(),
+		Subject: wireRef{Kind: string(e.Subject.Kind), ID: e.Subject.ID}, Related: make([]wireRef, len(e.Related)),
+		Actor: e.Actor, Data: e.Body, Sequence: sequence}
+	for i, r := range e.Related {
+		w.Related[i] = wireRef{Kind: string(r.Kind), ID: r.ID}
+	}
+	if len(w.Data) == 0 {
+		w.Data = json.RawMessage("{}")
+	}
+	out, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("encode event %d: %w", e.ID, err)
+	}
+	return out, nil
 }
 
 // Refs returns the subject followed by the related refs: everything a

@@ -231,3 +231,33 @@ func (s *AccessStore) ReleaseIdempotent(ctx context.Context, actor, key string, 
 		actor, key, reservedAt.Truncate(time.Microsecond))
 	return translate(err)
 }
+
+// InsertTicket implements access.Store. The call's audit entry is written in
+// the same transaction.
+func (s *AccessStore) InsertTicket(ctx context.Context, hash, tokenID string, at, expires time.Time) error {
+	return translate(inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM stream_tickets WHERE expires_at <= $1`, at); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO stream_tickets (hash, token_id, created_at, expires_at) VALUES ($1, $2, $3, $4)`,
+			hash, tokenID, at, expires); err != nil {
+			return err
+		}
+		return auditChange(ctx, tx, at, true)
+	}))
+}
+
+// TakeTicket implements access.Store: the delete makes a ticket single-use
+// even when two replicas redeem it at once.
+func (s *AccessStore) TakeTicket(ctx context.Context, hash string, now time.Time) (string, error) {
+	var tokenID string
+	var expires time.Time
+	err := s.pool.QueryRow(ctx, `DELETE FROM stream_tickets WHERE hash = $1 RETURNING token_id, expires_at`, hash).Scan(&tokenID, &expires)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !now.Before(expires)) {
+		return "", &lifecycle.Error{Code: lifecycle.ENOTFOUND, Type: "not-found", Message: "no such stream ticket"}
+	}
+	if err != nil {
+		return "", translate(err)
+	}
+	return tokenID, nil
+}

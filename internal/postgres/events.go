@@ -266,19 +266,9 @@ func refStrings(refs []lifecycle.Ref) []string {
 	return out
 }
 
-// EventFilter selects events. The zero value selects every event; set fields
-// narrow the selection (all of them must match).
-type EventFilter struct {
-	// Types selects events of any of these types.
-	Types []lifecycle.EventType
-	// TypePrefixes selects events whose type starts with any of these (for
-	// example "operation."). With Types, an event matching either is
-	// selected.
-	TypePrefixes []string
-	// Refs selects events about or related to all of these (subject or
-	// related refs; for example a client and an application).
-	Refs []lifecycle.Ref
-}
+// EventFilter selects events (lifecycle.EventFilter: its in-memory Matches
+// and the SQL of EventsAfter select the same events).
+type EventFilter = lifecycle.EventFilter
 
 // EventLog reads and prunes the event log. Appending is AppendEvents, in the
 // writer's transaction.

@@ -418,6 +418,14 @@ func TestEventsAfterFilter(t *testing.T) {
 				types = append(types, e.Type)
 			}
 			assert.Equal(t, tt.want, types, "EventsAfter(0, %+v)", tt.filter)
+			// The in-memory filter (the stream's shared reader) agrees.
+			var matched []lifecycle.EventType
+			for _, e := range events {
+				if tt.filter.Matches(e) {
+					matched = append(matched, e.Type)
+				}
+			}
+			assert.Equal(t, tt.want, matched, "%+v.Matches", tt.filter)
 		})
 	}
 

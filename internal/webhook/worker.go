@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -270,38 +269,7 @@ func (w *Worker) signingKeys(t Target, at time.Time) ([][]byte, error) {
 	return keys, nil
 }
 
-// eventRef is a ref as the Event schema spells it.
-type eventRef struct {
-	Kind string `json:"kind"`
-	ID   string `json:"id"`
-}
-
-// body is the WebhookEvent schema: the Event schema plus sequence.
-type body struct {
-	ID       string          `json:"id"`
-	Type     string          `json:"type"`
-	At       time.Time       `json:"at"`
-	Subject  eventRef        `json:"subject"`
-	Related  []eventRef      `json:"related"`
-	Actor    string          `json:"actor"`
-	Data     json.RawMessage `json:"data"`
-	Sequence int64           `json:"sequence"`
-}
-
 // Body returns the JSON a delivery of e with sequence seq carries (the
-// openapi WebhookEvent: Event + sequence). The event stream has its own
-// converter in internal/httpapi, which this package cannot import (httpapi
-// imports it); both follow the Event schema.
-func Body(e lifecycle.Event, seq int64) ([]byte, error) {
-	b := body{ID: strconv.FormatInt(e.ID, 10), Type: string(e.Type), At: e.At.UTC(),
-		Subject: eventRef{Kind: string(e.Subject.Kind), ID: e.Subject.ID}, Related: make([]eventRef, 0, len(e.Related)),
-		Actor: e.Actor, Data: e.Body, Sequence: seq}
-	for _, r := range e.Related {
-		b.Related = append(b.Related, eventRef{Kind: string(r.Kind), ID: r.ID})
-	}
-	out, err := json.Marshal(b)
-	if err != nil {
-		return nil, fmt.Errorf("webhook body: %w", err)
-	}
-	return out, nil
-}
+// openapi WebhookEvent: the Event schema plus sequence), from the one
+// conversion the event stream uses too (lifecycle.Event.WireJSON).
+func Body(e lifecycle.Event, seq int64) ([]byte, error) { return e.WireJSON(seq) }
