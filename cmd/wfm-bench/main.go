@@ -95,10 +95,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&c.singles, "clients", 10000, "creations: clients × 1 device")
 	fs.IntVar(&c.gateway, "gateway-devices", 10000, "creations: devices of the one gateway client")
 	fs.IntVar(&c.fleet, "fleet-clients", 90000, "memory scenario: clients × 1 device (the -clients ones included), next to the gateway")
-	fs.IntVar(&c.rolloutMembers, "rollout-members", 2000, "rollout: clients × 1 device whose deployments one rollout upgrades at once (its drive is capped by -create-cap)")
+	fs.IntVar(&c.rolloutMembers, "rollout-members", 10000, "rollout: clients × 1 device whose deployments one rollout upgrades at once (its drive is capped by -create-cap)")
 	fs.DurationVar(&c.createCap, "create-cap", 60*time.Second, "time cap of each measured creation phase")
 	fs.DurationVar(&c.seedCap, "seed-cap", 150*time.Second, "time cap of each seeding phase (registrations, the rest of the memory scenario, polls)")
-	fs.DurationVar(&c.budget, "budget", 9*time.Minute, "time budget of the whole run: phases are capped to what is left")
+	fs.DurationVar(&c.budget, "budget", 12*time.Minute, "time budget of the whole run: phases are capped to what is left")
 	fs.DurationVar(&c.goBenchTimeout, "go-bench-timeout", 3*time.Minute, "time cap of each go test -bench run")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
