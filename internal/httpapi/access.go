@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +57,10 @@ type operation struct {
 	// audit row written in the change's transaction says (see
 	// changeStatuses).
 	created, changed int
+	// query holds the query parameters the operation declares; any other
+	// is refused (400 naming it) rather than silently ignored, so that a
+	// misspelt filter does not list everything.
+	query map[string]bool
 }
 
 // changeStatuses picks, from the success (2xx) statuses an operation
@@ -104,15 +110,58 @@ func operationsOf(spec *openapi3.T) (map[string]operation, error) {
 			if o.created, o.changed = changeStatuses(op); o.changed == 0 && mutating(method) {
 				return nil, fmt.Errorf("httpapi: %s %s declares no success status", method, path)
 			}
-			for _, p := range op.Parameters {
+			o.query = map[string]bool{}
+			if op.Security != nil {
+				// A credential an apiKey scheme carries in the query (the
+				// event stream's ticket) is a parameter too.
+				for _, req := range *op.Security {
+					for name := range req {
+						if ref := spec.Components.SecuritySchemes[name]; ref != nil && ref.Value != nil && ref.Value.Type == "apiKey" && ref.Value.In == "query" {
+							o.query[ref.Value.Name] = true
+						}
+					}
+				}
+			}
+			for _, p := range append(slices.Clone(item.Parameters), op.Parameters...) {
 				if p.Value != nil && p.Value.In == "header" && p.Value.Name == "Idempotency-Key" {
 					o.idempotent = true
+				}
+				if p.Value != nil && p.Value.In == "query" {
+					o.query[p.Value.Name] = true
 				}
 			}
 			ops[method+" "+path] = o
 		}
 	}
 	return ops, nil
+}
+
+// unknownQuery refuses a query parameter op does not declare (400 naming
+// query/<name>), and a query that does not parse.
+func unknownQuery(r *http.Request, op operation) error {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return badParam("query", "does not parse: "+err.Error())
+	}
+	names := make([]string, 0, len(q))
+	for k := range q {
+		if !op.query[k] {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	fields := make([]lifecycle.FieldError, len(names))
+	for i, k := range names {
+		fields[i] = lifecycle.FieldError{Pointer: "query/" + k, Detail: "is not a parameter of this operation"}
+	}
+	return &lifecycle.Error{Code: lifecycle.EMALFORMED, Type: "invalid-request",
+		Message: "The request is not valid: query/" + names[0] + " is not a parameter of this operation.", Fields: fields}
 }
 
 func mutating(method string) bool {

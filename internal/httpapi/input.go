@@ -88,6 +88,14 @@ func (s *Server) checkInput(headers []string) func(http.Handler) http.Handler {
 					}
 				}
 			}
+			if rctx := chi.RouteContext(r.Context()); rctx != nil {
+				if op, ok := s.ops[r.Method+" "+rctx.RoutePattern()]; ok {
+					if err := unknownQuery(r, op); err != nil {
+						writeProblem(w, r, problemFromError(s.log, r, err))
+						return
+					}
+				}
+			}
 			if r.Body == nil || r.Body == http.NoBody || (r.Method != http.MethodPost && r.Method != http.MethodPut && r.Method != http.MethodPatch) {
 				next.ServeHTTP(w, r)
 				return

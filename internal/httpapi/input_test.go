@@ -170,6 +170,34 @@ func TestUnstorableInputIsRefused(t *testing.T) {
 	}
 }
 
+// TestUnknownQueryParameterIsRefused: a query parameter an operation does
+// not declare is a 400 naming it (a misspelt filter would otherwise list
+// everything, or a misspelt flag of a change be ignored), and changes
+// nothing; declared ones (and the event stream's ticket) pass.
+func TestUnknownQueryParameterIsRefused(t *testing.T) {
+	e, id := inputEnv(t)
+	for _, c := range []struct{ method, path, field string }{
+		{"GET", "/mgmt/v1/deployments?stat=failed", "query/stat"},
+		{"GET", "/mgmt/v1/deployments?state=failed&limit=5&x=1&a=2", "query/a"},
+		{"DELETE", "/mgmt/v1/deployments/" + id + "?force=true", "query/force"},
+		{"GET", "/mgmt/v1/rollouts?cursor=&foo=", "query/foo"},
+	} {
+		before := snapshot(t, e.pool)
+		res := rawCall(t, c.method, e.url+c.path, "", "")
+		p := readProblem(t, res, http.StatusBadRequest)
+		assert.Equal(t, httpapi.ProblemBase+"invalid-request", p.Type, "%s %s: %+v", c.method, c.path, p)
+		if assert.NotEmpty(t, p.Errors, "%+v", p) {
+			assert.Equal(t, c.field, p.Errors[0].Field, "%s %s", c.method, c.path)
+		}
+		assert.Equal(t, before, snapshot(t, e.pool), "nothing changed")
+	}
+	for _, path := range []string{"/mgmt/v1/deployments?state=failed&limit=5", "/mgmt/v1/events?limit=1&type=deployment."} {
+		res := rawCall(t, "GET", e.url+path, "", "")
+		_ = res.Body.Close()
+		assert.Equal(t, http.StatusOK, res.StatusCode, path)
+	}
+}
+
 // TestProbeReproductions are the issue's own reproductions.
 func TestProbeReproductions(t *testing.T) {
 	e, _ := inputEnv(t)
