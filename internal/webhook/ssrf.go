@@ -24,7 +24,7 @@ var forbidden = func() []netip.Prefix {
 		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
 		"192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24",
 		"224.0.0.0/4", "240.0.0.0/4",
-		"::/128", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001:db8::/32", "fc00::/7", "fe80::/10", "ff00::/8",
+		"::/128", "::1/128", "64:ff9b:1::/48", "100::/64", "2001:db8::/32", "fc00::/7", "fe80::/10", "ff00::/8",
 	} {
 		out = append(out, netip.MustParsePrefix(s))
 	}
@@ -40,9 +40,30 @@ type Guard struct {
 	Allowed []netip.Prefix
 }
 
-// addrAllowed reports whether a receiver may be at a.
+// Prefixes of IPv6 addresses that carry an IPv4 address: the IPv4 address
+// is what a connection reaches, so it is what is checked.
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052, the IPv4 address in the last 32 bits
+	v4compat  = netip.MustParsePrefix("::/96")        // deprecated IPv4-compatible ::a.b.c.d
+	sixToFour = netip.MustParsePrefix("2002::/16")    // 6to4, the IPv4 address in bits 16-47
+)
+
+// addrAllowed reports whether a receiver may be at a. A zone (fe80::1%eth0)
+// is dropped before the check (a prefix never contains an address with a
+// zone), an IPv4-mapped address is unmapped, and an address that embeds an
+// IPv4 address (NAT64, IPv4-compatible, 6to4) is checked as that IPv4
+// address.
 func (g Guard) addrAllowed(a netip.Addr) bool {
-	a = a.Unmap()
+	a = a.WithZone("").Unmap()
+	if a.Is6() {
+		b := a.As16()
+		switch {
+		case nat64.Contains(a), v4compat.Contains(a) && a != netip.IPv6Unspecified() && a != netip.IPv6Loopback():
+			return g.addrAllowed(netip.AddrFrom4([4]byte(b[12:16])))
+		case sixToFour.Contains(a):
+			return g.addrAllowed(netip.AddrFrom4([4]byte(b[2:6])))
+		}
+	}
 	for _, p := range g.Allowed {
 		if p.Contains(a) {
 			return true
@@ -81,6 +102,9 @@ func (g Guard) CheckURL(field, raw string) error {
 		return bad("user info is not allowed (use the signing secret to authenticate)")
 	case u.Fragment != "" || strings.Contains(raw, "#"):
 		return bad("a fragment is not allowed")
+	}
+	if strings.Contains(u.Hostname(), "%") {
+		return bad("an address with a zone is not allowed")
 	}
 	if a, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !g.addrAllowed(a) {
 		return bad(fmt.Sprintf("address %s is in a range receivers may not be in (loopback, private, link-local, metadata…); allow it with -webhook-allow-cidr", a))

@@ -390,12 +390,21 @@ func TestForbiddenAddress(t *testing.T) {
 	e := newEnv(t, webhook.WorkerConfig{Guard: webhook.Guard{AllowHTTP: true}})
 	ctx := context.Background()
 	for _, u := range []string{"http://127.0.0.1:9/x", "http://[::1]/", "http://169.254.169.254/latest", "http://10.1.2.3/",
-		"http://[fd00:ec2::254]/", "http://100.64.0.1/", "http://[::ffff:127.0.0.1]/", "ftp://example.com/", "http://u:p@example.com/"} {
+		"http://[fd00:ec2::254]/", "http://100.64.0.1/", "http://[::ffff:127.0.0.1]/", "ftp://example.com/", "http://u:p@example.com/",
+		"http://[fe80::1%25eth0]/", "http://[::127.0.0.1]/", "http://[2002:a00:1::1]/", "http://[64:ff9b::a9fe:a9fe]/"} {
 		_, _, err := e.svc.Create(ctx, webhook.Webhook{URL: u, Enabled: true})
 		require.Equal(t, lifecycle.EINVALID, lifecycle.ErrorCode(err), u)
 		var le *lifecycle.Error
 		require.ErrorAs(t, err, &le)
 		require.Equal(t, "/url", le.Fields[0].Pointer, u)
+	}
+	// At connect time: zones, embedded IPv4 addresses; a public address
+	// behind NAT64 passes.
+	dial := webhook.Guard{}.Dialer(time.Second)
+	for addr, ok := range map[string]bool{"[fe80::1%lo]:80": false, "[::127.0.0.1]:80": false, "[2002:7f00:1::1]:80": false,
+		"[64:ff9b::7f00:1]:80": false, "[64:ff9b::808:808]:80": true, "8.8.8.8:80": true} {
+		err := dial.Control("tcp", addr, nil)
+		require.Equal(t, ok, err == nil, "%s: %v", addr, err)
 	}
 	strict := webhook.Guard{}
 	require.Error(t, strict.CheckURL("/url", "http://example.com/"), "http without -webhook-allow-http")
