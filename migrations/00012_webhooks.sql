@@ -16,6 +16,8 @@ CREATE TABLE webhooks (
     enabled              boolean     NOT NULL DEFAULT true,
     disabled_reason      text        NOT NULL DEFAULT '',
     consecutive_failures integer     NOT NULL DEFAULT 0 CHECK (consecutive_failures >= 0),
+    -- when the run of failed attempts began (NULL: no run)
+    failing_since        timestamptz,
     -- the signing secret, AES-256-GCM (nonce || ciphertext, the id as
     -- additional data) under the server's webhook key; never plain text
     secret_enc           bytea       NOT NULL,

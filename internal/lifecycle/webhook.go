@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // WebhookFilter is what a webhook subscription receives: events of Types
@@ -82,26 +83,49 @@ type WebhookOutcome struct {
 	Retry bool
 	// ConsecutiveFailures is the subscription's new run of failed attempts.
 	ConsecutiveFailures int
+	// FailingSince is when that run began (zero when there is none).
+	FailingSince time.Time
 	// Disable: the subscription is disabled, with Event saying why.
 	Disable bool
 	// Reason is "gone" or "failures" when Disable.
 	Reason string
 }
 
-// DecideWebhookAttempt decides what follows attempt a of a subscription
-// whose run of failed attempts was failures before it: a 2xx ends the
-// delivery and the run; a 410 Gone disables the subscription (the receiver
-// says it is gone for good); any other failure is retried, and disables the
-// subscription once the run reaches disableAfter (> 0).
-func DecideWebhookAttempt(a WebhookAttempt, failures, disableAfter int) WebhookOutcome {
-	switch {
-	case a.StatusCode >= 200 && a.StatusCode < 300:
+// WebhookRun is a subscription's run of failed attempts before an attempt,
+// and what ends a run by disabling the subscription.
+type WebhookRun struct {
+	// Failures is the run's length, Since when it began (zero: no run).
+	Failures int
+	Since    time.Time
+	// DisableAfter (> 0) attempts and DisableAfterPeriod of failures
+	// disable the subscription: both, so that the many attempts of a burst
+	// of events against a receiver down for a minute (every in-flight
+	// delivery fails at once) do not disable it.
+	DisableAfter       int
+	DisableAfterPeriod time.Duration
+}
+
+// DecideWebhookAttempt decides what follows attempt a, made at now, of a
+// subscription with failure run r: a 2xx ends the delivery and the run; a
+// 410 Gone disables the subscription (the receiver says it is gone for
+// good); any other failure is retried, and disables the subscription once
+// the run reached r.DisableAfter attempts and lasted r.DisableAfterPeriod.
+func DecideWebhookAttempt(a WebhookAttempt, r WebhookRun, now time.Time) WebhookOutcome {
+	if a.StatusCode >= 200 && a.StatusCode < 300 {
 		return WebhookOutcome{Succeeded: true}
-	case a.StatusCode == 410:
-		return WebhookOutcome{ConsecutiveFailures: failures + 1, Disable: true, Reason: "gone"}
-	case failures+1 >= disableAfter:
-		return WebhookOutcome{ConsecutiveFailures: failures + 1, Disable: true, Reason: "failures"}
-	default:
-		return WebhookOutcome{Retry: true, ConsecutiveFailures: failures + 1}
 	}
+	since := r.Since
+	if r.Failures == 0 || since.IsZero() {
+		since = now
+	}
+	out := WebhookOutcome{ConsecutiveFailures: r.Failures + 1, FailingSince: since}
+	switch {
+	case a.StatusCode == 410:
+		out.Disable, out.Reason = true, "gone"
+	case out.ConsecutiveFailures >= r.DisableAfter && now.Sub(since) >= r.DisableAfterPeriod:
+		out.Disable, out.Reason = true, "failures"
+	default:
+		out.Retry = true
+	}
+	return out
 }

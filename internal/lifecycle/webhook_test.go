@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"testing"
+	"time"
 )
 
 func TestWebhookFilterMatches(t *testing.T) {
@@ -40,22 +41,33 @@ func TestCheckWebhookTypes(t *testing.T) {
 }
 
 func TestDecideWebhookAttempt(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	run := func(failures int, since time.Duration) WebhookRun {
+		r := WebhookRun{Failures: failures, DisableAfter: 10, DisableAfterPeriod: time.Hour}
+		if failures > 0 {
+			r.Since = now.Add(-since)
+		}
+		return r
+	}
 	tests := []struct {
-		a            WebhookAttempt
-		failures     int
-		disableAfter int
-		want         WebhookOutcome
+		a    WebhookAttempt
+		r    WebhookRun
+		want WebhookOutcome
 	}{
-		{WebhookAttempt{StatusCode: 204}, 7, 10, WebhookOutcome{Succeeded: true}},
-		{WebhookAttempt{StatusCode: 500}, 0, 10, WebhookOutcome{Retry: true, ConsecutiveFailures: 1}},
-		{WebhookAttempt{Err: "refused"}, 8, 10, WebhookOutcome{Retry: true, ConsecutiveFailures: 9}},
-		{WebhookAttempt{Err: "refused"}, 9, 10, WebhookOutcome{ConsecutiveFailures: 10, Disable: true, Reason: "failures"}},
-		{WebhookAttempt{StatusCode: 410}, 0, 10, WebhookOutcome{ConsecutiveFailures: 1, Disable: true, Reason: "gone"}},
-		{WebhookAttempt{StatusCode: 301}, 0, 10, WebhookOutcome{Retry: true, ConsecutiveFailures: 1}},
+		{WebhookAttempt{StatusCode: 204}, run(7, time.Hour), WebhookOutcome{Succeeded: true}},
+		{WebhookAttempt{StatusCode: 500}, run(0, 0), WebhookOutcome{Retry: true, ConsecutiveFailures: 1, FailingSince: now}},
+		{WebhookAttempt{Err: "refused"}, run(8, 2*time.Hour), WebhookOutcome{Retry: true, ConsecutiveFailures: 9, FailingSince: now.Add(-2 * time.Hour)}},
+		{WebhookAttempt{Err: "refused"}, run(9, 2*time.Hour), WebhookOutcome{ConsecutiveFailures: 10, FailingSince: now.Add(-2 * time.Hour), Disable: true, Reason: "failures"}},
+		// Many attempts in a short outage (a burst in flight): not disabled.
+		{WebhookAttempt{Err: "refused"}, run(49, time.Minute), WebhookOutcome{Retry: true, ConsecutiveFailures: 50, FailingSince: now.Add(-time.Minute)}},
+		// A long outage with few attempts: not disabled either.
+		{WebhookAttempt{Err: "refused"}, run(3, 5*time.Hour), WebhookOutcome{Retry: true, ConsecutiveFailures: 4, FailingSince: now.Add(-5 * time.Hour)}},
+		{WebhookAttempt{StatusCode: 410}, run(0, 0), WebhookOutcome{ConsecutiveFailures: 1, FailingSince: now, Disable: true, Reason: "gone"}},
+		{WebhookAttempt{StatusCode: 301}, run(0, 0), WebhookOutcome{Retry: true, ConsecutiveFailures: 1, FailingSince: now}},
 	}
 	for _, tt := range tests {
-		if got := DecideWebhookAttempt(tt.a, tt.failures, tt.disableAfter); got != tt.want {
-			t.Errorf("DecideWebhookAttempt(%+v, %d, %d) = %+v, want %+v", tt.a, tt.failures, tt.disableAfter, got, tt.want)
+		if got := DecideWebhookAttempt(tt.a, tt.r, now); got != tt.want {
+			t.Errorf("DecideWebhookAttempt(%+v, %+v) = %+v, want %+v", tt.a, tt.r, got, tt.want)
 		}
 	}
 }

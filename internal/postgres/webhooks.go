@@ -42,7 +42,7 @@ func NewWebhookStore(pool *pgxpool.Pool, logger *slog.Logger) (*WebhookStore, er
 }
 
 const sqlWebhookColumns = `id::text, url, description, types, filters, enabled, disabled_reason, consecutive_failures,
-    coalesce(previous_until, 'epoch'::timestamptz), generation, after_event, created_at, updated_at`
+    coalesce(previous_until, 'epoch'::timestamptz), generation, after_event, created_at, updated_at, coalesce(failing_since, 'epoch'::timestamptz)`
 
 func scanWebhook(row pgx.Row, extra ...any) (webhook.Webhook, error) {
 	var (
@@ -50,7 +50,7 @@ func scanWebhook(row pgx.Row, extra ...any) (webhook.Webhook, error) {
 		filters []byte
 	)
 	dest := append([]any{&w.ID, &w.URL, &w.Description, &w.Types, &filters, &w.Enabled, &w.DisabledReason,
-		&w.ConsecutiveFailures, &w.PreviousUntil, &w.Generation, &w.AfterEvent, &w.CreatedAt, &w.UpdatedAt}, extra...)
+		&w.ConsecutiveFailures, &w.PreviousUntil, &w.Generation, &w.AfterEvent, &w.CreatedAt, &w.UpdatedAt, &w.FailingSince}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return w, lifecycle.Errorf(lifecycle.ENOTFOUND, "no such webhook")
@@ -59,6 +59,9 @@ func scanWebhook(row pgx.Row, extra ...any) (webhook.Webhook, error) {
 	}
 	if w.PreviousUntil.Equal(time.Unix(0, 0)) {
 		w.PreviousUntil = time.Time{}
+	}
+	if w.FailingSince.Equal(time.Unix(0, 0)) {
+		w.FailingSince = time.Time{}
 	}
 	if err := json.Unmarshal(filters, &w.Filters); err != nil {
 		return w, fmt.Errorf("webhook %s filters: %w", w.ID, err)
@@ -123,7 +126,8 @@ func (s *WebhookStore) UpdateWebhook(ctx context.Context, id string, at time.Tim
 		}
 		out, err = scanWebhook(tx.QueryRow(ctx, `
 UPDATE webhooks SET url = $2, description = $3, types = $4, refs = $5, filters = $6, enabled = $7,
-    disabled_reason = $8, consecutive_failures = $9, generation = generation + 1, updated_at = $10
+    disabled_reason = $8, consecutive_failures = $9, failing_since = CASE WHEN $9 = 0 THEN NULL ELSE failing_since END,
+    generation = generation + 1, updated_at = $10
 WHERE id::text = $1 RETURNING `+sqlWebhookColumns,
 			id, w.URL, w.Description, w.Types, refStringsOf(w.Filters), filters, w.Enabled, w.DisabledReason, w.ConsecutiveFailures, at))
 		if err != nil {
@@ -303,9 +307,13 @@ func (s *WebhookStore) RecordAttempt(ctx context.Context, d webhook.Delivery,
 		if out.Disable && w.Enabled {
 			enabled, reason = false, out.Reason
 		}
-		if _, err := tx.Exec(ctx, `UPDATE webhooks SET consecutive_failures = $2, enabled = $3, disabled_reason = $4,
+		var since *time.Time
+		if !out.FailingSince.IsZero() {
+			since = &out.FailingSince
+		}
+		if _, err := tx.Exec(ctx, `UPDATE webhooks SET consecutive_failures = $2, enabled = $3, disabled_reason = $4, failing_since = $5,
     generation = generation + CASE WHEN enabled <> $3 THEN 1 ELSE 0 END WHERE id::text = $1`,
-			d.WebhookID, out.ConsecutiveFailures, enabled, reason); err != nil {
+			d.WebhookID, out.ConsecutiveFailures, enabled, reason, since); err != nil {
 			return err
 		}
 		return AppendEvents(ctx, tx, events)

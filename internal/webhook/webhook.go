@@ -23,10 +23,15 @@ import (
 const (
 	// DefaultRotationOverlap is how long a rotated-out secret keeps signing.
 	DefaultRotationOverlap = 24 * time.Hour
-	// DefaultDisableAfter is the run of consecutive failed attempts that
-	// disables a subscription: at the backoff's cap (an hour) about 24 h of
-	// a receiver that answers nothing but errors.
+	// DefaultDisableAfter is the run of consecutive failed attempts that,
+	// once it also lasted DefaultDisableAfterPeriod, disables a
+	// subscription.
 	DefaultDisableAfter = 50
+	// DefaultDisableAfterPeriod is how long a run of failures must last
+	// before it disables a subscription: a burst of events meeting a
+	// receiver down for a few minutes fails many attempts at once, and
+	// must not disable it.
+	DefaultDisableAfterPeriod = 6 * time.Hour
 	// DefaultDeliveryRetention is how long delivery attempts are kept.
 	DefaultDeliveryRetention = 7 * 24 * time.Hour
 	// RetryWindow is how long one event's delivery is retried.
@@ -66,11 +71,13 @@ type Webhook struct {
 	Enabled             bool
 	DisabledReason      string // why the server disabled it; "" when an admin did or it is enabled
 	ConsecutiveFailures int
-	PreviousUntil       time.Time // the rotated-out secret signs until then; zero: none
-	Generation          int64     // bumped by every change; what an Expect names
-	AfterEvent          int64     // it receives events with ids above this (the log's head at creation)
-	CreatedAt           time.Time
-	UpdatedAt           time.Time
+	// FailingSince is when that run began (zero when there is none).
+	FailingSince  time.Time
+	PreviousUntil time.Time // the rotated-out secret signs until then; zero: none
+	Generation    int64     // bumped by every change; what an Expect names
+	AfterEvent    int64     // it receives events with ids above this (the log's head at creation)
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
 // Filter returns what the subscription receives.
@@ -257,7 +264,7 @@ func (s *Service) Update(ctx context.Context, id string, u Update, expect Expect
 		}
 		if u.Enabled != nil {
 			if *u.Enabled && !w.Enabled {
-				w.ConsecutiveFailures, w.DisabledReason = 0, ""
+				w.ConsecutiveFailures, w.FailingSince, w.DisabledReason = 0, time.Time{}, ""
 			}
 			w.Enabled = *u.Enabled
 		}

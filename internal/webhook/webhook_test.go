@@ -239,7 +239,10 @@ func TestDeliverySignedAndSequenced(t *testing.T) {
 // and the same body; the deliveries list shows the failed attempts with
 // their next retry.
 func TestReceiverDownThenUp(t *testing.T) {
-	e := newEnv(t, webhook.WorkerConfig{})
+	// 9 failed attempts in a few seconds exceed DisableAfter (5) but not
+	// the period a run must last (the default): a short outage during a
+	// burst does not disable the subscription.
+	e := newEnv(t, webhook.WorkerConfig{DisableAfter: 5})
 	rcv := newReceiver(t, func(n int) int {
 		if n <= 9 {
 			return http.StatusServiceUnavailable
@@ -312,7 +315,7 @@ func TestDisabledAfterFailures(t *testing.T) {
 		{"gone", http.StatusGone, 1, "gone"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, webhook.WorkerConfig{DisableAfter: 3})
+			e := newEnv(t, webhook.WorkerConfig{DisableAfter: 3, DisableAfterPeriod: -1})
 			rcv := newReceiver(t, func(int) int { return tt.status })
 			w, _ := e.create(t, webhook.Webhook{URL: rcv.URL})
 			e.appendEvents(t, "x")

@@ -64,6 +64,9 @@ type WorkerConfig struct {
 	// DisableAfter is the run of failed attempts that disables a
 	// subscription (zero: DefaultDisableAfter).
 	DisableAfter int
+	// DisableAfterPeriod is how long that run must also have lasted (zero:
+	// DefaultDisableAfterPeriod; negative: no minimum, for tests).
+	DisableAfterPeriod time.Duration
 	// Guard decides which addresses may be connected to.
 	Guard Guard
 	// Now is the clock (signatures, attempts, the rotation overlap).
@@ -92,6 +95,9 @@ const maxResponseBody = 64 << 10
 func NewWorker(store DeliveryStore, keys *Keyring, cfg WorkerConfig) *Worker {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.DisableAfterPeriod == 0 {
+		cfg.DisableAfterPeriod = DefaultDisableAfterPeriod
 	}
 	if cfg.DisableAfter <= 0 {
 		cfg.DisableAfter = DefaultDisableAfter
@@ -153,6 +159,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		return err
 	}
 	if !t.Enabled {
+		// Recorded as an attempt not sent, so that the delivery is listed
+		// and can be redelivered once the subscription is enabled again.
+		d := Delivery{WebhookID: a.WebhookID, EventID: a.EventID, Sequence: a.Sequence, Attempt: job.Attempt, At: w.cfg.Now().UTC(),
+			Error: "not sent: the subscription is disabled"}
+		_, err := w.store.RecordAttempt(ctx, d, unchangedRun)
+		if err != nil && lifecycle.ErrorCode(err) != lifecycle.ENOTFOUND {
+			return err
+		}
 		return river.JobCancel(fmt.Errorf("webhook %s is disabled", a.WebhookID))
 	}
 	start := w.cfg.Now()
@@ -161,7 +175,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	var attempt lifecycle.WebhookAttempt
 	switch {
 	case lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND:
-		attempt.Err = "the event is no longer in the event log"
+		// Retention deleted it: not the receiver's failure.
+		d.Error = "not sent: the event is no longer in the event log (retention)"
+		if _, err := w.store.RecordAttempt(ctx, d, unchangedRun); err != nil && lifecycle.ErrorCode(err) != lifecycle.ENOTFOUND {
+			return err
+		}
+		return river.JobCancel(errors.New(d.Error))
 	case err != nil:
 		return err
 	default:
@@ -175,7 +194,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		d.NextRetryAt = retryAt.UTC()
 	}
 	out, rerr := w.store.RecordAttempt(ctx, d, func(cur Webhook) (lifecycle.WebhookOutcome, []lifecycle.Event, error) {
-		out := lifecycle.DecideWebhookAttempt(attempt, cur.ConsecutiveFailures, w.cfg.DisableAfter)
+		out := lifecycle.DecideWebhookAttempt(attempt, lifecycle.WebhookRun{Failures: cur.ConsecutiveFailures, Since: cur.FailingSince,
+			DisableAfter: w.cfg.DisableAfter, DisableAfterPeriod: max(w.cfg.DisableAfterPeriod, 0)}, d.At)
 		if !out.Disable || !cur.Enabled {
 			return out, nil, nil
 		}
@@ -267,6 +287,12 @@ func (w *Worker) signingKeys(t Target, at time.Time) ([][]byte, error) {
 		keys = append(keys, pk)
 	}
 	return keys, nil
+}
+
+// unchangedRun records an attempt that was not sent (its subscription is
+// disabled, its event gone) without touching the subscription's run.
+func unchangedRun(cur Webhook) (lifecycle.WebhookOutcome, []lifecycle.Event, error) {
+	return lifecycle.WebhookOutcome{ConsecutiveFailures: cur.ConsecutiveFailures, FailingSince: cur.FailingSince}, nil, nil
 }
 
 // Body returns the JSON a delivery of e with sequence seq carries (the
