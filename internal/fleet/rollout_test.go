@@ -1346,3 +1346,78 @@ func TestRolloutPlacementReadsIdentity(t *testing.T) {
 		assert.Equal(t, 2-tt.unplaceable, p.Eligible, "constraints %q", tt.constraints)
 	}
 }
+
+// TestConcurrentCreationsOnASmallPool: rollout creations running at once
+// complete on a pool smaller than their number. Each creation's resolve
+// needs connections of its own (the next page, versions, operations); the
+// members it stages used to pin a connection for the whole creation (a
+// temporary table), so that a few concurrent creations held every
+// connection and waited forever for another.
+func TestConcurrentCreationsOnASmallPool(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	clients := []string{"c0", "c1", "c2", "c3"}
+	for _, c := range clients {
+		for i := range 3 {
+			e.deploy(c, fmt.Sprintf("d%d", i), "1.5.0")
+		}
+	}
+	cfg := e.pool.Config().Copy()
+	cfg.MaxConns = 2
+	small, err := pgxpool.NewWithConfig(e.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(small.Close)
+	svc := fleet.NewService(postgres.NewFleetStore(small, 5), e.cat, fleet.Policy{AcceptAll: true}, time.Now,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithTimeout(e.ctx, 60*time.Second)
+	defer cancel()
+	errs := make(chan error, len(clients))
+	for _, c := range clients {
+		go func() {
+			req := upgradeTo2(lifecycle.WaveSpec{Size: percent(100)})
+			req.Target.ClientIDs = []string{c}
+			_, err := svc.CreateRollout(ctx, req, fleet.Actor{ID: "alice"})
+			errs <- err
+		}()
+	}
+	for range clients {
+		require.NoError(t, <-errs)
+	}
+	var staged int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM rollout_stage`).Scan(&staged))
+	assert.Zero(t, staged, "no stage is left behind")
+}
+
+// TestRolloutPagesAnyCollation: a rollout's candidates are paged in byte
+// order whatever the columns' collation (here an ICU one, where "edge_1"
+// sorts before "edge-2" and "plant-a" before "plant-B", unlike bytes): the
+// paged plan is the whole one, and the create succeeds.
+func TestRolloutPagesAnyCollation(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	var icu bool
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT EXISTS (SELECT 1 FROM pg_collation WHERE collname = 'und-x-icu')`).Scan(&icu))
+	if !icu {
+		t.Skip("this PostgreSQL has no ICU collations")
+	}
+	for _, c := range []string{`deployments ALTER COLUMN client_id TYPE text COLLATE "und-x-icu", ALTER COLUMN device_id TYPE text COLLATE "und-x-icu"`,
+		`devices ALTER COLUMN client_id TYPE text COLLATE "und-x-icu", ALTER COLUMN id TYPE text COLLATE "und-x-icu"`} {
+		_, err := e.pool.Exec(e.ctx, `ALTER TABLE `+c)
+		require.NoError(t, err)
+	}
+	for _, c := range []string{"plant-B", "plant-a"} {
+		for _, dev := range []string{"edge-2", "edge_1", "edge-10", "Edge-3"} {
+			e.deploy(c, dev, "1.5.0")
+		}
+	}
+	req := upgradeTo2(lifecycle.WaveSpec{Size: count(1)}, lifecycle.WaveSpec{Size: percent(100)})
+	whole, err := e.s.PlanRollout(e.ctx, req)
+	require.NoError(t, err)
+	paged := e.service()
+	fleet.SetCandidatePage(paged, 3)
+	p, err := paged.PlanRollout(e.ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, whole, p)
+	assert.Equal(t, 8, p.Eligible)
+	r, err := paged.CreateRollout(e.ctx, req, fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	assert.Equal(t, 8, r.Counts.Eligible)
+}

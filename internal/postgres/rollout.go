@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -287,7 +288,7 @@ func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQue
 	first := after == lifecycle.MemberKey{}
 	if q.Install {
 		if !first {
-			w.add("(dev.client_id, dev.id) > ($?, $?)", after.ClientID, after.DeviceID)
+			w.add(`(dev.client_id COLLATE "C", dev.id COLLATE "C") > ($?, $?)`, after.ClientID, after.DeviceID)
 		}
 		// The device, with the application's live deployment on it if any
 		// (the columns of the deployment are NULL otherwise).
@@ -296,13 +297,13 @@ func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQue
      AND m.client_id = dev.client_id AND m.device_id = dev.id LIMIT 1)
 FROM devices dev LEFT JOIN LATERAL (SELECT d.id FROM deployments d WHERE d.client_id = dev.client_id AND d.device_id = dev.id
   AND d.application_id = $1 AND NOT d.removing LIMIT 1) d ON true
-WHERE ` + w.sql() + ` ORDER BY dev.client_id, dev.id LIMIT ` + strconv.Itoa(limit)
+WHERE ` + w.sql() + ` ORDER BY dev.client_id COLLATE "C", dev.id COLLATE "C" LIMIT ` + strconv.Itoa(limit)
 	} else {
 		if !first {
 			if !validUUID(after.DeploymentID) {
 				return nil, fmt.Errorf("rollout candidates after %v: not a deployment id", after)
 			}
-			w.add("(d.client_id, d.device_id, d.id) > ($?, $?, $?::uuid)", after.ClientID, after.DeviceID, after.DeploymentID)
+			w.add(`(d.client_id COLLATE "C", d.device_id COLLATE "C", d.id) > ($?, $?, $?::uuid)`, after.ClientID, after.DeviceID, after.DeploymentID)
 		}
 		if len(q.Versions) > 0 {
 			w.add("r.version = ANY($?)", q.Versions)
@@ -319,7 +320,7 @@ WHERE ` + w.sql() + ` ORDER BY dev.client_id, dev.id LIMIT ` + strconv.Itoa(limi
   coalesce((SELECT ir.version FROM revisions ir WHERE ir.deployment_id = d.id AND ir.n = d.installed_revision), ''),
   (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1), NULL::text
 ` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id = d.client_id AND dev.id = d.device_id
-WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id, d.device_id, d.id LIMIT ` + strconv.Itoa(limit)
+WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C", d.device_id COLLATE "C", d.id LIMIT ` + strconv.Itoa(limit)
 	}
 	rows, err := s.pool.Query(ctx, sql, w.args...)
 	if err != nil {
@@ -461,7 +462,7 @@ func (s *FleetStore) candidateRevisions(ctx context.Context, cands []fleet.Rollo
 // InsertRollout stages them in a temporary table as they come, then adds
 // the rollout's own (id, application, install, wave, active, updated_at)
 // when it inserts them all at once.
-var stagedColumns = []string{"ord", "client_id", "device_id", "deployment_id", "classification", "reason", "reason_detail",
+var stagedColumns = []string{"stage_id", "ord", "client_id", "device_id", "deployment_id", "classification", "reason", "reason_detail",
 	"supplier_reason", "plan", "status", "from_version", "from_revision", "profile_id", "restore_revision"}
 
 func stagedRow(m fleet.RolloutMember) ([]any, error) {
@@ -485,9 +486,6 @@ func stagedRow(m fleet.RolloutMember) ([]any, error) {
 
 // sqlStage is the temporary table of a rollout's members being resolved
 // (its session's; dropped when the creation ends).
-const sqlStage = `CREATE TEMPORARY TABLE rollout_stage AS SELECT ` + "ord, client_id, device_id, deployment_id, classification, reason, reason_detail, " +
-	`supplier_reason, plan, status, from_version, from_revision, profile_id, restore_revision FROM rollout_members WITH NO DATA`
-
 // sqlInsertStaged inserts the staged members of rollout $1: an eligible
 // member's wave is the number of wave starts ($5, lifecycle.WaveStarts
 // with a last bound no place reaches) at or below its place among the
@@ -499,33 +497,27 @@ SELECT $1, ord, $2, $3, client_id, device_id, deployment_id, classification, rea
   CASE WHEN classification = 'eligible'
     THEN width_bucket(row_number() OVER (PARTITION BY classification = 'eligible' ORDER BY ord) - 1, $5::bigint[]) END,
   status, from_version, from_revision, profile_id, restore_revision, classification = 'eligible' AND status <> 'excluded', $4
-FROM rollout_stage ORDER BY ord`
+FROM rollout_stage WHERE stage_id = $6 ORDER BY ord`
 
 // InsertRollout implements fleet.RolloutStore. The members are staged, as
-// fill gives them, in a temporary table of one connection (each page's
-// COPY its own short transaction, so that no transaction stays open while
-// the members are resolved); the rollout, its history, members and events
-// are then written in one transaction on that connection.
+// fill gives them, in the table rollout_stage under a stage id of their
+// own (each page's COPY its own short transaction on any pooled
+// connection: no transaction stays open, and no connection is held, while
+// the members are resolved, which needs connections of its own); the
+// rollout, its history, members (moved from the stage) and events are then
+// written in one transaction.
 func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]fleet.RolloutMember) error) (fleet.Rollout, []lifecycle.Event, error)) error {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return translate(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `DROP TABLE IF EXISTS pg_temp.rollout_stage`); err != nil {
-		return translate(err)
-	}
-	if _, err := conn.Exec(ctx, sqlStage); err != nil {
+	stage := uuid.NewString()
+	// Stages a failed creation left behind (its cleanup below failed too).
+	if _, err := s.pool.Exec(ctx, `DELETE FROM rollout_stage WHERE staged_at < now() - interval '1 hour'`); err != nil {
 		return translate(err)
 	}
 	defer func() {
-		// The table goes with its session otherwise: a connection that
-		// cannot drop it is closed rather than pooled with it.
+		// Committed creations deleted their stage; this one's is deleted
+		// whatever happened.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := conn.Exec(dctx, `DROP TABLE IF EXISTS pg_temp.rollout_stage`); err != nil {
-			conn.Hijack().Close(dctx) //nolint:errcheck // closing a connection whose state is unknown
-		}
+		_, _ = s.pool.Exec(dctx, `DELETE FROM rollout_stage WHERE stage_id = $1`, stage)
 	}()
 	rows := make([][]any, 0, 1024)
 	r, events, err := fill(func(ms []fleet.RolloutMember) error {
@@ -535,9 +527,9 @@ func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]f
 			if err != nil {
 				return err
 			}
-			rows = append(rows, row)
+			rows = append(rows, append([]any{stage}, row...))
 		}
-		_, err := conn.CopyFrom(ctx, pgx.Identifier{"rollout_stage"}, stagedColumns, pgx.CopyFromRows(rows))
+		_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"rollout_stage"}, stagedColumns, pgx.CopyFromRows(rows))
 		return translate(err)
 	})
 	if err != nil {
@@ -556,7 +548,7 @@ func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]f
 		sizes[i] = w.ResolvedSize
 	}
 	starts := append(lifecycle.WaveStarts(sizes), math.MaxInt32)
-	err = inTx(ctx, conn, func(tx pgx.Tx) error {
+	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at, current_wave,
   revert_on_abort, deadline_at, generation, created_by, created_at, updated_at)
 VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 0, $9, $10, 1, $11, $8, $8)`,
@@ -568,7 +560,10 @@ VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 0, $9, $10, 1, $11, $8, $8
 			r.ID, string(r.State), string(r.Cause), r.CreatedAt, r.CreatedBy); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, sqlInsertStaged, r.ID, r.ApplicationID, r.Action == lifecycle.RolloutInstall, r.CreatedAt, starts); err != nil {
+		if _, err := tx.Exec(ctx, sqlInsertStaged, r.ID, r.ApplicationID, r.Action == lifecycle.RolloutInstall, r.CreatedAt, starts, stage); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM rollout_stage WHERE stage_id = $1`, stage); err != nil {
 			return err
 		}
 		if err := AppendEvents(ctx, tx, events); err != nil {
