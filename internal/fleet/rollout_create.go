@@ -365,6 +365,17 @@ func (s *Service) classifyPage(ctx context.Context, cands []RolloutCandidate, in
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
+// freshStepInput is the step input of rollout r being created: every
+// member of each wave pending (r's counts are read from its members, which
+// are not stored yet).
+func freshStepInput(r Rollout, settings lifecycle.RolloutSettings, now time.Time) lifecycle.RolloutStepInput {
+	in := stepInput(r, settings, now)
+	for i, w := range r.Waves {
+		in.Counts[i] = lifecycle.WaveCounts{Pending: w.ResolvedSize}
+	}
+	return in
+}
+
 // CreateRollout validates the request, resolves and classifies its
 // members, sizes its waves and stores the rollout running (cause started)
 // with its members, history and events in one transaction. The members
@@ -385,7 +396,6 @@ func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor A
 	r := Rollout{ID: newUUID(), ApplicationID: req.ApplicationID, Request: req,
 		State: lifecycle.InitialRolloutState, Cause: lifecycle.RolloutCauseStarted, StateChangedAt: now,
 		CurrentWave: 1, CreatedAt: now, UpdatedAt: now, CreatedBy: createdBy, Generation: 1}
-	var settings lifecycle.RolloutSettings
 	err := s.store.InsertRollout(ctx, func(write func([]RolloutMember) error) (Rollout, []lifecycle.Event, error) {
 		res, err := s.resolve(ctx, req, now, write)
 		if err != nil {
@@ -394,7 +404,7 @@ func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor A
 		if res.noEligible != nil {
 			return r, nil, res.noEligible
 		}
-		settings = res.settings
+		settings := res.settings
 		r.Action, r.DeadlineAt = res.settings.Action, now.Add(res.settings.Deadline)
 		for _, w := range res.waves {
 			r.Waves = append(r.Waves, RolloutWave{Index: len(r.Waves) + 1, Wave: w.Wave, ResolvedSize: w.Size,
@@ -417,19 +427,23 @@ func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor A
 			add(lifecycle.RolloutStateChangedBody{To: r.State, Cause: r.Cause}))
 		if started {
 			err = errors.Join(err, add(lifecycle.RolloutWaveStartedBody{Wave: 1, Size: r.Waves[0].ResolvedSize}))
+		} else if dec, derr := lifecycle.DecideRolloutStep(freshStepInput(r, settings, now)); derr != nil {
+			err = errors.Join(err, derr)
+		} else if dec.To == lifecycle.RolloutPaused && dec.Cause == lifecycle.RolloutCauseApprovalRequired {
+			// A first wave that waits for approval: the rollout is created
+			// paused, in the driver's first step taken in this transaction,
+			// so that the answer shows the state it stays in, with a
+			// current ETag. Its history has both moves.
+			r.History = []RolloutTransition{{To: r.State, Cause: r.Cause, At: now, Actor: createdBy},
+				{From: r.State, To: dec.To, Cause: dec.Cause, At: now, Actor: lifecycle.ActorScheduler, Detail: dec.Reason}}
+			r.Waiting = waitingFor(dec.Cause, dec.Reason, time.Time{})
+			err = errors.Join(err, add(lifecycle.RolloutStateChangedBody{From: r.State, To: dec.To, Cause: dec.Cause, Detail: dec.Reason}))
+			r.State, r.Cause = dec.To, dec.Cause
 		}
 		return r, events, err
 	})
 	if err != nil {
 		return Rollout{}, err
-	}
-	// A first wave that waits for approval: the rollout pauses at once
-	// (the driver's first step, taken now), so that the answer shows the
-	// state it stays in, with a current ETag.
-	if r.Waves[0].Approval == lifecycle.ApprovalManual && r.Waves[0].ApprovedAt.IsZero() {
-		if err := s.pauseForApproval(ctx, r.ID, settings, now); err != nil {
-			return Rollout{}, err
-		}
 	}
 	s.wake()
 	return s.Rollout(ctx, r.ID)

@@ -201,27 +201,6 @@ func stepInput(r Rollout, settings lifecycle.RolloutSettings, now time.Time) lif
 	return in
 }
 
-// pauseForApproval takes, right after the creation of rollout id, the step
-// the driver would take first when the first wave waits for approval (the
-// rollout pauses, cause approval-required), so that the creation answers the
-// state the rollout stays in, with an ETag that stays current. Nothing is
-// changed if the rollout moved meanwhile (a driver or an action came first)
-// or if the decision is another.
-func (s *Service) pauseForApproval(ctx context.Context, id string, settings lifecycle.RolloutSettings, now time.Time) error {
-	_, err := s.store.UpdateRollout(ctx, id, func(cur Rollout) (RolloutChange, error) {
-		if cur.Generation != 1 || cur.State != lifecycle.RolloutRunning {
-			return RolloutChange{}, nil
-		}
-		dec, err := lifecycle.DecideRolloutStep(stepInput(cur, settings, now))
-		if err != nil || dec.To != lifecycle.RolloutPaused || dec.Cause != lifecycle.RolloutCauseApprovalRequired {
-			return RolloutChange{}, err
-		}
-		c := RolloutChange{Waiting: waitingFor(dec.Cause, dec.Reason, time.Time{})}
-		return s.move(c, cur, dec.To, dec.Cause, lifecycle.ActorScheduler, dec.Reason, now)
-	}, now)
-	return err
-}
-
 // stepRollout decides and applies one step; done says the visit is over
 // (the lease was released).
 func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle.RolloutSettings) (bool, error) {

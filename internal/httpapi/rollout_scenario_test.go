@@ -868,6 +868,10 @@ func TestRolloutContract(t *testing.T) {
 	assert.Equal(t, first.HTTPResponse.Header.Get("ETag"), again.HTTPResponse.Header.Get("ETag"), "a replay carries the first answer's ETag")
 	assert.Equal(t, sdk.RolloutState("paused"), first.JSON201.State, "a first wave that waits for approval: the create answers paused")
 	assert.Equal(t, "approval-required", string(first.JSON201.StateCause))
+	if assert.Len(t, first.JSON201.History, 2, "created running, paused for the approval, in one transaction") {
+		assert.Equal(t, "started", string(first.JSON201.History[0].Cause))
+		assert.Equal(t, "approval-required", string(first.JSON201.History[1].Cause))
+	}
 	id := first.JSON201.Id.String()
 	if got, tag := e.rollout(t, id); true {
 		assert.Equal(t, first.HTTPResponse.Header.Get("ETag"), tag, "the create's ETag is current")

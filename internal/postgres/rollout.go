@@ -556,9 +556,29 @@ VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 0, $9, $10, 1, $11, $8, $8
 			r.Request.RevertOnAbort, r.DeadlineAt, r.CreatedBy); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO rollout_history (rollout_id, from_state, to_state, cause, at, actor) VALUES ($1, NULL, $2, $3, $4, $5)`,
-			r.ID, string(r.State), string(r.Cause), r.CreatedAt, r.CreatedBy); err != nil {
-			return err
+		history := r.History
+		if len(history) == 0 {
+			history = []fleet.RolloutTransition{{To: r.State, Cause: r.Cause, At: r.CreatedAt, Actor: r.CreatedBy}}
+		}
+		for _, h := range history {
+			var from *string
+			if h.From != "" {
+				f := string(h.From)
+				from = &f
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO rollout_history (rollout_id, from_state, to_state, cause, at, actor, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+				r.ID, from, string(h.To), string(h.Cause), h.At, h.Actor, h.Detail); err != nil {
+				return err
+			}
+		}
+		if r.Waiting != nil {
+			b, err := json.Marshal(r.Waiting)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE rollouts SET waiting = $2::jsonb WHERE id = $1`, r.ID, string(b)); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, sqlInsertStaged, r.ID, r.ApplicationID, r.Action == lifecycle.RolloutInstall, r.CreatedAt, starts, stage); err != nil {
 			return err
