@@ -289,7 +289,7 @@ func TestRolloutMixedFleetThreeWaves(t *testing.T) {
 	hops := e.members(r.ID, fleet.MemberFilter{Wave: 3})
 	assert.Len(t, hops, 26)
 	var types []string
-	rows, err := e.pool.Query(e.ctx, `SELECT type FROM events WHERE 'rollout:'||$1 = ANY(refs) ORDER BY id`, r.ID)
+	rows, err := e.pool.Query(e.ctx, `SELECT type FROM events WHERE 'rollout:'||$1 = ANY(refs) AND subject_kind = 'rollout' ORDER BY id`, r.ID)
 	require.NoError(t, err)
 	for rows.Next() {
 		var typ string
@@ -299,6 +299,11 @@ func TestRolloutMixedFleetThreeWaves(t *testing.T) {
 	assert.Equal(t, []string{"rollout.created", "rollout.state_changed", "rollout.wave_started",
 		"rollout.wave_settled", "rollout.wave_started", "rollout.wave_settled", "rollout.wave_started",
 		"rollout.wave_settled", "rollout.state_changed"}, types)
+	// The members' operations relate to the rollout too (one
+	// operation.created each): filtering the log by the rollout finds them.
+	var memberOps int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM events WHERE 'rollout:'||$1 = ANY(refs) AND type = 'operation.created'`, r.ID).Scan(&memberOps))
+	assert.Equal(t, r.Counts.Eligible, memberOps)
 }
 
 // TestRolloutCanaryFailureStopsBeforeWave2: the canary fails; the rollout

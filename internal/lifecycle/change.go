@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -404,10 +405,19 @@ func DecideUnregister(clientID, deviceID string, ds []Deployment, at time.Time, 
 // CreateOperation records a new operation, queued (operation.created).
 func (c *Change) CreateOperation(op Operation, body OperationCreatedBody) {
 	c.Operations = append(c.Operations, OperationMove{ID: op.ID, To: OperationQueued})
-	c.event(Ref{Kind: SubjectOperation, ID: op.ID}, body, c.After.ref(), Ref{Kind: SubjectApplication, ID: c.After.ApplicationID})
+	related := c.opRelated()
+	if id, ok := strings.CutPrefix(c.Actor, "rollout:"); ok && id != "" {
+		// A rollout's member operation: filtering by the rollout finds it.
+		related = append(related, Ref{Kind: SubjectRollout, ID: id})
+	}
+	c.event(Ref{Kind: SubjectOperation, ID: op.ID}, body, related...)
 }
 
-func (c *Change) opRelated() []Ref { return []Ref{c.After.ref()} }
+// opRelated are the related refs of an operation's events: its deployment,
+// and the deployment's application, client and device, so that filtering
+// the log by any of them finds what happens to the deployment's
+// operations.
+func (c *Change) opRelated() []Ref { return append([]Ref{c.After.ref()}, c.After.related()...) }
 
 // PublishStep publishes step n of op as a new revision (Publish decides the
 // state), supersedes revisions published and never installed, and marks the
