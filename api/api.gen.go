@@ -12370,6 +12370,20 @@ func (response ListEvents406ApplicationProblemPlusJSONResponse) VisitListEventsR
 	return err
 }
 
+type ListEvents409ApplicationProblemPlusJSONResponse Problem
+
+func (response ListEvents409ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListEvents410ApplicationProblemPlusJSONResponse Problem
 
 func (response ListEvents410ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {

@@ -72,6 +72,10 @@ type Config struct {
 	// MaxStreams bounds the streams open at once (Open answers ErrFull
 	// beyond); 0 means DefaultMaxStreams.
 	MaxStreams int
+	// MaxStreamsPerToken bounds the streams one token may hold open (Open
+	// answers ErrTokenFull beyond), so that one token cannot take every
+	// place; 0 means an eighth of MaxStreams, at least 1.
+	MaxStreamsPerToken int
 	// Encode, when not nil, renders an event as its streams write it; the
 	// shared reader renders each event once for all streams (Item.Encoded).
 	Encode func(lifecycle.Event) ([]byte, error)
@@ -88,6 +92,8 @@ var (
 	ErrClosed = errors.New("the server is shutting down its event streams")
 	// ErrFull: MaxStreams streams are open.
 	ErrFull = errors.New("the server serves its maximum number of event streams")
+	// ErrTokenFull: the token has MaxStreamsPerToken streams open.
+	ErrTokenFull = errors.New("the token has its maximum number of event streams open")
 	// ErrBehind: the shared reader found the log pruned past where it was
 	// (it fell behind retention); streams resume and learn what is gone.
 	ErrBehind = errors.New("the event log was pruned past the shared reader; resume after the last id received")
@@ -132,6 +138,9 @@ func New(cfg Config) *Hub {
 	}
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxStreamsPerToken <= 0 {
+		cfg.MaxStreamsPerToken = max(1, cfg.MaxStreams/8)
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = max(1, cfg.Buffer/4)
@@ -389,7 +398,7 @@ type Stream struct {
 // (only events committed from now on).
 //
 // Returns ErrClosed while shutting down, ErrNotReady before Start, ErrFull
-// beyond MaxStreams, EGONE
+// beyond MaxStreams, ErrTokenFull beyond MaxStreamsPerToken, EGONE
 // (with resumeAfter) if retention deleted events after after, and an error
 // if the log cannot be read.
 func (h *Hub) Open(ctx context.Context, tokenID string, f lifecycle.EventFilter, after int64, fromEnd bool) (*Stream, error) {
@@ -405,6 +414,16 @@ func (h *Hub) Open(ctx context.Context, tokenID string, f lifecycle.EventFilter,
 	case len(h.streams) >= h.cfg.MaxStreams:
 		h.mu.Unlock()
 		return nil, ErrFull
+	}
+	mine := 0
+	for o := range h.streams {
+		if o.tokenID == tokenID {
+			mine++
+		}
+	}
+	if mine >= h.cfg.MaxStreamsPerToken {
+		h.mu.Unlock()
+		return nil, ErrTokenFull
 	}
 	h.streams[s] = struct{}{}
 	h.mu.Unlock()

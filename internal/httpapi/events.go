@@ -239,6 +239,10 @@ func (s *Server) openStream(ctx context.Context, p access.Principal, er eventsRe
 		return nil, &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "too-many-streams",
 			Message: "This server serves its maximum number of event streams (-event-streams); retry later or page with Accept: application/json.",
 			Extra:   map[string]any{"retryable": true, "retryAfterSeconds": 5}}
+	case errors.Is(err, feed.ErrTokenFull):
+		return nil, &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "too-many-streams",
+			Message: "This token has its maximum number of event streams open on this server (an eighth of -event-streams); close one, or page with Accept: application/json.",
+			Extra:   map[string]any{"retryable": true, "retryAfterSeconds": 5}}
 	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrNotReady):
 		return nil, &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "unavailable", Message: "This server is starting or shutting down its event streams; retry, or reconnect to another replica.",
 			Extra: map[string]any{"retryable": true, "retryAfterSeconds": 1}}

@@ -785,3 +785,28 @@ func TestImportantEventsAreLoggedFromTheLog(t *testing.T) {
 		assert.Contains(t, lines[i], want.detail)
 	}
 }
+
+// TestStreamsPerToken: one token cannot take every stream of a process:
+// beyond its share it is refused (409 too-many-streams), while another
+// token still opens one.
+func TestStreamsPerToken(t *testing.T) {
+	t.Parallel()
+	e := streamEnv(t, feed.Config{MaxStreams: 8, MaxStreamsPerToken: 2}, envOptions{})
+	_, viewer := tokenOf(t, e, "viewer")
+	open := func(token string) *http.Response {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.mgmtURL+"/mgmt/v1/events", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Accept", "text/event-stream")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = res.Body.Close() })
+		return res
+	}
+	for range 2 {
+		require.Equal(t, http.StatusOK, open(viewer).StatusCode)
+	}
+	p := readProblem(t, open(viewer), http.StatusConflict)
+	assert.Equal(t, httpapiProblem("too-many-streams"), p.Type)
+	assert.Equal(t, http.StatusOK, open(adminToken).StatusCode, "another token still gets a stream")
+}
