@@ -688,7 +688,7 @@ func TestEventRequestsAreCheckedPrecisely(t *testing.T) {
 
 func TestEventStreamsAreBoundedAndEndAtShutdown(t *testing.T) {
 	t.Parallel()
-	e := streamEnv(t, feed.Config{MaxStreams: 2}, envOptions{
+	e := streamEnv(t, feed.Config{MaxStreams: 2, MaxStreamsPerToken: 2}, envOptions{
 		// Short server timeouts: a stream outlives them.
 		server: func(s *http.Server) { s.WriteTimeout, s.ReadTimeout = 200*time.Millisecond, 200*time.Millisecond },
 		// Heartbeats every 50 ms: the stream writes after the timeouts passed.
