@@ -3026,10 +3026,10 @@ type ListEventsParams struct {
 	Application *string `form:"application,omitempty" json:"application,omitempty"`
 
 	// Deployment Only events about or related to this deployment.
-	Deployment *string `form:"deployment,omitempty" json:"deployment,omitempty"`
+	Deployment *openapi_types.UUID `form:"deployment,omitempty" json:"deployment,omitempty"`
 
 	// Rollout Only events about or related to this rollout.
-	Rollout *string `form:"rollout,omitempty" json:"rollout,omitempty"`
+	Rollout *openapi_types.UUID `form:"rollout,omitempty" json:"rollout,omitempty"`
 
 	// Client Only events about or related to this WFM client.
 	Client *string `form:"client,omitempty" json:"client,omitempty"`
@@ -5776,7 +5776,7 @@ func (siw *ServerInterfaceWrapper) ListEvents(w http.ResponseWriter, r *http.Req
 
 	// ------------- Optional query parameter "deployment" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "deployment", r.URL.Query(), &params.Deployment, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "deployment", r.URL.Query(), &params.Deployment, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
 	if err != nil {
 		var requiredError *runtime.RequiredParameterError
 		if errors.As(err, &requiredError) {
@@ -5789,7 +5789,7 @@ func (siw *ServerInterfaceWrapper) ListEvents(w http.ResponseWriter, r *http.Req
 
 	// ------------- Optional query parameter "rollout" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "rollout", r.URL.Query(), &params.Rollout, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "rollout", r.URL.Query(), &params.Rollout, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
 	if err != nil {
 		var requiredError *runtime.RequiredParameterError
 		if errors.As(err, &requiredError) {

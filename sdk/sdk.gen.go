@@ -3027,10 +3027,10 @@ type ListEventsParams struct {
 	Application *string `form:"application,omitempty" json:"application,omitempty"`
 
 	// Deployment Only events about or related to this deployment.
-	Deployment *string `form:"deployment,omitempty" json:"deployment,omitempty"`
+	Deployment *openapi_types.UUID `form:"deployment,omitempty" json:"deployment,omitempty"`
 
 	// Rollout Only events about or related to this rollout.
-	Rollout *string `form:"rollout,omitempty" json:"rollout,omitempty"`
+	Rollout *openapi_types.UUID `form:"rollout,omitempty" json:"rollout,omitempty"`
 
 	// Client Only events about or related to this WFM client.
 	Client *string `form:"client,omitempty" json:"client,omitempty"`
@@ -8225,7 +8225,7 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 
 		if params.Deployment != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deployment", *params.Deployment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "deployment", *params.Deployment, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -8237,7 +8237,7 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 
 		if params.Rollout != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "rollout", *params.Rollout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "rollout", *params.Rollout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

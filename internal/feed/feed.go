@@ -148,6 +148,9 @@ func New(cfg Config) *Hub {
 	return &Hub{cfg: cfg, wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), streams: map[*Stream]struct{}{}}
 }
 
+// passTimeout bounds one pass of the shared reader.
+const passTimeout = time.Minute
+
 // Start starts the shared reader, which runs until Stop. It starts at the
 // current end of the log: the lines it logs are those of events committed
 // from then on.
@@ -163,7 +166,11 @@ func (h *Hub) Start(ctx context.Context) error {
 		defer close(h.done)
 		failing := false
 		for {
-			n, err := h.RunOnce(ctx)
+			// Each pass has a deadline: a database that hangs fails the pass
+			// (retried) rather than freezing every stream of the process.
+			pctx, cancel := context.WithTimeout(ctx, passTimeout)
+			n, err := h.RunOnce(pctx)
+			cancel()
 			if ctx.Err() != nil {
 				return
 			}

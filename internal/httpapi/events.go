@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	openapi_types "github.com/oapi-codegen/runtime/types"
+
 	"github.com/wfm-dev/wfm/api"
 	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/feed"
@@ -104,11 +106,18 @@ func eventsRequestOf(r *http.Request, p access.Principal, params api.ListEventsP
 		return out, err
 	}
 	out.filter.Types = types
+	uuidString := func(u *openapi_types.UUID) *string {
+		if u == nil {
+			return nil
+		}
+		s := u.String()
+		return &s
+	}
 	for _, ref := range []struct {
 		kind  lifecycle.SubjectKind
 		value *string
-	}{{lifecycle.SubjectApplication, params.Application}, {lifecycle.SubjectDeployment, params.Deployment},
-		{lifecycle.SubjectRollout, params.Rollout}, {lifecycle.SubjectClient, params.Client}, {lifecycle.SubjectDevice, params.Device}} {
+	}{{lifecycle.SubjectApplication, params.Application}, {lifecycle.SubjectDeployment, uuidString(params.Deployment)},
+		{lifecycle.SubjectRollout, uuidString(params.Rollout)}, {lifecycle.SubjectClient, params.Client}, {lifecycle.SubjectDevice, params.Device}} {
 		if ref.value != nil {
 			out.filter.Refs = append(out.filter.Refs, lifecycle.Ref{Kind: ref.kind, ID: *ref.value})
 		}

@@ -89,11 +89,11 @@ var (
 	client1 = lifecycle.Ref{Kind: lifecycle.SubjectClient, ID: "plant-1"}
 	client2 = lifecycle.Ref{Kind: lifecycle.SubjectClient, ID: "plant-2"}
 	dev1    = lifecycle.DeviceRef("plant-1", "press-1")
-	dep1    = lifecycle.Ref{Kind: lifecycle.SubjectDeployment, ID: "d1"}
-	dep2    = lifecycle.Ref{Kind: lifecycle.SubjectDeployment, ID: "d2"}
+	dep1    = lifecycle.Ref{Kind: lifecycle.SubjectDeployment, ID: "00000000-0000-4000-8000-0000000000d1"}
+	dep2    = lifecycle.Ref{Kind: lifecycle.SubjectDeployment, ID: "00000000-0000-4000-8000-0000000000d2"}
 	op1     = lifecycle.Ref{Kind: lifecycle.SubjectOperation, ID: "o1"}
 	tok1    = lifecycle.Ref{Kind: lifecycle.SubjectToken, ID: "t1"}
-	roll1   = lifecycle.Ref{Kind: lifecycle.SubjectRollout, ID: "r1"}
+	roll1   = lifecycle.Ref{Kind: lifecycle.SubjectRollout, ID: "00000000-0000-4000-8000-0000000000a1"}
 )
 
 func mixedEvents(t *testing.T) []lifecycle.Event {
@@ -197,8 +197,8 @@ func TestEventListFiltersVisibilityAndPages(t *testing.T) {
 		{"application (subject or related)", viewer, "?application=svc", fleetOnly},
 		{"client: related", adminToken, "?client=plant-2", []string{"client.accepted", "revision.published"}},
 		{"device", viewer, "?device=plant-1/press-1", []string{"deployment.state_changed"}},
-		{"deployment: subject or related", viewer, "?deployment=d2", []string{"operation.failed", "revision.published"}},
-		{"rollout", viewer, "?rollout=r1", []string{"rollout.wave_settled"}},
+		{"deployment: subject or related", viewer, "?deployment=00000000-0000-4000-8000-0000000000d2", []string{"operation.failed", "revision.published"}},
+		{"rollout", viewer, "?rollout=00000000-0000-4000-8000-0000000000a1", []string{"rollout.wave_settled"}},
 		{"filters combine", viewer, "?application=svc&type=deployment.,revision.", []string{"deployment.state_changed", "revision.published"}},
 		{"after", adminToken, "?after=" + strconv.FormatInt(evs[3].ID, 10), all[4:]},
 		{"nothing", viewer, "?client=nobody", []string{}},
@@ -214,7 +214,7 @@ func TestEventListFiltersVisibilityAndPages(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, strconv.FormatInt(evs[0].ID, 10), got[0].ID)
 	assert.Equal(t, "deployment", got[0].Subject.Kind)
-	assert.Equal(t, "d1", got[0].Subject.ID)
+	assert.Equal(t, dep1.ID, got[0].Subject.ID)
 	assert.Len(t, got[0].Related, 3)
 	assert.Equal(t, "tester", got[0].Actor)
 	assert.JSONEq(t, string(evs[0].Body), string(got[0].Data))
@@ -468,7 +468,7 @@ func TestEventStreamResumesAcrossReplicasWhileAnotherWrites(t *testing.T) {
 	wg.Wait()
 
 	var want []string
-	rows, err := a.pool.Query(t.Context(), `SELECT id::text FROM events WHERE id > $1 ORDER BY id`, start[0].ID)
+	rows, err := a.pool.Query(t.Context(), `SELECT e.id::text FROM events e WHERE e.id > $1 ORDER BY e.id`, start[0].ID)
 	require.NoError(t, err)
 	want, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)

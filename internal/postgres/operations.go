@@ -470,6 +470,13 @@ WHERE r.deployment_id = o.deployment_id AND r.n IN (o.base_revision, dd.revision
 	}
 	for _, n := range []int{op.BaseRevision, d.Revision, op.RestoreRevision, d.InstalledRevision} {
 		if _, ok := v.Revisions[n]; n > 0 && !ok {
+			if tx == nil {
+				// The unlocked read's statements each take their snapshot:
+				// the deployment moved between two of them. A collision:
+				// the next pass reads it again.
+				return v, false, &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "retry",
+					Message: fmt.Sprintf("operation %s: deployment %s changed while its visit was read", id, d.ID)}
+			}
 			return v, false, fmt.Errorf("operation %s: revision %d of deployment %s not found", id, n, d.ID)
 		}
 	}

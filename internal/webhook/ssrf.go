@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +32,10 @@ var forbidden = func() []netip.Prefix {
 	}
 	return out
 }()
+
+// numericHost matches hosts made of digits, dots and hexadecimal or octal
+// notation only (no letter beyond x and a-f): no DNS name is one.
+var numericHost = regexp.MustCompile(`^(?i:0x[0-9a-f]*|[0-9]+)(?i:\.(?:0x[0-9a-f]*|[0-9]+))*$`)
 
 // Guard is the server's policy on receivers' URLs and addresses.
 type Guard struct {
@@ -106,7 +112,20 @@ func (g Guard) CheckURL(field, raw string) error {
 	if strings.Contains(u.Hostname(), "%") {
 		return bad("an address with a zone is not allowed")
 	}
-	if a, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !g.addrAllowed(a) {
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return bad(fmt.Sprintf("port %q: want 1 to 65535", p))
+		}
+	}
+	host := strings.TrimSuffix(strings.Trim(u.Hostname(), "[]"), ".")
+	if numericHost.MatchString(host) {
+		if _, err := netip.ParseAddr(host); err != nil {
+			// 2130706433, 0x7f.1, 0177.0.0.1, 10.1: forms some resolvers
+			// read as addresses; only the canonical dotted quad is taken.
+			return bad(fmt.Sprintf("host %q looks like an address but is not a canonical one (a.b.c.d)", u.Hostname()))
+		}
+	}
+	if a, err := netip.ParseAddr(host); err == nil && !g.addrAllowed(a) {
 		return bad(fmt.Sprintf("address %s is in a range receivers may not be in (loopback, private, link-local, metadata…); allow it with -webhook-allow-cidr", a))
 	}
 	return nil

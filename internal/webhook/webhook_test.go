@@ -394,7 +394,9 @@ func TestForbiddenAddress(t *testing.T) {
 	ctx := context.Background()
 	for _, u := range []string{"http://127.0.0.1:9/x", "http://[::1]/", "http://169.254.169.254/latest", "http://10.1.2.3/",
 		"http://[fd00:ec2::254]/", "http://100.64.0.1/", "http://[::ffff:127.0.0.1]/", "ftp://example.com/", "http://u:p@example.com/",
-		"http://[fe80::1%25eth0]/", "http://[::127.0.0.1]/", "http://[2002:a00:1::1]/", "http://[64:ff9b::a9fe:a9fe]/"} {
+		"http://[fe80::1%25eth0]/", "http://[::127.0.0.1]/", "http://[2002:a00:1::1]/", "http://[64:ff9b::a9fe:a9fe]/",
+		"http://2852039166/", "http://0xa9fea9fe/", "http://0251.0376.0251.0376/", "http://169.254.43518/", "http://169.254.169.254./",
+		"http://10.1/", "http://0/", "https://example.com:99999/x", "https://example.com:0/"} {
 		_, _, err := e.svc.Create(ctx, webhook.Webhook{URL: u, Enabled: true})
 		require.Equal(t, lifecycle.EINVALID, lifecycle.ErrorCode(err), u)
 		var le *lifecycle.Error
