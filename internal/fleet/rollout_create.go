@@ -239,6 +239,7 @@ type candidatePageRead struct {
 // waited for; at most two pages are held.
 func (s *Service) candidatePages(ctx context.Context, q CandidateQuery, install bool) iter.Seq[candidatePageRead] {
 	return func(yield func(candidatePageRead) bool) {
+		parent := ctx
 		ctx, cancel := context.WithCancel(ctx)
 		pages := make(chan candidatePageRead, 1)
 		done := make(chan struct{})
@@ -270,6 +271,11 @@ func (s *Service) candidatePages(ctx context.Context, q CandidateQuery, install 
 			if !yield(p) {
 				return
 			}
+		}
+		if err := parent.Err(); err != nil {
+			// The reader stopped for it, perhaps without a page to say so:
+			// the candidates were not all read.
+			yield(candidatePageRead{err: err})
 		}
 	}
 }
