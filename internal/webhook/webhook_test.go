@@ -525,7 +525,8 @@ func TestDispatchOnceAcrossReplicas(t *testing.T) {
 		e.appendEvents(t, "s"+strconv.Itoa(i%7))
 	}
 	wg.Wait()
-	for {
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		require.True(t, time.Now().Before(deadline), "the dispatcher did not reach the end of the log")
 		n, err := e.disp.RunOnce(context.Background())
 		require.NoError(t, err)
 		if n == 0 {
