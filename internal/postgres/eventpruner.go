@@ -3,8 +3,9 @@ package postgres
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/wfm-dev/wfm/internal/loop"
 )
 
 // Bounds of the event pruner: how often it runs and how long one run may
@@ -24,9 +25,7 @@ type EventPruner struct {
 	now       func() time.Time
 	logger    *slog.Logger
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop loop.Loop
 }
 
 // NewEventPruner returns a pruner of log that keeps events for
@@ -50,40 +49,18 @@ func (p *EventPruner) runOnce(ctx context.Context) (int64, error) {
 // Start runs the pruner until Stop or ctx ends: a run now, then one every
 // interval.
 func (p *EventPruner) Start(ctx context.Context) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ctx, p.cancel = context.WithCancel(ctx)
-	p.done = make(chan struct{})
-	go func() {
-		defer close(p.done)
-		t := time.NewTicker(p.interval)
-		defer t.Stop()
-		for {
-			n, err := p.runOnce(ctx)
-			switch {
-			case ctx.Err() != nil:
-			case err != nil:
-				// The next run tries again; what was deleted stays deleted.
-				p.logger.WarnContext(ctx, "event log: pruning failed; retrying at the next run", "deleted", n, "error", err)
-			case n > 0:
-				p.logger.InfoContext(ctx, "event log: pruned old events", "deleted", n, "retention", p.retention.MaxAge.String())
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	p.loop.Start(ctx, p.interval, func(ctx context.Context) {
+		n, err := p.runOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			// The next run tries again; what was deleted stays deleted.
+			p.logger.WarnContext(ctx, "event log: pruning failed; retrying at the next run", "deleted", n, "error", err)
+		case n > 0:
+			p.logger.InfoContext(ctx, "event log: pruned old events", "deleted", n, "retention", p.retention.MaxAge.String())
 		}
-	}()
+	})
 }
 
 // Stop ends the pruner and waits for its current run.
-func (p *EventPruner) Stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cancel != nil {
-		p.cancel()
-		<-p.done
-		p.cancel = nil
-	}
-}
+func (p *EventPruner) Stop() { p.loop.Stop() }

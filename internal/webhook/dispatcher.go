@@ -3,10 +3,10 @@ package webhook
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/loop"
 )
 
 // Job is one delivery the dispatcher decided: event EventID to WebhookID.
@@ -52,9 +52,7 @@ type Dispatcher struct {
 	batch    int
 	logger   *slog.Logger
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop loop.Loop
 }
 
 // DefaultDispatchInterval is how often the dispatcher looks for new events
@@ -87,34 +85,12 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
 
 // Start runs the dispatcher until Stop or ctx ends.
 func (d *Dispatcher) Start(ctx context.Context) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	ctx, d.cancel = context.WithCancel(ctx)
-	d.done = make(chan struct{})
-	go func() {
-		defer close(d.done)
-		t := time.NewTicker(d.interval)
-		defer t.Stop()
-		for {
-			if _, err := d.RunOnce(ctx); err != nil && ctx.Err() == nil {
-				d.logger.WarnContext(ctx, "webhooks: dispatching failed; retrying", "error", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	d.loop.Start(ctx, d.interval, func(ctx context.Context) {
+		if _, err := d.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			d.logger.WarnContext(ctx, "webhooks: dispatching failed; retrying", "error", err)
 		}
-	}()
+	})
 }
 
 // Stop ends the dispatcher and waits for its current run.
-func (d *Dispatcher) Stop() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.cancel != nil {
-		d.cancel()
-		<-d.done
-		d.cancel = nil
-	}
-}
+func (d *Dispatcher) Stop() { d.loop.Stop() }

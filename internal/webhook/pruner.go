@@ -3,8 +3,9 @@ package webhook
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/wfm-dev/wfm/internal/loop"
 )
 
 // DeliveryPruner deletes delivery attempts older than the retention setting
@@ -17,9 +18,7 @@ type DeliveryPruner struct {
 	now       func() time.Time
 	logger    *slog.Logger
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop loop.Loop
 }
 
 // NewDeliveryPruner returns a pruner that calls prune (the store's
@@ -46,39 +45,17 @@ func (p *DeliveryPruner) RunOnce(ctx context.Context) (int64, error) {
 
 // Start runs the pruner until Stop or ctx ends.
 func (p *DeliveryPruner) Start(ctx context.Context) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ctx, p.cancel = context.WithCancel(ctx)
-	p.done = make(chan struct{})
-	go func() {
-		defer close(p.done)
-		t := time.NewTicker(p.interval)
-		defer t.Stop()
-		for {
-			n, err := p.RunOnce(ctx)
-			switch {
-			case ctx.Err() != nil:
-			case err != nil:
-				p.logger.WarnContext(ctx, "webhooks: pruning delivery records failed; retrying at the next run", "error", err)
-			case n > 0:
-				p.logger.InfoContext(ctx, "webhooks: pruned old delivery records", "deleted", n, "retention", p.retention.String())
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	p.loop.Start(ctx, p.interval, func(ctx context.Context) {
+		n, err := p.RunOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			p.logger.WarnContext(ctx, "webhooks: pruning delivery records failed; retrying at the next run", "error", err)
+		case n > 0:
+			p.logger.InfoContext(ctx, "webhooks: pruned old delivery records", "deleted", n, "retention", p.retention.String())
 		}
-	}()
+	})
 }
 
 // Stop ends the pruner and waits for its current run.
-func (p *DeliveryPruner) Stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cancel != nil {
-		p.cancel()
-		<-p.done
-		p.cancel = nil
-	}
-}
+func (p *DeliveryPruner) Stop() { p.loop.Stop() }
