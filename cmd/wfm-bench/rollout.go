@@ -109,20 +109,22 @@ func (a *api) rollout(ctx context.Context, id string) (rolloutView, error) {
 func (a *api) waitRollout(ctx context.Context, id string, limit time.Duration, done func(rolloutView) bool) (rolloutView, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
+	var last rolloutView // the last view read: what a cut wait reports
 	for {
 		r, err := a.rollout(ctx, id)
 		if err != nil {
 			if ctx.Err() != nil {
-				return r, false, nil
+				return last, false, nil
 			}
-			return r, false, err
+			return last, false, err
 		}
+		last = r
 		if done(r) {
 			return r, true, nil
 		}
 		select {
 		case <-ctx.Done():
-			return r, false, nil
+			return last, false, nil
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
