@@ -78,6 +78,27 @@ func (a *api) planRollout(ctx context.Context, body []byte) (int, error) {
 	return p.Eligible, nil
 }
 
+// activeOperations reports whether any operation is still queued or
+// running (one page of one item each).
+func (a *api) activeOperations(ctx context.Context) (bool, error) {
+	for _, state := range []string{"running", "queued"} {
+		_, b, err := a.do(ctx, http.MethodGet, a.s.mgmt+"/mgmt/v1/operations?limit=1&state="+state, a.mgmtHeader("application/json"), nil, http.StatusOK)
+		if err != nil {
+			return false, err
+		}
+		var page struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(b, &page); err != nil {
+			return false, fmt.Errorf("operations: %w", err)
+		}
+		if len(page.Items) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // createRollout starts the rollout of body.
 func (a *api) createRollout(ctx context.Context, body []byte) (rolloutView, error) {
 	_, b, err := a.do(ctx, http.MethodPost, a.s.mgmt+"/mgmt/v1/rollouts", a.mgmtHeader("application/json"), body, http.StatusCreated)
@@ -241,6 +262,21 @@ func rolloutFigures(ctx context.Context, b *bench) ([]Figure, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// The scheduler settles the installs the agents reported (one visit
+	// each) before the drive is measured: the figure is the drive of the
+	// rollout's members, not of a backlog of seeding (bounded).
+	settle := time.Now()
+	for time.Since(settle) < b.phaseCap(cfg.seedCap) {
+		busy, err := a.activeOperations(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !busy {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	fmt.Fprintf(b.cfg.log, "installs settled by the scheduler in %s\n", time.Since(settle).Round(time.Millisecond))
 	start := time.Now()
 	r, err := a.createRollout(ctx, body)
 	if err != nil {
