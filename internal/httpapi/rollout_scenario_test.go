@@ -981,3 +981,44 @@ func TestRolloutContract(t *testing.T) {
 		assert.Contains(t, types, want)
 	}
 }
+
+// TestCatalogAccessAndDeviceEvents: publishing, yanking and deleting
+// versions, creating and revoking tokens, accepting and retiring clients
+// and registering devices append their events (they were listed in the
+// event types but never appended), with the token's actor; a viewer sees
+// the application and device ones, not the token and client ones.
+func TestCatalogAccessAndDeviceEvents(t *testing.T) {
+	e := newRolloutEnv(t) // publishes svc's versions
+	e.addDevices(t, "plant", 1)
+	tok, err := e.mgmt.CreateTokenWithResponse(t.Context(), sdk.CreateTokenRequest{Name: "watcher", Role: "viewer"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, tok.StatusCode(), string(tok.Body))
+	yank, err := e.mgmt.YankApplicationVersionWithResponse(t.Context(), "svc", "2.0.0", nil, sdk.YankRequest{Reason: ptrTo("cve")})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, yank.StatusCode(), string(yank.Body))
+	rev, err := e.mgmt.RevokeTokenWithResponse(t.Context(), tok.JSON201.Token.Id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, rev.StatusCode(), string(rev.Body))
+
+	types := func(c *sdk.ClientWithResponses) map[string]int {
+		res, err := c.ListEventsWithResponse(t.Context(), &sdk.ListEventsParams{Limit: ptrTo(500)})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		out := map[string]int{}
+		for _, ev := range res.JSON200.Items {
+			out[ev.Type]++
+		}
+		return out
+	}
+	all := types(e.mgmt)
+	for _, want := range []string{"application.version_added", "application.version_yanked", "token.created", "token.revoked",
+		"client.accepted", "device.registered"} {
+		assert.Positive(t, all[want], want)
+	}
+	viewerTok, err := e.mgmt.CreateTokenWithResponse(t.Context(), sdk.CreateTokenRequest{Name: "viewer", Role: "viewer"})
+	require.NoError(t, err)
+	seen := types(clientAs(t, e.url, viewerTok.JSON201.Secret))
+	assert.Positive(t, seen["application.version_added"])
+	assert.Positive(t, seen["device.registered"])
+	assert.Zero(t, seen["token.created"]+seen["token.revoked"]+seen["client.accepted"], "admin-only events hidden from a viewer")
+}

@@ -57,6 +57,10 @@ func (s *AccessStore) InsertToken(ctx context.Context, t access.Token, hash stri
 			t.ID, t.Name, string(t.Role), hash, t.CreatedAt, t.CreatedBy, nullTime(t.ExpiresAt)); err != nil {
 			return err
 		}
+		if err := appendEvent(ctx, tx, t.CreatedAt, lifecycle.Ref{Kind: lifecycle.SubjectToken, ID: t.ID},
+			lifecycle.TokenCreatedBody{Name: t.Name, Role: string(t.Role), ExpiresAt: nullTime(t.ExpiresAt)}); err != nil {
+			return err
+		}
 		return auditChange(ctx, tx, t.CreatedAt, true)
 	}))
 }
@@ -108,8 +112,15 @@ func (s *AccessStore) Tokens(ctx context.Context, after string, limit int) ([]ac
 // RevokeToken implements access.Store.
 func (s *AccessStore) RevokeToken(ctx context.Context, id string, at time.Time) (access.Token, error) {
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE api_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, at)
-		if err != nil || tag.RowsAffected() == 0 { // none, or revoked already: no change
+		var name string
+		err := tx.QueryRow(ctx, `UPDATE api_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING name`, id, at).Scan(&name)
+		if errors.Is(err, pgx.ErrNoRows) { // none, or revoked already: no change
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := appendEvent(ctx, tx, at, lifecycle.Ref{Kind: lifecycle.SubjectToken, ID: id}, lifecycle.TokenRevokedBody{Name: name}); err != nil {
 			return err
 		}
 		return auditChange(ctx, tx, at, false)

@@ -80,6 +80,10 @@ func (s *CatalogStore) InsertVersion(ctx context.Context, v catalog.Version) (ca
 		got, err := scanVersion(row)
 		if err == nil {
 			out, inserted = got, true
+			if err := appendEvent(ctx, tx, v.CreatedAt, lifecycle.Ref{Kind: lifecycle.SubjectApplication, ID: v.ApplicationID},
+				lifecycle.ApplicationVersionAddedBody{Version: v.Version.String()}); err != nil {
+				return err
+			}
 			return auditChange(ctx, tx, v.CreatedAt, true)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -189,10 +193,17 @@ func (s *CatalogStore) SetYanked(ctx context.Context, appID string, v lifecycle.
 		if err != nil {
 			return err
 		}
+		app := lifecycle.Ref{Kind: lifecycle.SubjectApplication, ID: appID}
 		if yanked {
 			if _, err := tx.Exec(ctx, sqlRolloutsDue, appID); err != nil {
 				return err
 			}
+			err = appendEvent(ctx, tx, at, app, lifecycle.ApplicationVersionYankedBody{Version: v.String(), Reason: reason})
+		} else {
+			err = appendEvent(ctx, tx, at, app, lifecycle.ApplicationVersionUnyankedBody{Version: v.String()})
+		}
+		if err != nil {
+			return err
 		}
 		return auditChange(ctx, tx, at, false)
 	})
@@ -221,6 +232,10 @@ func (s *CatalogStore) DeleteVersion(ctx context.Context, appID string, v lifecy
 			return err
 		}
 		if _, err := tx.Exec(ctx, sqlDeleteEmptyApp, appID); err != nil {
+			return err
+		}
+		if err := appendEvent(ctx, tx, at, lifecycle.Ref{Kind: lifecycle.SubjectApplication, ID: appID},
+			lifecycle.ApplicationVersionDeletedBody{Version: v.String()}); err != nil {
 			return err
 		}
 		return auditChange(ctx, tx, at, false)

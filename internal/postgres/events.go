@@ -71,6 +71,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
@@ -467,4 +468,16 @@ func checkEventClock(ctx context.Context, pool *pgxpool.Pool) error {
 			ErrEventClockBehind, newest, next)
 	}
 	return nil
+}
+
+// appendEvent appends, in tx, the event of body about subject, caused by the
+// request's actor (fleet.ActorOf: the token's actor; the scheduler's without
+// one) at at: the event of a catalog, access or client change, which has no
+// decision of its own to return it.
+func appendEvent(ctx context.Context, tx pgx.Tx, at time.Time, subject lifecycle.Ref, body lifecycle.EventBody, related ...lifecycle.Ref) error {
+	e, err := lifecycle.NewEvent(at, fleet.ActorOf(ctx), subject, body, related...)
+	if err != nil {
+		return err
+	}
+	return AppendEvents(ctx, tx, []lifecycle.Event{e})
 }

@@ -74,7 +74,20 @@ func (s *FleetStore) ClientManifest(ctx context.Context, clientID string, create
 	if err == nil || !create || lifecycle.ErrorCode(err) != lifecycle.ENOTFOUND {
 		return m, err
 	}
-	if _, err := s.pool.Exec(ctx, sqlInsertClient, clientID, now); err != nil {
+	// Accepted at its first contact (the server's policy let it in): the
+	// client itself is the actor of its client.accepted.
+	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlInsertClient, clientID, now)
+		if err != nil || tag.RowsAffected() == 0 { // another request created it meanwhile
+			return err
+		}
+		e, err := lifecycle.NewEvent(now, clientID, lifecycle.Ref{Kind: lifecycle.SubjectClient, ID: clientID}, lifecycle.ClientAcceptedBody{})
+		if err != nil {
+			return err
+		}
+		return AppendEvents(ctx, tx, []lifecycle.Event{e})
+	})
+	if err != nil {
 		return fleet.Manifest{}, translate(err)
 	}
 	return s.readManifest(ctx, clientID)
@@ -103,6 +116,9 @@ func (s *FleetStore) AcceptClient(ctx context.Context, clientID string, now time
 		if _, err = tx.Exec(ctx, sqlNotify, clientID); err != nil || !changed {
 			return err
 		}
+		if err := appendEvent(ctx, tx, now, lifecycle.Ref{Kind: lifecycle.SubjectClient, ID: clientID}, lifecycle.ClientAcceptedBody{}); err != nil {
+			return err
+		}
 		return auditChange(ctx, tx, now, created)
 	})
 	if err != nil {
@@ -120,6 +136,9 @@ func (s *FleetStore) RetireClient(ctx context.Context, clientID string, now time
 			return err
 		}
 		if _, err := tx.Exec(ctx, sqlNotify, clientID); err != nil || tag.RowsAffected() == 0 { // none, or retired already: no change
+			return err
+		}
+		if err := appendEvent(ctx, tx, now, lifecycle.Ref{Kind: lifecycle.SubjectClient, ID: clientID}, lifecycle.ClientRetiredBody{}); err != nil {
 			return err
 		}
 		return auditChange(ctx, tx, now, false)
@@ -231,8 +250,20 @@ ON CONFLICT (client_id, id) DO UPDATE SET registered = true, capabilities = EXCL
     reported_labels = EXCLUDED.reported_labels, labels = EXCLUDED.labels, updated_at = EXCLUDED.updated_at
 RETURNING (xmax = 0)`,
 			clientID, deviceID, string(capabilities), string(rep), string(eff), now).Scan(&inserted)
+		if err != nil {
+			return err
+		}
 		created = inserted || (wasRegistered != nil && !*wasRegistered)
-		return err
+		if !created {
+			return nil // capabilities updated: not a registration
+		}
+		// The device's own client is the actor, as for its reports.
+		e, err := lifecycle.NewEvent(now, clientID, lifecycle.DeviceRef(clientID, deviceID),
+			lifecycle.DeviceRegisteredBody{Reregistered: wasRegistered != nil}, lifecycle.Ref{Kind: lifecycle.SubjectClient, ID: clientID})
+		if err != nil {
+			return err
+		}
+		return AppendEvents(ctx, tx, []lifecycle.Event{e})
 	})
 	return created, translate(err)
 }
