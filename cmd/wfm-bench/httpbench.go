@@ -198,22 +198,8 @@ func statusFigures(ctx context.Context, b *bench) ([]Figure, error) {
 		return nil, err
 	}
 
-	var lua strings.Builder
-	lua.WriteString("local ids = {\n")
-	for _, id := range ids {
-		fmt.Fprintf(&lua, "  %q,\n", id)
-	}
-	fmt.Fprintf(&lua, `}
-local n = 0
-request = function()
-  n = n + 1
-  local id = ids[(n %% #ids) + 1]
-  local body = '{"deploymentId":"' .. id .. '","adoptedManifestVersion":%d,"status":{"state":"installed"},"components":[{"name":"hello-world","state":"installed"}]}'
-  return wrk.format("POST", "/api/v1/deployments/" .. id .. "/status", {["Content-Type"] = "application/json", ["X-WFM-Client-ID"] = "%s"}, body)
-end
-`, m.ManifestVersion, client)
-	script := filepath.Join(s.dir, "post.lua")
-	if err := os.WriteFile(script, []byte(lua.String()), 0o644); err != nil {
+	script, err := statusReportScript(s.dir, "post.lua", ids, m.ManifestVersion, client)
+	if err != nil {
 		return nil, err
 	}
 	dur := wrkDuration(b.cfg.duration)
@@ -236,4 +222,26 @@ func (b *bench) psql(ctx context.Context, s *server, sql string) (string, error)
 		return "", fmt.Errorf("psql %q: %w: %s", sql, err, out)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// statusReportScript writes, as file name in dir, the wrk script that posts an
+// "installed" status report of the deployments ids, round robin, as client
+// (development header identity) at manifest version.
+func statusReportScript(dir, name string, ids []string, version uint64, client string) (string, error) {
+	var lua strings.Builder
+	lua.WriteString("local ids = {\n")
+	for _, id := range ids {
+		fmt.Fprintf(&lua, "  %q,\n", id)
+	}
+	fmt.Fprintf(&lua, `}
+local n = 0
+request = function()
+  n = n + 1
+  local id = ids[(n %% #ids) + 1]
+  local body = '{"deploymentId":"' .. id .. '","adoptedManifestVersion":%d,"status":{"state":"installed"},"components":[{"name":"hello-world","state":"installed"}]}'
+  return wrk.format("POST", "/api/v1/deployments/" .. id .. "/status", {["Content-Type"] = "application/json", ["X-WFM-Client-ID"] = "%s"}, body)
+end
+`, version, client)
+	script := filepath.Join(dir, name)
+	return script, os.WriteFile(script, []byte(lua.String()), 0o644)
 }

@@ -263,20 +263,5 @@ func statusScript(ctx context.Context, b *bench, a *api, s *server) (string, err
 	if err != nil {
 		return "", err
 	}
-	var lua strings.Builder
-	lua.WriteString("local ids = {\n")
-	for _, id := range ids {
-		fmt.Fprintf(&lua, "  %q,\n", id)
-	}
-	fmt.Fprintf(&lua, `}
-local n = 0
-request = function()
-  n = n + 1
-  local id = ids[(n %% #ids) + 1]
-  local body = '{"deploymentId":"' .. id .. '","adoptedManifestVersion":%d,"status":{"state":"installed"},"components":[{"name":"hello-world","state":"installed"}]}'
-  return wrk.format("POST", "/api/v1/deployments/" .. id .. "/status", {["Content-Type"] = "application/json", ["X-WFM-Client-ID"] = "%s"}, body)
-end
-`, m.ManifestVersion, client)
-	script := filepath.Join(s.dir, "webhooks-post.lua")
-	return script, os.WriteFile(script, []byte(lua.String()), 0o644)
+	return statusReportScript(s.dir, "webhooks-post.lua", ids, m.ManifestVersion, client)
 }
