@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -537,4 +538,52 @@ func TestLabelSelectorsInTheDatabase(t *testing.T) {
 		cursor = next
 	}
 	require.Equal(t, []string{"d0", "d1", "d2"}, seen)
+}
+
+// TestFailureMessageReachesStateReason: what an agent reports in Margo's
+// error members of a failed report becomes part of the deployment's
+// stateReason, on one line and bounded (lifecycle.MaxAgentMessage).
+func TestFailureMessageReachesStateReason(t *testing.T) {
+	long := strings.Repeat("x", 3000)
+	cases := map[string]struct {
+		status, component map[string]any
+		want              string
+	}{
+		"no error":  {want: "the device reported failure"},
+		"all empty": {status: map[string]any{"code": "", "source": "", "message": ""}, want: "the device reported failure"},
+		"deployment and component": {
+			status:    map[string]any{"code": "E42", "source": "runtime", "message": "disk full\non /var"},
+			component: map[string]any{"message": "image pull failed"},
+			want:      "the device reported failure: disk full on /var (E42, runtime); web: image pull failed"},
+		"code only": {component: map[string]any{"code": "OOMKilled"}, want: "the device reported failure: web: OOMKilled"},
+		"bounded": {status: map[string]any{"message": long},
+			want: "the device reported failure: " + long[:lifecycle.MaxAgentMessage-1] + "…"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			s := newService(t)
+			_, err := s.PutCapabilities(ctx, "c", "d", caps("d"))
+			require.NoError(t, err)
+			d, err := s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d"})
+			require.NoError(t, err)
+			status := map[string]any{"state": "failed"}
+			if tc.status != nil {
+				status["error"] = tc.status
+			}
+			comp := map[string]any{"name": "web", "state": "failed"}
+			if tc.component != nil {
+				comp["error"] = tc.component
+			}
+			body, err := json.Marshal(map[string]any{"deploymentId": d.ID, "adoptedManifestVersion": d.DesiredSince,
+				"status": status, "components": []any{comp}})
+			require.NoError(t, err)
+			_, err = s.ReportStatus(ctx, "c", d.ID, body)
+			require.NoError(t, err)
+			got, err := s.Deployment(ctx, d.ID)
+			require.NoError(t, err)
+			require.Equal(t, lifecycle.StateFailed, got.State)
+			require.Equal(t, tc.want, got.StateReason)
+		})
+	}
 }

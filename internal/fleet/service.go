@@ -395,7 +395,7 @@ func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID strin
 			Removing:      d.Removing,
 			NewestAdopted: d.NewestAdopted,
 			Strategy:      d.Strategy,
-			Report:        lifecycle.ReportView{State: string(r.State), Adopted: r.AdoptedManifestVersion, Phase: phase},
+			Report:        lifecycle.ReportView{State: string(r.State), Adopted: r.AdoptedManifestVersion, Phase: phase, Message: r.FailureMessage()},
 		}), nil
 	}
 	first, err := s.store.RecordReport(ctx, clientID, r, decide, s.now().UTC())

@@ -3,6 +3,9 @@ package lifecycle
 import (
 	"fmt"
 	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // State is the lifecycle state of a deployment (design section 6). The
@@ -263,7 +266,17 @@ type ReportView struct {
 	// Phase is the optional drain phase (PhaseDraining … PhaseSwitching), ""
 	// when absent. Unknown phases are ignored.
 	Phase string
+	// Message is what the agent said went wrong (Margo's status.error and
+	// components[].error), "" when it said nothing. A failed report's
+	// Reason carries it, cut to MaxAgentMessage characters.
+	Message string
 }
+
+// MaxAgentMessage bounds how many characters of an agent's failure message
+// a Decision's Reason (and so the deployment's stateReason) carries; a
+// longer message is cut and ends with "…". The whole report is kept with
+// the deployment's reports.
+const MaxAgentMessage = 512
 
 // Observation is everything Decide looks at: the deployment as stored and
 // one new report.
@@ -385,7 +398,7 @@ func mapReport(in Observation) (State, string) {
 		case DeviceRemoved:
 			return StateRemoved, "the device removed the deployment"
 		case DeviceFailed:
-			return StateFailed, "the device failed to remove the deployment"
+			return StateFailed, withAgentMessage("the device failed to remove the deployment", r.Message)
 		case DevicePending, DeviceInstalling, DeviceInstalled:
 			return "", fmt.Sprintf("the device reports %s: it has not started removing the deployment yet", r.State)
 		}
@@ -397,7 +410,7 @@ func mapReport(in Observation) (State, string) {
 	}
 	switch r.State {
 	case DeviceFailed:
-		return StateFailed, "the device reported failure"
+		return StateFailed, withAgentMessage("the device reported failure", r.Message)
 	case DeviceRemoved:
 		return StateFailed, "the device reports the deployment removed, but it is desired"
 	case DeviceRemoving:
@@ -420,6 +433,26 @@ func mapReport(in Observation) (State, string) {
 		return StateInstalled, "the device runs the desired revision"
 	}
 	return "", fmt.Sprintf("unknown device state %q; report ignored", r.State)
+}
+
+// withAgentMessage appends what the agent reported to reason, as
+// "reason: message", the message cut to MaxAgentMessage characters and its
+// control characters (line breaks included) replaced by spaces, so that a
+// state reason stays one bounded line whatever a device sends.
+func withAgentMessage(reason, message string) string {
+	message = strings.TrimSpace(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, message))
+	if message == "" {
+		return reason
+	}
+	if utf8.RuneCountInString(message) > MaxAgentMessage {
+		message = string([]rune(message)[:MaxAgentMessage-1]) + "…"
+	}
+	return reason + ": " + message
 }
 
 // rank orders the states of one revision: a report may not move a

@@ -686,3 +686,37 @@ func simulate(t *testing.T, seed uint64, rng *rand.Rand) {
 		}
 	}
 }
+
+// TestDecideCarriesTheAgentMessage: a failed report's Reason carries what
+// the agent said, on one line and bounded; other reports do not.
+func TestDecideCarriesTheAgentMessage(t *testing.T) {
+	long := strings.Repeat("é", MaxAgentMessage+10)
+	cases := []struct {
+		name    string
+		in      Observation
+		want    string
+		changed bool
+	}{
+		{"install failed", withMessage(obs(StateInstalling, OperationInstall, false, DeviceFailed, ""), "pull\tfailed\r\n"),
+			"the device reported failure: pull failed", true},
+		{"removal failed", withMessage(obs(StateRemoving, OperationRemove, true, DeviceFailed, ""), "volume busy"),
+			"the device failed to remove the deployment: volume busy", true},
+		{"blank message", withMessage(obs(StateInstalling, OperationInstall, false, DeviceFailed, ""), " \n "),
+			"the device reported failure", true},
+		{"bounded", withMessage(obs(StateInstalling, OperationInstall, false, DeviceFailed, ""), long),
+			"the device reported failure: " + strings.Repeat("é", MaxAgentMessage-1) + "…", true},
+		{"installed ignores it", withMessage(obs(StateInstalling, OperationInstall, false, DeviceInstalled, ""), "old warning"),
+			"the device runs the desired revision", true},
+	}
+	for _, tc := range cases {
+		got := Decide(tc.in)
+		if got.Reason != tc.want || got.Changed != tc.changed {
+			t.Errorf("%s: Decide = %q (changed %v), want %q (changed %v)", tc.name, got.Reason, got.Changed, tc.want, tc.changed)
+		}
+	}
+}
+
+func withMessage(o Observation, m string) Observation {
+	o.Report.Message = m
+	return o
+}

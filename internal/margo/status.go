@@ -427,3 +427,42 @@ func exactInteger(lit string, lo, hi uint64) (uint64, string) {
 	}
 	return n, ""
 }
+
+// FailureMessage is what the device said went wrong, for people: the
+// deployment's error, then each component's error prefixed by the
+// component's name, joined by "; ", each error as "message (code, source)"
+// with the empty parts left out; "" when the report carries no error. It is
+// at most a few kilobytes (the bounds of the error members); callers that
+// show it in one line bound it further (lifecycle.MaxAgentMessage).
+func (r *StatusReport) FailureMessage() string {
+	var parts []string
+	if s := r.Error.text(); s != "" {
+		parts = append(parts, s)
+	}
+	for _, c := range r.Components {
+		if s := c.Error.text(); s != "" {
+			parts = append(parts, c.Name+": "+s)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// text is e as "message (code, source)", without its empty parts; "" for nil.
+func (e *StatusError) text() string {
+	if e == nil {
+		return ""
+	}
+	var tags []string
+	for _, s := range []string{e.Code, e.Source} {
+		if s != "" {
+			tags = append(tags, s)
+		}
+	}
+	switch {
+	case len(tags) == 0:
+		return e.Message
+	case e.Message == "":
+		return strings.Join(tags, ", ")
+	}
+	return e.Message + " (" + strings.Join(tags, ", ") + ")"
+}
