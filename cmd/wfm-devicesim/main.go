@@ -5,6 +5,9 @@
 //
 //	./bin/wfm issue-client-cert -client-id plant          # with make run's development CA
 //	./bin/wfm-devicesim -devices 10 -cert .data/pki/clients/plant.pem -key .data/pki/clients/plant-key.pem
+//
+// Once every device has registered it prints their ids on one line to
+// stdout ("registered 10 devices: sim-1 … sim-10"); logs go to stderr.
 package main
 
 import (
@@ -20,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,13 +35,17 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "wfm-devicesim:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer) error {
+// run simulates the devices until ctx ends. Once every device has
+// registered (or given up), it prints one line to stdout naming the devices
+// registered: "registered 3 devices: sim-1 sim-2 sim-3" (the ids to use in
+// deployments); logs go to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("wfm-devicesim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	server := fs.String("server", "https://localhost:8443", "device API base URL")
@@ -87,16 +95,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg := &devicesim.Config{BaseURL: *server, HTTP: client, ClientID: *headerID, Poll: *poll, InstallTime: *install,
 		DrainTime: *drain, NeverDrain: *neverDrain, FailRate: *failRate, Log: log, Rand: rand.New(rand.NewPCG(*seed, *seed)),
 		Budget: devicesim.NewBudget(*clientRate, *clientBurst)}
+	ids := make([]string, *n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%d", *prefix, i+1)
+	}
+	reg := newRegistrations(ids, stdout)
+	cfg.Registered = func(id string) { reg.done(id, true) }
 	var wg sync.WaitGroup
 	errs := make(chan error, *n)
-	for i := range *n {
-		d := devicesim.NewDevice(cfg, fmt.Sprintf("%s%d", *prefix, i+1))
+	for _, id := range ids {
+		d := devicesim.NewDevice(cfg, id)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := d.Run(ctx); err != nil {
 				errs <- fmt.Errorf("device %s: %w", d.ID, err)
 			}
+			reg.done(d.ID, false) // no effect once registered
 		}()
 	}
 	log.Info("simulating devices", "count", *n, "server", *server, "clientRate", *clientRate, "clientBurst", *clientBurst)
@@ -109,4 +124,46 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		all = append(all, err)
 	}
 	return errors.Join(all...)
+}
+
+// registrations waits for every device's registration to conclude and then
+// prints the one summary line.
+type registrations struct {
+	mu      sync.Mutex
+	ids     []string        // in creation order
+	outcome map[string]bool // id -> registered, for the devices concluded
+	out     io.Writer
+}
+
+func newRegistrations(ids []string, out io.Writer) *registrations {
+	return &registrations{ids: ids, outcome: map[string]bool{}, out: out}
+}
+
+// done records the outcome of id's registration (the first one counts) and
+// prints the summary when it was the last one.
+func (r *registrations) done(id string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, seen := r.outcome[id]; seen {
+		return
+	}
+	r.outcome[id] = ok
+	if len(r.outcome) != len(r.ids) {
+		return
+	}
+	var got []string
+	for _, id := range r.ids {
+		if r.outcome[id] {
+			got = append(got, id)
+		}
+	}
+	noun := "devices"
+	if len(r.ids) == 1 {
+		noun = "device"
+	}
+	if len(got) == len(r.ids) {
+		fmt.Fprintf(r.out, "registered %d %s: %s\n", len(got), noun, strings.Join(got, " "))
+	} else {
+		fmt.Fprintf(r.out, "registered %d of %d %s: %s\n", len(got), len(r.ids), noun, strings.Join(got, " "))
+	}
 }

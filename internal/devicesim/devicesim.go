@@ -61,7 +61,9 @@ type Config struct {
 	// asks for a drain; NeverDrain makes devices never finish draining.
 	DrainTime  time.Duration
 	NeverDrain bool
-	// FailRate is the probability that applying a revision fails.
+	// FailRate is the probability that applying a revision fails. A failed
+	// revision is reported with an error in status.error: code FailureCode,
+	// source FailureSource and a message naming the revision.
 	FailRate float64
 	// Log receives what devices do.
 	Log *slog.Logger
@@ -78,6 +80,10 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Stats counts what the devices did.
 	Stats Stats
+	// Registered, when not nil, is called by Run once the device's first
+	// registration succeeded, with its id (concurrently for the devices of
+	// one Config).
+	Registered func(id string)
 
 	mu     sync.Mutex                // guards Rand and docs
 	docs   map[string]*deploymentDoc // verified deployment documents by digest
@@ -180,6 +186,13 @@ func (e *StatusError) Error() string {
 func (e *StatusError) Retryable() bool {
 	return e.Status == http.StatusTooManyRequests || e.Status >= 500
 }
+
+// FailureCode and FailureSource are the code and source of the error a
+// simulated failure reports.
+const (
+	FailureCode   = "SIMULATED"
+	FailureSource = "wfm-devicesim"
+)
 
 func statusError(op string, res *http.Response, body []byte) error {
 	if len(body) > 512 {
@@ -528,21 +541,39 @@ func (d *Device) apply(ctx context.Context, doc deploymentDoc, id string, versio
 	d.cfg.mu.Lock()
 	fail := d.cfg.Rand.Float64() < d.cfg.FailRate
 	d.cfg.mu.Unlock()
-	state := "installed"
+	state, problem := "installed", ""
 	if fail {
 		state = "failed"
+		problem = "simulated failure applying the revision"
+		if ext := doc.Spec.Ext; ext != nil && ext.Revision > 0 {
+			problem = "simulated failure applying revision " + strconv.Itoa(ext.Revision)
+		}
 	}
 	d.cfg.Log.Info("applied", "device", d.ID, "deployment", id, "state", state, "manifestVersion", version)
-	return d.report(ctx, id, state, comps, nil, version)
+	return d.reportError(ctx, id, state, comps, nil, version, problem)
 }
 
 func (d *Device) report(ctx context.Context, id, state string, comps []string, ext map[string]any, version uint64) error {
+	return d.reportError(ctx, id, state, comps, ext, version, "")
+}
+
+// reportError reports a state with problem, when not "", as the error of
+// the deployment and of each component (Margo's error members).
+func (d *Device) reportError(ctx context.Context, id, state string, comps []string, ext map[string]any, version uint64, problem string) error {
+	var failure map[string]any
+	if problem != "" {
+		failure = map[string]any{"code": FailureCode, "source": FailureSource, "message": problem}
+	}
 	cs := make([]map[string]any, 0, len(comps))
 	for _, c := range comps {
 		cs = append(cs, map[string]any{"name": c, "state": state})
 	}
+	status := map[string]any{"state": state}
+	if failure != nil {
+		status["error"] = failure
+	}
 	body := map[string]any{"deploymentId": id, "deviceId": d.ID, "adoptedManifestVersion": version,
-		"status": map[string]any{"state": state}, "components": cs}
+		"status": status, "components": cs}
 	if ext != nil {
 		body["x-wfm-extensions"] = ext
 	}
@@ -565,6 +596,9 @@ func (d *Device) Run(ctx context.Context) error {
 	for {
 		err := d.Register(ctx)
 		if err == nil {
+			if d.cfg.Registered != nil {
+				d.cfg.Registered(d.ID)
+			}
 			break
 		}
 		var se *StatusError

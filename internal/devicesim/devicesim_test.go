@@ -108,3 +108,48 @@ func TestSimulatedDevicesFollowTheirDeployments(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StateRemoved, got.State)
 }
+
+// TestSimulatedFailureReachesTheDeployment: a device that fails to apply a
+// revision says why in its report, and the deployment's stateReason shows
+// it; Run announces the device once registered.
+func TestSimulatedFailureReachesTheDeployment(t *testing.T) {
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
+	fl := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log)
+	acc := access.NewService(postgres.NewAccessStore(pool), time.Now)
+	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: func(context.Context) error { return nil }, Registry: prometheus.NewRegistry(),
+		Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: identity.HeaderIdentity{}.ClientIDFromRequest})
+	require.NoError(t, err)
+	_, device := httpapi.Split(h)
+	srv := httptest.NewServer(device)
+	t.Cleanup(srv.Close)
+	_, _, err = cat.Add(ctx, describe("1.0.0", ""), catalog.MediaYAML)
+	require.NoError(t, err)
+
+	registered := make(chan string, 1)
+	cfg := &devicesim.Config{BaseURL: srv.URL, HTTP: http.DefaultClient, ClientID: "plant", Poll: time.Hour, Log: log, FailRate: 1,
+		Registered: func(id string) { registered <- id }}
+	d := devicesim.NewDevice(cfg, "edge-1")
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(runCtx) }()
+	select {
+	case id := <-registered:
+		require.Equal(t, "edge-1", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not announce the registration within 10s")
+	}
+	stop()
+	require.NoError(t, <-ran)
+
+	dep, err := fl.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "sim", Version: "1.0.0", ClientID: "plant", DeviceID: "edge-1"})
+	require.NoError(t, err)
+	_, err = d.Sync(ctx)
+	require.NoError(t, err)
+	got, err := fl.Deployment(ctx, dep.ID)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StateFailed, got.State)
+	require.Equal(t, "the device reported failure: simulated failure applying revision 1 (SIMULATED, wfm-devicesim)", got.StateReason)
+}
