@@ -933,12 +933,17 @@ func ensureDatabase(ctx context.Context, adminURL, name string) error {
 }
 
 // displayAddr turns a listener address into something a browser can open.
-func displayAddr(a net.Addr) string {
-	host, port, err := net.SplitHostPort(a.String())
+func displayAddr(a net.Addr) string { return displayHostPort(a.String()) }
+
+// displayHostPort turns a listen address (host:port) into one a client can
+// dial: an empty or unspecified host (":8443", "0.0.0.0:8443") becomes
+// localhost.
+func displayHostPort(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return a.String()
+		return addr
 	}
-	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		host = "localhost"
 	}
 	return net.JoinHostPort(host, port)
@@ -963,6 +968,7 @@ func issueClientCert(args []string, getenv func(string) string, stdout, stderr i
 	trustDomain := fs.String("trust-domain", env("WFM_TRUST_DOMAIN", "wfm.local"), "SPIFFE trust domain")
 	wfmID := fs.String("wfm-id", env("WFM_ID", "dev"), "this WFM's id")
 	validity := fs.Duration("validity", 365*24*time.Hour, "how long the certificate is valid")
+	deviceListen := fs.String("device-listen", env("WFM_DEVICE_LISTEN", "127.0.0.1:8443"), "the server's device API address (its -device-listen), for the curl and simulator hints printed")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -997,6 +1003,8 @@ func issueClientCert(args []string, getenv func(string) string, stdout, stderr i
 		return err
 	}
 	fmt.Fprintf(stdout, "issued %s\n  certificate %s\n  key         %s\n  CA          %s\n", spiffeID, certFile, keyFile, filepath.Join(dir, "ca.pem"))
-	fmt.Fprintf(stdout, "try: curl --cacert %s --cert %s --key %s https://localhost:8443/api/v1/deployments\n", filepath.Join(dir, "ca.pem"), certFile, keyFile)
+	server := "https://" + displayHostPort(*deviceListen)
+	fmt.Fprintf(stdout, "try: curl --cacert %s --cert %s --key %s %s/api/v1/deployments\n", filepath.Join(dir, "ca.pem"), certFile, keyFile, server)
+	fmt.Fprintf(stdout, "simulate devices: ./bin/wfm-devicesim -server %s -ca %s -cert %s -key %s\n", server, filepath.Join(dir, "ca.pem"), certFile, keyFile)
 	return nil
 }
