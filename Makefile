@@ -28,6 +28,10 @@ build: ## Build bin/wfm and bin/wfm-devicesim
 test: ## Run all tests (with the race detector) against a real PostgreSQL
 	$(GO) test -race -count=1 -timeout 10m ./...
 
+.PHONY: demo
+demo: build ## Run the README's tour against a new server and simulator; fails on any answer the README does not show
+	$(GO) run ./cmd/wfm-demo -readme README.md
+
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each
 	@set -e; for pkg in $$($(GO) list ./...); do \
