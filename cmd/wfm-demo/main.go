@@ -106,6 +106,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return err
 	}
+	for _, tool := range []string{"bash", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("the tour's commands need %s (Debian: apt-get install %s): %w", tool, tool, err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	text, err := os.ReadFile(*readme)
