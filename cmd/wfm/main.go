@@ -501,9 +501,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer hub.Stop()
 
+	// Domain metrics: counts by state from one aggregate query at scrape
+	// time (cached a few seconds, bounded by a timeout), counters the HTTP
+	// adapter and the manifest cache feed.
+	domain := telemetry.NewDomainCollector(telemetry.DomainConfig{
+		Snapshot: func(ctx context.Context) (telemetry.Snapshot, error) {
+			return postgres.MetricsSnapshot(ctx, pool, time.Now())
+		},
+		CacheStats: fl.ManifestCacheStats,
+		TTL:        5 * time.Second,
+		Timeout:    2 * time.Second,
+		Now:        time.Now,
+	})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		telemetry.NewPoolCollector(pool))
+		telemetry.NewPoolCollector(pool), domain)
 	handler, err := httpapi.NewHandler(httpapi.Config{
 		Logger:          log,
 		Ready:           readiness(pg, pool),
@@ -522,6 +534,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		OutageLog:       outageLog,
 		Webhooks:        hooks.service,
 		Events:          httpapi.EventsConfig{Log: eventLog, Hub: hub},
+		Counters:        domain,
 	})
 	if err != nil {
 		return err
