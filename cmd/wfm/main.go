@@ -490,20 +490,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer hooks.stop(log)
-	// Live event streams: one shared reader of the event log per process
-	// fans events out to this process's streams, and writes the info line
-	// of each important domain event. Streams end before HTTP drains; the
-	// reader stops after it.
-	eventLog := postgres.NewEventLog(pool)
-	hub := feed.New(feed.Config{Reader: eventLog, Logger: log, MaxStreams: c.eventStreams, Encode: httpapi.SSEFrame})
-	if err := hub.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	defer hub.Stop()
-
 	// Domain metrics: counts by state from one aggregate query at scrape
 	// time (cached a few seconds, bounded by a timeout), counters the HTTP
-	// adapter and the manifest cache feed.
+	// adapter, the manifest cache and the event log's shared reader feed.
 	domain := telemetry.NewDomainCollector(telemetry.DomainConfig{
 		Snapshot: func(ctx context.Context) (telemetry.Snapshot, error) {
 			return postgres.MetricsSnapshot(ctx, pool, time.Now())
@@ -513,6 +502,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Timeout:    2 * time.Second,
 		Now:        time.Now,
 	})
+	// Live event streams: one shared reader of the event log per process
+	// fans events out to this process's streams, and writes the info line
+	// of each important domain event. Streams end before HTTP drains; the
+	// reader stops after it.
+	eventLog := postgres.NewEventLog(pool)
+	hub := feed.New(feed.Config{Reader: eventLog, Logger: log, MaxStreams: c.eventStreams, Encode: httpapi.SSEFrame, Observe: domain.ObserveEvent})
+	if err := hub.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer hub.Stop()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		telemetry.NewPoolCollector(pool), domain)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -154,6 +155,15 @@ func TestDomainMetrics(t *testing.T) {
 	status, body = do(t, "POST", device+"/api/v1/deployments/"+depID+"/status", js,
 		fmt.Sprintf(`{"deploymentId":%q,"deviceId":"edge","adoptedManifestVersion":%d,"status":{"state":"installing"},"components":[]}`, depID, int(mv)), plant)
 	require.Less(t, status, 300, body)
+	status, body = do(t, "POST", device+"/api/v1/deployments/"+depID+"/status", js,
+		fmt.Sprintf(`{"deploymentId":%q,"deviceId":"edge","adoptedManifestVersion":%d,"status":{"state":"installed"},"components":[]}`, depID, int(mv)), plant)
+	require.Less(t, status, 300, body)
+	// The scheduler ends the install operation; the event log's reader
+	// counts its outcome.
+	require.Eventually(t, func() bool {
+		v, _ := value(scrape(t, base), "wfm_operations_finished_total", map[string]string{"type": "install", "outcome": "succeeded"})
+		return v == 1
+	}, 30*time.Second, 50*time.Millisecond, "the install operation's outcome is counted")
 
 	// An install rollout to the other device stays running: no agent answers.
 	status, body = do(t, "PUT", device+"/api/v1/capabilities/edge2", js, `{"properties":{"id":"edge2","vendor":"t","modelNumber":"b1","serialNumber":"S-2","cpus":[{"cores":4,"architecture":"amd64"}],"memory":"8Gi","storage":"64Gi","supportedRuntimes":["oci"],"supportedDeploymentTypes":["helm","compose"]}}`, plant)
@@ -173,7 +183,13 @@ func TestDomainMetrics(t *testing.T) {
 	}
 	require.True(t, limited, "a 429 within 20 calls over a burst of 10")
 
-	fams := scrape(t, base)
+	// The fleet values are cached for 5 s: wait for a snapshot with the rollout.
+	var fams map[string]*dto.MetricFamily
+	require.Eventually(t, func() bool {
+		fams = scrape(t, base)
+		v, _ := value(fams, "wfm_rollouts", map[string]string{"state": "running"})
+		return v == 1
+	}, 30*time.Second, 50*time.Millisecond, "the running rollout shows")
 	check := func(name string, labels map[string]string, ok func(float64) bool) {
 		t.Helper()
 		v, found := value(fams, name, labels)
@@ -183,16 +199,17 @@ func TestDomainMetrics(t *testing.T) {
 	}
 	positive := func(v float64) bool { return v > 0 }
 	zero := func(v float64) bool { return v == 0 }
-	check("wfm_deployments", map[string]string{"state": "installing"}, func(v float64) bool { return v == 1 })
+	check("wfm_deployments", map[string]string{"state": "installed"}, func(v float64) bool { return v == 1 })
 	check("wfm_deployments", map[string]string{"state": "failed"}, zero)
-	check("wfm_operations", map[string]string{"type": "install", "state": "running"}, func(v float64) bool { return v <= 1 })
-	check("wfm_operations", map[string]string{"type": "upgrade", "state": "succeeded"}, zero)
+	check("wfm_operations_in_flight", map[string]string{"type": "upgrade", "state": "queued"}, zero)
 	var installOps float64
-	for _, st := range []string{"queued", "running", "succeeded"} {
-		v, _ := value(fams, "wfm_operations", map[string]string{"type": "install", "state": st})
+	for _, st := range []string{"queued", "running"} {
+		v, _ := value(fams, "wfm_operations_in_flight", map[string]string{"type": "install", "state": st})
 		installOps += v
 	}
-	assert.Equal(t, 1.0, installOps, "the deployment's install operation is counted once")
+	assert.Equal(t, 1.0, installOps, "the rollout's install operation (edge2) is in flight")
+	check("wfm_operations_finished_total", map[string]string{"type": "install", "outcome": "succeeded"}, func(v float64) bool { return v == 1 })
+	check("wfm_operations_finished_total", map[string]string{"type": "upgrade", "outcome": "failed"}, zero)
 	check("wfm_rollouts", map[string]string{"state": "running"}, func(v float64) bool { return v == 1 })
 	check("wfm_rollouts", map[string]string{"state": "succeeded"}, zero)
 	r := map[string]string{"rollout": rolloutID, "application": "com-northstartida-hello-world"}
@@ -213,13 +230,16 @@ func TestDomainMetrics(t *testing.T) {
 	check("wfm_webhook_dispatch_lag_seconds", nil, func(v float64) bool { return v >= 0 && v < 60 })
 	check("wfm_manifest_cache_lookups_total", map[string]string{"result": "hit"}, positive)
 	check("wfm_manifest_cache_lookups_total", map[string]string{"result": "miss"}, positive)
-	check("wfm_status_reports_ingested_total", nil, func(v float64) bool { return v == 1 })
+	check("wfm_status_reports_ingested_total", nil, func(v float64) bool { return v == 2 })
 	check("wfm_http_rate_limited_total", map[string]string{"api": "mgmt", "route": "/mgmt/v1/deployments"}, func(v float64) bool { return v == 1 })
 	check("wfm_http_requests_total", map[string]string{"route": "/mgmt/v1/deployments", "method": "GET", "status": "401"}, positive)
 	check("wfm_metrics_snapshot_errors_total", nil, zero)
 	check("wfm_metrics_snapshot_age_seconds", nil, func(v float64) bool { return v >= 0 && v < 10 })
 	_, unmatched := value(fams, "wfm_http_rate_limited_total", map[string]string{"route": "unmatched"})
 	assert.False(t, unmatched, "rate-limited requests are counted by the route they asked for")
+
+	// The Grafana dashboard is built on these names only.
+	checkDashboard(t, fams)
 
 	// The debug request lines name the caller and the problem type.
 	var sawLimited, sawDevice, sawAdmin bool

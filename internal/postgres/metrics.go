@@ -16,19 +16,21 @@ import (
 // statement (one snapshot, one round trip), as rows (kind, a, b, n, seconds):
 //
 //	deployment  state                -      count
-//	operation   type       state     count
+//	operation   type       state     count (in flight)
 //	rollout     state                -      count
 //	active      rollout id application|state  current wave  number of waves (as n2)
 //	member      rollout id status    count
 //	due         operation|rollout    -      count          seconds the oldest waited
 //	webhook     -          -         backlog               seconds the oldest waited
 //
-// Each part reads an index or a bounded set: deployments and operations are
-// grouped whole (deployments are bounded by the fleet; operations by their
-// history: about 30 ms per 100,000 rows on the development machine), the
-// due work reads the partial indexes the scheduler reads, members only
-// those of the newest active rollouts (index rollout_members_wave), the
-// webhook backlog at most telemetry.MaxWebhookBacklog events by primary key.
+// Each part reads a set bounded by the fleet or the work in flight, never
+// by history: deployments are grouped whole (one per deployment of the
+// fleet), operations only in flight (the partial index operations_due; the
+// outcomes are counted from the event log instead, see
+// telemetry.DomainCollector.ObserveEvent), rollouts whole (one row per
+// rollout), members only those of the newest active rollouts (index
+// rollout_members_wave), the webhook backlog at most
+// telemetry.MaxWebhookBacklog events by primary key.
 // The due predicates are the scheduler's (ActiveOperations, ClaimRollouts).
 const sqlMetricsSnapshot = `
 WITH active AS (
@@ -48,7 +50,7 @@ WITH active AS (
   SELECT e.id, e.at FROM events e, webhook_dispatch w WHERE e.id > w.after ORDER BY e.id LIMIT $3
 )
 SELECT 'deployment', state, '', count(*), 0::float8 FROM deployments GROUP BY state
-UNION ALL SELECT 'operation', type, state, count(*), 0 FROM operations GROUP BY type, state
+UNION ALL SELECT 'operation', type, state, count(*), 0 FROM operations WHERE state IN ('queued', 'running') GROUP BY type, state
 UNION ALL SELECT 'rollout', state, '', count(*), 0 FROM rollouts GROUP BY state
 UNION ALL SELECT 'active', id::text, application_id || '|' || state, current_wave, waves FROM active
 UNION ALL SELECT 'member', m.rollout_id::text, m.status, count(*), 0 FROM rollout_members m JOIN active a ON a.id = m.rollout_id GROUP BY m.rollout_id, m.status
@@ -69,7 +71,9 @@ func MetricsSnapshot(ctx context.Context, pool *pgxpool.Pool, now time.Time) (te
 	for _, k := range lifecycle.AllOperationKinds() {
 		s.Operations[string(k)] = map[string]int{}
 		for _, st := range lifecycle.AllOperationStates() {
-			s.Operations[string(k)][string(st)] = 0
+			if !st.Terminal() {
+				s.Operations[string(k)][string(st)] = 0
+			}
 		}
 	}
 	for _, st := range lifecycle.AllRolloutStates() {

@@ -2,10 +2,13 @@ package telemetry
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
 // Snapshot is the state of the fleet the domain metrics show, read at once
@@ -13,9 +16,10 @@ import (
 type Snapshot struct {
 	// Deployments counts deployments by state.
 	Deployments map[string]int
-	// Operations counts operations by type, then state (queued and running
-	// are the ones in flight; succeeded, failed and cancelled their
-	// outcomes).
+	// Operations counts the operations in flight (queued, running) by
+	// type, then state. Their outcomes are counted from the event log
+	// (DomainCollector.ObserveEvent): counting the whole history at every
+	// scrape would cost a scan of all operations.
 	Operations map[string]map[string]int
 	// Rollouts counts rollouts by state.
 	Rollouts map[string]int
@@ -91,6 +95,7 @@ type DomainCollector struct {
 	ok    bool
 
 	rateLimited     *prometheus.CounterVec
+	finished        *prometheus.CounterVec
 	reports         prometheus.Counter
 	snapErrors      prometheus.Counter
 	snapDuration    prometheus.Gauge
@@ -121,6 +126,13 @@ func NewDomainCollector(cfg DomainConfig) *DomainCollector {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	finished := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wfm_operations_finished_total",
+		Help: "Operations that ended, by type and outcome (succeeded, failed, cancelled), as read from the event log by this process since it started (every replica reads every event)."}, []string{"type", "outcome"})
+	for _, k := range lifecycle.AllOperationKinds() {
+		for _, o := range []string{"succeeded", "failed", "cancelled"} {
+			finished.WithLabelValues(string(k), o) // present from the start, at 0
+		}
+	}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("wfm_"+name, help, labels, nil)
 	}
@@ -128,6 +140,7 @@ func NewDomainCollector(cfg DomainConfig) *DomainCollector {
 		cfg: cfg,
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wfm_http_rate_limited_total",
 			Help: "Requests refused with 429 by a rate limit, by API (mgmt, device) and route pattern."}, []string{"api", "route"}),
+		finished: finished,
 		reports: prometheus.NewCounter(prometheus.CounterOpts{Name: "wfm_status_reports_ingested_total",
 			Help: "Device status reports accepted (2xx) by this process."}),
 		snapErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "wfm_metrics_snapshot_errors_total",
@@ -135,7 +148,7 @@ func NewDomainCollector(cfg DomainConfig) *DomainCollector {
 		snapDuration: prometheus.NewGauge(prometheus.GaugeOpts{Name: "wfm_metrics_snapshot_duration_seconds",
 			Help: "How long the last snapshot query of the fleet's state took."}),
 		deployments:     d("deployments", "Deployments by state.", "state"),
-		operations:      d("operations", "Operations by type and state: queued and running are in flight, succeeded, failed and cancelled are outcomes.", "type", "state"),
+		operations:      d("operations_in_flight", "Operations in flight by type and state (queued, running).", "type", "state"),
 		rollouts:        d("rollouts", "Rollouts by state.", "state"),
 		rolloutMembers:  d("rollout_members", "Members of each active rollout by status.", "rollout", "application", "status"),
 		rolloutProgress: d("rollout_progress_ratio", "Share of an active rollout's eligible members whose status is final (0 to 1).", "rollout", "application", "state"),
@@ -155,12 +168,37 @@ func (c *DomainCollector) RateLimited(api, route string) {
 	c.rateLimited.WithLabelValues(api, route).Inc()
 }
 
+// ObserveEvent counts the outcome of an operation from its event
+// (operation.succeeded, failed, cancelled); other events are ignored. The
+// event log's shared reader calls it (feed.Config.Observe).
+func (c *DomainCollector) ObserveEvent(e lifecycle.Event) {
+	var outcome string
+	switch e.Type {
+	case lifecycle.EventOperationSucceeded:
+		outcome = "succeeded"
+	case lifecycle.EventOperationFailed:
+		outcome = "failed"
+	case lifecycle.EventOperationCancelled:
+		outcome = "cancelled"
+	default:
+		return
+	}
+	var body struct {
+		Operation string `json:"operation"`
+	}
+	if json.Unmarshal(e.Body, &body) != nil || !lifecycle.OperationKind(body.Operation).Valid() {
+		body.Operation = "unknown"
+	}
+	c.finished.WithLabelValues(body.Operation, outcome).Inc()
+}
+
 // ReportIngested counts one accepted status report.
 func (c *DomainCollector) ReportIngested() { c.reports.Inc() }
 
 // Describe implements prometheus.Collector.
 func (c *DomainCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.rateLimited.Describe(ch)
+	c.finished.Describe(ch)
 	c.reports.Describe(ch)
 	c.snapErrors.Describe(ch)
 	c.snapDuration.Describe(ch)
@@ -197,6 +235,7 @@ func (c *DomainCollector) snapshot() (Snapshot, time.Time, bool) {
 // Collect implements prometheus.Collector.
 func (c *DomainCollector) Collect(ch chan<- prometheus.Metric) {
 	c.rateLimited.Collect(ch)
+	c.finished.Collect(ch)
 	c.reports.Collect(ch)
 	if c.cfg.CacheStats != nil {
 		hits, misses := c.cfg.CacheStats()

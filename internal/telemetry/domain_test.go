@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/telemetry"
 )
 
@@ -68,4 +69,41 @@ func TestDomainCollectorCachesSnapshots(t *testing.T) {
 
 	fail = nil
 	assert.Equal(t, 3.0, installed(), "the next scrape reads again")
+}
+
+// TestOperationOutcomesFromEvents: the outcome events of operations are
+// counted by type and outcome; other events are not, and an unreadable body
+// counts as type "unknown".
+func TestOperationOutcomesFromEvents(t *testing.T) {
+	c := telemetry.NewDomainCollector(telemetry.DomainConfig{
+		Snapshot: func(context.Context) (telemetry.Snapshot, error) { return telemetry.Snapshot{}, nil },
+	})
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	for _, e := range []lifecycle.Event{
+		{Type: lifecycle.EventOperationSucceeded, Body: []byte(`{"operation":"upgrade","version":"2.0.0"}`)},
+		{Type: lifecycle.EventOperationSucceeded, Body: []byte(`{"operation":"upgrade","version":"2.0.0"}`)},
+		{Type: lifecycle.EventOperationFailed, Body: []byte(`{"operation":"rollback","reason":"StepFailed"}`)},
+		{Type: lifecycle.EventOperationCancelled, Body: []byte(`{"operation":"install","reason":"CancelledByOperator"}`)},
+		{Type: lifecycle.EventOperationFailed, Body: []byte(`{"operation":"nonsense"}`)},
+		{Type: lifecycle.EventOperationStarted, Body: []byte(`{"operation":"upgrade"}`)},
+		{Type: lifecycle.EventDeploymentStateChanged, Body: []byte(`{}`)},
+	} {
+		c.ObserveEvent(e)
+	}
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "wfm_operations_finished_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if v := m.GetCounter().GetValue(); v > 0 {
+				got[m.GetLabel()[1].GetValue()+" "+m.GetLabel()[0].GetValue()] = v // type outcome
+			}
+		}
+		assert.Len(t, mf.GetMetric(), 5*3+1, "every type and outcome from the start, and the unknown one")
+	}
+	assert.Equal(t, map[string]float64{"upgrade succeeded": 2, "rollback failed": 1, "install cancelled": 1, "unknown failed": 1}, got)
 }
