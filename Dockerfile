@@ -1,14 +1,29 @@
-# Build: docker build -t wfm .    Run: see docker-compose.yml (the server needs DATABASE_URL in a container).
+# Two images from one build (docker-compose.yml uses both):
+#   docker build -t wfm .                                  the server (the default, last stage)
+#   docker build --target wfm-devicesim -t wfm-devicesim .  the device simulator
+# Both are distroless (no shell): read files of the data volume with
+# `wfm print-admin-token` or `docker compose cp` (README, "Containers").
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/wfm ./cmd/wfm
+RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/wfm ./cmd/wfm \
+ && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/wfm-devicesim ./cmd/wfm-devicesim \
+ && mkdir -p /out/data
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM gcr.io/distroless/static-debian12:nonroot AS wfm-devicesim
+COPY --from=build /out/wfm-devicesim /usr/local/bin/wfm-devicesim
+USER nonroot
+ENTRYPOINT ["/usr/local/bin/wfm-devicesim"]
+
+FROM gcr.io/distroless/static-debian12:nonroot AS wfm
 COPY --from=build /out/wfm /usr/local/bin/wfm
-ENV WFM_LISTEN=:8080 WFM_LOG_FORMAT=json
-EXPOSE 8080
+# The data folder (development CA, admin token, webhook key): a volume, owned
+# by the image's user so that a fresh named volume is writable.
+COPY --from=build --chown=65532:65532 /out/data /data
+ENV WFM_LISTEN=:8080 WFM_DEVICE_LISTEN=:8443 WFM_DATA_DIR=/data WFM_LOG_FORMAT=json
+EXPOSE 8080 8443
+VOLUME /data
 USER nonroot
 ENTRYPOINT ["/usr/local/bin/wfm"]

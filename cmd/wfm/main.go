@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -88,6 +89,8 @@ type config struct {
 	forwardedHeader string         // the one forwarding header read from them
 	adminToken      string
 	adminTokenFile  string
+	adminTokenNew   bool     // create the admin token file when missing, also with DATABASE_URL
+	deviceCertHosts []string // extra names of the development server certificate
 	databaseURL     string
 	dataDir         string
 	logLevel        slog.Level
@@ -118,7 +121,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.SetOutput(stderr)
 	var c config
 	var level, mgmtRate, mgmtBurst, trustedProxies, eventRetention, eventStreams string
-	var bundleRetention string
+	var bundleRetention, deviceCertHosts string
 	var whAllowCIDR, whTimeout, whDisableAfter, whRetention, whWorkers string
 	fs.StringVar(&c.listen, "listen", env("WFM_LISTEN", "127.0.0.1:8080"), "address of the HTTP listener (env WFM_LISTEN)")
 	fs.StringVar(&c.deviceListen, "device-listen", env("WFM_DEVICE_LISTEN", "127.0.0.1:8443"), "address of the device API listener (mTLS) (env WFM_DEVICE_LISTEN)")
@@ -154,6 +157,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&whWorkers, "webhook-workers", env("WFM_WEBHOOK_WORKERS", "50"), "concurrent webhook deliveries per server process, from 1 to 1000 (env WFM_WEBHOOK_WORKERS)")
 	c.adminToken = getenv("WFM_ADMIN_TOKEN")
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", getenv("WFM_ADMIN_TOKEN_FILE"), "file holding the bootstrap admin token (env WFM_ADMIN_TOKEN_FILE; or the token itself in WFM_ADMIN_TOKEN); empty with the private PostgreSQL: <data-dir>/admin-token, created once")
+	fs.BoolVar(&c.adminTokenNew, "admin-token-create", getenv("WFM_ADMIN_TOKEN_CREATE") == "true", "with DATABASE_URL too: when no admin token is configured, create <data-dir>/admin-token (or -admin-token-file) once with a fresh token, as the private PostgreSQL mode does; for one-server set-ups such as docker compose (read it with: wfm print-admin-token) (env WFM_ADMIN_TOKEN_CREATE=true)")
+	fs.StringVar(&deviceCertHosts, "device-cert-hosts", getenv("WFM_DEVICE_CERT_HOSTS"), "comma-separated DNS names and IP addresses the development server certificate carries besides localhost, 127.0.0.1 and ::1 (the names devices and other containers reach the server by); the development CA reissues it when the list changes. Only with the development PKI (no -tls-cert) (env WFM_DEVICE_CERT_HOSTS)")
 	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL; empty: start a private PostgreSQL (env DATABASE_URL)")
 	fs.StringVar(&c.dataDir, "data-dir", env("WFM_DATA_DIR", ".data"), "folder for the private PostgreSQL's data and other local state (env WFM_DATA_DIR)")
 	fs.StringVar(&level, "log-level", env("WFM_LOG_LEVEL", "info"), "debug, info, warn or error (env WFM_LOG_LEVEL)")
@@ -180,6 +185,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if (c.mgmtTLSCert == "") != (c.mgmtTLSKey == "") {
 		return c, errors.New("-mgmt-tls-cert and -mgmt-tls-key go together")
+	}
+	if c.deviceCertHosts, err = parseCertHosts(deviceCertHosts); err != nil {
+		return c, err
+	}
+	if len(c.deviceCertHosts) > 0 && c.tlsCert != "" {
+		return c, errors.New("-device-cert-hosts names the development certificate's hosts; with -tls-cert the certificate is yours")
 	}
 	if c.mgmtTLSDev && c.mgmtTLSCert != "" {
 		return c, errors.New("-mgmt-tls-dev and -mgmt-tls-cert exclude each other: the development certificate or yours")
@@ -230,6 +241,42 @@ func parseWebhookConfig(w *webhookConfig, allowCIDR, timeout, disableAfter, rete
 		return fmt.Errorf("-webhook-workers %q: want a number from 1 to 1000", workers)
 	}
 	return nil
+}
+
+// parseCertHosts reads -device-cert-hosts: DNS names (letters, digits,
+// '-', '.'; a leading "*." for a wildcard) and IP addresses, duplicates
+// dropped.
+func parseCertHosts(list string) ([]string, error) {
+	var hosts []string
+	for _, h := range strings.Split(list, ",") {
+		if h = strings.ToLower(strings.TrimSpace(h)); h == "" || slices.Contains(hosts, h) {
+			continue
+		}
+		if net.ParseIP(h) == nil && !validDNSName(h) {
+			return nil, fmt.Errorf("-device-cert-hosts: %q is neither a DNS name nor an IP address", h)
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, nil
+}
+
+// validDNSName reports whether name is a DNS name a certificate may carry.
+func validDNSName(name string) bool {
+	name = strings.TrimPrefix(name, "*.")
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(name, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // The range of -bundle-retention: below an hour (the collection interval)
@@ -330,6 +377,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "issue-client-cert" {
 		return issueClientCert(args[1:], getenv, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "print-admin-token" {
+		return printAdminToken(args[1:], getenv, stdout, stderr)
+	}
 	c, err := parseConfig(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -372,7 +422,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	acc := access.NewService(postgres.NewAccessStore(pool), time.Now)
-	if err := bootstrapAdmin(ctx, c, c.databaseURL != "", acc, stdout, log); err != nil {
+	if err := bootstrapAdmin(ctx, c, c.databaseURL != "" && !c.adminTokenNew, acc, stdout, log); err != nil {
 		return err
 	}
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
@@ -440,12 +490,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer hooks.stop(log)
+	// Domain metrics: counts by state from one aggregate query at scrape
+	// time (cached a few seconds, bounded by a timeout), counters the HTTP
+	// adapter, the manifest cache and the event log's shared reader feed.
+	domain := telemetry.NewDomainCollector(telemetry.DomainConfig{
+		Snapshot: func(ctx context.Context) (telemetry.Snapshot, error) {
+			return postgres.MetricsSnapshot(ctx, pool, time.Now())
+		},
+		CacheStats: fl.ManifestCacheStats,
+		TTL:        5 * time.Second,
+		Timeout:    2 * time.Second,
+		Now:        time.Now,
+	})
 	// Live event streams: one shared reader of the event log per process
 	// fans events out to this process's streams, and writes the info line
 	// of each important domain event. Streams end before HTTP drains; the
 	// reader stops after it.
 	eventLog := postgres.NewEventLog(pool)
-	hub := feed.New(feed.Config{Reader: eventLog, Logger: log, MaxStreams: c.eventStreams, Encode: httpapi.SSEFrame})
+	hub := feed.New(feed.Config{Reader: eventLog, Logger: log, MaxStreams: c.eventStreams, Encode: httpapi.SSEFrame, Observe: domain.ObserveEvent})
 	if err := hub.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
@@ -453,7 +515,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		telemetry.NewPoolCollector(pool))
+		telemetry.NewPoolCollector(pool), domain)
 	handler, err := httpapi.NewHandler(httpapi.Config{
 		Logger:          log,
 		Ready:           readiness(pg, pool),
@@ -472,6 +534,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		OutageLog:       outageLog,
 		Webhooks:        hooks.service,
 		Events:          httpapi.EventsConfig{Log: eventLog, Hub: hub},
+		Counters:        domain,
 	})
 	if err != nil {
 		return err
@@ -652,7 +715,7 @@ func deviceTLSConfig(c config, log *slog.Logger) (*tls.Config, error) {
 		return identity.ServerTLSConfig(cert, bundle, tlsOptions(c)...), nil
 	}
 	dir := filepath.Join(c.dataDir, "pki")
-	ca, cert, created, err := devPKI(dir)
+	ca, cert, created, err := devPKIHosts(dir, c.deviceCertHosts)
 	if err != nil {
 		return nil, err
 	}
@@ -706,7 +769,7 @@ func mgmtTLSConfig(c config) (*tls.Config, error) {
 		}
 	case c.mgmtTLSDev:
 		var err error
-		if _, cert, _, err = devPKI(filepath.Join(c.dataDir, "pki")); err != nil {
+		if _, cert, _, err = devPKIHosts(filepath.Join(c.dataDir, "pki"), c.deviceCertHosts); err != nil {
 			return nil, err
 		}
 	default:
@@ -800,8 +863,21 @@ func tlsOptions(c config) []identity.TLSOption {
 }
 
 // devPKI loads or creates the development CA and the device listener's
-// server certificate (localhost, 127.0.0.1, ::1) in dir.
+// server certificate in dir; an existing server certificate is kept
+// whatever names it carries (for "wfm issue-client-cert", which needs the
+// CA only).
 func devPKI(dir string) (*devpki.CA, tls.Certificate, bool, error) {
+	return loadDevPKI(dir, nil, false)
+}
+
+// devPKIHosts is devPKI for the server: the server certificate carries
+// localhost, 127.0.0.1, ::1 and hosts (-device-cert-hosts), and is issued
+// again by the CA when the names it carries differ.
+func devPKIHosts(dir string, hosts []string) (*devpki.CA, tls.Certificate, bool, error) {
+	return loadDevPKI(dir, hosts, true)
+}
+
+func loadDevPKI(dir string, hosts []string, exact bool) (*devpki.CA, tls.Certificate, bool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, tls.Certificate{}, false, err
 	}
@@ -809,11 +885,12 @@ func devPKI(dir string) (*devpki.CA, tls.Certificate, bool, error) {
 	if err != nil {
 		return nil, tls.Certificate{}, false, fmt.Errorf("development CA: %w", err)
 	}
+	dnsNames, ips := serverCertNames(hosts)
 	certFile, keyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
-	if cert, err := tls.LoadX509KeyPair(certFile, keyFile); err == nil && !created {
+	if cert, err := tls.LoadX509KeyPair(certFile, keyFile); err == nil && !created && (!exact || certNamesEqual(cert.Leaf, dnsNames, ips)) {
 		return ca, cert, false, nil
 	}
-	cert, err := ca.IssueServer([]string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")})
+	cert, err := ca.IssueServer(dnsNames, ips)
 	if err != nil {
 		return nil, tls.Certificate{}, false, err
 	}
@@ -827,17 +904,57 @@ func devPKI(dir string) (*devpki.CA, tls.Certificate, bool, error) {
 	return ca, cert, created, nil
 }
 
+// serverCertNames are the names of the development server certificate:
+// localhost, 127.0.0.1 and ::1, then hosts.
+func serverCertNames(hosts []string) ([]string, []net.IP) {
+	dnsNames, ips := []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			if !slices.ContainsFunc(ips, ip.Equal) {
+				ips = append(ips, ip)
+			}
+		} else if !slices.Contains(dnsNames, h) {
+			dnsNames = append(dnsNames, h)
+		}
+	}
+	return dnsNames, ips
+}
+
+// certNamesEqual reports whether leaf carries exactly dnsNames and ips.
+func certNamesEqual(leaf *x509.Certificate, dnsNames []string, ips []net.IP) bool {
+	if leaf == nil || len(leaf.DNSNames) != len(dnsNames) || len(leaf.IPAddresses) != len(ips) {
+		return false
+	}
+	for _, n := range dnsNames {
+		if !slices.Contains(leaf.DNSNames, n) {
+			return false
+		}
+	}
+	for _, ip := range ips {
+		if !slices.ContainsFunc(leaf.IPAddresses, ip.Equal) {
+			return false
+		}
+	}
+	return true
+}
+
 // bootstrapAdmin installs the first admin token from configuration, so that
-// a fresh server is usable. With the private PostgreSQL (development) and no
-// token configured, it creates one once in <data-dir>/admin-token.
+// a fresh server is usable. With the private PostgreSQL (development) or
+// -admin-token-create and no token configured, it creates one once in
+// <data-dir>/admin-token (or -admin-token-file).
 func bootstrapAdmin(ctx context.Context, c config, external bool, acc *access.Service, stdout io.Writer, log *slog.Logger) error {
 	secret := strings.TrimSpace(c.adminToken)
 	source := "WFM_ADMIN_TOKEN"
 	file := c.adminTokenFile
-	if secret == "" && file == "" && !external {
-		file = filepath.Join(c.dataDir, "admin-token")
+	if secret == "" && (file == "" && !external || file != "" && c.adminTokenNew) {
+		if file == "" {
+			file = filepath.Join(c.dataDir, "admin-token")
+		}
 		if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
 			_, s := access.NewSecret()
+			if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+				return fmt.Errorf("write development admin token: %w", err)
+			}
 			if err := os.WriteFile(file, []byte(s+"\n"), 0o600); err != nil {
 				return fmt.Errorf("write development admin token: %w", err)
 			}
@@ -1006,5 +1123,38 @@ func issueClientCert(args []string, getenv func(string) string, stdout, stderr i
 	server := "https://" + displayHostPort(*deviceListen)
 	fmt.Fprintf(stdout, "try: curl --cacert %s --cert %s --key %s %s/api/v1/deployments\n", filepath.Join(dir, "ca.pem"), certFile, keyFile, server)
 	fmt.Fprintf(stdout, "simulate devices: ./bin/wfm-devicesim -server %s -ca %s -cert %s -key %s\n", server, filepath.Join(dir, "ca.pem"), certFile, keyFile)
+	return nil
+}
+
+// printAdminToken is "wfm print-admin-token": it prints the bootstrap admin
+// token the server created in <data-dir>/admin-token (or the one in
+// -admin-token-file), so that it can be read where there is no shell, as in
+// the container image: docker compose exec wfm wfm print-admin-token.
+func printAdminToken(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("wfm print-admin-token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := getenv("WFM_DATA_DIR")
+	if dataDir == "" {
+		dataDir = ".data"
+	}
+	fs.StringVar(&dataDir, "data-dir", dataDir, "the server's data folder (env WFM_DATA_DIR)")
+	file := fs.String("admin-token-file", getenv("WFM_ADMIN_TOKEN_FILE"), "the admin token file; empty: <data-dir>/admin-token (env WFM_ADMIN_TOKEN_FILE)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("print-admin-token: unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if *file == "" {
+		*file = filepath.Join(dataDir, "admin-token")
+	}
+	b, err := os.ReadFile(*file)
+	if err != nil {
+		return fmt.Errorf("print-admin-token: %w (the server creates it with the private PostgreSQL or -admin-token-create)", err)
+	}
+	fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
 	return nil
 }

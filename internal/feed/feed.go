@@ -79,6 +79,10 @@ type Config struct {
 	// Encode, when not nil, renders an event as its streams write it; the
 	// shared reader renders each event once for all streams (Item.Encoded).
 	Encode func(lifecycle.Event) ([]byte, error)
+	// Observe, when not nil, is called by the shared reader with every
+	// event it reads, in log order (the metrics count operation outcomes
+	// from it). It must not block.
+	Observe func(lifecycle.Event)
 	// Batch is how many events the shared reader reads per query; 0 means
 	// a quarter of Buffer (a burst fills a queue a batch at a time).
 	Batch int
@@ -320,6 +324,9 @@ func (h *Hub) RunOnce(ctx context.Context) (int, error) {
 	items := make([]Item, len(events))
 	for i, e := range events {
 		logLine(ctx, h.cfg.Logger, e)
+		if h.cfg.Observe != nil {
+			h.cfg.Observe(e)
+		}
 		items[i].Event = e
 		if h.cfg.Encode != nil {
 			items[i].Encoded, _ = h.cfg.Encode(e) // nil on failure: the stream renders it (and reports the failure)

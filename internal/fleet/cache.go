@@ -1,6 +1,9 @@
 package fleet
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // manifestCache remembers each client's manifest and status so that the
 // device poll is answered from memory. Entries are dropped on change
@@ -11,6 +14,8 @@ type manifestCache struct {
 	entries map[string]Manifest
 	gens    map[string]uint64
 	epoch   uint64 // bumped by clear
+
+	hits, misses atomic.Uint64 // lookups, for the metrics
 }
 
 func newManifestCache() *manifestCache {
@@ -23,6 +28,11 @@ func (c *manifestCache) get(clientID string) (Manifest, bool, uint64) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	m, ok := c.entries[clientID]
+	if ok {
+		c.hits.Add(1)
+	} else {
+		c.misses.Add(1)
+	}
 	return m, ok, c.gens[clientID] + c.epoch<<32
 }
 

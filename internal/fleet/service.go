@@ -271,6 +271,13 @@ func notAuthorized(msg string) error {
 	return &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "not-authorized", Message: msg}
 }
 
+// ManifestCacheStats returns how many lookups of the manifest cache (one
+// per device API request, see Manifest) found the client's manifest in
+// memory, and how many read it from the store, since the service started.
+func (s *Service) ManifestCacheStats() (hits, misses uint64) {
+	return s.cache.hits.Load(), s.cache.misses.Load()
+}
+
 // Manifest returns the calling client's current manifest, from memory when
 // it can: the device poll's 304 answer needs no database. The device API
 // authorizes each of its requests with it, so each call of an accepted

@@ -185,6 +185,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		noteActor(r, access.Anonymous.TokenID)
 		addr := clientAddr(r, s.trustedProxies, s.forwarded)
 		anonKey := "address " + access.CallerNetwork(addr)
 		authz := r.Header.Get("Authorization")
@@ -219,6 +220,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.refuse(w, r, access.Anonymous, addr, "", problemFromError(s.log, r, err), mutating(r.Method))
 			return
 		}
+		noteActor(r, p.TokenID)
 		if !isTicket {
 			s.recent.add(authz)
 		}

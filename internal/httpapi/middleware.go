@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -41,9 +42,66 @@ func (w *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// requestNote carries what the request's log line says beyond method,
+// path and status: who called (filled in by authentication) and the
+// problem type of an error answer (filled in by writeProblem).
+type requestNote struct {
+	actor   string // audit actor: a token id or "anonymous"; "client:<id>" on the device API
+	problem string // the slug of the problem type, "" for success
+}
+
+type requestNoteKey struct{}
+
+// noteActor records the request's caller for its log line.
+func noteActor(r *http.Request, actor string) {
+	if n, ok := r.Context().Value(requestNoteKey{}).(*requestNote); ok {
+		n.actor = actor
+	}
+}
+
+// noteProblem records the problem type of the answer for the log line.
+func noteProblem(r *http.Request, typ string) {
+	if n, ok := r.Context().Value(requestNoteKey{}).(*requestNote); ok {
+		if i := strings.LastIndexByte(typ, '#'); i >= 0 {
+			typ = typ[i+1:]
+		}
+		n.problem = typ
+	}
+}
+
+// DomainCounters are the counters the HTTP adapter feeds
+// (telemetry.DomainCollector has them).
+type DomainCounters interface {
+	// RateLimited counts one request refused with 429 on a route pattern
+	// of an API ("mgmt" or "device").
+	RateLimited(api, route string)
+	// ReportIngested counts one accepted device status report.
+	ReportIngested()
+}
+
+// statusRoute is the route pattern of device status reports.
+const statusRoute = "/api/v1/deployments/{deploymentId}/status"
+
+// routeOf is the route pattern that served r, or, for a request answered
+// before routing (refused by authentication or a rate limit), the pattern
+// that would have served it; "unmatched" when no route matches.
+func (s *Server) routeOf(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+		return rc.RoutePattern()
+	}
+	if s.router != nil {
+		rctx := chi.NewRouteContext()
+		if s.router.Match(rctx, r.Method, r.URL.Path) && rctx.RoutePattern() != "" {
+			return rctx.RoutePattern()
+		}
+	}
+	return "unmatched"
+}
+
 // requestContext gives every request an id (the caller's X-Request-Id when it
 // is safe, a fresh one otherwise), echoes it, and records the access log line
-// and metrics by route pattern once the request is answered.
+// (at debug, with the caller and the problem type) and the metrics by route
+// pattern once the request is answered.
 func (s *Server) requestContext(m *telemetry.HTTPMetrics) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -54,7 +112,9 @@ func (s *Server) requestContext(m *telemetry.HTTPMetrics) func(http.Handler) htt
 			}
 			w.Header().Set("X-Request-Id", id)
 			note := &unavailableNote{}
+			rn := &requestNote{}
 			ctx := context.WithValue(telemetry.WithRequestID(r.Context(), id), unavailableKey{}, note)
+			ctx = context.WithValue(ctx, requestNoteKey{}, rn)
 			rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 			r = r.WithContext(ctx)
 			next.ServeHTTP(rec, r)
@@ -62,14 +122,25 @@ func (s *Server) requestContext(m *telemetry.HTTPMetrics) func(http.Handler) htt
 				s.warnUnavailable(ctx, "database unavailable: answered 503", note.err, "method", r.Method, "path", r.URL.Path)
 			}
 
-			route := "unmatched"
-			if rc := chi.RouteContext(ctx); rc != nil && rc.RoutePattern() != "" {
-				route = rc.RoutePattern()
-			}
+			route := s.routeOf(r)
 			d := time.Since(start)
 			m.Observe(route, r.Method, rec.status, d)
-			s.log.DebugContext(ctx, "http request", "method", r.Method, "path", r.URL.Path, "route", route,
-				"status", rec.status, "duration_ms", float64(d.Microseconds())/1000)
+			if s.counters != nil {
+				switch {
+				case rec.status == http.StatusTooManyRequests:
+					api := "mgmt"
+					if strings.HasPrefix(r.URL.Path, "/api/v1/") {
+						api = "device"
+					}
+					s.counters.RateLimited(api, route)
+				case route == statusRoute && r.Method == http.MethodPost && rec.status < 300:
+					s.counters.ReportIngested()
+				}
+			}
+			if s.log.Enabled(ctx, slog.LevelDebug) {
+				s.log.DebugContext(ctx, "http request", "method", r.Method, "path", r.URL.Path, "route", route,
+					"status", rec.status, "duration_ms", float64(d.Microseconds())/1000, "actor", rn.actor, "problem", rn.problem)
+			}
 		})
 	}
 }

@@ -90,6 +90,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
 		p.Instance = r.URL.Path
 	}
 	if r != nil {
+		noteProblem(r, p.Type)
 		p.RequestID = telemetry.RequestID(r.Context())
 		if slug, ok := strings.CutPrefix(p.Type, ProblemBase); ok && margoTypes[slug] && strings.HasPrefix(r.URL.Path, "/api/v1/") {
 			p.Type = MargoProblemBase + slug

@@ -89,6 +89,9 @@ type Config struct {
 	Webhooks *webhook.Service
 	// Events serves GET /mgmt/v1/events; its zero value answers 503.
 	Events EventsConfig
+	// Counters, when not nil, receives the domain counters the adapter
+	// sees: rate-limited requests by route, status reports ingested.
+	Counters DomainCounters
 }
 
 // MgmtLimiter is what the management API's rate limit needs
@@ -130,6 +133,7 @@ type Server struct {
 	outageLog      interface{ Allow(key string) bool } // bounds the WARN lines of an unavailable database
 	unreleased     unreleasedKeys                      // idempotency keys whose release failed
 	events         EventsConfig
+	counters       DomainCounters // nil: none
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -172,7 +176,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, webhooks: cfg.Webhooks, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
 		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: cfg.OutageLog,
-		events: cfg.Events}
+		events: cfg.Events, counters: cfg.Counters}
 
 	r := chi.NewRouter()
 	s.router = r

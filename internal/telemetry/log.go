@@ -1,6 +1,8 @@
 // Package telemetry holds what makes the server observable: request ids that
 // follow a request through every log line, the slog handler that adds them,
-// and the Prometheus collectors for HTTP traffic and the database pool.
+// and the Prometheus collectors for HTTP traffic, the database pool and the
+// domain (fleet state from one cached aggregate query, counters fed by the
+// HTTP adapter and the event log).
 package telemetry
 
 import (
