@@ -42,13 +42,13 @@ import (
 var docAllowed = map[string]string{
 	// Paths that the device API deliberately does not serve: child-device
 	// ids ("gateway/child") answer 404, as the docs explain.
-	"endpoint:PUT /api/v1/capabilities/gw/child":                      "child-device ids are refused (device-api.md, Limitations)",
-	"endpoint:/api/v1/capabilities/gateway-1/child-device-2":           "child-device ids are refused (margo-errata.md)",
-	"endpoint:PUT /api/v1/capabilities/gateway-1/child-device-2":       "child-device ids are refused (margo-errata.md)",
-	"endpoint:DELETE /api/v1/capabilities":                             "quoted from the history reason of an unregistration, which abbreviates the path",
+	"endpoint:PUT /api/v1/capabilities/gw/child":                 "child-device ids are refused (device-api.md, Limitations)",
+	"endpoint:/api/v1/capabilities/gateway-1/child-device-2":     "child-device ids are refused (margo-errata.md)",
+	"endpoint:PUT /api/v1/capabilities/gateway-1/child-device-2": "child-device ids are refused (margo-errata.md)",
+	"endpoint:DELETE /api/v1/capabilities":                       "quoted from the history reason of an unregistration, which abbreviates the path",
 	// Backticked names of the form <subject>.<name> that are not events.
-	"event:operation.go":      "a Go file of internal/lifecycle",
-	"event:rollout.deadline":  "a rollout field's duration range (rollouts.md), not an event",
+	"event:operation.go":     "a Go file of internal/lifecycle",
+	"event:rollout.deadline": "a rollout field's duration range (rollouts.md), not an event",
 	// Words before "→" in device-api.md's list of state edges that are
 	// prose, not states ("creation → pending", "any state in progress → failed").
 	"state:creation": "prose in a list of state edges",
