@@ -574,3 +574,31 @@ func TestAPIPageListsEveryOperation(t *testing.T) {
 	}
 	require.Equal(t, want, got, "docs/api.md: one row per operation of openapi.yaml, with its x-wfm-role")
 }
+
+// TestContractStatesAreTheCodes: the states the contract declares are the
+// code's, in the same order, so that "exists in openapi.yaml or the code"
+// means the same for both.
+func TestContractStatesAreTheCodes(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
+	require.NoError(t, err)
+	enum := func(schema string) []string {
+		ref, ok := doc.Components.Schemas[schema]
+		require.True(t, ok, "components.schemas.%s", schema)
+		var out []string
+		for _, v := range ref.Value.Enum {
+			out = append(out, v.(string))
+		}
+		return out
+	}
+	strs := func(n int, at func(int) string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = at(i)
+		}
+		return out
+	}
+	ds, ops, rs := lifecycle.AllStates(), lifecycle.AllOperationStates(), lifecycle.AllRolloutStates()
+	require.Equal(t, strs(len(ds), func(i int) string { return string(ds[i]) }), enum("DeploymentState"))
+	require.Equal(t, strs(len(ops), func(i int) string { return string(ops[i]) }), enum("OperationState"))
+	require.Equal(t, strs(len(rs), func(i int) string { return string(rs[i]) }), enum("RolloutState"))
+}
