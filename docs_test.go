@@ -1,10 +1,12 @@
 package wfm_test
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -111,10 +113,6 @@ var (
 	problemFirstCol = regexp.MustCompile("(?m)^\\| (?:<a id=\"[a-z0-9-]+\"></a>)?(`[a-z][a-z0-9-]*`(?:, `[a-z][a-z0-9-]*`)*) \\|")
 	backticked      = regexp.MustCompile("`([^`\n]+)`")
 
-	// An endpoint: an optional method, then a path under /mgmt/v1 or
-	// /api/v1, up to a character a path does not hold in prose.
-	endpoint = regexp.MustCompile("(?:\\b(GET|POST|PUT|PATCH|DELETE|HEAD) +)?(?:https?://[a-z0-9.:-]+)?(/(?:mgmt|api)/v1(?:/[^\\s`'\"()\\[\\],;|?#]*)?|/healthz\\b|/readyz\\b)")
-
 	// An event type: <subject>.<name>, backticked alone.
 	eventType = regexp.MustCompile(`^(deployment|revision|operation|device|client|application|token|rollout|webhook)\.[a-z_]+$`)
 
@@ -126,9 +124,28 @@ var (
 	transAlt   = regexp.MustCompile(`\b([a-z][a-z-]*) \| ([a-z][a-z-]*) →`)
 )
 
-// docMentions extracts every name the documents give.
-func docMentions(files map[string]string) []mention {
+// endpointPattern matches an endpoint: a path whose first segment is the
+// first segment of a contract path (mgmt, api, healthz…: so /mgmt/v2/… is
+// caught too), preceded by a method, a URL's scheme and host, a shell
+// variable ($WFM) or the start of a word, up to a character a path does not
+// hold in prose.
+func endpointPattern(contract []string) *regexp.Regexp {
+	roots := map[string]bool{}
+	for _, e := range contract {
+		_, path, _ := strings.Cut(e, " ")
+		root, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+		roots[regexp.QuoteMeta(root)] = true
+	}
+	alts := slices.Sorted(maps.Keys(roots))
+	return regexp.MustCompile("(?m)(?:\\b(GET|POST|PUT|PATCH|DELETE|HEAD) +|https?://[a-z0-9.:…-]+|\\$\\{?[A-Z_]+\\}?|^|[\\s`'\"(\\[=])" +
+		"(/(?:" + strings.Join(alts, "|") + ")\\b(?:/[^\\s`'\"()\\[\\],;|?#]*)?)")
+}
+
+// docMentions extracts every name the documents give; contract is the
+// contract's endpoints ("METHOD /path").
+func docMentions(files map[string]string, contract []string) []mention {
 	var out []mention
+	endpoint := endpointPattern(contract)
 	sections := headingAnchors(files["docs/problems.md"])
 	add := func(path, text string, off int, name string) {
 		out = append(out, mention{name: name, where: path + ":" + strconv.Itoa(lineOf(text, off))})
@@ -451,7 +468,7 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 	endpoints := contractEndpoints(t)
 	var unknown []string
 	used := map[string]bool{}
-	for _, m := range docMentions(docFiles(t)) {
+	for _, m := range docMentions(docFiles(t), contractEndpoints(t)) {
 		if _, ok := names[m.name]; ok {
 			continue
 		}
@@ -489,7 +506,7 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 func TestDocsNameEverythingThatExists(t *testing.T) {
 	mentioned := map[string]bool{}
 	endpointsDoc := map[string]bool{}
-	for _, m := range docMentions(docFiles(t)) {
+	for _, m := range docMentions(docFiles(t), contractEndpoints(t)) {
 		mentioned[m.name] = true
 		if p, ok := strings.CutPrefix(m.name, "endpoint:"); ok {
 			endpointsDoc[p] = true
@@ -547,11 +564,12 @@ func TestDocsNameEverythingThatExists(t *testing.T) {
 }
 
 // TestAPIPageListsEveryOperation keeps docs/api.md, the one-page map of
-// the API, exactly the contract's operations, each with its role.
+// the API, exactly the contract's operations, each with its role; a
+// failure prints the rows to add (in the section of the operation's tag).
 func TestAPIPageListsEveryOperation(t *testing.T) {
 	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
 	require.NoError(t, err)
-	want := map[string]string{}
+	want, rows := map[string]string{}, map[string]string{}
 	for path, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
 			role, _ := op.Extensions["x-wfm-role"].(string)
@@ -561,7 +579,9 @@ func TestAPIPageListsEveryOperation(t *testing.T) {
 			case role == "":
 				role = "none"
 			}
-			want[method+" "+path] = role
+			e := method + " " + path
+			want[e] = role
+			rows[e] = fmt.Sprintf("| `%s` | %s | %s | (section %s)", e, role, strings.TrimSuffix(strings.TrimSpace(op.Summary), "."), strings.Join(op.Tags, ", "))
 		}
 	}
 	b, err := os.ReadFile("docs/api.md")
@@ -569,10 +589,29 @@ func TestAPIPageListsEveryOperation(t *testing.T) {
 	row := regexp.MustCompile("(?m)^\\| `([A-Z]+ /[^`]*)` \\| ([a-z ]+) \\|")
 	got := map[string]string{}
 	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
-		require.NotContains(t, got, m[1], "docs/api.md lists %s twice", m[1])
+		if _, dup := got[m[1]]; dup {
+			t.Errorf("docs/api.md lists %s twice", m[1])
+		}
 		got[m[1]] = m[2]
 	}
-	require.Equal(t, want, got, "docs/api.md: one row per operation of openapi.yaml, with its x-wfm-role")
+	var wrong []string
+	for e, role := range want {
+		switch r, ok := got[e]; {
+		case !ok:
+			wrong = append(wrong, "add: "+rows[e])
+		case r != role:
+			wrong = append(wrong, fmt.Sprintf("fix the role of %s: %s, not %s", e, role, r))
+		}
+	}
+	for e := range got {
+		if _, ok := want[e]; !ok {
+			wrong = append(wrong, "remove: "+e+" (not in openapi.yaml)")
+		}
+	}
+	sort.Strings(wrong)
+	if len(wrong) > 0 {
+		t.Errorf("docs/api.md must list every operation of openapi.yaml with its x-wfm-role:\n%s", strings.Join(wrong, "\n"))
+	}
 }
 
 // TestContractStatesAreTheCodes: the states the contract declares are the
