@@ -455,7 +455,8 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 	names := codeNames(t)
 	// The states a document may name also include the other state-like
 	// enumerations a "from → to" or a "state" member can show: step states,
-	// revision outcomes and rollout member statuses.
+	// revision outcomes, rollout member statuses, and every enumeration of
+	// the contract named …State.
 	for _, s := range lifecycle.AllStepStates() {
 		names["state:"+string(s)] = "lifecycle.AllStepStates"
 	}
@@ -464,6 +465,18 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 	}
 	for _, s := range lifecycle.AllMemberStatuses() {
 		names["state:"+string(s)] = "lifecycle.AllMemberStatuses"
+	}
+	// And the contract's other state enumerations (a wave's state…).
+	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
+	require.NoError(t, err)
+	for name, ref := range doc.Components.Schemas {
+		if strings.HasSuffix(name, "State") {
+			for _, v := range ref.Value.Enum {
+				if s, ok := v.(string); ok {
+					names["state:"+s] = "components.schemas." + name
+				}
+			}
+		}
 	}
 	endpoints := contractEndpoints(t)
 	var unknown []string
