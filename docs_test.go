@@ -34,10 +34,11 @@ import (
 // The extraction is deliberately narrow, so that it finds real drift and
 // not prose: a problem type is a backticked slug right after an HTTP error
 // status ("422 `immutable-parameter`"), a link into problems.md, or an
-// anchor or first-column name in problems.md; an endpoint is a path under
-// /mgmt/v1/ or /api/v1/ (with its method when one precedes it); an event
-// type is a backticked <subject>.<name>; a state is a "state" JSON member,
-// a state= query value, or either side of a "from → to" transition.
+// anchor or first-column name in problems.md; an endpoint is a path whose
+// first segment begins a contract path (/mgmt/…, /api/…, /healthz…), with
+// its method when one precedes it; an event type is a backticked
+// <subject>.<name>; a state is a "state" JSON member, a state= query value,
+// or either side of a "from → to" transition.
 
 // docAllowed lists names that the docs may give although neither the
 // contract nor the code defines them, each with the reason.
@@ -61,13 +62,15 @@ var docAllowed = map[string]string{
 // codeAllowed lists names that the contract or the code defines but the
 // docs need not name, each with the reason.
 var codeAllowed = map[string]string{
-	// lifecycle.Code values stand for a problem type only when an Error
-	// has no Type; these never reach a client under their code's name
-	// (every such error sets a Type, or the code is answered under a
-	// documented name: EPRECONDITION as precondition-failed...).
-	"problem:invalid":      "lifecycle.EINVALID without a Type; every EINVALID sets one",
-	"problem:precondition": "lifecycle.EPRECONDITION without a Type; answered as precondition-failed",
-	"problem:gone":         "lifecycle.EGONE without a Type; every EGONE sets one (events-gone)",
+	// lifecycle.Code values are a problem type only for an Error whose Type
+	// is the code itself (lifecycle.Errorf) or empty. For these three no
+	// request gets such an answer: EINVALID's Errorf calls are invariants of
+	// event construction (lifecycle.NewEvent, the event store) and
+	// configuration checks at start-up (devpki); no Error of EPRECONDITION
+	// or EGONE lacks a specific type (precondition-failed, events-gone).
+	"problem:invalid":      "only invariant and start-up configuration errors carry it",
+	"problem:precondition": "every EPRECONDITION error has a specific type (precondition-failed)",
+	"problem:gone":         "every EGONE error has a specific type (events-gone)",
 }
 
 // docFiles returns README.md and every Markdown file under docs/, by path.
