@@ -111,3 +111,29 @@ func TestEveryManagementOperationHasARole(t *testing.T) {
 		}
 	}
 }
+
+// TestContractTagsFollowAUsersJourney keeps Swagger UI's sections (it shows
+// the tags in the order of the top-level list) in the order a user meets
+// them: publish, deploy, change, roll out, watch, then the fleet and access,
+// health, and the device API (another listener) last. Every operation's tag
+// is one of them, so no operation lands in an unordered section.
+func TestContractTagsFollowAUsersJourney(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
+	require.NoError(t, err)
+	var names []string
+	for _, tag := range doc.Tags {
+		names = append(names, tag.Name)
+	}
+	require.Equal(t, []string{"catalog", "deployments", "operations", "rollouts", "events", "webhooks",
+		"fleet", "access", "ops", "device"}, names)
+	require.Contains(t, doc.Tags.Get("device").Description, "device listener", "the device tag says where it is served")
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			require.Len(t, op.Tags, 1, "%s %s", method, path)
+			require.Contains(t, names, op.Tags[0], "%s %s", method, path)
+			if strings.HasPrefix(path, "/api/") {
+				require.Equal(t, "device", op.Tags[0], "%s %s", method, path)
+			}
+		}
+	}
+}

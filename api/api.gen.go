@@ -55,6 +55,42 @@ func (e AuditEntryOutcome) Valid() bool {
 	}
 }
 
+// Defines values for AuditTargetKind.
+const (
+	AuditTargetKindApplication AuditTargetKind = "application"
+	AuditTargetKindClient      AuditTargetKind = "client"
+	AuditTargetKindDeployment  AuditTargetKind = "deployment"
+	AuditTargetKindDevice      AuditTargetKind = "device"
+	AuditTargetKindOperation   AuditTargetKind = "operation"
+	AuditTargetKindRollout     AuditTargetKind = "rollout"
+	AuditTargetKindToken       AuditTargetKind = "token"
+	AuditTargetKindWebhook     AuditTargetKind = "webhook"
+)
+
+// Valid indicates whether the value is a known member of the AuditTargetKind enum.
+func (e AuditTargetKind) Valid() bool {
+	switch e {
+	case AuditTargetKindApplication:
+		return true
+	case AuditTargetKindClient:
+		return true
+	case AuditTargetKindDeployment:
+		return true
+	case AuditTargetKindDevice:
+		return true
+	case AuditTargetKindOperation:
+		return true
+	case AuditTargetKindRollout:
+		return true
+	case AuditTargetKindToken:
+		return true
+	case AuditTargetKindWebhook:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DeploymentBundleRefMediaType.
 const (
 	ApplicationvndMargoBundleV1TarGzip DeploymentBundleRefMediaType = "application/vnd.margo.bundle.v1+tar+gzip"
@@ -1173,6 +1209,9 @@ type AuditList struct {
 	Items      []AuditEntry `json:"items"`
 	NextCursor *string      `json:"nextCursor,omitempty"`
 }
+
+// AuditTargetKind A kind of resource whose calls the audit log can be filtered by (`GET /mgmt/v1/audit`).
+type AuditTargetKind string
 
 // ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
 //
@@ -2883,6 +2922,16 @@ type YankApplicationVersionParams struct {
 
 // ListAuditParams defines parameters for ListAudit.
 type ListAuditParams struct {
+	// TargetKind The kind of resource `targetId` names; required with `targetId`. Its path: `application`
+	// `/mgmt/v1/applications/{id}`, `client` `/mgmt/v1/clients/{id}`, `device`
+	// `/mgmt/v1/clients/{clientId}/devices/{deviceId}`, `deployment`, `operation`, `rollout`, `token`
+	// and `webhook` `/mgmt/v1/<kind>s/{id}`.
+	TargetKind *AuditTargetKind `form:"targetKind,omitempty" json:"targetKind,omitempty"`
+
+	// TargetId The resource's id, required with `targetKind`: a UUID for a deployment, operation, rollout or
+	// webhook; `<clientId>/<deviceId>` for a device; otherwise an id without `/`.
+	TargetId *string `form:"targetId,omitempty" json:"targetId,omitempty"`
+
 	// Actor Token id.
 	Actor *string `form:"actor,omitempty" json:"actor,omitempty"`
 
@@ -4699,6 +4748,32 @@ func (siw *ServerInterfaceWrapper) ListAudit(w http.ResponseWriter, r *http.Requ
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ListAuditParams
+
+	// ------------- Optional query parameter "targetKind" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "targetKind", r.URL.Query(), &params.TargetKind, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "targetKind"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "targetKind", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "targetId" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "targetId", r.URL.Query(), &params.TargetId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "targetId"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "targetId", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "actor" -------------
 

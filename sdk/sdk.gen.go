@@ -56,6 +56,42 @@ func (e AuditEntryOutcome) Valid() bool {
 	}
 }
 
+// Defines values for AuditTargetKind.
+const (
+	AuditTargetKindApplication AuditTargetKind = "application"
+	AuditTargetKindClient      AuditTargetKind = "client"
+	AuditTargetKindDeployment  AuditTargetKind = "deployment"
+	AuditTargetKindDevice      AuditTargetKind = "device"
+	AuditTargetKindOperation   AuditTargetKind = "operation"
+	AuditTargetKindRollout     AuditTargetKind = "rollout"
+	AuditTargetKindToken       AuditTargetKind = "token"
+	AuditTargetKindWebhook     AuditTargetKind = "webhook"
+)
+
+// Valid indicates whether the value is a known member of the AuditTargetKind enum.
+func (e AuditTargetKind) Valid() bool {
+	switch e {
+	case AuditTargetKindApplication:
+		return true
+	case AuditTargetKindClient:
+		return true
+	case AuditTargetKindDeployment:
+		return true
+	case AuditTargetKindDevice:
+		return true
+	case AuditTargetKindOperation:
+		return true
+	case AuditTargetKindRollout:
+		return true
+	case AuditTargetKindToken:
+		return true
+	case AuditTargetKindWebhook:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DeploymentBundleRefMediaType.
 const (
 	ApplicationvndMargoBundleV1TarGzip DeploymentBundleRefMediaType = "application/vnd.margo.bundle.v1+tar+gzip"
@@ -1174,6 +1210,9 @@ type AuditList struct {
 	Items      []AuditEntry `json:"items"`
 	NextCursor *string      `json:"nextCursor,omitempty"`
 }
+
+// AuditTargetKind A kind of resource whose calls the audit log can be filtered by (`GET /mgmt/v1/audit`).
+type AuditTargetKind string
 
 // ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
 //
@@ -2884,6 +2923,16 @@ type YankApplicationVersionParams struct {
 
 // ListAuditParams defines parameters for ListAudit.
 type ListAuditParams struct {
+	// TargetKind The kind of resource `targetId` names; required with `targetId`. Its path: `application`
+	// `/mgmt/v1/applications/{id}`, `client` `/mgmt/v1/clients/{id}`, `device`
+	// `/mgmt/v1/clients/{clientId}/devices/{deviceId}`, `deployment`, `operation`, `rollout`, `token`
+	// and `webhook` `/mgmt/v1/<kind>s/{id}`.
+	TargetKind *AuditTargetKind `form:"targetKind,omitempty" json:"targetKind,omitempty"`
+
+	// TargetId The resource's id, required with `targetKind`: a UUID for a deployment, operation, rollout or
+	// webhook; `<clientId>/<deviceId>` for a device; otherwise an id without `/`.
+	TargetId *string `form:"targetId,omitempty" json:"targetId,omitempty"`
+
 	// Actor Token id.
 	Actor *string `form:"actor,omitempty" json:"actor,omitempty"`
 
@@ -3701,6 +3750,12 @@ type ClientInterface interface {
 	//
 	// Every mutating management call (successful or refused), every token use that was refused for its
 	// role, and every break-glass override. Append-only: the API cannot change or delete entries.
+	//
+	// `targetKind` and `targetId` (always together) select the calls addressed to one resource: those
+	// whose `target` is the resource's path or a path below it (`targetKind=deployment&targetId=<id>`:
+	// its upgrades, reconfigurations, rollbacks, deletion…; `client`: the client and its devices). The
+	// call that created the resource addressed its collection (`POST /mgmt/v1/deployments`), so it is
+	// not among them: find it with `action` (`createDeployment`) and `since`/`until`.
 	//
 	// Corresponds with GET /mgmt/v1/audit (the `ListAudit` operationId).
 	ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4792,6 +4847,12 @@ func (c *Client) YankApplicationVersion(ctx context.Context, applicationId Appli
 //
 // Every mutating management call (successful or refused), every token use that was refused for its
 // role, and every break-glass override. Append-only: the API cannot change or delete entries.
+//
+// `targetKind` and `targetId` (always together) select the calls addressed to one resource: those
+// whose `target` is the resource's path or a path below it (`targetKind=deployment&targetId=<id>`:
+// its upgrades, reconfigurations, rollbacks, deletion…; `client`: the client and its devices). The
+// call that created the resource addressed its collection (`POST /mgmt/v1/deployments`), so it is
+// not among them: find it with `action` (`createDeployment`) and `since`/`until`.
 //
 // Corresponds with GET /mgmt/v1/audit (the `ListAudit` operationId).
 func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6940,6 +7001,30 @@ func NewListAuditRequest(server string, params *ListAuditParams) (*http.Request,
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.TargetKind != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "targetKind", *params.TargetKind, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.TargetId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "targetId", *params.TargetId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.Actor != nil {
 
@@ -10123,6 +10208,12 @@ type ClientWithResponsesInterface interface {
 	//
 	// Every mutating management call (successful or refused), every token use that was refused for its
 	// role, and every break-glass override. Append-only: the API cannot change or delete entries.
+	//
+	// `targetKind` and `targetId` (always together) select the calls addressed to one resource: those
+	// whose `target` is the resource's path or a path below it (`targetKind=deployment&targetId=<id>`:
+	// its upgrades, reconfigurations, rollbacks, deletion…; `client`: the client and its devices). The
+	// call that created the resource addressed its collection (`POST /mgmt/v1/deployments`), so it is
+	// not among them: find it with `action` (`createDeployment`) and `since`/`until`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -18116,6 +18207,12 @@ func (c *ClientWithResponses) YankApplicationVersionWithResponse(ctx context.Con
 //
 // Every mutating management call (successful or refused), every token use that was refused for its
 // role, and every break-glass override. Append-only: the API cannot change or delete entries.
+//
+// `targetKind` and `targetId` (always together) select the calls addressed to one resource: those
+// whose `target` is the resource's path or a path below it (`targetKind=deployment&targetId=<id>`:
+// its upgrades, reconfigurations, rollbacks, deletion…; `client`: the client and its devices). The
+// call that created the resource addressed its collection (`POST /mgmt/v1/deployments`), so it is
+// not among them: find it with `action` (`createDeployment`) and `since`/`until`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -145,6 +145,13 @@ type AuditEntry struct {
 type AuditFilter struct {
 	Actor, Action, Outcome string
 	Since, Until           time.Time
+	// TargetKind and TargetID (both or neither) select the calls addressed
+	// to one resource; Service.Audit resolves them into Target
+	// (AuditTargetPath).
+	TargetKind, TargetID string
+	// Target, when set, selects the entries whose target is this path or
+	// a path below it ("<Target>/…").
+	Target string
 }
 
 // Store is what access needs from storage.
@@ -459,9 +466,15 @@ func storableValue(v any) any {
 }
 
 // Audit returns a page of audit entries, newest first, and the next cursor.
+//
+// Returns EINVALID for a bad limit or cursor, or a target filter that
+// AuditTargetPath refuses.
 func (s *Service) Audit(ctx context.Context, f AuditFilter, limit int, cursor string) ([]AuditEntry, string, error) {
 	limit, after, err := page.Args(limit, cursor)
 	if err != nil {
+		return nil, "", err
+	}
+	if f.Target, err = AuditTargetPath(f.TargetKind, f.TargetID); err != nil {
 		return nil, "", err
 	}
 	var before int64

@@ -489,7 +489,8 @@ func (s *Server) RevokeToken(ctx context.Context, req api.RevokeTokenRequestObje
 // ListAudit reads the audit log.
 func (s *Server) ListAudit(ctx context.Context, req api.ListAuditRequestObject) (api.ListAuditResponseObject, error) {
 	p := req.Params
-	f := access.AuditFilter{Actor: deref(p.Actor), Action: deref(p.Action), Outcome: string(deref(p.Outcome))}
+	f := access.AuditFilter{Actor: deref(p.Actor), Action: deref(p.Action), Outcome: string(deref(p.Outcome)),
+		TargetKind: string(deref(p.TargetKind)), TargetID: deref(p.TargetId)}
 	if p.Since != nil {
 		f.Since = *p.Since
 	}

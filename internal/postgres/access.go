@@ -169,6 +169,12 @@ func (s *AccessStore) Audit(ctx context.Context, f access.AuditFilter, before in
 	if f.Outcome != "" {
 		w.add("outcome = $?", f.Outcome)
 	}
+	if f.Target != "" {
+		// The resource's own path or one below it; the LIKE is a prefix
+		// match (its wildcards in the path escaped) that the index
+		// audit_log_target (text_pattern_ops) serves.
+		w.add(`(target = $? OR target LIKE $? ESCAPE '\')`, f.Target, likeEscaper.Replace(f.Target)+"/%")
+	}
 	if !f.Since.IsZero() {
 		w.add("at >= $?", f.Since)
 	}

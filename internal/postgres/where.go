@@ -53,3 +53,7 @@ func (w *where) beforeCursor(after, createdCol, idCol string) error {
 	w.add("("+createdCol+", "+idCol+") < ($?, $?::uuid)", t, id)
 	return nil
 }
+
+// likeEscaper escapes the wildcards of a LIKE pattern (and its escape
+// character, '\'), so that a value matches only itself.
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
