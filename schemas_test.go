@@ -460,3 +460,162 @@ func (g *sectionGen) duration() any {
 		90, 1.5, true, nil,
 	)
 }
+
+// TestRenderedExtensionsMatchSchema renders ApplicationDeployment documents
+// for every operation, strategy and drain wfm publishes, and validates
+// each spec.x-wfm-extensions against extension.schema.json#/$defs/deployment
+// (the rendered golden files of the test data too). Objects that break the
+// rules are refused, so the schema is not vacuous.
+func TestRenderedExtensionsMatchSchema(t *testing.T) {
+	schema := compileSchema(t, "extension.schema.json", "/$defs/deployment")
+	root := compileSchema(t, "extension.schema.json", "")
+	raw, err := os.ReadFile("internal/margo/testdata/lifecycle-2.0.yaml")
+	require.NoError(t, err)
+	parsed, err := margo.ParseDescription(raw, margo.MediaTypeYAML)
+	require.NoError(t, err)
+	d := parsed.Description
+	extensionOf := func(doc []byte) any {
+		var v struct {
+			Spec map[string]any `yaml:"spec"`
+		}
+		require.NoError(t, yaml.Unmarshal(doc, &v))
+		x, ok := v.Spec[margo.DeploymentExtensionMember]
+		require.True(t, ok, "no spec.%s in\n%s", margo.DeploymentExtensionMember, doc)
+		return instance(t, x)
+	}
+	drains := []*lifecycle.DrainPolicy{nil, {Required: true},
+		{Required: false, Timeout: 90 * time.Second, OnTimeout: lifecycle.OnTimeoutProceed},
+		{Required: true, Timeout: 168 * time.Hour, OnTimeout: lifecycle.OnTimeoutAbort}}
+	rendered := 0
+	for _, op := range []lifecycle.OperationKind{lifecycle.OperationInstall, lifecycle.OperationUpgrade, lifecycle.OperationReconfigure, lifecycle.OperationRollback} {
+		for _, strategy := range []lifecycle.Strategy{"", lifecycle.StrategyRecreate, lifecycle.StrategyBlueGreen} {
+			for _, drain := range drains {
+				x := margo.Extension{Revision: 1 + rendered, Operation: op, Strategy: strategy, Drain: drain}
+				if op != lifecycle.OperationInstall {
+					x.FromVersion = lifecycle.MustParseVersion("1.5")
+				}
+				doc, err := margo.RenderDeployment(margo.DeploymentInput{
+					DeploymentID: "0b6f3c2e-6a4d-4d8e-9d55-3f1f0c8e2a10", DeviceID: "edge-01",
+					Description: d, Profile: d.DeploymentProfiles[0], Extension: x,
+				})
+				require.NoError(t, err)
+				inst := extensionOf(doc)
+				if err := schema.Validate(inst); err != nil {
+					t.Errorf("rendered %+v breaks the schema: %v\n%s", x, err, doc)
+				}
+				require.NoError(t, root.Validate(inst), "the root schema accepts either object")
+				rendered++
+			}
+		}
+	}
+	goldens, err := filepath.Glob("internal/margo/testdata/render-*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, goldens)
+	for _, p := range goldens {
+		doc, err := os.ReadFile(p)
+		require.NoError(t, err)
+		if !bytes.Contains(doc, []byte(margo.DeploymentExtensionMember)) {
+			continue // Margo's own examples carry no extension
+		}
+		require.NoError(t, schema.Validate(extensionOf(doc)), p)
+		rendered++
+	}
+	t.Logf("%d rendered extension objects valid", rendered)
+
+	for _, bad := range []string{
+		`{"revision":0,"operation":"install","toVersion":"1.0.0","strategy":"recreate"}`,
+		`{"revision":1,"operation":"install","fromVersion":"0.9.0","toVersion":"1.0.0","strategy":"recreate"}`,
+		`{"revision":2,"operation":"install","toVersion":"1.0.0","strategy":"recreate","drain":{"required":true,"timeout":"10m0s","onTimeout":"abort"}}`,
+		`{"revision":2,"operation":"upgrade","toVersion":"2.0.0","strategy":"recreate"}`,
+		`{"revision":2,"operation":"remove","fromVersion":"1.0.0","toVersion":"2.0.0","strategy":"recreate"}`,
+		`{"revision":2,"operation":"upgrade","fromVersion":"1.0","toVersion":"2.0.0","strategy":"recreate"}`,
+		`{"revision":2,"operation":"upgrade","fromVersion":"1.0.0","toVersion":"2.0.0","strategy":"rolling"}`,
+		`{"revision":2,"operation":"upgrade","fromVersion":"1.0.0","toVersion":"2.0.0","strategy":"recreate","drain":{"required":true,"onTimeout":"abort"}}`,
+		`{"revision":2,"operation":"upgrade","fromVersion":"1.0.0","toVersion":"2.0.0","strategy":"recreate","extra":1}`,
+	} {
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(bad))
+		require.NoError(t, err)
+		require.Error(t, schema.Validate(inst), "the schema accepts %s", bad)
+	}
+}
+
+// TestStatusExtensionSchemaAgreesWithParser generates x-wfm-extensions
+// objects of status reports (valid members, wrong types, numbers at and
+// beyond their bounds, unknown members) and checks that wfm's status report
+// parser and extension.schema.json#/$defs/status accept and refuse the same
+// ones. There is no listed difference here.
+func TestStatusExtensionSchemaAgreesWithParser(t *testing.T) {
+	schema := compileSchema(t, "extension.schema.json", "/$defs/status")
+	r := rand.New(rand.NewPCG(6, 2026))
+	pick := func(vs ...string) string { return vs[r.IntN(len(vs))] }
+	member := map[string]func() string{
+		"phase": func() string {
+			return pick(`"draining"`, `"drained"`, `"starting-new"`, `"verifying"`, `"switching"`, `"Draining"`, `""`, `1`, `null`)
+		},
+		"inFlight": func() string {
+			return pick(`0`, `5`, `1e3`, `1.0`, `-0`, `9223372036854775807`, `-1`, `1.5`, `9223372036854775808`, `"3"`, `null`, `1e400`)
+		},
+		"healthy": func() string { return pick(`true`, `false`, `null`, `"true"`, `0`) },
+		"message": func() string {
+			return pick(`"draining 3 jobs"`, `""`, `"`+strings.Repeat("é", 1024)+`"`, `"`+strings.Repeat("x", 1025)+`"`, `1`, `null`, `["a"]`)
+		},
+	}
+	const n = 3000
+	accepted := 0
+	for range n {
+		var ext string
+		switch {
+		case r.Float64() < 0.03:
+			ext = pick(`null`, `[]`, `"draining"`, `1`)
+		default:
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(member)) {
+				if r.Float64() < 0.5 {
+					parts = append(parts, `"`+k+`":`+member[k]())
+				}
+			}
+			if r.Float64() < 0.05 {
+				parts = append(parts, pick(`"stage":"draining"`, `"x-acme":{}`))
+			}
+			ext = "{" + strings.Join(parts, ",") + "}"
+		}
+		report := `{"deploymentId":"d1","adoptedManifestVersion":1,"status":{"state":"installed"},` +
+			`"components":[{"name":"c","state":"installed"}],"x-wfm-extensions":` + ext + `}`
+		_, perr := margo.ParseStatusReport([]byte(report), "d1")
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(ext))
+		require.NoError(t, err)
+		serr := schema.Validate(inst)
+		if (perr == nil) != (serr == nil) {
+			t.Fatalf("x-wfm-extensions %s: wfm says %v, the schema says %v", ext, perr, serr)
+		}
+		if perr == nil {
+			accepted++
+		}
+	}
+	require.NotZero(t, accepted)
+	require.NotEqual(t, n, accepted)
+	t.Logf("%d of %d status extensions accepted by both", accepted, n)
+}
+
+// TestSchemasShareTheirSyntax keeps the two self-contained schemas in step:
+// a duration is spelt the same in both, and a canonical version (the
+// extension's) is a version of the lifecycle schema with all three numbers.
+func TestSchemasShareTheirSyntax(t *testing.T) {
+	defs := func(file string) map[string]map[string]any {
+		raw, err := fs.ReadFile(wfm.Schemas, "schemas/"+file)
+		require.NoError(t, err)
+		var doc struct {
+			Defs map[string]map[string]any `json:"$defs"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &doc))
+		return doc.Defs
+	}
+	lc, ext := defs("lifecycle.schema.json"), defs("extension.schema.json")
+	require.Equal(t, lc["duration"]["pattern"], ext["duration"]["pattern"])
+	require.Equal(t, lc["version"]["maxLength"], ext["canonicalVersion"]["maxLength"])
+	canonical := regexp.MustCompile(ext["canonicalVersion"]["pattern"].(string))
+	for _, v := range []string{"1.0.0", "2.0.0-rc.1", "0.0.0", "1.0.0-alpha.beta-1.2", "1.0", "1", "v1.0.0", "01.0.0", "1.0.0+b"} {
+		want := versionSyntax(v) && strings.Count(strings.SplitN(v, "-", 2)[0], ".") == 2
+		require.Equal(t, want, canonical.MatchString(v), v)
+	}
+}
