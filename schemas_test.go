@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -618,4 +620,93 @@ func TestSchemasShareTheirSyntax(t *testing.T) {
 		want := versionSyntax(v) && strings.Count(strings.SplitN(v, "-", 2)[0], ".") == 2
 		require.Equal(t, want, canonical.MatchString(v), v)
 	}
+}
+
+// TestSUPNamesEveryField keeps the proposal and its schemas in step: the
+// field table of docs/sup/lifecycle.md (section 3.3) names exactly the
+// fields of lifecycle.schema.json, its device-facing tables (section 3.5)
+// exactly the members of the two extension objects, and the contract's
+// StatusExtension has the members of the status object.
+func TestSUPNamesEveryField(t *testing.T) {
+	raw, err := os.ReadFile("docs/sup/lifecycle.md")
+	require.NoError(t, err)
+	sup := string(raw)
+	// tableNames returns the backticked first-column names of the table
+	// rows between the heading start and the next heading of its level.
+	tableNames := func(start string) []string {
+		i := strings.Index(sup, "\n"+start+"\n")
+		require.GreaterOrEqual(t, i, 0, "no heading %q", start)
+		level := strings.SplitN(start, " ", 2)[0]
+		rest := sup[i+len(start)+2:]
+		if j := regexp.MustCompile(`\n#{2,` + strconv.Itoa(len(level)) + `} `).FindStringIndex(rest); j != nil {
+			rest = rest[:j[0]]
+		}
+		var names []string
+		for _, m := range regexp.MustCompile("(?m)^\\| `([^`]+)` \\|").FindAllStringSubmatch(rest, -1) {
+			names = append(names, m[1])
+		}
+		slices.Sort(names)
+		return names
+	}
+	// fields returns the dotted property paths of a schema value, an
+	// additionalProperties schema standing for <name>.
+	var fields func(prefix string, s map[string]any, defs map[string]any) []string
+	fields = func(prefix string, s map[string]any, defs map[string]any) []string {
+		if ref, ok := s["$ref"].(string); ok {
+			s = defs[strings.TrimPrefix(ref, "#/$defs/")].(map[string]any)
+		}
+		for _, k := range []string{"anyOf", "oneOf"} {
+			if alts, ok := s[k].([]any); ok {
+				var out []string
+				for _, a := range alts {
+					out = append(out, fields(prefix, a.(map[string]any), defs)...)
+				}
+				return out
+			}
+		}
+		var out []string
+		if props, ok := s["properties"].(map[string]any); ok {
+			for k, v := range props {
+				out = append(out, prefix+k)
+				out = append(out, fields(prefix+k+".", v.(map[string]any), defs)...)
+			}
+		}
+		if ap, ok := s["additionalProperties"].(map[string]any); ok {
+			out = append(out, fields(prefix+"<name>.", ap, defs)...)
+		}
+		return out
+	}
+	load := func(file string) map[string]any {
+		b, err := fs.ReadFile(wfm.Schemas, "schemas/"+file)
+		require.NoError(t, err)
+		var doc map[string]any
+		require.NoError(t, json.Unmarshal(b, &doc))
+		return doc
+	}
+	lc := load("lifecycle.schema.json")
+	var want []string
+	for _, f := range fields("", lc, lc["$defs"].(map[string]any)) {
+		if strings.Contains(f, ".") { // the table lists the members of upgrade, rollback and parameters
+			want = append(want, f)
+		}
+	}
+	slices.Sort(want)
+	require.Equal(t, want, tableNames("### 3.3 The `lifecycle` section, field by field"))
+
+	ext := load("extension.schema.json")
+	defs := ext["$defs"].(map[string]any)
+	members := func(def string) []string {
+		names := slices.Sorted(maps.Keys(defs[def].(map[string]any)["properties"].(map[string]any)))
+		return names
+	}
+	require.Equal(t, members("deployment"), tableNames("#### In the ApplicationDeployment"))
+	require.Equal(t, members("status"), tableNames("#### In the status report"))
+
+	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
+	require.NoError(t, err)
+	se := doc.Components.Schemas["StatusExtension"].Value
+	require.Equal(t, members("status"), slices.Sorted(maps.Keys(se.Properties)))
+	status := defs["status"].(map[string]any)["properties"].(map[string]any)
+	require.ElementsMatch(t, status["phase"].(map[string]any)["enum"], se.Properties["phase"].Value.Enum)
+	require.EqualValues(t, status["message"].(map[string]any)["maxLength"], *se.Properties["message"].Value.MaxLength)
 }
