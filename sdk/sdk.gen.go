@@ -4464,6 +4464,19 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReady` operationId).
 	GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSchema A JSON Schema of the lifecycle extension (for validators and other WFMs)
+	//
+	// The machine-readable schemas (JSON Schema 2020-12) of the lifecycle proposal (docs/sup/lifecycle.md),
+	// byte for byte as in the repository's `schemas/` folder, with a strong `ETag`. No token needed.
+	// `lifecycle.schema.json` validates the `lifecycle` section of an application description;
+	// `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
+	// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
+	// `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
+	// is 406 `not-acceptable`.
+	//
+	// Corresponds with GET /schemas/{name} (the `GetSchema` operationId).
+	GetSchema(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetBundle Retrieve a deployment bundle by its content digest
@@ -6162,6 +6175,29 @@ func (c *Client) RotateWebhookSecret(ctx context.Context, webhookId openapi_type
 // Corresponds with GET /readyz (the `GetReady` operationId).
 func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadyRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSchema A JSON Schema of the lifecycle extension (for validators and other WFMs)
+//
+// The machine-readable schemas (JSON Schema 2020-12) of the lifecycle proposal (docs/sup/lifecycle.md),
+// byte for byte as in the repository's `schemas/` folder, with a strong `ETag`. No token needed.
+// `lifecycle.schema.json` validates the `lifecycle` section of an application description;
+// `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
+// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
+// `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
+// is 406 `not-acceptable`.
+//
+// Corresponds with GET /schemas/{name} (the `GetSchema` operationId).
+func (c *Client) GetSchema(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSchemaRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -9959,6 +9995,40 @@ func NewGetReadyRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetSchemaRequest constructs an http.Request for the GetSchema method
+func NewGetSchemaRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/schemas/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -10992,6 +11062,21 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReady` operationId).
 	GetReadyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyResponse, error)
+
+	// GetSchemaWithResponse A JSON Schema of the lifecycle extension (for validators and other WFMs)
+	//
+	// The machine-readable schemas (JSON Schema 2020-12) of the lifecycle proposal (docs/sup/lifecycle.md),
+	// byte for byte as in the repository's `schemas/` folder, with a strong `ETag`. No token needed.
+	// `lifecycle.schema.json` validates the `lifecycle` section of an application description;
+	// `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
+	// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
+	// `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
+	// is 406 `not-acceptable`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /schemas/{name} (the `GetSchema` operationId).
+	GetSchemaWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetSchemaResponse, error)
 }
 
 // GetBundleResponse200Headers the declared response headers of an HTTP 200 response for GetBundle
@@ -17882,6 +17967,82 @@ func (r GetReadyResponse) ContentType() string {
 	return ""
 }
 
+// GetSchemaResponse200Headers the declared response headers of an HTTP 200 response for GetSchema
+type GetSchemaResponse200Headers struct {
+	ETag *string
+}
+
+type GetSchemaResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationschemaJSON200 the response for an HTTP 200 `application/schema+json` response
+	ApplicationschemaJSON200 *map[string]interface{}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON406 the response for an HTTP 406 `application/problem+json` response
+	ApplicationproblemJSON406 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetSchemaResponse200Headers
+}
+
+// GetApplicationschemaJSON200 returns the response for an HTTP 200 `application/schema+json` response
+func (r GetSchemaResponse) GetApplicationschemaJSON200() *map[string]interface{} {
+	return r.ApplicationschemaJSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetSchemaResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetSchemaResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON406 returns the response for an HTTP 406 `application/problem+json` response
+func (r GetSchemaResponse) GetApplicationproblemJSON406() *Problem {
+	return r.ApplicationproblemJSON406
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetSchemaResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSchemaResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSchemaResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSchemaResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSchemaResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetBundleWithResponse Retrieve a deployment bundle by its content digest
 //
 // Returns a wrapper object for the known response body format(s).
@@ -19356,6 +19517,27 @@ func (c *ClientWithResponses) GetReadyWithResponse(ctx context.Context, reqEdito
 		return nil, err
 	}
 	return ParseGetReadyResponse(rsp)
+}
+
+// GetSchemaWithResponse A JSON Schema of the lifecycle extension (for validators and other WFMs)
+//
+// The machine-readable schemas (JSON Schema 2020-12) of the lifecycle proposal (docs/sup/lifecycle.md),
+// byte for byte as in the repository's `schemas/` folder, with a strong `ETag`. No token needed.
+// `lifecycle.schema.json` validates the `lifecycle` section of an application description;
+// `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
+// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
+// `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
+// is 406 `not-acceptable`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /schemas/{name} (the `GetSchema` operationId).
+func (c *ClientWithResponses) GetSchemaWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetSchemaResponse, error) {
+	rsp, err := c.GetSchema(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSchemaResponse(rsp)
 }
 
 // ParseGetBundleResponse parses an HTTP response from a GetBundleWithResponse call
@@ -26013,6 +26195,73 @@ func ParseGetReadyResponse(rsp *http.Response) (*GetReadyResponse, error) {
 			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetSchemaResponse parses an HTTP response from a GetSchemaWithResponse call
+func ParseGetSchemaResponse(rsp *http.Response) (*GetSchemaResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSchemaResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest map[string]interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationschemaJSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON406 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetSchemaResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil
