@@ -48,3 +48,20 @@ func PublishAgain(ctx context.Context, s *Service, id string) error {
 // SetCandidatePage sets how many candidates s's rollout resolution reads
 // at a time.
 func SetCandidatePage(s *Service, n int) { s.candidatePage = n }
+
+// PlannedUpgrade plans an upgrade of deployment id to version to (a direct
+// path) and returns the operation the plan would create, with a new id.
+func PlannedUpgrade(ctx context.Context, s *Service, id, to string) (Operation, error) {
+	d, err := s.store.Deployment(ctx, id)
+	if err != nil {
+		return Operation{}, err
+	}
+	p, err := s.planUpgrade(ctx, d, UpgradeRequest{TargetVersion: to}, nil, 0, Actor{ID: "test"})
+	if err != nil {
+		return Operation{}, err
+	}
+	if !p.Allowed {
+		return Operation{}, p.Refusal
+	}
+	return *p.op, nil
+}

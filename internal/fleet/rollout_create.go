@@ -92,17 +92,30 @@ type placed struct {
 	misfit  string
 }
 
-func (p *placement) fit(c RolloutCandidate, profileID string) (placed, error) {
+// known returns the fit of c's capabilities for profileID when it is known
+// without reading them: their fit key's, when p shares fits by key.
+func (p *placement) known(c RolloutCandidate, profileID string) (placed, bool) {
 	if p.desc == nil {
-		return placed{misfit: "the target version is not in the catalog"}, nil
+		return placed{misfit: "the target version is not in the catalog"}, true
+	}
+	if p.anonymous && c.FitKey != "" {
+		// A misfit's message names the device: only a fit is shared.
+		if r, ok := p.cache[profileID+"\x01"+c.FitKey]; ok && r.misfit == "" {
+			return r, true
+		}
+	}
+	return placed{}, false
+}
+
+// fit decides where c fits for profileID; c's Capabilities must have been
+// read unless known says.
+func (p *placement) fit(c RolloutCandidate, profileID string) (placed, error) {
+	if r, ok := p.known(c, profileID); ok {
+		return r, nil
 	}
 	key := profileID + "\x00" + string(c.Capabilities)
 	if p.anonymous && c.FitKey != "" {
-		// A misfit's message names the device: only a fit is shared.
 		key = profileID + "\x01" + c.FitKey
-		if r, ok := p.cache[key]; ok && r.misfit == "" {
-			return r, nil
-		}
 	} else if r, ok := p.cache[key]; ok {
 		return r, nil
 	}
@@ -125,6 +138,61 @@ func (p *placement) fit(c RolloutCandidate, profileID string) (placed, error) {
 	}
 	p.cache[key] = r
 	return r, nil
+}
+
+// fitPage decides where each of cands fits (profiles[i] the profile asked
+// for cands[i]), reading the capabilities only of the candidates whose fit
+// is not known by their fit key: at first one per unknown key, then those
+// whose key turned out a misfit (its message names each device).
+func (s *Service) fitPage(ctx context.Context, place *placement, cands []RolloutCandidate, profiles []string, fits []placed) error {
+	done := make([]bool, len(cands))
+	for round := 0; round < 2; round++ {
+		var need [][2]string
+		var at []int
+		first := map[string]bool{}
+		for i, c := range cands {
+			if done[i] {
+				continue
+			}
+			if r, ok := place.known(c, profiles[i]); ok {
+				fits[i], done[i] = r, true
+				continue
+			}
+			if round == 0 && place.anonymous && c.FitKey != "" {
+				k := profiles[i] + "\x01" + c.FitKey
+				if first[k] {
+					continue // decided by the first of its key
+				}
+				first[k] = true
+			}
+			need = append(need, [2]string{c.ClientID, c.DeviceID})
+			at = append(at, i)
+		}
+		if len(need) == 0 {
+			return nil
+		}
+		caps, err := s.store.DeviceCapabilities(ctx, need)
+		if err != nil {
+			return err
+		}
+		for _, i := range at {
+			c := cands[i]
+			c.Capabilities = caps[[2]string{c.ClientID, c.DeviceID}]
+			if c.Capabilities == nil {
+				return lifecycle.Errorf(lifecycle.EINTERNAL, "device %s/%s: capabilities gone while its rollout was resolved", c.ClientID, c.DeviceID)
+			}
+			if fits[i], err = place.fit(c, profiles[i]); err != nil {
+				return err
+			}
+			done[i] = true
+		}
+	}
+	for i, c := range cands {
+		if !done[i] {
+			return lifecycle.Errorf(lifecycle.EINTERNAL, "device %s/%s: placement undecided", c.ClientID, c.DeviceID)
+		}
+	}
+	return nil
 }
 
 // resolve validates req and classifies its members at now, writing
@@ -311,6 +379,40 @@ func (s *Service) classifyPage(ctx context.Context, cands []RolloutCandidate, in
 			return err
 		}
 	}
+	// Where each candidate fits, when the action places it.
+	placing := func(c RolloutCandidate) bool {
+		return settings.Action != lifecycle.RolloutReconfigure && (install || c.Deployment != nil)
+	}
+	profiles, fits := make([]string, len(cands)), make([]placed, len(cands))
+	var toFit []int
+	for i, c := range cands {
+		if !placing(c) {
+			continue
+		}
+		profile := profileID
+		if !install {
+			profile = ""
+			if place.desc != nil {
+				if _, ok := place.desc.Profile(c.Deployment.ProfileID); ok {
+					profile = c.Deployment.ProfileID
+				}
+			}
+		}
+		profiles[i] = profile
+		toFit = append(toFit, i)
+	}
+	if len(toFit) > 0 {
+		fc, fp, ff := make([]RolloutCandidate, len(toFit)), make([]string, len(toFit)), make([]placed, len(toFit))
+		for j, i := range toFit {
+			fc[j], fp[j] = cands[i], profiles[i]
+		}
+		if err := s.fitPage(ctx, place, fc, fp, ff); err != nil {
+			return err
+		}
+		for j, i := range toFit {
+			fits[i] = ff[j]
+		}
+	}
 	for i, c := range cands {
 		m := RolloutMember{Ord: first + i, ClientID: c.ClientID, DeviceID: c.DeviceID}
 		f := lifecycle.MemberFacts{Key: c.key(install), HasDeployment: c.Deployment != nil, ActiveOperation: c.ActiveOperation,
@@ -330,20 +432,8 @@ func (s *Service) classifyPage(ctx context.Context, cands []RolloutCandidate, in
 			}
 			f.Revisions, f.Parameters = c.Revisions, d.Parameters
 		}
-		if settings.Action != lifecycle.RolloutReconfigure && (install || c.Deployment != nil) {
-			profile := profileID
-			if !install {
-				profile = ""
-				if place.desc != nil {
-					if _, ok := place.desc.Profile(c.Deployment.ProfileID); ok {
-						profile = c.Deployment.ProfileID
-					}
-				}
-			}
-			p, err := place.fit(c, profile)
-			if err != nil {
-				return err
-			}
+		if placing(c) {
+			p := fits[i]
 			f.Placeable, f.Misfit, m.ProfileID = p.misfit == "", p.misfit, p.profile
 		}
 		if op, ok := active[f.ActiveOperation]; ok && c.Deployment != nil && reached(op, *c.Deployment) {

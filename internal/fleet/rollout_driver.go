@@ -472,20 +472,33 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 		s.wake()
 		return s.store.SetMemberResults(ctx, r.ID, results, s.now().UTC())
 	}
-	// Each member is its own deployment's transaction: a few at a time.
+	// Each member's operation is planned as the single operation would be
+	// (a few at a time: planning reads), then the allowed ones are created
+	// a chunk per transaction (createMembers).
+	plans := make([]Plan, len(ms))
 	refused := make([]error, len(ms))
 	var g errgroup.Group
 	g.SetLimit(publishConcurrency)
 	for i, m := range ms {
 		g.Go(func() error {
-			err := s.publishMember(ctx, r, st, m, actor)
-			if refusal(err) {
-				refused[i], err = err, nil
+			p, err := s.planMember(ctx, r, st, m, actor)
+			if err == nil && !p.Allowed {
+				err = p.Refusal
 			}
-			return err
+			if err != nil {
+				// Nothing to create: a refusal to record, or nothing at
+				// all when the member's operation already exists.
+				refused[i], err = s.memberCreated(ctx, m, err)
+				return err
+			}
+			plans[i] = p
+			return nil
 		})
 	}
 	err := g.Wait()
+	if err == nil {
+		err = s.createMembers(ctx, ms, plans, refused)
+	}
 	for i, e := range refused {
 		if e != nil {
 			st := notStarted(e)
@@ -499,6 +512,87 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 		return rerr
 	}
 	return err
+}
+
+// memberChunk bounds the member operations created in one transaction.
+const memberChunk = 250
+
+// createMembers creates the planned operations of ms (those planned and
+// not refused) with their reserved ids, memberChunk per transaction,
+// recording in refused[i] a refusal of member i. A chunk whose transaction
+// fails as a whole (a collision with a concurrent change, say) is created
+// again one member per transaction, so that one member cannot hold back
+// the others.
+func (s *Service) createMembers(ctx context.Context, ms []RolloutMember, plans []Plan, refused []error) error {
+	var at []int
+	for i := range ms {
+		if refused[i] == nil && plans[i].op != nil {
+			at = append(at, i)
+		}
+	}
+	for len(at) > 0 {
+		chunk := at[:min(len(at), memberChunk)]
+		at = at[len(chunk):]
+		ops := make([]Operation, len(chunk))
+		byDeployment := make(map[string]Operation, len(chunk))
+		for j, i := range chunk {
+			op := *plans[i].op
+			op.ID = ms[i].OperationID
+			ops[j], byDeployment[op.DeploymentID] = op, op
+		}
+		errs, err := s.store.CreateOperations(ctx, ops, func(d Deployment, hold RolloutHold) error {
+			return reservedFor(byDeployment[d.ID], d, hold)
+		}, s.now().UTC())
+		if err != nil {
+			if lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE && !collided(err) {
+				return err
+			}
+			s.log.InfoContext(ctx, "rollout members' operations created one by one after their batch failed", "members", len(chunk), "error", err)
+			var g errgroup.Group
+			g.SetLimit(publishConcurrency)
+			errs = make([]error, len(chunk))
+			for j, i := range chunk {
+				g.Go(func() error {
+					errs[j] = s.createPlanned(ctx, plans[i], ms[i].OperationID)
+					return nil
+				})
+			}
+			_ = g.Wait()
+		}
+		for j, i := range chunk {
+			e, err := s.memberCreated(ctx, ms[i], errs[j])
+			if err != nil {
+				return err
+			}
+			refused[i] = e
+		}
+	}
+	return nil
+}
+
+// memberCreated sorts out the error of the creation of member m's
+// operation: nil when it was created (or was already, by an overlapping
+// visit), a refusal to record, or an error that ends the visit.
+func (s *Service) memberCreated(ctx context.Context, m RolloutMember, err error) (refusedErr, visitErr error) {
+	if errors.Is(err, errNotReserved) || err == nil {
+		return nil, nil // the member moved on meanwhile: its status says how
+	}
+	if lifecycle.ErrorType(err) == "operation-in-progress" {
+		// The operation in progress may be the member's own, created by
+		// a visit this one overlapped (a lease that ran out): the member
+		// is in progress, not refused.
+		var le *lifecycle.Error
+		if errors.As(err, &le) && le.Extra["activeOperation"] == m.OperationID {
+			return nil, nil
+		}
+		if _, oerr := s.store.Operation(ctx, m.OperationID); oerr == nil {
+			return nil, nil
+		}
+	}
+	if refusal(err) {
+		return err, nil
+	}
+	return nil, err
 }
 
 // notStarted is the status of a member whose operation could not start:
@@ -515,54 +609,28 @@ func notStarted(err error) lifecycle.MemberStatus {
 	return lifecycle.MemberFailed
 }
 
-// publishMember plans one member's operation as the single operation would
-// be planned, and creates it with the reserved id.
-func (s *Service) publishMember(ctx context.Context, r Rollout, st lifecycle.RolloutSettings, m RolloutMember, actor Actor) error {
+// planMember plans one member's operation as the single operation would
+// be planned.
+func (s *Service) planMember(ctx context.Context, r Rollout, st lifecycle.RolloutSettings, m RolloutMember, actor Actor) (Plan, error) {
 	spec := r.Request.Spec
 	d, err := s.store.Deployment(ctx, m.DeploymentID)
 	if err != nil {
-		return err
+		return Plan{}, err
 	}
-	var p Plan
 	switch r.Action {
 	case lifecycle.RolloutUpgrade:
 		var drain *DrainOverride
 		if spec.Drain != nil {
 			drain = &DrainOverride{Required: spec.Drain.Required, Timeout: spec.Drain.Timeout, OnTimeout: spec.Drain.OnTimeout}
 		}
-		p, err = s.planUpgrade(ctx, d, UpgradeRequest{TargetVersion: st.Target.String(), Path: st.Path, Strategy: st.Strategy, Drain: drain,
+		return s.planUpgrade(ctx, d, UpgradeRequest{TargetVersion: st.Target.String(), Path: st.Path, Strategy: st.Strategy, Drain: drain,
 			Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Drain, st.Timeout, actor)
 	case lifecycle.RolloutReconfigure:
-		p, err = s.planReconfigure(ctx, d, ReconfigureRequest{Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Timeout, actor)
+		return s.planReconfigure(ctx, d, ReconfigureRequest{Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Timeout, actor)
 	case lifecycle.RolloutRollback:
-		p, err = s.planRollback(ctx, d, RollbackRequest{ToRevision: m.RestoreRevision, Timeout: spec.Timeout}, st.Timeout, actor)
-	default:
-		return lifecycle.Errorf(lifecycle.EINTERNAL, "rollout action %q", r.Action)
+		return s.planRollback(ctx, d, RollbackRequest{ToRevision: m.RestoreRevision, Timeout: spec.Timeout}, st.Timeout, actor)
 	}
-	if err != nil {
-		return err
-	}
-	if !p.Allowed {
-		err = p.Refusal
-	} else {
-		err = s.createPlanned(ctx, p, m.OperationID)
-	}
-	if errors.Is(err, errNotReserved) {
-		return nil // the member moved on meanwhile: its status says how
-	}
-	if lifecycle.ErrorType(err) == "operation-in-progress" {
-		// The operation in progress may be the member's own, created by
-		// a visit this one overlapped (a lease that ran out): the member
-		// is in progress, not refused.
-		var le *lifecycle.Error
-		if errors.As(err, &le) && le.Extra["activeOperation"] == m.OperationID {
-			return nil
-		}
-		if _, oerr := s.store.Operation(ctx, m.OperationID); oerr == nil {
-			return nil
-		}
-	}
-	return err
+	return Plan{}, lifecycle.Errorf(lifecycle.EINTERNAL, "rollout action %q", r.Action)
 }
 
 // errNotReserved refuses the creation of a member's operation (or revert)
@@ -579,16 +647,23 @@ func (s *Service) createPlanned(ctx context.Context, p Plan, id string) error {
 	op := *p.op
 	op.ID = id
 	_, err := s.store.CreateOperation(ctx, op, func(d Deployment, hold RolloutHold) error {
-		if !(hold.OperationID == id && hold.Status == lifecycle.MemberInProgress) && hold.RevertOperationID != id {
-			return errNotReserved
-		}
-		if d.Revision != op.BaseRevision {
-			return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
-				Message: "The deployment changed while the operation was planned."}
-		}
-		return publishable(d, op.Type)
+		return reservedFor(op, d, hold)
 	}, s.now().UTC())
 	return err
+}
+
+// reservedFor checks, under the lock of deployment d, that op (planned on
+// d with a member's reserved id) may still be created: the member's
+// reservation stands and d did not change since op was planned.
+func reservedFor(op Operation, d Deployment, hold RolloutHold) error {
+	if !(hold.OperationID == op.ID && hold.Status == lifecycle.MemberInProgress) && hold.RevertOperationID != op.ID {
+		return errNotReserved
+	}
+	if d.Revision != op.BaseRevision {
+		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "conflict",
+			Message: "The deployment changed while the operation was planned."}
+	}
+	return publishable(d, op.Type)
 }
 
 // allMembers reads every member of a rollout matching f.

@@ -19,7 +19,12 @@ type RolloutStore interface {
 	// the registered devices matching q with the application's deployment
 	// on each (if any); otherwise the application's deployments (not
 	// removed) on devices matching q.
+	// A candidate's Capabilities are not read (see DeviceCapabilities); its
+	// FitKey is.
 	RolloutCandidates(ctx context.Context, q CandidateQuery, after lifecycle.MemberKey, limit int) ([]RolloutCandidate, error)
+	// DeviceCapabilities returns the capabilities documents of these
+	// devices (client id, device id; unknown ones are left out).
+	DeviceCapabilities(ctx context.Context, devices [][2]string) (map[[2]string]json.RawMessage, error)
 	// InsertRollout stores a new rollout. It first calls fill, which
 	// gives the rollout's members to write page by page, in order of Ord
 	// (their Wave is not read: an eligible member's wave follows from its
@@ -111,7 +116,9 @@ type CandidateQuery struct {
 // classification reads.
 type RolloutCandidate struct {
 	ClientID, DeviceID string
-	Capabilities       json.RawMessage
+	// Capabilities: nil until read (Service.classifyPage reads those it
+	// needs with DeviceCapabilities).
+	Capabilities json.RawMessage
 	// FitKey is the same for devices whose capabilities differ only in
 	// margo.IdentityProperties ("": unknown).
 	FitKey string

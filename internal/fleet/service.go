@@ -107,6 +107,11 @@ type Store interface {
 	// Returns ECONFLICT (operation-in-progress, naming it) if another is
 	// active.
 	CreateOperation(ctx context.Context, op Operation, check func(Deployment, RolloutHold) error, now time.Time) (Operation, error)
+	// CreateOperations is CreateOperation for operations of distinct
+	// deployments, in one transaction: the errors are per operation, by
+	// index (those refused are not created, the others are); the error
+	// returned is for the whole batch, of which nothing was created.
+	CreateOperations(ctx context.Context, ops []Operation, check func(Deployment, RolloutHold) error, now time.Time) ([]error, error)
 	// Operation returns one operation with its steps. Returns ENOTFOUND.
 	Operation(ctx context.Context, id string) (Operation, error)
 	// OperationsByID returns the operations with these ids, with their

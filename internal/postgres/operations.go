@@ -96,6 +96,16 @@ func loadSteps(ctx context.Context, q interface {
 // OperationsByID implements fleet.Store: two queries whatever the number
 // of ids.
 func (s *FleetStore) OperationsByID(ctx context.Context, ids []string) (map[string]fleet.Operation, error) {
+	out, err := operationsByID(ctx, s.pool, ids, "")
+	return out, translate(err)
+}
+
+// operationsByID reads the operations with these ids with their steps, in
+// two statements; lock, when not "", is appended to the first (a filter
+// and locking clause).
+func operationsByID(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, ids []string, lock string) (map[string]fleet.Operation, error) {
 	out := make(map[string]fleet.Operation, len(ids))
 	valid := make([]string, 0, len(ids))
 	for _, id := range ids {
@@ -106,34 +116,35 @@ func (s *FleetStore) OperationsByID(ctx context.Context, ids []string) (map[stri
 	if len(valid) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = ANY($1::uuid[])`, valid)
+	rows, err := q.Query(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = ANY($1::uuid[]) `+lock, valid)
 	if err != nil {
-		return nil, translate(err)
+		return nil, err
 	}
 	ops, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Operation, error) { return scanOperation(r) })
 	if err != nil {
-		return nil, translate(err)
+		return nil, err
 	}
 	for _, o := range ops {
 		out[o.ID] = o
 	}
-	rows, err = s.pool.Query(ctx, `SELECT operation_id::text, n, version, revision, state, published_at, finished_at FROM operation_steps
+	rows, err = q.Query(ctx, `SELECT operation_id::text, n, version, revision, state, published_at, finished_at FROM operation_steps
 WHERE operation_id = ANY($1::uuid[]) ORDER BY operation_id, n`, valid)
 	if err != nil {
-		return nil, translate(err)
+		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id string
 		st, err := scanStep(skipRow{row: rows, lead: []any{&id}})
 		if err != nil {
-			return nil, translate(err)
+			return nil, err
 		}
-		o := out[id]
-		o.Steps = append(o.Steps, st)
-		out[id] = o
+		if o, ok := out[id]; ok {
+			o.Steps = append(o.Steps, st)
+			out[id] = o
+		}
 	}
-	return out, translate(rows.Err())
+	return out, rows.Err()
 }
 
 // scanStep scans an operation step (n, version, revision, state,
@@ -218,6 +229,154 @@ func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, ch
 		return fleet.Operation{}, translate(err)
 	}
 	return s.Operation(ctx, op.ID)
+}
+
+// CreateOperations implements fleet.Store: CreateOperation for many
+// deployments (distinct), in one transaction. The deployments are locked
+// in the order of their ids (and the manifests' clients, by apply, in
+// theirs), and read, with their active operations and rollout holds,
+// set-based. An operation refused (by check, or because its deployment has
+// another in progress or is gone) gets its error at its index and is not
+// created; the others are. The error is for the whole: nothing was created.
+func (s *FleetStore) CreateOperations(ctx context.Context, ops []fleet.Operation, check func(fleet.Deployment, fleet.RolloutHold) error, now time.Time) ([]error, error) {
+	errs := make([]error, len(ops))
+	ids := make([]string, 0, len(ops))
+	seen := make(map[string]bool, len(ops))
+	for i, op := range ops {
+		switch {
+		case !validUUID(op.DeploymentID):
+			errs[i] = notFound("There is no deployment %s.", op.DeploymentID)
+		case seen[op.DeploymentID]:
+			return nil, fmt.Errorf("create operations: deployment %s twice in one batch", op.DeploymentID)
+		default:
+			seen[op.DeploymentID] = true
+			ids = append(ids, op.DeploymentID)
+		}
+	}
+	if len(ids) == 0 {
+		return errs, nil
+	}
+	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
+		clear(errs)
+		// Lock first, then read (as lockDeployment does).
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM deployments WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, ids); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+sqlDeploymentColumns+`, (SELECT max(n) FROM revisions WHERE deployment_id = d.id)`+
+			sqlDeploymentFrom+` WHERE d.id = ANY($1::uuid[])`, ids)
+		if err != nil {
+			return err
+		}
+		type locked struct {
+			d    fleet.Deployment
+			last int
+		}
+		deps := make(map[string]locked, len(ids))
+		for rows.Next() {
+			var l locked
+			if l.d, err = scanDeployment(rows, &l.last); err != nil {
+				rows.Close()
+				return err
+			}
+			deps[l.d.ID] = l
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		active := map[string]string{} // deployment -> its active operation
+		rows, err = tx.Query(ctx, `SELECT deployment_id::text, id::text FROM operations WHERE deployment_id = ANY($1::uuid[]) AND state IN ('queued', 'running')`, ids)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var d, o string
+			if err := rows.Scan(&d, &o); err != nil {
+				rows.Close()
+				return err
+			}
+			active[d] = o
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// The active operations, locked after their deployments against the
+		// usual order, so never waited for (see CreateOperation).
+		var settle map[string]fleet.Operation
+		if len(active) > 0 {
+			aids := make([]string, 0, len(active))
+			for _, o := range active {
+				aids = append(aids, o)
+			}
+			if settle, err = operationsByID(ctx, tx, aids, `AND state IN ('queued', 'running') FOR UPDATE SKIP LOCKED`); err != nil {
+				return err
+			}
+		}
+		opOf := make(map[string]string, len(ops))
+		for _, op := range ops {
+			opOf[op.DeploymentID] = op.ID
+		}
+		opIDs := make([]string, len(ids))
+		for i, id := range ids {
+			opIDs[i] = opOf[id]
+		}
+		holds, err := rolloutHolds(ctx, tx, ids, opIDs)
+		if err != nil {
+			return err
+		}
+		b := batch{operations: map[string]fleet.Operation{}}
+		for i, op := range ops {
+			if errs[i] != nil || !validUUID(op.DeploymentID) {
+				if errs[i] == nil {
+					errs[i] = notFound("There is no deployment %s.", op.DeploymentID)
+				}
+				continue
+			}
+			l, ok := deps[op.DeploymentID]
+			if !ok {
+				errs[i] = notFound("There is no deployment %s.", op.DeploymentID)
+				continue
+			}
+			actor := op.RequestedBy
+			if actor == "" {
+				actor = fleet.ActorOf(ctx)
+			}
+			c := lifecycle.NewChange(aggregate(l.d, l.last), now, actor)
+			if a := active[l.d.ID]; a != "" {
+				o, ok := settle[a]
+				if !ok {
+					errs[i] = operationInProgress(l.d.ID, a)
+					continue
+				}
+				agg := opAggregate(o)
+				if !agg.Reached(c.Before) {
+					errs[i] = operationInProgress(l.d.ID, a)
+					continue
+				}
+				if err := c.SettleOperation(agg); err != nil {
+					return err
+				}
+			}
+			if err := check(l.d, holds[l.d.ID]); err != nil {
+				errs[i] = err
+				continue
+			}
+			op.DeploymentID = l.d.ID
+			c.CreateOperation(lifecycle.Operation{ID: op.ID, Kind: op.Type}, createdBody(op))
+			b.changes = append(b.changes, c)
+			b.operations[op.ID] = op
+		}
+		if len(b.changes) == 0 {
+			return nil
+		}
+		return apply(ctx, tx, b)
+	})
+	if err != nil {
+		return nil, translate(err)
+	}
+	for i := range errs {
+		errs[i] = translate(errs[i])
+	}
+	return errs, nil
 }
 
 func createdBody(op fleet.Operation) lifecycle.OperationCreatedBody {

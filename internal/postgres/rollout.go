@@ -16,7 +16,6 @@ import (
 
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
-	"github.com/wfm-dev/wfm/internal/margo"
 )
 
 // The rollout store (migration 00009): rollouts, their history and their
@@ -292,7 +291,7 @@ func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQue
 		}
 		// The device, with the application's live deployment on it if any
 		// (the columns of the deployment are NULL otherwise).
-		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlFitKey + `, ` + sqlLastSeen + `, d.id::text,
+		sql = `SELECT dev.client_id, dev.id, dev.fit_key, ` + sqlLastSeen + `, d.id::text,
   (SELECT m.rollout_id::text FROM rollout_members m WHERE m.active AND m.install AND m.application_id = $1
      AND m.client_id = dev.client_id AND m.device_id = dev.id LIMIT 1)
 FROM devices dev LEFT JOIN LATERAL (SELECT d.id FROM deployments d WHERE d.client_id = dev.client_id AND d.device_id = dev.id
@@ -316,7 +315,7 @@ WHERE ` + w.sql() + ` ORDER BY dev.client_id COLLATE "C", dev.id COLLATE "C" LIM
 			w.add("d.state = ANY($?)", ss)
 		}
 		w.add("NOT d.removing")
-		sql = `SELECT dev.client_id, dev.id, dev.capabilities::text, ` + sqlFitKey + `, ` + sqlLastSeen + `, ` + sqlDeploymentColumns + `,
+		sql = `SELECT dev.client_id, dev.id, dev.fit_key, ` + sqlLastSeen + `, ` + sqlDeploymentColumns + `,
   coalesce((SELECT ir.version FROM revisions ir WHERE ir.deployment_id = d.id AND ir.n = d.installed_revision), ''),
   (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1), NULL::text
 ` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id = d.client_id AND dev.id = d.device_id
@@ -328,12 +327,11 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C"
 	}
 	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutCandidate, error) {
 		var c fleet.RolloutCandidate
-		var caps string
 		var seen *time.Time
 		var busy, active *string
 		if q.Install {
 			var dep *string
-			if err := row.Scan(&c.ClientID, &c.DeviceID, &caps, &c.FitKey, &seen, &dep, &busy); err != nil {
+			if err := row.Scan(&c.ClientID, &c.DeviceID, &c.FitKey, &seen, &dep, &busy); err != nil {
 				return c, err
 			}
 			if dep != nil {
@@ -343,7 +341,7 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C"
 			var installed string
 			var d fleet.Deployment
 			var err error
-			vals := []any{&c.ClientID, &c.DeviceID, &caps, &c.FitKey, &seen}
+			vals := []any{&c.ClientID, &c.DeviceID, &c.FitKey, &seen}
 			d, err = scanDeployment(skipRow{row: row, lead: vals}, &installed, &active, &busy)
 			if err != nil {
 				return c, err
@@ -355,7 +353,6 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C"
 				}
 			}
 		}
-		c.Capabilities = json.RawMessage(caps)
 		if seen != nil {
 			c.LastSeenAt = *seen
 		}
@@ -385,15 +382,32 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C"
 	return cands, nil
 }
 
-// sqlFitKey is a digest of a device's capabilities without their
-// margo.IdentityProperties: devices that differ only in those share it.
-var sqlFitKey = func() string {
-	e := "dev.capabilities"
-	for _, p := range margo.IdentityProperties {
-		e += " #- '{properties," + p + "}'"
+// DeviceCapabilities implements fleet.RolloutStore.
+func (s *FleetStore) DeviceCapabilities(ctx context.Context, devices [][2]string) (map[[2]string]json.RawMessage, error) {
+	out := make(map[[2]string]json.RawMessage, len(devices))
+	if len(devices) == 0 {
+		return out, nil
 	}
-	return "md5((" + e + ")::text)"
-}()
+	cs, ds := make([]string, len(devices)), make([]string, len(devices))
+	for i, k := range devices {
+		cs[i], ds[i] = k[0], k[1]
+	}
+	rows, err := s.pool.Query(ctx, `SELECT client_id, id, capabilities::text FROM devices
+WHERE (client_id, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, cs, ds)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k [2]string
+		var caps string
+		if err := rows.Scan(&k[0], &k[1], &caps); err != nil {
+			return nil, translate(err)
+		}
+		out[k] = json.RawMessage(caps)
+	}
+	return out, translate(rows.Err())
+}
 
 // skipRow scans lead's columns first, then what scanDeployment asks.
 type skipRow struct {
@@ -630,17 +644,37 @@ func (s *FleetStore) ActiveRolloutOfOperation(ctx context.Context, operationID s
 // of deployment id that concerns a new operation opID: the one reserved
 // for it, else the active one.
 func rolloutHold(ctx context.Context, tx pgx.Tx, id, opID string) (fleet.RolloutHold, error) {
-	var h fleet.RolloutHold
-	var status string
-	err := tx.QueryRow(ctx, `SELECT rollout_id::text, active, coalesce(operation_id::text, ''), coalesce(revert_operation::text, ''), status
-FROM rollout_members WHERE deployment_id = $1 AND (active OR operation_id = $2::uuid OR revert_operation = $2::uuid)
-ORDER BY (operation_id IS NOT DISTINCT FROM $2::uuid OR revert_operation IS NOT DISTINCT FROM $2::uuid) DESC, active DESC LIMIT 1`,
-		id, opID).Scan(&h.RolloutID, &h.Active, &h.OperationID, &h.RevertOperationID, &status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fleet.RolloutHold{}, nil
+	hs, err := rolloutHolds(ctx, tx, []string{id}, []string{opID})
+	return hs[id], err
+}
+
+// rolloutHolds is rolloutHold for deployments deps[i] and new operations
+// ops[i], in one statement, by deployment id (none: no membership). Each
+// branch of the union is one index's (rollout_members_active_deployment,
+// rollout_members_any_operation, rollout_members_revert).
+func rolloutHolds(ctx context.Context, tx pgx.Tx, deps, ops []string) (map[string]fleet.RolloutHold, error) {
+	out := make(map[string]fleet.RolloutHold, len(deps))
+	rows, err := tx.Query(ctx, `SELECT DISTINCT ON (x.dep) x.dep::text, m.rollout_id::text, m.active, coalesce(m.operation_id::text, ''),
+  coalesce(m.revert_operation::text, ''), m.status
+FROM unnest($1::uuid[], $2::uuid[]) AS x(dep, op) CROSS JOIN LATERAL (
+  SELECT rollout_id, active, operation_id, revert_operation, status FROM rollout_members WHERE deployment_id = x.dep AND active
+  UNION ALL SELECT rollout_id, active, operation_id, revert_operation, status FROM rollout_members WHERE operation_id = x.op AND deployment_id = x.dep
+  UNION ALL SELECT rollout_id, active, operation_id, revert_operation, status FROM rollout_members WHERE revert_operation = x.op AND deployment_id = x.dep) m
+ORDER BY x.dep, (m.operation_id IS NOT DISTINCT FROM x.op OR m.revert_operation IS NOT DISTINCT FROM x.op) DESC, m.active DESC`, deps, ops)
+	if err != nil {
+		return nil, err
 	}
-	h.Status = lifecycle.MemberStatus(status)
-	return h, err
+	defer rows.Close()
+	for rows.Next() {
+		var d, status string
+		var h fleet.RolloutHold
+		if err := rows.Scan(&d, &h.RolloutID, &h.Active, &h.OperationID, &h.RevertOperationID, &status); err != nil {
+			return nil, err
+		}
+		h.Status = lifecycle.MemberStatus(status)
+		out[d] = h
+	}
+	return out, rows.Err()
 }
 
 func (s *FleetStore) oneID(ctx context.Context, sql string, args ...any) (string, error) {
