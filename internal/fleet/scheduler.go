@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/margo"
@@ -176,68 +173,60 @@ func (sc *Scheduler) RunOnce(ctx context.Context) (int, error) {
 }
 
 // runOperations visits every due active operation once (RunOnce's first
-// part, the operations loop's pass).
+// part, the operations loop's pass): up to visitConcurrency read and
+// decided at once, the decisions that change something applied several
+// per transaction (Store.AdvanceOperations).
 func (sc *Scheduler) runOperations(ctx context.Context) (int, error) {
 	ids, err := sc.svc.store.ActiveOperations(ctx, 1000, sc.svc.now().UTC())
 	if err != nil {
 		return 0, err
 	}
-	var visited atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(visitConcurrency)
-	for _, id := range ids {
-		if gctx.Err() != nil {
-			break
-		}
-		g.Go(func() error {
-			ok, err := sc.visitOperation(gctx, id)
-			if ok {
-				visited.Add(1)
-			}
-			return err
-		})
+	decide := sc.svc.decide(ctx)
+	var mu sync.Mutex
+	clients := map[string]bool{}
+	results := sc.svc.store.AdvanceOperations(ctx, ids, func(v Visit) (Advance, error) {
+		mu.Lock()
+		clients[v.Deployment.ClientID] = true
+		mu.Unlock()
+		return decide(v)
+	}, sc.svc.now().UTC(), AdvanceOptions{Concurrency: visitConcurrency, Timeout: visitTimeout})
+	// A visit may have published: this process's cached manifests go now;
+	// other processes hear the store's notification.
+	for c := range clients {
+		sc.svc.cache.invalidate(c)
 	}
-	err = g.Wait()
-	n := int(visited.Load())
+	n := 0
+	var failed error
+	for i, r := range results {
+		if r.Visited {
+			n++
+		}
+		if err := sc.visitFailed(ctx, ids[i], r.Err); err != nil && failed == nil {
+			failed = err
+		}
+	}
 	if ctx.Err() != nil {
 		return n, ctx.Err() // stopped: not a failure of the operations
 	}
-	return n, err // an error: no other operation can advance either
+	return n, failed // an error: no other operation can advance either
 }
 
-// visitOperation visits operation id once and reports whether it was
-// visited. It returns an error only when the pass must end (the database
-// is unavailable); a collision or another failure is logged, and the
-// operation is visited again at the next pass.
-func (sc *Scheduler) visitOperation(ctx context.Context, id string) (bool, error) {
-	var clientID string
-	vctx, cancel := context.WithTimeout(ctx, visitTimeout)
-	defer cancel()
-	decide := sc.svc.decide(vctx)
-	// The store calls decide before it locks anything: decide reads the
-	// catalog and the device.
-	visited, err := sc.svc.store.AdvanceOperation(vctx, id, func(v Visit) (Advance, error) {
-		clientID = v.Deployment.ClientID
-		return decide(v)
-	}, sc.svc.now().UTC())
-	if clientID != "" {
-		// A visit may have published: this process's cached manifest goes
-		// now; other processes hear the store's notification.
-		sc.svc.cache.invalidate(clientID)
-	}
+// visitFailed logs the failure of the visit of operation id and returns it
+// when the pass must end (the database is unavailable); a collision or
+// another failure is logged, and the operation is visited again at the
+// next pass.
+func (sc *Scheduler) visitFailed(ctx context.Context, id string, err error) error {
 	switch {
-	case ctx.Err() != nil:
-		return false, nil // stopped: RunOnce says so
+	case err == nil || ctx.Err() != nil:
+		return nil
 	case collided(err):
 		sc.svc.log.InfoContext(ctx, "operation step collided with a concurrent change; retrying at the next pass", "operation", id, "error", err)
-		return false, nil
+		return nil
 	case lifecycle.ErrorCode(err) == lifecycle.EUNAVAILABLE:
-		return false, err
-	case err != nil:
-		sc.svc.log.ErrorContext(ctx, "operation step failed", "operation", id, "error", err)
-		return false, nil
+		return err
 	}
-	return visited, nil
+	sc.svc.log.ErrorContext(ctx, "operation step failed", "operation", id, "error", err)
+	return nil
 }
 
 // decide is the scheduler's visit of an operation: it loads what the

@@ -53,6 +53,23 @@ func (s *collidingStore) AdvanceOperation(ctx context.Context, id string, decide
 	return s.Store.AdvanceOperation(ctx, id, decide, now)
 }
 
+func (s *collidingStore) AdvanceOperations(ctx context.Context, ids []string, decide func(fleet.Visit) (fleet.Advance, error), now time.Time, o fleet.AdvanceOptions) []fleet.VisitResult {
+	out := make([]fleet.VisitResult, len(ids))
+	var rest []string
+	var at []int
+	for i, id := range ids {
+		if s.failAdvance.Add(-1) >= 0 {
+			out[i] = fleet.VisitResult{Err: collision()}
+			continue
+		}
+		rest, at = append(rest, id), append(at, i)
+	}
+	for j, r := range s.Store.AdvanceOperations(ctx, rest, decide, now, o) {
+		out[at[j]] = r
+	}
+	return out
+}
+
 // syncBuffer is a log destination the test may read while a scheduler writes.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -139,6 +139,12 @@ type Store interface {
 	// its Recheck instant instead; a decision that changes something leaves
 	// the operation due at the next pass.
 	AdvanceOperation(ctx context.Context, id string, decide func(Visit) (Advance, error), now time.Time) (visited bool, err error)
+	// AdvanceOperations is AdvanceOperation for the operations ids (their
+	// results by index): up to o.Concurrency are read and decided at once,
+	// and the decisions that change something are applied together,
+	// several per transaction, each still claimed, checked and applied as
+	// AdvanceOperation would.
+	AdvanceOperations(ctx context.Context, ids []string, decide func(Visit) (Advance, error), now time.Time, o AdvanceOptions) []VisitResult
 
 	// RolloutStore: rollouts, their members and their driver (rollout_store.go).
 	RolloutStore
@@ -202,6 +208,23 @@ type DeploymentFilter struct {
 	DeviceID      string
 	State         lifecycle.State
 	Selector      Selector // on the device's labels
+}
+
+// AdvanceOptions are how Store.AdvanceOperations visits.
+type AdvanceOptions struct {
+	// Concurrency bounds the visits read and decided at once.
+	Concurrency int
+	// Timeout bounds each visit's read and decision, and each
+	// transaction (0: none).
+	Timeout time.Duration
+}
+
+// VisitResult is what one visit of AdvanceOperations did: whether the
+// operation was visited (read and decided on, not held by another
+// scheduler), and its failure.
+type VisitResult struct {
+	Visited bool
+	Err     error
 }
 
 // Policy decides which clients may call the device API.

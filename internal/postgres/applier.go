@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -38,11 +39,12 @@ type batch struct {
 	changes []*lifecycle.Change
 	// operations holds the operations the changes create, by id.
 	operations map[string]fleet.Operation
-	// followUp links an operation to the one queued after it (onFailure
+	// followUps link operations to the ones queued after them (onFailure
 	// rollback): [operation, follow-up].
-	followUp [2]string
-	// deadlineOf is the operation whose deadline a change's Deadline sets.
-	deadlineOf string
+	followUps [][2]string
+	// deadlineOf is, by change, the operation whose deadline the change's
+	// Deadline sets.
+	deadlineOf map[*lifecycle.Change]string
 	// audits are the audit entries of the management calls whose changes
 	// the batch writes (a batch of coalesced creations: one per call); nil
 	// means the one call ctx carries, if any (auditChange).
@@ -62,6 +64,21 @@ func (b batch) copyAt() int {
 		return b.copyMin
 	}
 	return copyRowsMin
+}
+
+// add appends o's changes, and what goes with them, to b (batches of
+// different deployments, written by one apply).
+func (b *batch) add(o batch) {
+	b.changes = append(b.changes, o.changes...)
+	if len(o.operations) > 0 && b.operations == nil {
+		b.operations = map[string]fleet.Operation{}
+	}
+	maps.Copy(b.operations, o.operations)
+	b.followUps = append(b.followUps, o.followUps...)
+	if len(o.deadlineOf) > 0 && b.deadlineOf == nil {
+		b.deadlineOf = map[*lifecycle.Change]string{}
+	}
+	maps.Copy(b.deadlineOf, o.deadlineOf)
 }
 
 // callAudit is the audit entry of one call in a batch, and whether its
@@ -137,8 +154,8 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 			break
 		}
 	}
-	if b.followUp[0] != "" {
-		queueExec(q, -1, nil, `UPDATE operations SET follow_up = $2::uuid WHERE id = $1`, b.followUp[0], b.followUp[1])
+	for _, f := range b.followUps {
+		queueExec(q, -1, nil, `UPDATE operations SET follow_up = $2::uuid WHERE id = $1`, f[0], f[1])
 	}
 	if newOp != "" {
 		// One wake-up per batch that leaves a new operation queued, however
@@ -653,8 +670,8 @@ func queueRound(p *pipeline, round []*lifecycle.Change, versions map[string]uint
 
 	// Deadlines.
 	for _, c := range live {
-		if !c.Deadline.IsZero() && b.deadlineOf != "" {
-			queueExec(p.q(), -1, nil, `UPDATE operations SET deadline = $2, updated_at = $3 WHERE id = $1`, b.deadlineOf, c.Deadline, c.At)
+		if id := b.deadlineOf[c]; !c.Deadline.IsZero() && id != "" {
+			queueExec(p.q(), -1, nil, `UPDATE operations SET deadline = $2, updated_at = $3 WHERE id = $1`, id, c.Deadline, c.At)
 		}
 	}
 	return nil

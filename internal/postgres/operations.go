@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/sync/errgroup"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -671,13 +675,34 @@ func sameVisit(a, b fleet.Visit) bool {
 // nothing it looked at changed meanwhile (otherwise the next pass decides
 // again). A decision to do nothing takes no lock at all.
 func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide func(fleet.Visit) (fleet.Advance, error), now time.Time) (bool, error) {
+	p, r := s.decideVisit(ctx, id, decide)
+	if p == nil {
+		return r.Visited, r.Err
+	}
+	r = s.applyVisit(ctx, *p, now)
+	return r.Visited, r.Err
+}
+
+// pendingVisit is a visit decided on, whose decision changes something.
+type pendingVisit struct {
+	i   int // its place in AdvanceOperations' ids
+	id  string
+	v   fleet.Visit
+	adv fleet.Advance
+}
+
+// decideVisit reads the visit of operation id holding no lock and calls
+// decide. A decision to do nothing is recorded at once (nil: the visit is
+// done, with its result); one that changes something is returned, to be
+// applied under lock.
+func (s *FleetStore) decideVisit(ctx context.Context, id string, decide func(fleet.Visit) (fleet.Advance, error)) (*pendingVisit, fleet.VisitResult) {
 	v, ok, err := readVisit(ctx, s.pool, nil, id)
 	if err != nil || !ok {
-		return false, translate(err)
+		return nil, fleet.VisitResult{Err: translate(err)}
 	}
 	adv, err := decide(v)
 	if err != nil {
-		return true, translate(err)
+		return nil, fleet.VisitResult{Visited: true, Err: translate(err)}
 	}
 	if adv.Nothing() {
 		// Nothing to do (the usual visit of an operation waiting for its
@@ -685,32 +710,178 @@ func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide fun
 		// one statement records what the visit saw, so that the operation
 		// is not visited again before it is due. A change since the read
 		// (the row's updated_at) skips it: the operation stays due.
-		return true, translate(recordVisit(ctx, s.pool, id, v.Deployment.Generation, adv.Recheck, &v.Op.UpdatedAt))
+		return nil, fleet.VisitResult{Visited: true, Err: translate(recordVisit(ctx, s.pool, id, v.Deployment.Generation, adv.Recheck, &v.Op.UpdatedAt))}
 	}
-	visited := false
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		locked, ok, err := readVisit(ctx, nil, tx, id)
-		if err != nil || !ok {
+	return &pendingVisit{id: id, v: v, adv: adv}, fleet.VisitResult{}
+}
+
+// applyVisit applies one decided visit in a transaction of its own.
+func (s *FleetStore) applyVisit(ctx context.Context, p pendingVisit, now time.Time) fleet.VisitResult {
+	var r lockedVisit
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var b batch
+		var err error
+		if r, b, err = lockVisit(ctx, tx, p, now); err != nil {
 			return err
 		}
-		visited = true
-		if !sameVisit(v, locked) {
-			return nil // changed since it was decided: the next pass decides again
+		if r.Err != nil {
+			return r.Err
 		}
-		b, err := advanceBatch(locked, adv, now)
-		if err != nil {
+		if !r.record {
+			return nil
+		}
+		if err := apply(ctx, tx, b); err != nil {
 			return err
-		}
-		if !b.changes[0].Empty() {
-			if err := apply(ctx, tx, b); err != nil {
-				return err
-			}
 		}
 		// Due again at the next pass, which decides on the new state and
 		// records its recheck instant.
-		return recordVisit(ctx, tx, id, locked.Deployment.Generation, now, nil)
+		return recordVisit(ctx, tx, p.id, r.generation, now, nil)
 	})
-	return visited, translate(err)
+	return fleet.VisitResult{Visited: r.Visited, Err: translate(err)}
+}
+
+// lockedVisit is what lockVisit found: the visit's result so far and the
+// deployment generation to record.
+type lockedVisit struct {
+	fleet.VisitResult
+	generation int64
+	// record: the visit is recorded (it was visited and its decision
+	// still held).
+	record bool
+}
+
+// lockVisit claims p's operation in tx and locks its deployment, reads the
+// visit again and, when nothing p's decision looked at changed, turns the
+// decision into the batch to apply (no changes when it changes no row).
+// A visit not claimed (ended, or held by another scheduler) is not
+// visited; one that changed is visited, with nothing to apply (the next
+// pass decides again). err is the transaction's failure.
+func lockVisit(ctx context.Context, tx pgx.Tx, p pendingVisit, now time.Time) (lockedVisit, batch, error) {
+	var r lockedVisit
+	locked, ok, err := readVisit(ctx, nil, tx, p.id)
+	if err != nil || !ok {
+		return r, batch{}, err
+	}
+	r.Visited, r.generation = true, locked.Deployment.Generation
+	if !sameVisit(p.v, locked) {
+		return r, batch{}, nil // changed since it was decided: the next pass decides again
+	}
+	b, err := advanceBatch(locked, p.adv, now)
+	if err != nil {
+		r.Err = err
+		return r, batch{}, nil
+	}
+	r.record = true
+	if b.changes[0].Empty() {
+		return r, batch{}, nil
+	}
+	return r, b, nil
+}
+
+// visitChunk bounds the visits AdvanceOperations applies in one
+// transaction.
+const visitChunk = 64
+
+// AdvanceOperations implements fleet.Store: each operation is read and
+// decided on as AdvanceOperation does, up to o.Concurrency at once; the
+// decisions that change something are then applied together, up to
+// visitChunk per transaction in the order of their deployments' ids (the
+// order every multi-deployment transaction locks them in), so that a pass
+// over thousands of finished installs costs tens of commits, not
+// thousands. Within a chunk each visit is claimed, read again and checked
+// as alone; a chunk whose transaction fails as a whole (a guard, a
+// collision) is applied again one visit per transaction, so that one
+// visit cannot hold back the others.
+func (s *FleetStore) AdvanceOperations(ctx context.Context, ids []string, decide func(fleet.Visit) (fleet.Advance, error), now time.Time, o fleet.AdvanceOptions) []fleet.VisitResult {
+	res := make([]fleet.VisitResult, len(ids))
+	within := func(ctx context.Context) (context.Context, context.CancelFunc) {
+		if o.Timeout > 0 {
+			return context.WithTimeout(ctx, o.Timeout)
+		}
+		return context.WithCancel(ctx)
+	}
+	var mu sync.Mutex
+	var pending []pendingVisit
+	var g errgroup.Group
+	g.SetLimit(max(1, o.Concurrency))
+	for i, id := range ids {
+		if ctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			vctx, cancel := within(ctx)
+			defer cancel()
+			p, r := s.decideVisit(vctx, id, decide)
+			if p == nil {
+				res[i] = r
+				return nil
+			}
+			p.i = i
+			mu.Lock()
+			pending = append(pending, *p)
+			mu.Unlock()
+			return nil
+		})
+	}
+	_ = g.Wait()
+	slices.SortFunc(pending, func(a, b pendingVisit) int { return strings.Compare(a.v.Deployment.ID, b.v.Deployment.ID) })
+	for len(pending) > 0 && ctx.Err() == nil {
+		chunk := pending[:min(len(pending), visitChunk)]
+		pending = pending[len(chunk):]
+		cctx, cancel := within(ctx)
+		err := s.applyVisits(cctx, chunk, now, res)
+		cancel()
+		if err == nil {
+			continue
+		}
+		if len(chunk) == 1 {
+			res[chunk[0].i] = fleet.VisitResult{Visited: true, Err: translate(err)}
+			continue
+		}
+		for _, p := range chunk {
+			vctx, cancel := within(ctx)
+			res[p.i] = s.applyVisit(vctx, p, now)
+			cancel()
+		}
+	}
+	return res
+}
+
+// applyVisits applies the visits of chunk in one transaction, writing
+// their results into res; an error is the transaction's, with nothing
+// applied and res untouched.
+func (s *FleetStore) applyVisits(ctx context.Context, chunk []pendingVisit, now time.Time, res []fleet.VisitResult) error {
+	out := make([]lockedVisit, len(chunk))
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var all batch
+		var ids []string
+		var gens []int64
+		for j, p := range chunk {
+			r, b, err := lockVisit(ctx, tx, p, now)
+			if err != nil {
+				return err
+			}
+			out[j] = r
+			if r.record {
+				all.add(b)
+				ids, gens = append(ids, p.id), append(gens, r.generation)
+			}
+		}
+		if err := apply(ctx, tx, all); err != nil {
+			return err
+		}
+		// Due again at the next pass (recordVisit, for all of them).
+		_, err := tx.Exec(ctx, `UPDATE operations o SET visited_generation = x.gen, recheck_at = $3
+FROM unnest($1::uuid[], $2::bigint[]) AS x(id, gen) WHERE o.id = x.id`, ids, gens, now)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for j, p := range chunk {
+		res[p.i] = fleet.VisitResult{Visited: out[j].Visited, Err: translate(out[j].Err)}
+	}
+	return nil
 }
 
 // advanceBatch turns one scheduler decision into the change of the
@@ -719,7 +890,7 @@ func advanceBatch(v fleet.Visit, a fleet.Advance, now time.Time) (batch, error) 
 	op, d := v.Op, v.Deployment
 	c := lifecycle.NewChange(aggregate(d, v.LastRevision), now, lifecycle.ActorScheduler)
 	o := opAggregate(op)
-	b := batch{changes: []*lifecycle.Change{c}, deadlineOf: op.ID}
+	b := batch{changes: []*lifecycle.Change{c}, deadlineOf: map[*lifecycle.Change]string{c: op.ID}}
 	if a.StepInstalled > 0 {
 		if err := c.InstallStep(o, a.StepInstalled); err != nil {
 			return b, err
@@ -765,7 +936,7 @@ func advanceBatch(v fleet.Visit, a fleet.Advance, now time.Time) (batch, error) 
 		f.DeploymentID = d.ID
 		c.CreateOperation(lifecycle.Operation{ID: f.ID, Kind: f.Type}, createdBody(*f))
 		b.operations = map[string]fleet.Operation{f.ID: *f}
-		b.followUp = [2]string{op.ID, f.ID}
+		b.followUps = [][2]string{{op.ID, f.ID}}
 	}
 	if !a.Deadline.IsZero() && !a.Deadline.Equal(op.Deadline) {
 		c.Deadline = a.Deadline
