@@ -10,7 +10,7 @@ RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/wfm ./cmd/wfm \
  && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/wfm-devicesim ./cmd/wfm-devicesim \
- && mkdir -p /out/data
+ && mkdir -p /out/data /out/devicesim-pki
 
 FROM gcr.io/distroless/static-debian12:nonroot AS wfm-devicesim
 COPY --from=build /out/wfm-devicesim /usr/local/bin/wfm-devicesim
@@ -22,6 +22,9 @@ COPY --from=build /out/wfm /usr/local/bin/wfm
 # The data folder (development CA, admin token, webhook key): a volume, owned
 # by the image's user so that a fresh named volume is writable.
 COPY --from=build --chown=65532:65532 /out/data /data
+# Where the compose file's pki job writes the simulator's certificate (a
+# volume of its own, writable by the image's user when fresh).
+COPY --from=build --chown=65532:65532 /out/devicesim-pki /devicesim-pki
 ENV WFM_LISTEN=:8080 WFM_DEVICE_LISTEN=:8443 WFM_DATA_DIR=/data WFM_LOG_FORMAT=json
 EXPOSE 8080 8443
 VOLUME /data

@@ -299,7 +299,15 @@ func TestComposeAgreesWithServer(t *testing.T) {
 	tmp := t.TempDir()
 	var out strings.Builder
 	pkiEnv := serviceEnv(stage, pki)
-	require.NoError(t, run(t.Context(), append(slices.Clone(pki.Command), "-data-dir", tmp), func(k string) string { return pkiEnv[k] }, &out, io.Discard))
+	// Its -out folder (a path in the container) goes to the temporary one.
+	pkiCmd := slices.Clone(pki.Command)
+	outDir := filepath.Join(tmp, "out")
+	for i := range pkiCmd {
+		if pkiCmd[i] == "-out" && i+1 < len(pkiCmd) {
+			pkiCmd[i+1] = outDir
+		}
+	}
+	require.NoError(t, run(t.Context(), append(pkiCmd, "-data-dir", tmp), func(k string) string { return pkiEnv[k] }, &out, io.Discard))
 	assert.Equal(t, "service_completed_successfully", srv.DependsOn["pki"].Condition, "the server starts after the CA exists (one creator)")
 	pkiDataDir := pkiEnv["WFM_DATA_DIR"]
 	assert.Equal(t, c.dataDir, pkiDataDir, "the pki job writes to the server's data folder")
@@ -315,18 +323,42 @@ func TestComposeAgreesWithServer(t *testing.T) {
 	for name := range simArgs {
 		assert.Contains(t, known, name, "wfm-devicesim has no flag -%s", name)
 	}
-	client := pkiArgs["client-id"]
-	assert.Equal(t, filepath.Join(c.dataDir, "pki", "ca.pem"), simArgs["ca"])
-	assert.Equal(t, filepath.Join(c.dataDir, "pki", "clients", client+".pem"), simArgs["cert"])
-	assert.Equal(t, filepath.Join(c.dataDir, "pki", "clients", client+"-key.pem"), simArgs["key"])
-	assert.FileExists(t, filepath.Join(tmp, "pki", "clients", client+".pem"), "issue-client-cert wrote where the simulator reads")
+	// The simulator reads the certificate, its key and the CA certificate
+	// from the folder the pki job wrote them to (-out), a volume of their
+	// own mounted at another path: never the data volume, which holds the
+	// CA's key and the admin token.
+	client, pkiOut := pkiArgs["client-id"], pkiArgs["out"]
+	require.NotEmpty(t, pkiOut, "the pki job writes the simulator's files apart from the data folder")
+	var shared, simDir string
+	for _, v := range pki.Volumes {
+		if name, path, ok := strings.Cut(v, ":"); ok && path == pkiOut {
+			shared = name
+		}
+	}
+	require.NotEmpty(t, shared, "the pki job's -out folder is a volume")
+	for _, v := range sim.Volumes {
+		name, rest, _ := strings.Cut(v, ":")
+		assert.NotEqual(t, "wfm-data", name, "the simulator must not mount the data volume")
+		if name == shared {
+			path, mode, _ := strings.Cut(rest, ":")
+			simDir = path
+			assert.Equal(t, "ro", mode, "the simulator mounts its certificates read-only")
+		}
+	}
+	require.NotEmpty(t, simDir, "the simulator mounts the pki job's volume")
+	assert.Equal(t, filepath.Join(simDir, "ca.pem"), simArgs["ca"])
+	assert.Equal(t, filepath.Join(simDir, client+".pem"), simArgs["cert"])
+	assert.Equal(t, filepath.Join(simDir, client+"-key.pem"), simArgs["key"])
+	assert.Contains(t, f.Volumes, shared)
+	for _, name := range []string{"ca.pem", client + ".pem", client + "-key.pem"} {
+		assert.FileExists(t, filepath.Join(outDir, name), "issue-client-cert wrote where the simulator reads")
+	}
 	su, err := url.Parse(simArgs["server"])
 	require.NoError(t, err)
 	assert.Equal(t, "https", su.Scheme)
 	assert.Equal(t, dport, su.Port())
 	assert.Contains(t, c.deviceCertHosts, su.Hostname(), "the simulator's server name is on the server certificate")
 	assert.Contains(t, f.Services, su.Hostname(), "the simulator's server name is the server's service")
-	assert.Contains(t, sim.Volumes, "wfm-data:"+c.dataDir+":ro")
 	assert.Equal(t, "service_completed_successfully", sim.DependsOn["pki"].Condition)
 	assert.Contains(t, sim.DependsOn, "wfm")
 

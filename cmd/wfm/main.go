@@ -1081,7 +1081,7 @@ func issueClientCert(args []string, getenv func(string) string, stdout, stderr i
 	}
 	clientID := fs.String("client-id", "", "client id (required)")
 	dataDir := fs.String("data-dir", env("WFM_DATA_DIR", ".data"), "the server's data folder (its pki/ holds the development CA)")
-	out := fs.String("out", "", "folder for <client-id>.pem and <client-id>-key.pem (default <data-dir>/pki/clients)")
+	out := fs.String("out", "", "folder for <client-id>.pem and <client-id>-key.pem, and then a copy of the CA certificate, ca.pem (default <data-dir>/pki/clients, without the copy)")
 	trustDomain := fs.String("trust-domain", env("WFM_TRUST_DOMAIN", "wfm.local"), "SPIFFE trust domain")
 	wfmID := fs.String("wfm-id", env("WFM_ID", "dev"), "this WFM's id")
 	validity := fs.Duration("validity", 365*24*time.Hour, "how long the certificate is valid")
@@ -1105,11 +1105,25 @@ func issueClientCert(args []string, getenv func(string) string, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	if *out == "" {
+	caFile := filepath.Join(dir, "ca.pem")
+	copyCA := *out != ""
+	if !copyCA {
 		*out = filepath.Join(dir, "clients")
 	}
 	if err := os.MkdirAll(*out, 0o700); err != nil {
 		return err
+	}
+	if copyCA {
+		// What a device needs, without the rest of the data folder (the CA's
+		// key, the admin token): a folder another container can mount.
+		b, err := os.ReadFile(caFile)
+		if err != nil {
+			return err
+		}
+		caFile = filepath.Join(*out, "ca.pem")
+		if err := os.WriteFile(caFile, b, 0o644); err != nil {
+			return err
+		}
 	}
 	certPEM, keyPEM, err := ca.IssueClientPEM(spiffeID, *validity)
 	if err != nil {
@@ -1119,10 +1133,10 @@ func issueClientCert(args []string, getenv func(string) string, stdout, stderr i
 	if err := devpki.WriteKeyPairFiles(certFile, keyFile, certPEM, keyPEM); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "issued %s\n  certificate %s\n  key         %s\n  CA          %s\n", spiffeID, certFile, keyFile, filepath.Join(dir, "ca.pem"))
+	fmt.Fprintf(stdout, "issued %s\n  certificate %s\n  key         %s\n  CA          %s\n", spiffeID, certFile, keyFile, caFile)
 	server := "https://" + displayHostPort(*deviceListen)
-	fmt.Fprintf(stdout, "try: curl --cacert %s --cert %s --key %s %s/api/v1/deployments\n", filepath.Join(dir, "ca.pem"), certFile, keyFile, server)
-	fmt.Fprintf(stdout, "simulate devices: ./bin/wfm-devicesim -server %s -ca %s -cert %s -key %s\n", server, filepath.Join(dir, "ca.pem"), certFile, keyFile)
+	fmt.Fprintf(stdout, "try: curl --cacert %s --cert %s --key %s %s/api/v1/deployments\n", caFile, certFile, keyFile, server)
+	fmt.Fprintf(stdout, "simulate devices: ./bin/wfm-devicesim -server %s -ca %s -cert %s -key %s\n", server, caFile, certFile, keyFile)
 	return nil
 }
 
