@@ -1,7 +1,11 @@
 package fleet_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -105,4 +109,47 @@ func TestFitKeyIgnoresOnlyIdentity(t *testing.T) {
 	}
 	assert.NotEqual(t, base, put("d-vendor", func(props map[string]any) { props["vendor"] = "other" }))
 	assert.NotEqual(t, base, put("d-memory", func(props map[string]any) { props["memory"] = "2Gi" }))
+}
+
+// failingDeploymentStore fails the reads of one deployment (its member's
+// planning) as a broken database row would.
+type failingDeploymentStore struct {
+	fleet.Store
+	id string
+}
+
+func (s *failingDeploymentStore) Deployment(ctx context.Context, id string) (fleet.Deployment, error) {
+	if id == s.id {
+		return fleet.Deployment{}, lifecycle.Errorf(lifecycle.EINTERNAL, "deployment %s: unreadable", id)
+	}
+	return s.Store.Deployment(ctx, id)
+}
+
+// TestRolloutWaveGoesOnPastAMemberThatCannotBePlanned: a member whose
+// planning fails (not a refusal) is left for the next visit; the rest of
+// its wave is published.
+func TestRolloutWaveGoesOnPastAMemberThatCannotBePlanned(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	var ds []fleet.Deployment
+	for i := range 4 {
+		ds = append(ds, e.deploy("c", fmt.Sprintf("d%d", i), "1.5.0"))
+	}
+	broken := &failingDeploymentStore{Store: postgres.NewFleetStore(e.pool, 5), id: ds[1].ID}
+	e.s = fleet.NewService(broken, e.cat, fleet.Policy{AcceptAll: true, AllowOverrides: true}, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := e.s.CreateRollout(e.ctx, upgradeTo2(lifecycle.WaveSpec{Size: percent(100)}), fleet.Actor{ID: "alice"})
+	require.NoError(t, err)
+	_, err = e.s.DriveRollouts(e.ctx) // logs the member it could not publish
+	require.NoError(t, err)
+	ms := e.members(r.ID, fleet.MemberFilter{})
+	require.Len(t, ms, 4)
+	started := 0
+	for _, m := range ms {
+		if m.DeploymentID == ds[1].ID {
+			continue
+		}
+		_, err := e.s.Operation(e.ctx, m.OperationID)
+		require.NoError(t, err, "%s: its operation was created", m.DeviceID)
+		started++
+	}
+	assert.Equal(t, 3, started)
 }

@@ -475,8 +475,10 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 	// Each member's operation is planned as the single operation would be
 	// (a few at a time: planning reads), then the allowed ones are created
 	// a chunk per transaction (createMembers).
+	// A member whose planning fails (the database, say) is left for the
+	// next visit; the others go ahead.
 	plans := make([]Plan, len(ms))
-	refused := make([]error, len(ms))
+	refused, failed := make([]error, len(ms)), make([]error, len(ms))
 	var g errgroup.Group
 	g.SetLimit(publishConcurrency)
 	for i, m := range ms {
@@ -488,17 +490,15 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 			if err != nil {
 				// Nothing to create: a refusal to record, or nothing at
 				// all when the member's operation already exists.
-				refused[i], err = s.memberCreated(ctx, m, err)
-				return err
+				refused[i], failed[i] = s.memberCreated(ctx, m, err)
+				return nil
 			}
 			plans[i] = p
 			return nil
 		})
 	}
-	err := g.Wait()
-	if err == nil {
-		err = s.createMembers(ctx, ms, plans, refused)
-	}
+	_ = g.Wait()
+	err := errors.Join(s.createMembers(ctx, ms, plans, refused), errors.Join(failed...))
 	for i, e := range refused {
 		if e != nil {
 			st := notStarted(e)
@@ -524,6 +524,7 @@ const memberChunk = 250
 // again one member per transaction, so that one member cannot hold back
 // the others.
 func (s *Service) createMembers(ctx context.Context, ms []RolloutMember, plans []Plan, refused []error) error {
+	var failed []error
 	var at []int
 	for i := range ms {
 		if refused[i] == nil && plans[i].op != nil {
@@ -562,12 +563,12 @@ func (s *Service) createMembers(ctx context.Context, ms []RolloutMember, plans [
 		for j, i := range chunk {
 			e, err := s.memberCreated(ctx, ms[i], errs[j])
 			if err != nil {
-				return err
+				failed = append(failed, err) // left for the next visit
 			}
 			refused[i] = e
 		}
 	}
-	return nil
+	return errors.Join(failed...)
 }
 
 // memberCreated sorts out the error of the creation of member m's
