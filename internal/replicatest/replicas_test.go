@@ -181,8 +181,11 @@ const appID = "com-northstartida-hello-world"
 // database (migrations serialize on goose's lock). Devices of one client
 // poll replica A, those of another poll replica B; deployments and
 // upgrades are driven through replica C, which is killed (SIGKILL) while
-// upgrades are being requested and run; the rest is driven through A, a
-// request cut by the kill retried there with the same Idempotency-Key.
+// upgrades are being requested and run (the test checks that some are
+// running); the rest is driven through A: a request cut by the kill is
+// retried there with the same Idempotency-Key, and when C had reserved the
+// key (it stays reserved for 5 minutes) the deployment's operations say
+// whether the upgrade was made, a new key asking again if not.
 // Every device converges on the new version, and the database shows each
 // deployment upgraded exactly once: two revisions, one install and one
 // upgrade operation, and one event of each kind per operation.
@@ -261,6 +264,10 @@ func TestThreeReplicasOneKilledMidOperation(t *testing.T) {
 	}
 	waitConverged(t, c, deployments, "1.0", 1)
 
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+
 	// Upgrade to 2.0 through C: half one after the other, the other half at
 	// once, while C is killed. Requests the kill cut go to A with the same
 	// Idempotency-Key.
@@ -280,7 +287,14 @@ func TestThreeReplicasOneKilledMidOperation(t *testing.T) {
 				"application/json", upgrade, "Idempotency-Key", "up-"+deployments[i])
 		})
 	}
+	// The kill lands mid-operation: upgrades requested through C are still
+	// running (their devices take 300 ms to install).
+	var running int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM operations WHERE type = 'upgrade' AND state IN ('queued', 'running')`).Scan(&running))
 	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
+	t.Logf("C killed with %d upgrade operations running", running)
+	require.Positive(t, running, "no upgrade was running when C was killed")
 	reqWG.Wait()
 	<-c.exited
 	cut, reserved := 0, 0
@@ -315,9 +329,6 @@ func TestThreeReplicasOneKilledMidOperation(t *testing.T) {
 	t.Logf("devices, installs, upgrades and the kill: %s", time.Since(began).Round(time.Millisecond))
 
 	// Nothing lost, nothing applied twice.
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	require.NoError(t, err)
-	defer pool.Close()
 	for _, id := range deployments {
 		var revisions []int
 		require.NoError(t, pool.QueryRow(context.Background(),
