@@ -71,3 +71,23 @@ bench-http: ## Device-poll throughput vs a bare net/http 304 under wrk (needs wr
 .PHONY: bench-status
 bench-status: ## Status-report ingestion rate vs pgbench single-row INSERTs (needs wrk), printed only
 	$(GO) run ./cmd/wfm-bench -only status -doc '' $(BENCH_ARGS)
+
+# helm for `make helm-check`: built once from the Go module proxy (about 2 minutes on 2 cores) into
+# HELM_DIR, a cache outside the repository that CI may keep between runs (.ci/run sets it).
+HELM_VERSION := v4.3.1
+HELM_DIR ?= $(HOME)/.cache/wfm-tools/helm-$(HELM_VERSION)
+HELM ?= $(HELM_DIR)/helm
+HELM_VALUES := deploy/helm/wfm/ci/test-values.yaml
+
+.PHONY: helm-check
+helm-check: $(HELM) ## Helm chart: helm lint, helm template, strict decode and settings tests (deploy/helm)
+	$(HELM) lint --strict deploy/helm/wfm -f $(HELM_VALUES)
+	$(HELM) template wfm deploy/helm/wfm -f $(HELM_VALUES) > /dev/null
+	cd deploy/helm/test && $(GO) vet ./... && HELM=$(abspath $(HELM)) $(GO) test -count=1 ./...
+
+$(HELM):
+	GOBIN=$(abspath $(HELM_DIR)) $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+
+.PHONY: migration-compat
+migration-compat: ## The previous release's store tests on this tree's migrations (PREV=<ref>; docs/deploy.md)
+	deploy/migration-compat.sh $(PREV)
