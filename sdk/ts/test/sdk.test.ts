@@ -18,6 +18,7 @@ import { startServer, type Server } from "./server.js";
 const app = "ts-sdk-counter";
 const clientId = "ts-plant";
 const deviceId = "edge-ts-1";
+const consoleOrigin = "https://console.example.com";
 
 /** An application description of version; 2.0.0 is reached only from 1.1.0 on. */
 function description(version: string): string {
@@ -42,7 +43,7 @@ let server: Server;
 let wfm: WfmClient;
 
 before(async () => {
-  server = await startServer();
+  server = await startServer(["-cors-origins", consoleOrigin]);
   wfm = createWfmClient({ baseUrl: server.mgmt, token: server.token });
 });
 
@@ -158,4 +159,26 @@ test("the package version is the contract's info.version", async () => {
   const m = /^info:\n(?:  .*\n)*?  version: (\S+)$/m.exec(contract);
   assert.ok(m?.[1], "info.version in openapi.yaml");
   assert.equal(pkg.version, m[1]);
+});
+
+test("a web console on an allowed origin may call the management API", async () => {
+  // The preflight a browser sends before the SDK's first call, and the call itself.
+  const pre = await fetch(`${server.mgmt}/mgmt/v1/deployments`, {
+    method: "OPTIONS",
+    headers: { Origin: consoleOrigin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type" },
+  });
+  assert.equal(pre.status, 204);
+  assert.equal(pre.headers.get("Access-Control-Allow-Origin"), consoleOrigin);
+  assert.equal(pre.headers.get("Access-Control-Allow-Headers"), "authorization,content-type");
+  const wfmInBrowser = createWfmClient({ baseUrl: server.mgmt, token: server.token, headers: { Origin: consoleOrigin } });
+  const res = await wfmInBrowser.GET("/mgmt/v1/deployments");
+  assert.equal(res.response.status, 200);
+  assert.equal(res.response.headers.get("Access-Control-Allow-Origin"), consoleOrigin);
+  assert.match(res.response.headers.get("Access-Control-Expose-Headers") ?? "", /Location/);
+
+  const other = await fetch(`${server.mgmt}/mgmt/v1/deployments`, {
+    method: "OPTIONS",
+    headers: { Origin: "https://elsewhere.example.com", "Access-Control-Request-Method": "POST" },
+  });
+  assert.equal(other.headers.get("Access-Control-Allow-Origin"), null);
 });
