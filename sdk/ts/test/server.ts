@@ -3,6 +3,7 @@
 // the end. Every wait is bounded.
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { rmSync } from "node:fs";
 import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -71,10 +72,27 @@ export async function startServer(extraArgs: string[] = []): Promise<Server> {
       { env, stdio: ["ignore", "pipe", "pipe"] },
     );
     const started = child;
-    // Killed with the test process, whatever way it ends.
+    // Killed with the test process, whether it exits or is stopped by a
+    // signal (the test runner's timeout); its PostgreSQL dies with it.
     const killOnExit = () => started.kill("SIGKILL");
+    const killOnSignal = (signal: NodeJS.Signals) => {
+      const code = signal === "SIGINT" ? 130 : 143;
+      const exit = () => {
+        rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+        process.exit(code);
+      };
+      started.once("exit", exit);
+      started.kill("SIGKILL");
+      setTimeout(exit, 5_000).unref();
+    };
     process.once("exit", killOnExit);
-    started.once("exit", () => process.removeListener("exit", killOnExit));
+    process.once("SIGINT", killOnSignal);
+    process.once("SIGTERM", killOnSignal);
+    started.once("exit", () => {
+      process.removeListener("exit", killOnExit);
+      process.removeListener("SIGINT", killOnSignal);
+      process.removeListener("SIGTERM", killOnSignal);
+    });
     let log = "";
     started.stderr?.on("data", (b: Buffer) => {
       log = (log + b.toString()).slice(-8000);
