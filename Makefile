@@ -46,6 +46,10 @@ generate: ## Regenerate api/ and sdk/ from openapi.yaml
 	$(GO) tool oapi-codegen -config api/config.yaml openapi.yaml
 	$(GO) tool oapi-codegen -config sdk/config.yaml openapi.yaml
 
+.PHONY: generate-ts
+generate-ts: ## Regenerate the TypeScript SDK's types (sdk/ts/src/schema.gen.ts) from openapi.yaml (needs npm)
+	cd sdk/ts && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run -s generate
+
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l . | grep -v '^.data/' || true); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -87,6 +87,7 @@ type config struct {
 	mgmtBurst       int            // management API burst per caller
 	trustedProxies  []netip.Prefix // peers whose forwarding header names the caller
 	forwardedHeader string         // the one forwarding header read from them
+	corsOrigins     []string       // browser origins allowed to call the management API (CORS); none: CORS off
 	adminToken      string
 	adminTokenFile  string
 	adminTokenNew   bool     // create the admin token file when missing, also with DATABASE_URL
@@ -121,7 +122,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.SetOutput(stderr)
 	var c config
 	var level, mgmtRate, mgmtBurst, trustedProxies, eventRetention, eventStreams string
-	var bundleRetention, deviceCertHosts string
+	var bundleRetention, deviceCertHosts, corsOrigins string
 	var whAllowCIDR, whTimeout, whDisableAfter, whRetention, whWorkers string
 	fs.StringVar(&c.listen, "listen", env("WFM_LISTEN", "127.0.0.1:8080"), "address of the HTTP listener (env WFM_LISTEN)")
 	fs.StringVar(&c.deviceListen, "device-listen", env("WFM_DEVICE_LISTEN", "127.0.0.1:8443"), "address of the device API listener (mTLS) (env WFM_DEVICE_LISTEN)")
@@ -143,6 +144,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&mgmtBurst, "mgmt-burst", env("WFM_MGMT_BURST", "100"), "management API requests a caller may make at once above its rate (env WFM_MGMT_BURST)")
 	fs.StringVar(&trustedProxies, "trusted-proxies", getenv("WFM_TRUSTED_PROXIES"), "comma-separated addresses or CIDRs of proxies whose forwarding header (-forwarded-header) names the caller; empty: none; 0.0.0.0/0 and ::/0 are refused (env WFM_TRUSTED_PROXIES)")
 	fs.StringVar(&c.forwardedHeader, "forwarded-header", env("WFM_FORWARDED_HEADER", httpapi.HeaderXForwardedFor), "the one header read from trusted proxies: x-forwarded-for or forwarded (RFC 7239); the other is ignored. Choose the one your proxy appends to (env WFM_FORWARDED_HEADER)")
+	fs.StringVar(&corsOrigins, "cors-origins", getenv("WFM_CORS_ORIGINS"), "comma-separated browser origins (scheme://host[:port]) of web consoles allowed to call the management API across origins (CORS); empty: none (env WFM_CORS_ORIGINS)")
 	fs.BoolVar(&c.deviceTLS12, "device-tls12", getenv("WFM_DEVICE_TLS12") == "true", "also accept TLS 1.2 on the device listener (Margo allows it only as a non-default fallback) (env WFM_DEVICE_TLS12=true)")
 	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
 	fs.StringVar(&eventRetention, "event-retention", env("WFM_EVENT_RETENTION", postgres.DefaultEventRetention.String()), "how long the event log keeps an event, a duration from 1h to 87600h (10 years); pruned hourly (env WFM_EVENT_RETENTION)")
@@ -213,6 +215,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.bundleRetention, err = time.ParseDuration(bundleRetention); err != nil || c.bundleRetention < minBundleRetention || c.bundleRetention > maxBundleRetention {
 		return c, fmt.Errorf("-bundle-retention %q: want a duration from %s to %s", bundleRetention, minBundleRetention, maxBundleRetention)
 	}
+	if c.corsOrigins, err = parseCORSOrigins(corsOrigins); err != nil {
+		return c, err
+	}
 	if err := parseWebhookConfig(&c.webhooks, whAllowCIDR, whTimeout, whDisableAfter, whRetention, whWorkers); err != nil {
 		return c, err
 	}
@@ -277,6 +282,26 @@ func validDNSName(name string) bool {
 		}
 	}
 	return true
+}
+
+// parseCORSOrigins reads -cors-origins: comma-separated origins, each as a
+// browser sends it in Origin (httpapi.CheckCORSOrigin), duplicates dropped.
+func parseCORSOrigins(list string) ([]string, error) {
+	var origins []string
+	seen := map[string]bool{}
+	for _, o := range strings.Split(list, ",") {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		if err := httpapi.CheckCORSOrigin(o); err != nil {
+			return nil, fmt.Errorf("-cors-origins: %w", err)
+		}
+		if k := strings.ToLower(o); !seen[k] {
+			seen[k] = true
+			origins = append(origins, o)
+		}
+	}
+	return origins, nil
 }
 
 // The range of -bundle-retention: below an hour (the collection interval)
@@ -529,6 +554,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		MgmtLimiter:     mgmtLimit,
 		TrustedProxies:  c.trustedProxies,
 		ForwardedHeader: c.forwardedHeader,
+		CORSOrigins:     c.corsOrigins,
 		Refusals:        refusals,
 		LogSampler:      refusalLog,
 		OutageLog:       outageLog,
@@ -845,10 +871,19 @@ func logPosture(log *slog.Logger, c config, mgmtURL string, mgmtLoopback, mgmtTL
 		"mgmt_burst", mgmtBurst,
 		"trusted_proxies", proxies,
 		"forwarded_header", header,
+		"cors_origins", corsPosture(c.corsOrigins),
 		"device_rate", c.deviceRate,
 		"device_burst", c.deviceBurst,
 		"rollback_override", c.allowOverrides,
 		"relaxed", strings.Join(dev, ","))
+}
+
+// corsPosture is the cors_origins field of the security posture line.
+func corsPosture(origins []string) string {
+	if len(origins) == 0 {
+		return "none"
+	}
+	return strings.Join(origins, ",")
 }
 
 // tlsOptions are the device listener's TLS options: a client certificate

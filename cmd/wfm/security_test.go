@@ -197,6 +197,7 @@ func TestSecurityPostureLine(t *testing.T) {
 	assert.EqualValues(t, 100, p["mgmt_burst"])
 	assert.Equal(t, "none", p["trusted_proxies"])
 	assert.Equal(t, "none (no trusted proxies)", p["forwarded_header"])
+	assert.Equal(t, "none", p["cors_origins"], "CORS is off by default")
 	assert.EqualValues(t, 20, p["device_rate"])
 	assert.EqualValues(t, 40, p["device_burst"])
 	assert.Equal(t, false, p["rollback_override"])
@@ -211,7 +212,8 @@ func TestSecurityPostureLine(t *testing.T) {
 	assert.Equal(t, "dev-pki", p["relaxed"])
 
 	_, logs = startLogged(t, "-dev-header-identity", "-mgmt-rate", "0", "-device-rate", "1e9",
-		"-trusted-proxies", "10.0.0.0/8,192.0.2.10", "-forwarded-header", "forwarded")
+		"-trusted-proxies", "10.0.0.0/8,192.0.2.10", "-forwarded-header", "forwarded",
+		"-cors-origins", "https://console.example.com,http://localhost:5173")
 	p = logs.line(t, "security posture")
 	require.NotNil(t, p)
 	assert.Equal(t, "all", p["accept_clients"])
@@ -220,6 +222,7 @@ func TestSecurityPostureLine(t *testing.T) {
 	assert.Equal(t, "unlimited", p["mgmt_burst"])
 	assert.Equal(t, "10.0.0.0/8,192.0.2.10/32", p["trusted_proxies"])
 	assert.Equal(t, "forwarded", p["forwarded_header"])
+	assert.Equal(t, "https://console.example.com,http://localhost:5173", p["cors_origins"])
 	assert.EqualValues(t, 1e9, p["device_rate"])
 	assert.Equal(t, "dev-header-identity,mgmt-rate-unlimited,device-rate-raised", p["relaxed"])
 }

@@ -92,6 +92,11 @@ type Config struct {
 	// Counters, when not nil, receives the domain counters the adapter
 	// sees: rate-limited requests by route, status reports ingested.
 	Counters DomainCounters
+	// CORSOrigins are the browser origins (scheme://host[:port], see
+	// CheckCORSOrigin) allowed to call the management API across origins;
+	// none: no CORS headers at all, and a preflight is answered 405 like any
+	// OPTIONS request.
+	CORSOrigins []string
 }
 
 // MgmtLimiter is what the management API's rate limit needs
@@ -156,6 +161,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	corsMiddleware, err := newCORS(cfg.CORSOrigins)
+	if err != nil {
+		return nil, err
+	}
 	registerBodyDecoders()
 	// The contract is loaded once, from openapi.yaml as embedded byte for
 	// byte (package wfm): the validator and the operation table (roles,
@@ -180,7 +189,12 @@ func NewHandler(cfg Config) (http.Handler, error) {
 
 	r := chi.NewRouter()
 	s.router = r
-	r.Use(s.requestContext(metrics), s.recoverer, limitHeaders, faceGuard, limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
+	r.Use(s.requestContext(metrics), s.recoverer, limitHeaders, faceGuard)
+	if corsMiddleware != nil {
+		// Before authentication: a preflight carries no credentials.
+		r.Use(corsMiddleware)
+	}
+	r.Use(limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		for _, m := range allowedMethods(r, req.URL.Path) {
