@@ -415,7 +415,7 @@ func (s *Service) Record(ctx context.Context, e AuditEntry) error {
 
 // storableEntry returns e with every string made storable.
 func storableEntry(e AuditEntry) AuditEntry {
-	e.Actor, e.Action, e.Method, e.Target = storable(e.Actor), storable(e.Action), storable(e.Method), storable(e.Target)
+	e.Actor, e.Action, e.Method, e.Target = storable(e.Actor), storable(e.Action), storable(e.Method), storable(CanonicalTarget(e.Target))
 	e.Outcome, e.RequestID, e.Role = storable(e.Outcome), storable(e.RequestID), Role(storable(string(e.Role)))
 	if e.Detail != nil {
 		e.Detail = storableValue(e.Detail).(map[string]any)

@@ -70,3 +70,24 @@ func AuditTargetPath(kind, id string) (string, error) {
 	}
 	return t.collection + id, nil
 }
+
+// CanonicalTarget is the target an audit entry records for a request path:
+// the path with every segment that is a UUID in lower case (a UUID is
+// accepted in any case in a path), so that the filter by target finds a
+// call whatever case its caller wrote the id in. Other segments (client
+// and device ids) are case-sensitive and kept as they are.
+func CanonicalTarget(path string) string {
+	segs := strings.Split(path, "/")
+	changed := false
+	for i, s := range segs {
+		if len(s) == 36 && s != strings.ToLower(s) {
+			if _, err := uuid.Parse(s); err == nil {
+				segs[i], changed = strings.ToLower(s), true
+			}
+		}
+	}
+	if !changed {
+		return path
+	}
+	return strings.Join(segs, "/")
+}

@@ -35,6 +35,7 @@ func NewPending(e AuditEntry, created, changed int) *Pending {
 	if e.Detail == nil {
 		e.Detail = map[string]any{}
 	}
+	e.Target = CanonicalTarget(e.Target)
 	return &Pending{entry: e, created: created, changed: changed}
 }
 

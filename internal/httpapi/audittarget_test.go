@@ -25,7 +25,9 @@ func TestAuditFiltersByTarget(t *testing.T) {
 	r, body := dev.do("PUT", "/api/v1/capabilities/edge2", capabilities("edge2", "compose"))
 	require.Equal(t, http.StatusCreated, r.StatusCode, string(body))
 	other := e.deploy(t, "plant", "edge2", "svc", "1.0.0").Id.String()
-	del, err := e.mgmt.DeleteDeploymentWithResponse(t.Context(), other, nil)
+	// Called with the id in upper case (a UUID in a path is accepted in any
+	// case): the entry records it in lower case, so the filter finds it.
+	del, err := e.mgmt.DeleteDeploymentWithResponse(t.Context(), strings.ToUpper(other), nil)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, del.StatusCode(), string(del.Body))
 
