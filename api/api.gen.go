@@ -3246,6 +3246,12 @@ type ListWebhookDeliveriesParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// GetSchemaParams defines parameters for GetSchema.
+type GetSchemaParams struct {
+	// IfNoneMatch The ETag of a copy the caller holds; when it matches, the answer is 304 without a body.
+	IfNoneMatch *string `json:"If-None-Match,omitempty"`
+}
+
 // PutDeviceCapabilitiesJSONRequestBody defines body for PutDeviceCapabilities for application/json ContentType.
 type PutDeviceCapabilitiesJSONRequestBody = DeviceCapabilitiesManifest
 
@@ -3690,7 +3696,7 @@ type ServerInterface interface {
 	GetReady(w http.ResponseWriter, r *http.Request)
 	// GetSchema A JSON Schema of the lifecycle extension (for validators and other WFMs)
 	// (GET /schemas/{name})
-	GetSchema(w http.ResponseWriter, r *http.Request, name string)
+	GetSchema(w http.ResponseWriter, r *http.Request, name string, params GetSchemaParams)
 }
 
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
@@ -4083,7 +4089,7 @@ func (_ Unimplemented) GetReady(w http.ResponseWriter, r *http.Request) {
 
 // GetSchema A JSON Schema of the lifecycle extension (for validators and other WFMs)
 // (GET /schemas/{name})
-func (_ Unimplemented) GetSchema(w http.ResponseWriter, r *http.Request, name string) {
+func (_ Unimplemented) GetSchema(w http.ResponseWriter, r *http.Request, name string, params GetSchemaParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -7273,8 +7279,32 @@ func (siw *ServerInterfaceWrapper) GetSchema(w http.ResponseWriter, r *http.Requ
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetSchemaParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "If-None-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-None-Match")]; found {
+		var IfNoneMatch string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "If-None-Match", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-None-Match", valueList[0], &IfNoneMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "If-None-Match", Err: err})
+			return
+		}
+
+		params.IfNoneMatch = &IfNoneMatch
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.GetSchema(w, r, name)
+		siw.Handler.GetSchema(w, r, name, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -16518,7 +16548,8 @@ func (response GetReadydefaultApplicationProblemPlusJSONResponse) VisitGetReadyR
 }
 
 type GetSchemaRequestObject struct {
-	Name string `json:"name"`
+	Name   string `json:"name"`
+	Params GetSchemaParams
 }
 
 type GetSchemaResponseObject interface {
@@ -16547,6 +16578,22 @@ func (response GetSchema200ApplicationSchemaPlusJSONResponse) VisitGetSchemaResp
 	w.WriteHeader(200)
 	_, err := buf.WriteTo(w)
 	return err
+}
+
+type GetSchema304ResponseHeaders struct {
+	ETag *string
+}
+
+type GetSchema304Response struct {
+	Headers GetSchema304ResponseHeaders
+}
+
+func (response GetSchema304Response) VisitGetSchemaResponse(w http.ResponseWriter) error {
+	if response.Headers.ETag != nil {
+		w.Header().Set("ETag", fmt.Sprint(*response.Headers.ETag))
+	}
+	w.WriteHeader(304)
+	return nil
 }
 
 type GetSchema400ApplicationProblemPlusJSONResponse struct {
@@ -18668,10 +18715,11 @@ func (sh *strictHandler) GetReady(w http.ResponseWriter, r *http.Request) {
 }
 
 // GetSchema operation middleware
-func (sh *strictHandler) GetSchema(w http.ResponseWriter, r *http.Request, name string) {
+func (sh *strictHandler) GetSchema(w http.ResponseWriter, r *http.Request, name string, params GetSchemaParams) {
 	var request GetSchemaRequestObject
 
 	request.Name = name
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.GetSchema(ctx, request.(GetSchemaRequestObject))

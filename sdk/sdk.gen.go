@@ -3247,6 +3247,12 @@ type ListWebhookDeliveriesParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// GetSchemaParams defines parameters for GetSchema.
+type GetSchemaParams struct {
+	// IfNoneMatch The ETag of a copy the caller holds; when it matches, the answer is 304 without a body.
+	IfNoneMatch *string `json:"If-None-Match,omitempty"`
+}
+
 // PutDeviceCapabilitiesJSONRequestBody defines body for PutDeviceCapabilities for application/json ContentType.
 type PutDeviceCapabilitiesJSONRequestBody = DeviceCapabilitiesManifest
 
@@ -4468,7 +4474,8 @@ type ClientInterface interface {
 	// GetSchema A JSON Schema of the lifecycle extension (for validators and other WFMs)
 	//
 	// The machine-readable schemas (JSON Schema 2020-12) of the lifecycle proposal (docs/sup/lifecycle.md),
-	// byte for byte as in the repository's `schemas/` folder, with a strong `ETag`. No token needed.
+	// byte for byte as in the repository's `schemas/` folder, with a strong `ETag` (`If-None-Match` with it
+	// is answered 304). No token needed; an unknown query parameter is 400.
 	// `lifecycle.schema.json` validates the `lifecycle` section of an application description;
 	// `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
 	// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
@@ -4476,7 +4483,7 @@ type ClientInterface interface {
 	// is 406 `not-acceptable`.
 	//
 	// Corresponds with GET /schemas/{name} (the `GetSchema` operationId).
-	GetSchema(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetSchema(ctx context.Context, name string, params *GetSchemaParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetBundle Retrieve a deployment bundle by its content digest
@@ -6188,7 +6195,8 @@ func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*
 // GetSchema A JSON Schema of the lifecycle extension (for validators and other WFMs)
 //
 // The machine-readable schemas (JSON Schema 2020-12) of the lifecycle proposal (docs/sup/lifecycle.md),
-// byte for byte as in the repository's `schemas/` folder, with a strong `ETag`. No token needed.
+// byte for byte as in the repository's `schemas/` folder, with a strong `ETag` (`If-None-Match` with it
+// is answered 304). No token needed; an unknown query parameter is 400.
 // `lifecycle.schema.json` validates the `lifecycle` section of an application description;
 // `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
 // in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
@@ -6196,8 +6204,8 @@ func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*
 // is 406 `not-acceptable`.
 //
 // Corresponds with GET /schemas/{name} (the `GetSchema` operationId).
-func (c *Client) GetSchema(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetSchemaRequest(c.Server, name)
+func (c *Client) GetSchema(ctx context.Context, name string, params *GetSchemaParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSchemaRequest(c.Server, name, params)
 	if err != nil {
 		return nil, err
 	}
@@ -9996,7 +10004,7 @@ func NewGetReadyRequest(server string) (*http.Request, error) {
 }
 
 // NewGetSchemaRequest constructs an http.Request for the GetSchema method
-func NewGetSchemaRequest(server string, name string) (*http.Request, error) {
+func NewGetSchemaRequest(server string, name string, params *GetSchemaParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -10024,6 +10032,21 @@ func NewGetSchemaRequest(server string, name string) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfNoneMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -11066,7 +11089,8 @@ type ClientWithResponsesInterface interface {
 	// GetSchemaWithResponse A JSON Schema of the lifecycle extension (for validators and other WFMs)
 	//
 	// The machine-readable schemas (JSON Schema 2020-12) of the lifecycle proposal (docs/sup/lifecycle.md),
-	// byte for byte as in the repository's `schemas/` folder, with a strong `ETag`. No token needed.
+	// byte for byte as in the repository's `schemas/` folder, with a strong `ETag` (`If-None-Match` with it
+	// is answered 304). No token needed; an unknown query parameter is 400.
 	// `lifecycle.schema.json` validates the `lifecycle` section of an application description;
 	// `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
 	// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
@@ -11076,7 +11100,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /schemas/{name} (the `GetSchema` operationId).
-	GetSchemaWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetSchemaResponse, error)
+	GetSchemaWithResponse(ctx context.Context, name string, params *GetSchemaParams, reqEditors ...RequestEditorFn) (*GetSchemaResponse, error)
 }
 
 // GetBundleResponse200Headers the declared response headers of an HTTP 200 response for GetBundle
@@ -17972,6 +17996,11 @@ type GetSchemaResponse200Headers struct {
 	ETag *string
 }
 
+// GetSchemaResponse304Headers the declared response headers of an HTTP 304 response for GetSchema
+type GetSchemaResponse304Headers struct {
+	ETag *string
+}
+
 type GetSchemaResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -17987,6 +18016,8 @@ type GetSchemaResponse struct {
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetSchemaResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *GetSchemaResponse304Headers
 }
 
 // GetApplicationschemaJSON200 returns the response for an HTTP 200 `application/schema+json` response
@@ -19522,7 +19553,8 @@ func (c *ClientWithResponses) GetReadyWithResponse(ctx context.Context, reqEdito
 // GetSchemaWithResponse A JSON Schema of the lifecycle extension (for validators and other WFMs)
 //
 // The machine-readable schemas (JSON Schema 2020-12) of the lifecycle proposal (docs/sup/lifecycle.md),
-// byte for byte as in the repository's `schemas/` folder, with a strong `ETag`. No token needed.
+// byte for byte as in the repository's `schemas/` folder, with a strong `ETag` (`If-None-Match` with it
+// is answered 304). No token needed; an unknown query parameter is 400.
 // `lifecycle.schema.json` validates the `lifecycle` section of an application description;
 // `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
 // in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
@@ -19532,8 +19564,8 @@ func (c *ClientWithResponses) GetReadyWithResponse(ctx context.Context, reqEdito
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /schemas/{name} (the `GetSchema` operationId).
-func (c *ClientWithResponses) GetSchemaWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetSchemaResponse, error) {
-	rsp, err := c.GetSchema(ctx, name, reqEditors...)
+func (c *ClientWithResponses) GetSchemaWithResponse(ctx context.Context, name string, params *GetSchemaParams, reqEditors ...RequestEditorFn) (*GetSchemaResponse, error) {
+	rsp, err := c.GetSchema(ctx, name, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -26221,6 +26253,9 @@ func ParseGetSchemaResponse(rsp *http.Response) (*GetSchemaResponse, error) {
 		}
 		response.ApplicationschemaJSON200 = &dest
 
+	case rsp.StatusCode == 304:
+		break // No content-type
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -26262,6 +26297,16 @@ func ParseGetSchemaResponse(rsp *http.Response) (*GetSchemaResponse, error) {
 			headers.ETag = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers GetSchemaResponse304Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers304 = &headers
 	}
 
 	return response, nil

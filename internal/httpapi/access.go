@@ -136,6 +136,30 @@ func operationsOf(spec *openapi3.T) (map[string]operation, error) {
 	return ops, nil
 }
 
+// openQueries returns, by "METHOD path", the query parameters of the
+// contract's operations outside the management API that need no token
+// (GET /schemas/{name}, /healthz, /readyz), so that an unknown one is
+// refused there too (unknownQuery). The device API is Margo's and is left
+// as Margo defines it.
+func openQueries(spec *openapi3.T) map[string]operation {
+	ops := map[string]operation{}
+	for path, item := range spec.Paths.Map() {
+		if strings.HasPrefix(path, "/mgmt/") || strings.HasPrefix(path, "/api/") {
+			continue
+		}
+		for method, op := range item.Operations() {
+			o := operation{id: op.OperationID, query: map[string]bool{}}
+			for _, p := range append(slices.Clone(item.Parameters), op.Parameters...) {
+				if p.Value != nil && p.Value.In == "query" {
+					o.query[p.Value.Name] = true
+				}
+			}
+			ops[method+" "+path] = o
+		}
+	}
+	return ops
+}
+
 // unknownQuery refuses a query parameter op does not declare (400 naming
 // query/<name>), and a query that does not parse.
 func unknownQuery(r *http.Request, op operation) error {

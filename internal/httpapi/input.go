@@ -89,7 +89,12 @@ func (s *Server) checkInput(headers []string) func(http.Handler) http.Handler {
 				}
 			}
 			if rctx := chi.RouteContext(r.Context()); rctx != nil {
-				if op, ok := s.ops[r.Method+" "+rctx.RoutePattern()]; ok {
+				key := r.Method + " " + rctx.RoutePattern()
+				op, ok := s.ops[key]
+				if !ok {
+					op, ok = s.openOps[key]
+				}
+				if ok {
 					if err := unknownQuery(r, op); err != nil {
 						writeProblem(w, r, problemFromError(s.log, r, err))
 						return

@@ -19,13 +19,19 @@ const schemaMediaType = "application/schema+json"
 type schemaDocument struct {
 	body []byte
 	etag string
+	// notModified: the request's If-None-Match names etag (304).
+	notModified bool
 }
 
 func (d schemaDocument) VisitGetSchemaResponse(w http.ResponseWriter) error {
 	h := w.Header()
-	h.Set("Content-Type", schemaMediaType)
 	h.Set("ETag", d.etag)
 	h.Set("Cache-Control", "no-cache")
+	if d.notModified {
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	h.Set("Content-Type", schemaMediaType)
 	w.WriteHeader(http.StatusOK)
 	_, err := w.Write(d.body)
 	return err
@@ -48,5 +54,9 @@ func (s *Server) GetSchema(ctx context.Context, req api.GetSchemaRequestObject) 
 			Message: "There is no schema named " + req.Name + "; the schemas are lifecycle.schema.json and extension.schema.json."}
 	}
 	sum := sha256.Sum256(body)
-	return schemaDocument{body: body, etag: `"` + hex.EncodeToString(sum[:]) + `"`}, nil
+	d := schemaDocument{body: body, etag: `"` + hex.EncodeToString(sum[:]) + `"`}
+	if req.Params.IfNoneMatch != nil {
+		d.notModified = etagMatches(*req.Params.IfNoneMatch, d.etag, weak)
+	}
+	return d, nil
 }

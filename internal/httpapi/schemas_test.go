@@ -61,4 +61,27 @@ func TestServesSchemas(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	assert.Equal(t, http.StatusOK, res.StatusCode, "application/json is acceptable")
+
+	// A copy the caller holds is revalidated without a body.
+	etag := res.Header.Get("ETag")
+	req.Header.Set("If-None-Match", etag)
+	res, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Equal(t, http.StatusNotModified, res.StatusCode)
+	assert.Empty(t, body)
+	assert.Equal(t, etag, res.Header.Get("ETag"))
+	req.Header.Set("If-None-Match", `"stale"`)
+	res, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode, "another ETag: the document")
+
+	// An unknown query parameter is refused, as on the management API.
+	res, err = http.Get(srv.URL + "/schemas/lifecycle.schema.json?foo=1")
+	require.NoError(t, err)
+	p = readProblem(t, res, http.StatusBadRequest)
+	require.NotEmpty(t, p.Errors)
+	assert.Equal(t, "query/foo", p.Errors[0].Field)
 }

@@ -124,6 +124,9 @@ type Server struct {
 	webhooks *webhook.Service
 	clientID func(r *http.Request) (string, error)
 	ops      map[string]operation // "METHOD /path" of every management operation
+	// openOps: the query parameters of the operations outside both APIs
+	// (openQueries).
+	openOps map[string]operation
 	limiter  interface {
 		Allow(key string) (bool, time.Duration)
 	}
@@ -183,7 +186,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, webhooks: cfg.Webhooks, clientID: cfg.DeviceIdentity, ops: ops, limiter: cfg.DeviceLimiter,
+	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, webhooks: cfg.Webhooks, clientID: cfg.DeviceIdentity, ops: ops, openOps: openQueries(spec), limiter: cfg.DeviceLimiter,
 		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: cfg.OutageLog,
 		events: cfg.Events, counters: cfg.Counters}
 
