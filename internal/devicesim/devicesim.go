@@ -558,7 +558,7 @@ func (d *Device) report(ctx context.Context, id, state string, comps []string, e
 }
 
 // reportError reports a state with problem, when not "", as the error of
-// the deployment and of each component (Margo's error members).
+// the deployment (Margo's status.error; the components carry none).
 func (d *Device) reportError(ctx context.Context, id, state string, comps []string, ext map[string]any, version uint64, problem string) error {
 	var failure map[string]any
 	if problem != "" {

@@ -31,8 +31,8 @@ import (
 // rollout), members only those of the newest active rollouts (index
 // rollout_members_wave), the webhook backlog at most
 // telemetry.MaxWebhookBacklog events by primary key.
-// The due predicates are the scheduler's (ActiveOperations, ClaimRollouts).
-const sqlMetricsSnapshot = `
+// The due conditions are the scheduler's (sqlOperationDue, sqlRolloutDue).
+var sqlMetricsSnapshot = `
 WITH active AS (
   SELECT id, application_id, state, current_wave, jsonb_array_length(waves) AS waves FROM rollouts
   WHERE state IN ('running', 'paused', 'aborting') ORDER BY created_at DESC LIMIT $2
@@ -41,11 +41,10 @@ WITH active AS (
                CASE WHEN o.state = 'queued' OR o.visited_generation IS DISTINCT FROM d.generation OR o.recheck_at IS NULL
                     THEN greatest(o.updated_at, d.updated_at) END) AS since
   FROM operations o JOIN deployments d ON d.id = o.deployment_id
-  WHERE o.state IN ('queued', 'running')
-    AND (o.state = 'queued' OR o.visited_generation IS DISTINCT FROM d.generation OR o.recheck_at IS NULL OR o.recheck_at < $1)
+  WHERE ` + sqlOperationDue("$1") + `
 ), due_rollouts AS (
   SELECT coalesce(recheck_at, updated_at) AS since FROM rollouts
-  WHERE (state IN ('running', 'paused', 'aborting') OR settling) AND (recheck_at IS NULL OR recheck_at <= $1)
+  WHERE ` + sqlRolloutDue("$1") + `
 ), backlog AS (
   SELECT e.id, e.at FROM events e, webhook_dispatch w WHERE e.id > w.after ORDER BY e.id LIMIT $3
 )

@@ -506,14 +506,31 @@ func (s *FleetStore) ActiveOperation(ctx context.Context, deploymentID string) (
 // primary key.
 func (s *FleetStore) ActiveOperations(ctx context.Context, limit int, now time.Time) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `SELECT o.id::text FROM operations o JOIN deployments d ON d.id = o.deployment_id
-WHERE o.state IN ('queued', 'running')
-  AND (o.state = 'queued' OR o.visited_generation IS DISTINCT FROM d.generation OR o.recheck_at IS NULL OR o.recheck_at < $2)
-ORDER BY o.deadline LIMIT $1`, limit, now)
+WHERE `+sqlOperationDue("$2")+` ORDER BY o.deadline LIMIT $1`, limit, now)
 	if err != nil {
 		return nil, translate(err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return ids, translate(err)
+}
+
+// sqlOperationDue is the condition on an operation o, joined to its
+// deployment d, of being due for a scheduler's visit at the instant now (a
+// parameter): active, and queued, never visited, its deployment changed
+// since its last visit, or the recheck instant of that visit passed. The
+// scheduler (ActiveOperations) and its metrics (sqlMetricsSnapshot) share
+// it.
+func sqlOperationDue(now string) string {
+	return `o.state IN ('queued', 'running')
+  AND (o.state = 'queued' OR o.visited_generation IS DISTINCT FROM d.generation OR o.recheck_at IS NULL OR o.recheck_at < ` + now + `)`
+}
+
+// sqlRolloutDue is the condition on a rollout of being due for the rollout
+// driver's visit at the instant now (a parameter): not ended (or ended and
+// settling), and its recheck instant, if any, passed. ClaimRollouts and the
+// metrics share it.
+func sqlRolloutDue(now string) string {
+	return `(state IN ('running', 'paused', 'aborting') OR settling) AND (recheck_at IS NULL OR recheck_at <= ` + now + `)`
 }
 
 // reader is what reading a visit needs: the pool or a transaction.

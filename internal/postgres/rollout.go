@@ -691,7 +691,7 @@ func (s *FleetStore) oneID(ctx context.Context, sql string, args ...any) (string
 // ClaimRollouts implements fleet.RolloutStore.
 func (s *FleetStore) ClaimRollouts(ctx context.Context, owner string, limit int, now time.Time, lease time.Duration) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `UPDATE rollouts SET lease_until = $3, lease_owner = $4 WHERE id IN (
-  SELECT id FROM rollouts WHERE (state IN ('running', 'paused', 'aborting') OR settling) AND (recheck_at IS NULL OR recheck_at <= $2)
+  SELECT id FROM rollouts WHERE `+sqlRolloutDue("$2")+`
     AND (lease_until IS NULL OR lease_until <= $2)
   ORDER BY recheck_at NULLS FIRST LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING id::text`, limit, now, now.Add(lease), owner)
