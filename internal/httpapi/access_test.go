@@ -166,3 +166,35 @@ func TestAuditLogRecordsMutationsAndRefusals(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestUnknownMethodsAreRefusedFirst: a method the server implements nowhere
+// is answered 405 before authentication, so it leaves no audit entry, is
+// never echoed, and is labelled "other" in the metrics (a caller choosing
+// methods must not grow either without end).
+func TestUnknownMethodsAreRefusedFirst(t *testing.T) {
+	srv := newTestServer(t, func(context.Context) error { return nil })
+	admin := clientAs(t, srv.URL, adminToken)
+	method := "M" + strings.Repeat("Q", 2000)
+	for _, path := range []string{"/mgmt/v1/applications", "/healthz", "/schemas/lifecycle.schema.json"} {
+		req, err := http.NewRequest(method, srv.URL+path, nil)
+		require.NoError(t, err)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		assert.Equal(t, http.StatusMethodNotAllowed, res.StatusCode, path)
+		assert.Equal(t, "application/problem+json", res.Header.Get("Content-Type"), path)
+		assert.NotEmpty(t, res.Header.Get("Allow"), path)
+		assert.NotContains(t, string(body), "QQQQ", "%s: the method is not echoed", path)
+	}
+	all, err := admin.ListAuditWithResponse(t.Context(), &sdk.ListAuditParams{Actor: ptrTo("anonymous")})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, all.StatusCode(), string(all.Body))
+	assert.Empty(t, all.JSON200.Items, "no audit entry")
+	res, err := http.Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	m, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.NotContains(t, string(m), "QQQQ")
+	assert.Contains(t, string(m), `method="other"`)
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -124,7 +125,7 @@ func (s *Server) requestContext(m *telemetry.HTTPMetrics) func(http.Handler) htt
 
 			route := s.routeOf(r)
 			d := time.Since(start)
-			m.Observe(route, r.Method, rec.status, d)
+			m.Observe(route, methodLabel(r.Method), rec.status, d)
 			if s.counters != nil {
 				switch {
 				case rec.status == http.StatusTooManyRequests:
@@ -158,6 +159,40 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 				writeProblem(w, r, problemFromError(s.log, r, err))
 			}
 		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// servedMethods are the request methods the server implements somewhere;
+// any other is refused before anything else reads the request
+// (knownMethod).
+var servedMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// methodLabel is r's method as metrics label it: one of servedMethods, or
+// "other" (a caller chooses the method: labels taken from it unbounded
+// would let any caller grow the metrics without end).
+func methodLabel(m string) string {
+	if slices.Contains(servedMethods, m) {
+		return m
+	}
+	return "other"
+}
+
+// knownMethod answers a request whose method the server implements nowhere
+// with 405 (the Allow header lists the path's methods), before
+// authentication, the audit log and the rate limits see it: such a
+// request is not a call of any operation, and its method (up to
+// MaxHeaderBytes of the caller's choosing) is neither echoed nor stored.
+func (s *Server) knownMethod(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !slices.Contains(servedMethods, r.Method) {
+			for _, m := range allowedMethods(s.router, r.URL.Path) {
+				w.Header().Add("Allow", m)
+			}
+			writeProblem(w, r, problem{Type: ProblemBase + "method-not-allowed", Title: titles["method-not-allowed"], Status: http.StatusMethodNotAllowed,
+				Detail: "The request's method is not one this server implements; the Allow header lists the methods " + r.URL.Path + " takes."})
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }

@@ -192,7 +192,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 
 	r := chi.NewRouter()
 	s.router = r
-	r.Use(s.requestContext(metrics), s.recoverer, limitHeaders, faceGuard)
+	r.Use(s.requestContext(metrics), s.recoverer, limitHeaders, s.knownMethod, faceGuard)
 	if corsMiddleware != nil {
 		// Before authentication: a preflight carries no credentials.
 		r.Use(corsMiddleware)
