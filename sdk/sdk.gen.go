@@ -2691,6 +2691,8 @@ type WaveSpec struct {
 
 	// MinSuccess The percent of the wave (its resolved size, less members excluded or removed meanwhile) that must
 	// succeed for it to pass, checked when it settled. Members cancelled by the rollout count neither way.
+	// Absent: 100, or 0 when the wave gives `maxFailures` (which alone then decides: the wave passes with up
+	// to that many failures).
 	MinSuccess *int `json:"minSuccess,omitempty"`
 
 	// Size Exactly one of `count` (members) or `percent` (of the eligible members, rounded up, at least 1). A

@@ -159,7 +159,8 @@ type Wave struct {
 	Soak     time.Duration
 	// MinSuccess is the percent (0..100) of the wave's counted members
 	// (see WaveCounts.Counted) that must succeed, checked when the wave
-	// settles.
+	// settles: 100 when the request says nothing, 0 when it gives only
+	// MaxFailures (which alone then decides).
 	MinSuccess int
 	// MaxFailures is how many of the wave's counted members may fail,
 	// checked as results arrive. When the request says nothing it is the
@@ -372,6 +373,13 @@ func ValidateRolloutSpec(s RolloutSpec) (RolloutSettings, error) {
 					fe = append(fe, *e)
 				}
 				w.MaxFailures = *mf
+				if ws.MinSuccess == nil {
+					// "Stop if more than maxFailures fail": the wave passes
+					// with up to that many failures, and minSuccess, not
+					// given, asks nothing more (100 would fail the wave at its
+					// first failure whatever maxFailures allowed).
+					w.MinSuccess = 0
+				}
 			} else {
 				w.MaxFailures = PercentOf(100 - min(max(w.MinSuccess, 0), 100))
 			}

@@ -43,7 +43,7 @@ func TestValidateRolloutSpecDefaults(t *testing.T) {
 	assert.False(t, w.DefaultWaves)
 	assert.Equal(t, []Wave{
 		{Size: CountOf(5), Approval: ApprovalAuto, Soak: 30 * time.Minute, MinSuccess: 90, MaxFailures: PercentOf(10)},
-		{Size: PercentOf(100), Approval: ApprovalManual, MinSuccess: 100, MaxFailures: CountOf(3)},
+		{Size: PercentOf(100), Approval: ApprovalManual, MinSuccess: 0, MaxFailures: CountOf(3)}, // maxFailures alone decides
 	}, w.Waves)
 	assert.Equal(t, 7, w.MaxInFlight)
 	assert.Equal(t, OnThresholdAbort, w.OnThreshold)
