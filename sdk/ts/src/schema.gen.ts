@@ -609,6 +609,12 @@ export interface paths {
          * Read the audit log, newest first
          * @description Every mutating management call (successful or refused), every token use that was refused for its
          *     role, and every break-glass override. Append-only: the API cannot change or delete entries.
+         *
+         *     `targetKind` and `targetId` (always together) select the calls addressed to one resource: those
+         *     whose `target` is the resource's path or a path below it (`targetKind=deployment&targetId=<id>`:
+         *     its upgrades, reconfigurations, rollbacks, deletion…; `client`: the client and its devices). The
+         *     call that created the resource addressed its collection (`POST /mgmt/v1/deployments`), so it is
+         *     not among them: find it with `action` (`createDeployment`) and `since`/`until`.
          */
         get: operations["listAudit"];
         put?: never;
@@ -1295,6 +1301,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/schemas/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A JSON Schema of the lifecycle extension (for validators and other WFMs)
+         * @description The machine-readable schemas (JSON Schema 2020-12) of the lifecycle proposal (docs/sup/lifecycle.md),
+         *     byte for byte as in the repository's `schemas/` folder, with a strong `ETag` (`If-None-Match` with it
+         *     is answered 304). No token needed; an unknown query parameter is 400.
+         *     `lifecycle.schema.json` validates the `lifecycle` section of an application description;
+         *     `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
+         *     in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
+         *     `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
+         *     is 406 `not-acceptable`.
+         */
+        get: operations["getSchema"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -1551,6 +1584,11 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /**
+         * @description A kind of resource whose calls the audit log can be filtered by (`GET /mgmt/v1/audit`).
+         * @enum {string}
+         */
+        AuditTargetKind: "application" | "client" | "device" | "deployment" | "operation" | "rollout" | "token" | "webhook";
         AuditList: {
             items: components["schemas"]["AuditEntry"][];
             nextCursor?: string;
@@ -2270,7 +2308,8 @@ export interface components {
             /**
              * @description The percent of the wave (its resolved size, less members excluded or removed meanwhile) that must
              *     succeed for it to pass, checked when it settled. Members cancelled by the rollout count neither way.
-             * @default 100
+             *     Absent: 100, or 0 when the wave gives `maxFailures` (which alone then decides: the wave passes with up
+             *     to that many failures).
              */
             minSuccess?: number;
             maxFailures?: components["schemas"]["FailureBudget"];
@@ -4164,6 +4203,18 @@ export interface operations {
     listAudit: {
         parameters: {
             query?: {
+                /**
+                 * @description The kind of resource `targetId` names; required with `targetId`. Its path: `application`
+                 *     `/mgmt/v1/applications/{id}`, `client` `/mgmt/v1/clients/{id}`, `device`
+                 *     `/mgmt/v1/clients/{clientId}/devices/{deviceId}`, `deployment`, `operation`, `rollout`, `token`
+                 *     and `webhook` `/mgmt/v1/<kind>s/{id}`.
+                 */
+                targetKind?: components["schemas"]["AuditTargetKind"];
+                /**
+                 * @description The resource's id, required with `targetKind`: a UUID for a deployment, operation, rollout or
+                 *     webhook; `<clientId>/<deviceId>` for a device; otherwise an id without `/`.
+                 */
+                targetId?: string;
                 /** @description Token id. */
                 actor?: string;
                 /** @description Operation id, e.g. createDeployment. */
@@ -5314,6 +5365,50 @@ export interface operations {
             403: components["responses"]["Problem"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    getSchema: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag of a copy the caller holds; when it matches, the answer is 304 without a body. */
+                "If-None-Match"?: string;
+            };
+            path: {
+                /**
+                 * @description The schema's file name.
+                 * @example lifecycle.schema.json
+                 */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schema document. */
+            200: {
+                headers: {
+                    /** @description Strong validator over the exact bytes (sha256). */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/schema+json": Record<string, never>;
+                };
+            };
+            /** @description The caller's copy is current (its ETag matched If-None-Match). */
+            304: {
+                headers: {
+                    /** @description Strong validator over the exact bytes (sha256). */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            406: components["responses"]["Problem"];
             default: components["responses"]["Problem"];
         };
     };
