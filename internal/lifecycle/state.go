@@ -437,11 +437,13 @@ func mapReport(in Observation) (State, string) {
 
 // withAgentMessage appends what the agent reported to reason, as
 // "reason: message", the message cut to MaxAgentMessage characters and its
-// control characters (line breaks included) replaced by spaces, so that a
-// state reason stays one bounded line whatever a device sends.
+// control characters (line breaks included), format characters (direction
+// overrides and isolates, zero-width ones, the byte order mark) and line
+// and paragraph separators replaced by spaces, so that a state reason
+// stays one bounded line, shown as it reads, whatever a device sends.
 func withAgentMessage(reason, message string) string {
 	message = strings.TrimSpace(strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Zl, r) || unicode.Is(unicode.Zp, r) {
 			return ' '
 		}
 		return r

@@ -701,6 +701,8 @@ func TestDecideCarriesTheAgentMessage(t *testing.T) {
 			"the device reported failure: pull failed", true},
 		{"removal failed", withMessage(obs(StateRemoving, OperationRemove, true, DeviceFailed, ""), "volume busy"),
 			"the device failed to remove the deployment: volume busy", true},
+		{"format characters", withMessage(obs(StateInstalling, OperationInstall, false, DeviceFailed, ""), "\u202eevil\u2066x\u2028y\u2029z\ufeffw\u200b"),
+			"the device reported failure: evil x y z w", true},
 		{"blank message", withMessage(obs(StateInstalling, OperationInstall, false, DeviceFailed, ""), " \n "),
 			"the device reported failure", true},
 		{"bounded", withMessage(obs(StateInstalling, OperationInstall, false, DeviceFailed, ""), long),
