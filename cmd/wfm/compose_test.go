@@ -383,4 +383,19 @@ func TestPrintAdminToken(t *testing.T) {
 	assert.Equal(t, "s3cret-token-value\n", out.String())
 	err := run(t.Context(), []string{"print-admin-token", "-data-dir", t.TempDir()}, func(string) string { return "" }, &out, io.Discard)
 	assert.ErrorContains(t, err, "-admin-token-create")
+
+	// WFM_ADMIN_TOKEN is the token the server uses (it replaces the stored
+	// one): that is the one printed.
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"print-admin-token"}, func(k string) string {
+		return map[string]string{"WFM_DATA_DIR": dir, "WFM_ADMIN_TOKEN": "from-the-environment-0123"}[k]
+	}, &out, io.Discard))
+	assert.Equal(t, "from-the-environment-0123\n", out.String())
+
+	// A file that holds no token is an error, not an empty line.
+	for _, content := range []string{"", "short\n", "two\nlines-of-a-token-file\n"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "admin-token"), []byte(content), 0o600))
+		err := run(t.Context(), []string{"print-admin-token"}, func(k string) string { return map[string]string{"WFM_DATA_DIR": dir}[k] }, &out, io.Discard)
+		assert.ErrorContains(t, err, "does not hold an admin token", "%q", content)
+	}
 }

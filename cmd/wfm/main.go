@@ -1197,6 +1197,13 @@ func printAdminToken(args []string, getenv func(string) string, stdout, stderr i
 	if fs.NArg() > 0 {
 		return fmt.Errorf("print-admin-token: unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
+	if tok := getenv("WFM_ADMIN_TOKEN"); tok != "" {
+		// The token the server takes before any file (it replaces the
+		// stored one): the file's would no longer work.
+		fmt.Fprintln(stderr, "print-admin-token: the token comes from WFM_ADMIN_TOKEN")
+		fmt.Fprintln(stdout, tok)
+		return nil
+	}
 	if *file == "" {
 		*file = filepath.Join(dataDir, "admin-token")
 	}
@@ -1204,6 +1211,10 @@ func printAdminToken(args []string, getenv func(string) string, stdout, stderr i
 	if err != nil {
 		return fmt.Errorf("print-admin-token: %w (the server creates it with the private PostgreSQL or -admin-token-create)", err)
 	}
-	fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 16 || strings.ContainsAny(tok, "\r\n") {
+		return fmt.Errorf("print-admin-token: %s does not hold an admin token (one line of at least 16 characters)", *file)
+	}
+	fmt.Fprintln(stdout, tok)
 	return nil
 }
