@@ -4480,8 +4480,8 @@ type ClientInterface interface {
 	// is answered 304). No token needed; an unknown query parameter is 400.
 	// `lifecycle.schema.json` validates the `lifecycle` section of an application description;
 	// `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
-	// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
-	// `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
+	// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). A name the `name` pattern
+	// refuses is 400; another name of that form is 404 `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
 	// is 406 `not-acceptable`.
 	//
 	// Corresponds with GET /schemas/{name} (the `GetSchema` operationId).
@@ -6201,8 +6201,8 @@ func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*
 // is answered 304). No token needed; an unknown query parameter is 400.
 // `lifecycle.schema.json` validates the `lifecycle` section of an application description;
 // `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
-// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
-// `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
+// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). A name the `name` pattern
+// refuses is 400; another name of that form is 404 `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
 // is 406 `not-acceptable`.
 //
 // Corresponds with GET /schemas/{name} (the `GetSchema` operationId).
@@ -11095,8 +11095,8 @@ type ClientWithResponsesInterface interface {
 	// is answered 304). No token needed; an unknown query parameter is 400.
 	// `lifecycle.schema.json` validates the `lifecycle` section of an application description;
 	// `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
-	// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
-	// `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
+	// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). A name the `name` pattern
+	// refuses is 400; another name of that form is 404 `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
 	// is 406 `not-acceptable`.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -19559,8 +19559,8 @@ func (c *ClientWithResponses) GetReadyWithResponse(ctx context.Context, reqEdito
 // is answered 304). No token needed; an unknown query parameter is 400.
 // `lifecycle.schema.json` validates the `lifecycle` section of an application description;
 // `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
-// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
-// `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
+// in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). A name the `name` pattern
+// refuses is 400; another name of that form is 404 `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
 // is 406 `not-acceptable`.
 //
 // Returns a wrapper object for the known response body format(s).

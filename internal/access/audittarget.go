@@ -54,7 +54,7 @@ func AuditTargetPath(kind, id string) (string, error) {
 	}
 	if t.uuid {
 		if u, err := uuid.Parse(id); err != nil || u.String() != strings.ToLower(id) {
-			return "", bad("targetId", "a "+kind+" id is a UUID")
+			return "", bad("targetId", article(kind)+" "+kind+" id is a UUID")
 		}
 		return t.collection + strings.ToLower(id), nil
 	}
@@ -66,7 +66,7 @@ func AuditTargetPath(kind, id string) (string, error) {
 		return t.collection + client + "/devices/" + device, nil
 	}
 	if strings.Contains(id, "/") {
-		return "", bad("targetId", "a "+kind+" id holds no \"/\"")
+		return "", bad("targetId", article(kind)+" "+kind+" id holds no \"/\"")
 	}
 	return t.collection + id, nil
 }
@@ -90,4 +90,12 @@ func CanonicalTarget(path string) string {
 		return path
 	}
 	return strings.Join(segs, "/")
+}
+
+// article is the indefinite article before word ("an operation").
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an"
+	}
+	return "a"
 }

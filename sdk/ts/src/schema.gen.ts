@@ -1315,8 +1315,8 @@ export interface paths {
          *     is answered 304). No token needed; an unknown query parameter is 400.
          *     `lifecycle.schema.json` validates the `lifecycle` section of an application description;
          *     `extension.schema.json` validates the device-facing `x-wfm-extensions` objects (`#/$defs/deployment`
-         *     in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). Another name is 404
-         *     `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
+         *     in an ApplicationDeployment's `spec`, `#/$defs/status` in a status report). A name the `name` pattern
+         *     refuses is 400; another name of that form is 404 `not-found`; an `Accept` header that takes neither `application/schema+json` nor `application/json`
          *     is 406 `not-acceptable`.
          */
         get: operations["getSchema"];
