@@ -1,10 +1,12 @@
 package main
 
 import (
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,4 +37,22 @@ func TestIssueClientCertHintsAtTheDeviceAddress(t *testing.T) {
 			require.Contains(t, out.String(), "simulate devices: ./bin/wfm-devicesim -server "+strings.TrimSuffix(tc.want, "/api/v1/deployments")+" -ca "+ca)
 		})
 	}
+}
+
+// TestIssueClientCertRefusesUnusableAddressesAndSaysWhenItCreatesACA: an
+// address the hints could not use is refused; a CA created on the way (no
+// server's CA in that data folder) is announced.
+func TestIssueClientCertRefusesUnusableAddressesAndSaysWhenItCreatesACA(t *testing.T) {
+	for _, addr := range []string{"", "bogus", "127.0.0.1:99999", "host:port"} {
+		err := run(t.Context(), []string{"issue-client-cert", "-client-id", "plant", "-data-dir", t.TempDir(), "-device-listen", addr}, envWith(nil), io.Discard, io.Discard)
+		assert.ErrorContains(t, err, "-device-listen", "%q", addr)
+	}
+	dataDir := t.TempDir()
+	var stderr strings.Builder
+	args := []string{"issue-client-cert", "-client-id", "plant", "-data-dir", dataDir}
+	require.NoError(t, run(t.Context(), args, envWith(nil), io.Discard, &stderr))
+	assert.Contains(t, stderr.String(), "created a new development CA")
+	stderr.Reset()
+	require.NoError(t, run(t.Context(), append(args[:1:1], "-client-id", "other", "-data-dir", dataDir), envWith(nil), io.Discard, &stderr))
+	assert.NotContains(t, stderr.String(), "created a new development CA", "the CA existed")
 }

@@ -1135,10 +1135,20 @@ func issueClientCert(args []string, getenv func(string) string, stdout, stderr i
 	if err != nil {
 		return err
 	}
+	if _, port, err := net.SplitHostPort(*deviceListen); err != nil {
+		return fmt.Errorf("issue-client-cert: -device-listen %q is not host:port: %w", *deviceListen, err)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("issue-client-cert: -device-listen %q: the port must be a number from 1 to 65535", *deviceListen)
+	}
 	dir := filepath.Join(*dataDir, "pki")
-	ca, _, _, err := devPKI(dir)
+	ca, _, created, err := devPKI(dir)
 	if err != nil {
 		return err
+	}
+	if created {
+		// Not the CA of a server that runs with another data folder: say so.
+		abs, _ := filepath.Abs(dir)
+		fmt.Fprintf(stderr, "issue-client-cert: created a new development CA in %s; only a server with -data-dir %s trusts it\n", abs, filepath.Dir(abs))
 	}
 	caFile := filepath.Join(dir, "ca.pem")
 	copyCA := *out != ""
