@@ -8,7 +8,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -555,16 +554,41 @@ type reader interface {
 // finds the row this transaction already holds, and nothing when another
 // holds it), and the reads that follow are fresh statements that see what
 // committed before the lock was granted.
-func readVisit(ctx context.Context, q reader, tx pgx.Tx, id string) (v fleet.Visit, ok bool, err error) {
+func readVisit(ctx context.Context, q reader, tx pgx.Tx, id string) (fleet.Visit, bool, error) {
 	if !validUUID(id) {
-		return v, false, nil
+		return fleet.Visit{}, false, nil
 	}
+	b := &pgx.Batch{}
+	finish := queueVisit(b, id, tx != nil)
+	var sender interface {
+		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	}
+	if tx != nil {
+		sender = tx
+	} else if p, isPool := q.(interface {
+		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	}); isPool {
+		sender = p
+	} else {
+		return fleet.Visit{}, false, fmt.Errorf("read visit: %T cannot send a batch", q)
+	}
+	if err := sender.SendBatch(ctx, b).Close(); err != nil {
+		return fleet.Visit{}, false, err
+	}
+	return finish()
+}
+
+// queueVisit queues in b the statements of readVisit for operation id (a
+// valid UUID), locking when lock (in a transaction); once b was sent,
+// finish returns what readVisit returns. Several visits queued in one
+// batch are read in one round trip, in the order they were queued.
+func queueVisit(b *pgx.Batch, id string, lock bool) (finish func() (fleet.Visit, bool, error)) {
+	var v fleet.Visit
 	const active = `state IN ('queued', 'running')`
 	const deployment = `(SELECT deployment_id FROM operations WHERE id = $1)`
-	b := &pgx.Batch{}
-	lock := ""
-	if tx != nil {
-		lock = " FOR UPDATE SKIP LOCKED"
+	lockSQL := ""
+	if lock {
+		lockSQL = " FOR UPDATE SKIP LOCKED"
 	}
 	var (
 		op     fleet.Operation
@@ -573,7 +597,7 @@ func readVisit(ctx context.Context, q reader, tx pgx.Tx, id string) (v fleet.Vis
 		dFound bool
 		phase  *string
 	)
-	b.Queue(`SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 AND `+active+lock, id).QueryRow(func(row pgx.Row) error {
+	b.Queue(`SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 AND `+active+lockSQL, id).QueryRow(func(row pgx.Row) error {
 		o, err := scanOperation(row)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // ended, or another scheduler holds it
@@ -581,8 +605,8 @@ func readVisit(ctx context.Context, q reader, tx pgx.Tx, id string) (v fleet.Vis
 		op, found = o, err == nil
 		return err
 	})
-	if tx != nil {
-		b.Queue(`SELECT 1 FROM deployments WHERE id = (SELECT deployment_id FROM operations WHERE id = $1 AND `+active+lock+`) FOR UPDATE`, id).
+	if lock {
+		b.Queue(`SELECT 1 FROM deployments WHERE id = (SELECT deployment_id FROM operations WHERE id = $1 AND `+active+lockSQL+`) FOR UPDATE`, id).
 			Query(func(rows pgx.Rows) error { // zero or one row
 				for rows.Next() {
 				}
@@ -627,44 +651,31 @@ WHERE r.deployment_id = o.deployment_id AND r.n IN (o.base_revision, dd.revision
 			}
 			return err
 		})
-	var sender interface {
-		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	}
-	if tx != nil {
-		sender = tx
-	} else if p, isPool := q.(interface {
-		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	}); isPool {
-		sender = p
-	} else {
-		return v, false, fmt.Errorf("read visit: %T cannot send a batch", q)
-	}
-	if err := sender.SendBatch(ctx, b).Close(); err != nil {
-		return v, false, err
-	}
-	if !found {
-		return v, false, nil
-	}
-	if !dFound {
-		return v, false, notFound("There is no deployment %s.", op.DeploymentID)
-	}
-	for _, n := range []int{op.BaseRevision, d.Revision, op.RestoreRevision, d.InstalledRevision} {
-		if _, ok := v.Revisions[n]; n > 0 && !ok {
-			if tx == nil {
-				// The unlocked read's statements each take their snapshot:
-				// the deployment moved between two of them. A collision:
-				// the next pass reads it again.
-				return v, false, &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "retry",
-					Message: fmt.Sprintf("operation %s: deployment %s changed while its visit was read", id, d.ID)}
-			}
-			return v, false, fmt.Errorf("operation %s: revision %d of deployment %s not found", id, n, d.ID)
+	return func() (fleet.Visit, bool, error) {
+		if !found {
+			return v, false, nil
 		}
+		if !dFound {
+			return v, false, notFound("There is no deployment %s.", op.DeploymentID)
+		}
+		for _, n := range []int{op.BaseRevision, d.Revision, op.RestoreRevision, d.InstalledRevision} {
+			if _, ok := v.Revisions[n]; n > 0 && !ok {
+				if !lock {
+					// The unlocked read's statements each take their snapshot:
+					// the deployment moved between two of them. A collision:
+					// the next pass reads it again.
+					return v, false, &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "retry",
+						Message: fmt.Sprintf("operation %s: deployment %s changed while its visit was read", id, d.ID)}
+				}
+				return v, false, fmt.Errorf("operation %s: revision %d of deployment %s not found", id, n, d.ID)
+			}
+		}
+		v.Op, v.Deployment = op, d
+		if phase != nil {
+			v.LastPhase = *phase
+		}
+		return v, true, nil
 	}
-	v.Op, v.Deployment = op, d
-	if phase != nil {
-		v.LastPhase = *phase
-	}
-	return v, true, nil
 }
 
 // sameVisit reports whether nothing a decision looks at changed between two
@@ -774,8 +785,14 @@ type lockedVisit struct {
 // visited; one that changed is visited, with nothing to apply (the next
 // pass decides again). err is the transaction's failure.
 func lockVisit(ctx context.Context, tx pgx.Tx, p pendingVisit, now time.Time) (lockedVisit, batch, error) {
-	var r lockedVisit
 	locked, ok, err := readVisit(ctx, nil, tx, p.id)
+	return lockedDecision(p, locked, ok, err, now)
+}
+
+// lockedDecision is lockVisit once the visit was read under lock (locked,
+// ok, err: what readVisit returned).
+func lockedDecision(p pendingVisit, locked fleet.Visit, ok bool, err error, now time.Time) (lockedVisit, batch, error) {
+	var r lockedVisit
 	if err != nil || !ok {
 		return r, batch{}, err
 	}
@@ -801,10 +818,10 @@ const visitChunk = 64
 
 // AdvanceOperations implements fleet.Store: each operation is read and
 // decided on as AdvanceOperation does, up to o.Concurrency at once; the
-// decisions that change something are then applied together, up to
-// visitChunk per transaction in the order of their deployments' ids (the
-// order every multi-deployment transaction locks them in), so that a pass
-// over thousands of finished installs costs tens of commits, not
+// decisions that change something are applied together as they come, up
+// to visitChunk per transaction in the order of their deployments' ids
+// (the order every multi-deployment transaction locks them in), so that a
+// pass over thousands of finished installs costs tens of commits, not
 // thousands. Within a chunk each visit is claimed, read again and checked
 // as alone; a chunk whose transaction fails as a whole (a guard, a
 // collision) is applied again one visit per transaction, so that one
@@ -817,8 +834,31 @@ func (s *FleetStore) AdvanceOperations(ctx context.Context, ids []string, decide
 		}
 		return context.WithCancel(ctx)
 	}
-	var mu sync.Mutex
-	var pending []pendingVisit
+	// The decisions go to one applier as they are made: it applies what
+	// arrived while it applied the previous chunk (up to visitChunk), so
+	// that a decision waits for its transaction no longer than one chunk,
+	// and the busier the pass, the larger its chunks.
+	decided := make(chan pendingVisit, visitChunk)
+	applied := make(chan struct{})
+	go func() {
+		defer close(applied)
+		for p := range decided {
+			chunk := []pendingVisit{p}
+		more:
+			for len(chunk) < visitChunk {
+				select {
+				case q, ok := <-decided:
+					if !ok {
+						break more
+					}
+					chunk = append(chunk, q)
+				default:
+					break more
+				}
+			}
+			s.applyChunk(ctx, chunk, now, res, within)
+		}
+	}()
 	var g errgroup.Group
 	g.SetLimit(max(1, o.Concurrency))
 	for i, id := range ids {
@@ -834,34 +874,43 @@ func (s *FleetStore) AdvanceOperations(ctx context.Context, ids []string, decide
 				return nil
 			}
 			p.i = i
-			mu.Lock()
-			pending = append(pending, *p)
-			mu.Unlock()
+			decided <- *p
 			return nil
 		})
 	}
 	_ = g.Wait()
-	slices.SortFunc(pending, func(a, b pendingVisit) int { return strings.Compare(a.v.Deployment.ID, b.v.Deployment.ID) })
-	for len(pending) > 0 && ctx.Err() == nil {
-		chunk := pending[:min(len(pending), visitChunk)]
-		pending = pending[len(chunk):]
-		cctx, cancel := within(ctx)
-		err := s.applyVisits(cctx, chunk, now, res)
-		cancel()
-		if err == nil {
-			continue
-		}
-		if len(chunk) == 1 {
-			res[chunk[0].i] = fleet.VisitResult{Visited: true, Err: translate(err)}
-			continue
-		}
-		for _, p := range chunk {
-			vctx, cancel := within(ctx)
-			res[p.i] = s.applyVisit(vctx, p, now)
-			cancel()
-		}
-	}
+	close(decided)
+	<-applied
 	return res
+}
+
+// applyChunk applies chunk's visits in one transaction, in the order of
+// their deployments' ids, writing their results into res; when the
+// transaction fails as a whole, each visit is applied again in a
+// transaction of its own.
+func (s *FleetStore) applyChunk(ctx context.Context, chunk []pendingVisit, now time.Time, res []fleet.VisitResult, within func(context.Context) (context.Context, context.CancelFunc)) {
+	if ctx.Err() != nil {
+		for _, p := range chunk {
+			res[p.i] = fleet.VisitResult{Visited: true, Err: ctx.Err()}
+		}
+		return
+	}
+	slices.SortFunc(chunk, func(a, b pendingVisit) int { return strings.Compare(a.v.Deployment.ID, b.v.Deployment.ID) })
+	cctx, cancel := within(ctx)
+	err := s.applyVisits(cctx, chunk, now, res)
+	cancel()
+	if err == nil {
+		return
+	}
+	if len(chunk) == 1 {
+		res[chunk[0].i] = fleet.VisitResult{Visited: true, Err: translate(err)}
+		return
+	}
+	for _, p := range chunk {
+		vctx, cancel := within(ctx)
+		res[p.i] = s.applyVisit(vctx, p, now)
+		cancel()
+	}
 }
 
 // applyVisits applies the visits of chunk in one transaction, writing
@@ -873,8 +922,18 @@ func (s *FleetStore) applyVisits(ctx context.Context, chunk []pendingVisit, now 
 		var all batch
 		var ids []string
 		var gens []int64
+		// Every visit of the chunk claimed and read in one round trip.
+		reads := &pgx.Batch{}
+		finish := make([]func() (fleet.Visit, bool, error), len(chunk))
 		for j, p := range chunk {
-			r, b, err := lockVisit(ctx, tx, p, now)
+			finish[j] = queueVisit(reads, p.id, true)
+		}
+		if err := tx.SendBatch(ctx, reads).Close(); err != nil {
+			return err
+		}
+		for j, p := range chunk {
+			locked, ok, err := finish[j]()
+			r, b, err := lockedDecision(p, locked, ok, err, now)
 			if err != nil {
 				return err
 			}
