@@ -127,7 +127,7 @@ type Server struct {
 	// openOps: the query parameters of the operations outside both APIs
 	// (openQueries).
 	openOps map[string]operation
-	limiter  interface {
+	limiter interface {
 		Allow(key string) (bool, time.Duration)
 	}
 	mgmtLimiter    MgmtLimiter
