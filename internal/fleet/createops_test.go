@@ -153,3 +153,29 @@ func TestRolloutWaveGoesOnPastAMemberThatCannotBePlanned(t *testing.T) {
 	}
 	assert.Equal(t, 3, started)
 }
+
+// staleActiveStore answers ActiveOperation with an operation that has
+// ended since (the scheduler settled it between the two reads of a plan).
+type staleActiveStore struct {
+	fleet.Store
+	ended string
+}
+
+func (s *staleActiveStore) ActiveOperation(context.Context, string) (string, error) { return s.ended, nil }
+
+// TestPlanIgnoresAnOperationThatEndedMeanwhile: an operation found active,
+// then read ended (settled meanwhile), is not in progress: the plan goes on
+// (here to the supplier's refusal) instead of answering 409.
+func TestPlanIgnoresAnOperationThatEndedMeanwhile(t *testing.T) {
+	e := newRolloutEnv(t, hopVersions)
+	d := e.deploy("c", "d0", "1.0.0")
+	e.pump(installed) // the install is settled: succeeded
+	var install string
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT id::text FROM operations WHERE deployment_id = $1 AND state = 'succeeded'`, d.ID).Scan(&install))
+	stale := &staleActiveStore{Store: postgres.NewFleetStore(e.pool, 5), ended: install}
+	s := fleet.NewService(stale, e.cat, fleet.Policy{AcceptAll: true}, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, _, err := s.Upgrade(e.ctx, d.ID, fleet.UpgradeRequest{TargetVersion: "2.0.0"}, fleet.Actor{ID: "bob"}, true, fleet.Precondition{})
+	require.NoError(t, err)
+	require.False(t, p.Allowed)
+	assert.Equal(t, "upgrade-path-required", lifecycle.ErrorType(p.Refusal), "%v", p.Refusal)
+}

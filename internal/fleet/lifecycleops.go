@@ -155,8 +155,12 @@ func (s *Service) ready(ctx context.Context, d Deployment, kind lifecycle.Operat
 		if err != nil {
 			return err
 		}
-		if reached(op, d) {
-			return publishable(d, kind) // the store settles it with the new operation
+		if reached(op, d) || (op.State != lifecycle.OperationQueued && op.State != lifecycle.OperationRunning) {
+			// Its goal reached (the store settles it with the new
+			// operation), or it ended since it was found (the scheduler
+			// settled it meanwhile): not in progress. The creation checks
+			// again under the deployment's lock.
+			return publishable(d, kind)
 		}
 		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "operation-in-progress",
 			Message: "Deployment " + d.ID + " already has an operation in progress: " + active + " (GET /mgmt/v1/operations/" + active + "; cancel it or wait for it to end).",
