@@ -161,7 +161,9 @@ type staleActiveStore struct {
 	ended string
 }
 
-func (s *staleActiveStore) ActiveOperation(context.Context, string) (string, error) { return s.ended, nil }
+func (s *staleActiveStore) ActiveOperation(context.Context, string) (string, error) {
+	return s.ended, nil
+}
 
 // TestPlanIgnoresAnOperationThatEndedMeanwhile: an operation found active,
 // then read ended (settled meanwhile), is not in progress: the plan goes on
