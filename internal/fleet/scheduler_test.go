@@ -46,13 +46,6 @@ func (s *collidingStore) ActiveOperations(ctx context.Context, limit int, now ti
 	return s.Store.ActiveOperations(ctx, limit, now)
 }
 
-func (s *collidingStore) AdvanceOperation(ctx context.Context, id string, decide func(fleet.Visit) (fleet.Advance, error), now time.Time) (bool, error) {
-	if s.failAdvance.Add(-1) >= 0 {
-		return false, collision()
-	}
-	return s.Store.AdvanceOperation(ctx, id, decide, now)
-}
-
 func (s *collidingStore) AdvanceOperations(ctx context.Context, ids []string, decide func(fleet.Visit) (fleet.Advance, error), now time.Time, o fleet.AdvanceOptions) []fleet.VisitResult {
 	out := make([]fleet.VisitResult, len(ids))
 	var rest []string

@@ -130,20 +130,16 @@ type Store interface {
 	// never visited, their deployment changed since their last visit, or
 	// the Recheck instant their last visit recorded passed.
 	ActiveOperations(ctx context.Context, limit int, now time.Time) ([]string, error)
-	// AdvanceOperation reads an active operation and calls decide with what
-	// it sees, holding no lock (decide may read the catalog); then it claims
-	// the operation (skipping it when another scheduler holds it: visited
-	// false) and applies the decision in one transaction, unless what decide
-	// saw changed meanwhile (the next visit decides again). A decision to do
-	// nothing (Advance.Nothing) records the deployment generation seen and
-	// its Recheck instant instead; a decision that changes something leaves
-	// the operation due at the next pass.
-	AdvanceOperation(ctx context.Context, id string, decide func(Visit) (Advance, error), now time.Time) (visited bool, err error)
-	// AdvanceOperations is AdvanceOperation for the operations ids (their
-	// results by index): up to o.Concurrency are read and decided at once,
-	// and the decisions that change something are applied together,
-	// several per transaction, each still claimed, checked and applied as
-	// AdvanceOperation would.
+	// AdvanceOperations visits the active operations ids (results by
+	// index). Each is read, holding no lock, and decide is called with what
+	// it sees (decide may read the catalog), up to o.Concurrency at once. A
+	// decision to do nothing (Advance.Nothing) records the deployment
+	// generation seen and its Recheck instant. The decisions that change
+	// something are applied together, several per transaction: each
+	// operation is claimed (skipped when another scheduler holds it: not
+	// visited), read again and its decision applied unless what decide saw
+	// changed meanwhile (the next pass decides again); it is then due at the
+	// next pass.
 	AdvanceOperations(ctx context.Context, ids []string, decide func(Visit) (Advance, error), now time.Time, o AdvanceOptions) []VisitResult
 
 	// RolloutStore: rollouts, their members and their driver (rollout_store.go).

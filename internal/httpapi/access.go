@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -126,10 +127,8 @@ func operationsOf(spec *openapi3.T) (map[string]operation, error) {
 				if p.Value != nil && p.Value.In == "header" && p.Value.Name == "Idempotency-Key" {
 					o.idempotent = true
 				}
-				if p.Value != nil && p.Value.In == "query" {
-					o.query[p.Value.Name] = true
-				}
 			}
+			maps.Copy(o.query, queryParams(item, op))
 			ops[method+" "+path] = o
 		}
 	}
@@ -148,16 +147,21 @@ func openQueries(spec *openapi3.T) map[string]operation {
 			continue
 		}
 		for method, op := range item.Operations() {
-			o := operation{id: op.OperationID, query: map[string]bool{}}
-			for _, p := range append(slices.Clone(item.Parameters), op.Parameters...) {
-				if p.Value != nil && p.Value.In == "query" {
-					o.query[p.Value.Name] = true
-				}
-			}
-			ops[method+" "+path] = o
+			ops[method+" "+path] = operation{id: op.OperationID, query: queryParams(item, op)}
 		}
 	}
 	return ops
+}
+
+// queryParams are the query parameters an operation of item declares.
+func queryParams(item *openapi3.PathItem, op *openapi3.Operation) map[string]bool {
+	q := map[string]bool{}
+	for _, p := range append(slices.Clone(item.Parameters), op.Parameters...) {
+		if p.Value != nil && p.Value.In == "query" {
+			q[p.Value.Name] = true
+		}
+	}
+	return q
 }
 
 // unknownQuery refuses a query parameter op does not declare (400 naming

@@ -246,7 +246,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 // header of a 405 answer.
 func allowedMethods(r chi.Routes, path string) []string {
 	var allowed []string
-	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+	for _, m := range servedMethods {
 		if r.Match(chi.NewRouteContext(), m, path) {
 			allowed = append(allowed, m)
 		}

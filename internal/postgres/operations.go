@@ -179,57 +179,12 @@ func scanStep(r pgx.Row) (fleet.Step, error) {
 
 // CreateOperation implements fleet.Store.
 func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, check func(fleet.Deployment, fleet.RolloutHold) error, now time.Time) (fleet.Operation, error) {
-	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		d, last, err := lockDeployment(ctx, tx, op.DeploymentID, "")
-		if err != nil {
-			return err
-		}
-		actor := op.RequestedBy
-		if actor == "" {
-			actor = fleet.ActorOf(ctx)
-		}
-		c := lifecycle.NewChange(aggregate(d, last), now, actor)
-		active, err := activeOperation(ctx, tx, d.ID)
-		if err != nil {
-			return err
-		}
-		if active != "" {
-			// An operation whose goal the device reached (an install it
-			// finished) is settled here rather than blocking this one until
-			// the scheduler's next visit. Its row is locked after the
-			// deployment's, against the usual order, so never waited for: one
-			// a scheduler holds is in progress.
-			o, err := scanOperation(tx.QueryRow(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = $1 AND state IN ('queued', 'running') FOR UPDATE SKIP LOCKED`, active))
-			if errors.Is(err, pgx.ErrNoRows) {
-				return operationInProgress(d.ID, active)
-			}
-			if err != nil {
-				return err
-			}
-			if err := loadSteps(ctx, tx, &o); err != nil {
-				return err
-			}
-			a := opAggregate(o)
-			if !a.Reached(c.Before) {
-				return operationInProgress(d.ID, active)
-			}
-			if err := c.SettleOperation(a); err != nil {
-				return err
-			}
-		}
-		hold, err := rolloutHold(ctx, tx, d.ID, op.ID)
-		if err != nil {
-			return err
-		}
-		if err := check(d, hold); err != nil {
-			return err
-		}
-		op.DeploymentID = d.ID
-		c.CreateOperation(lifecycle.Operation{ID: op.ID, Kind: op.Type}, createdBody(op))
-		return apply(ctx, tx, batch{changes: []*lifecycle.Change{c}, operations: map[string]fleet.Operation{op.ID: op}})
-	})
+	errs, err := s.CreateOperations(ctx, []fleet.Operation{op}, check, now)
+	if err == nil {
+		err = errs[0]
+	}
 	if err != nil {
-		return fleet.Operation{}, translate(err)
+		return fleet.Operation{}, err
 	}
 	return s.Operation(ctx, op.ID)
 }
@@ -694,22 +649,14 @@ func sameVisit(a, b fleet.Visit) bool {
 	return true
 }
 
-// AdvanceOperation implements fleet.Store. It reads the visit and calls
-// decide before it takes any lock (decide reads the catalog and devices on
-// other connections); then it claims the operation with FOR UPDATE SKIP
-// LOCKED, so that several schedulers (server processes) never work on one
-// operation at once (a held one is skipped: visited false), locks the
-// deployment, reads the visit again and applies the decision only if
-// nothing it looked at changed meanwhile (otherwise the next pass decides
-// again). A decision to do nothing takes no lock at all.
-func (s *FleetStore) AdvanceOperation(ctx context.Context, id string, decide func(fleet.Visit) (fleet.Advance, error), now time.Time) (bool, error) {
-	p, r := s.decideVisit(ctx, id, decide)
-	if p == nil {
-		return r.Visited, r.Err
-	}
-	r = s.applyVisit(ctx, *p, now)
-	return r.Visited, r.Err
-}
+// Visits (AdvanceOperations): a visit is read and decided before any lock
+// is taken (decide reads the catalog and devices on other connections);
+// then the operation is claimed with FOR UPDATE SKIP LOCKED, so that several
+// schedulers (server processes) never work on one operation at once (a held
+// one is skipped), its deployment locked, the visit read again and the
+// decision applied only if nothing it looked at changed meanwhile
+// (otherwise the next pass decides again). A decision to do nothing takes
+// no lock at all.
 
 // pendingVisit is a visit decided on, whose decision changes something.
 type pendingVisit struct {
@@ -817,7 +764,7 @@ func lockedDecision(p pendingVisit, locked fleet.Visit, ok bool, err error, now 
 const visitChunk = 64
 
 // AdvanceOperations implements fleet.Store: each operation is read and
-// decided on as AdvanceOperation does, up to o.Concurrency at once; the
+// decided on alone (see "Visits" above), up to o.Concurrency at once; the
 // decisions that change something are applied together as they come, up
 // to visitChunk per transaction in the order of their deployments' ids
 // (the order every multi-deployment transaction locks them in), so that a

@@ -640,16 +640,10 @@ func (s *FleetStore) ActiveRolloutOfOperation(ctx context.Context, operationID s
 	return s.oneID(ctx, `SELECT rollout_id::text FROM rollout_members WHERE active AND operation_id = $1 LIMIT 1`, operationID)
 }
 
-// rolloutHold reads, in tx (the deployment locked), the rollout membership
-// of deployment id that concerns a new operation opID: the one reserved
-// for it, else the active one.
-func rolloutHold(ctx context.Context, tx pgx.Tx, id, opID string) (fleet.RolloutHold, error) {
-	hs, err := rolloutHolds(ctx, tx, []string{id}, []string{opID})
-	return hs[id], err
-}
-
-// rolloutHolds is rolloutHold for deployments deps[i] and new operations
-// ops[i], in one statement, by deployment id (none: no membership). Each
+// rolloutHolds reads, in tx (the deployments locked), the rollout
+// membership of each deployment deps[i] that concerns a new operation
+// ops[i]: the one reserved for it, else the active one; in one statement,
+// by deployment id (none: no membership). Each
 // branch of the union is one index's (rollout_members_active_deployment,
 // rollout_members_any_operation, rollout_members_revert).
 func rolloutHolds(ctx context.Context, tx pgx.Tx, deps, ops []string) (map[string]fleet.RolloutHold, error) {
