@@ -37,18 +37,18 @@ func (e ApplicationVersionMediaType) Valid() bool {
 	}
 }
 
-// Defines values for AuditEntryOutcome.
+// Defines values for AuditOutcome.
 const (
-	AuditEntryOutcomeFailure AuditEntryOutcome = "failure"
-	AuditEntryOutcomeSuccess AuditEntryOutcome = "success"
+	Failure AuditOutcome = "failure"
+	Success AuditOutcome = "success"
 )
 
-// Valid indicates whether the value is a known member of the AuditEntryOutcome enum.
-func (e AuditEntryOutcome) Valid() bool {
+// Valid indicates whether the value is a known member of the AuditOutcome enum.
+func (e AuditOutcome) Valid() bool {
 	switch e {
-	case AuditEntryOutcomeFailure:
+	case Failure:
 		return true
-	case AuditEntryOutcomeSuccess:
+	case Success:
 		return true
 	default:
 		return false
@@ -178,36 +178,45 @@ func (e DeviceState) Valid() bool {
 	}
 }
 
-// Defines values for DrainOverrideOnTimeout.
+// Defines values for DrainPhase.
 const (
-	DrainOverrideOnTimeoutAbort   DrainOverrideOnTimeout = "abort"
-	DrainOverrideOnTimeoutProceed DrainOverrideOnTimeout = "proceed"
+	DrainPhaseDrained     DrainPhase = "drained"
+	DrainPhaseDraining    DrainPhase = "draining"
+	DrainPhaseStartingNew DrainPhase = "starting-new"
+	DrainPhaseSwitching   DrainPhase = "switching"
+	DrainPhaseVerifying   DrainPhase = "verifying"
 )
 
-// Valid indicates whether the value is a known member of the DrainOverrideOnTimeout enum.
-func (e DrainOverrideOnTimeout) Valid() bool {
+// Valid indicates whether the value is a known member of the DrainPhase enum.
+func (e DrainPhase) Valid() bool {
 	switch e {
-	case DrainOverrideOnTimeoutAbort:
+	case DrainPhaseDrained:
 		return true
-	case DrainOverrideOnTimeoutProceed:
+	case DrainPhaseDraining:
+		return true
+	case DrainPhaseStartingNew:
+		return true
+	case DrainPhaseSwitching:
+		return true
+	case DrainPhaseVerifying:
 		return true
 	default:
 		return false
 	}
 }
 
-// Defines values for DrainRulesOnTimeout.
+// Defines values for DrainTimeoutAction.
 const (
-	DrainRulesOnTimeoutAbort   DrainRulesOnTimeout = "abort"
-	DrainRulesOnTimeoutProceed DrainRulesOnTimeout = "proceed"
+	DrainTimeoutActionAbort   DrainTimeoutAction = "abort"
+	DrainTimeoutActionProceed DrainTimeoutAction = "proceed"
 )
 
-// Valid indicates whether the value is a known member of the DrainRulesOnTimeout enum.
-func (e DrainRulesOnTimeout) Valid() bool {
+// Valid indicates whether the value is a known member of the DrainTimeoutAction enum.
+func (e DrainTimeoutAction) Valid() bool {
 	switch e {
-	case DrainRulesOnTimeoutAbort:
+	case DrainTimeoutActionAbort:
 		return true
-	case DrainRulesOnTimeoutProceed:
+	case DrainTimeoutActionProceed:
 		return true
 	default:
 		return false
@@ -277,24 +286,6 @@ func (e ExclusionReason) Valid() bool {
 	case ExclusionReasonPolicyRefused:
 		return true
 	case ExclusionReasonUnplaceable:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for LifecycleRulesStrategies.
-const (
-	LifecycleRulesStrategiesBlueGreen LifecycleRulesStrategies = "blueGreen"
-	LifecycleRulesStrategiesRecreate  LifecycleRulesStrategies = "recreate"
-)
-
-// Valid indicates whether the value is a known member of the LifecycleRulesStrategies enum.
-func (e LifecycleRulesStrategies) Valid() bool {
-	switch e {
-	case LifecycleRulesStrategiesBlueGreen:
-		return true
-	case LifecycleRulesStrategiesRecreate:
 		return true
 	default:
 		return false
@@ -421,51 +412,6 @@ func (e OnFailure) Valid() bool {
 	}
 }
 
-// Defines values for OperationOnFailure.
-const (
-	OperationOnFailureHalt     OperationOnFailure = "halt"
-	OperationOnFailureRollback OperationOnFailure = "rollback"
-)
-
-// Valid indicates whether the value is a known member of the OperationOnFailure enum.
-func (e OperationOnFailure) Valid() bool {
-	switch e {
-	case OperationOnFailureHalt:
-		return true
-	case OperationOnFailureRollback:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for OperationType.
-const (
-	OperationTypeInstall     OperationType = "install"
-	OperationTypeReconfigure OperationType = "reconfigure"
-	OperationTypeRemove      OperationType = "remove"
-	OperationTypeRollback    OperationType = "rollback"
-	OperationTypeUpgrade     OperationType = "upgrade"
-)
-
-// Valid indicates whether the value is a known member of the OperationType enum.
-func (e OperationType) Valid() bool {
-	switch e {
-	case OperationTypeInstall:
-		return true
-	case OperationTypeReconfigure:
-		return true
-	case OperationTypeRemove:
-		return true
-	case OperationTypeRollback:
-		return true
-	case OperationTypeUpgrade:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for OperationState.
 const (
 	OperationStateCancelled OperationState = "cancelled"
@@ -520,6 +466,33 @@ func (e OperationStepState) Valid() bool {
 	}
 }
 
+// Defines values for OperationType.
+const (
+	OperationTypeInstall     OperationType = "install"
+	OperationTypeReconfigure OperationType = "reconfigure"
+	OperationTypeRemove      OperationType = "remove"
+	OperationTypeRollback    OperationType = "rollback"
+	OperationTypeUpgrade     OperationType = "upgrade"
+)
+
+// Valid indicates whether the value is a known member of the OperationType enum.
+func (e OperationType) Valid() bool {
+	switch e {
+	case OperationTypeInstall:
+		return true
+	case OperationTypeReconfigure:
+		return true
+	case OperationTypeRemove:
+		return true
+	case OperationTypeRollback:
+		return true
+	case OperationTypeUpgrade:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ParameterRulesOnUpgrade.
 const (
 	Keep  ParameterRulesOnUpgrade = "keep"
@@ -538,21 +511,21 @@ func (e ParameterRulesOnUpgrade) Valid() bool {
 	}
 }
 
-// Defines values for PlanType.
+// Defines values for PlannedOperationType.
 const (
-	PlanTypeReconfigure PlanType = "reconfigure"
-	PlanTypeRollback    PlanType = "rollback"
-	PlanTypeUpgrade     PlanType = "upgrade"
+	PlannedOperationTypeReconfigure PlannedOperationType = "reconfigure"
+	PlannedOperationTypeRollback    PlannedOperationType = "rollback"
+	PlannedOperationTypeUpgrade     PlannedOperationType = "upgrade"
 )
 
-// Valid indicates whether the value is a known member of the PlanType enum.
-func (e PlanType) Valid() bool {
+// Valid indicates whether the value is a known member of the PlannedOperationType enum.
+func (e PlannedOperationType) Valid() bool {
 	switch e {
-	case PlanTypeReconfigure:
+	case PlannedOperationTypeReconfigure:
 		return true
-	case PlanTypeRollback:
+	case PlannedOperationTypeRollback:
 		return true
-	case PlanTypeUpgrade:
+	case PlannedOperationTypeUpgrade:
 		return true
 	default:
 		return false
@@ -574,78 +547,6 @@ func (e ProblemBackoffStrategy) Valid() bool {
 	case Fixed:
 		return true
 	case None:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for ProgressPhase.
-const (
-	ProgressPhaseDrained     ProgressPhase = "drained"
-	ProgressPhaseDraining    ProgressPhase = "draining"
-	ProgressPhaseStartingNew ProgressPhase = "starting-new"
-	ProgressPhaseSwitching   ProgressPhase = "switching"
-	ProgressPhaseVerifying   ProgressPhase = "verifying"
-)
-
-// Valid indicates whether the value is a known member of the ProgressPhase enum.
-func (e ProgressPhase) Valid() bool {
-	switch e {
-	case ProgressPhaseDrained:
-		return true
-	case ProgressPhaseDraining:
-		return true
-	case ProgressPhaseStartingNew:
-		return true
-	case ProgressPhaseSwitching:
-		return true
-	case ProgressPhaseVerifying:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for ReconfigureRequestOnFailure.
-const (
-	ReconfigureRequestOnFailureHalt     ReconfigureRequestOnFailure = "halt"
-	ReconfigureRequestOnFailureRollback ReconfigureRequestOnFailure = "rollback"
-)
-
-// Valid indicates whether the value is a known member of the ReconfigureRequestOnFailure enum.
-func (e ReconfigureRequestOnFailure) Valid() bool {
-	switch e {
-	case ReconfigureRequestOnFailureHalt:
-		return true
-	case ReconfigureRequestOnFailureRollback:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for RevisionOperation.
-const (
-	RevisionOperationInstall     RevisionOperation = "install"
-	RevisionOperationReconfigure RevisionOperation = "reconfigure"
-	RevisionOperationRemove      RevisionOperation = "remove"
-	RevisionOperationRollback    RevisionOperation = "rollback"
-	RevisionOperationUpgrade     RevisionOperation = "upgrade"
-)
-
-// Valid indicates whether the value is a known member of the RevisionOperation enum.
-func (e RevisionOperation) Valid() bool {
-	switch e {
-	case RevisionOperationInstall:
-		return true
-	case RevisionOperationReconfigure:
-		return true
-	case RevisionOperationRemove:
-		return true
-	case RevisionOperationRollback:
-		return true
-	case RevisionOperationUpgrade:
 		return true
 	default:
 		return false
@@ -832,33 +733,6 @@ func (e RolloutWaitingReason) Valid() bool {
 	}
 }
 
-// Defines values for StatusExtensionPhase.
-const (
-	StatusExtensionPhaseDrained     StatusExtensionPhase = "drained"
-	StatusExtensionPhaseDraining    StatusExtensionPhase = "draining"
-	StatusExtensionPhaseStartingNew StatusExtensionPhase = "starting-new"
-	StatusExtensionPhaseSwitching   StatusExtensionPhase = "switching"
-	StatusExtensionPhaseVerifying   StatusExtensionPhase = "verifying"
-)
-
-// Valid indicates whether the value is a known member of the StatusExtensionPhase enum.
-func (e StatusExtensionPhase) Valid() bool {
-	switch e {
-	case StatusExtensionPhaseDrained:
-		return true
-	case StatusExtensionPhaseDraining:
-		return true
-	case StatusExtensionPhaseStartingNew:
-		return true
-	case StatusExtensionPhaseSwitching:
-		return true
-	case StatusExtensionPhaseVerifying:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ThresholdAction.
 const (
 	ThresholdActionAbort ThresholdAction = "abort"
@@ -922,72 +796,18 @@ func (e UpgradePathMode) Valid() bool {
 	}
 }
 
-// Defines values for UpgradeRequestOnFailure.
-const (
-	UpgradeRequestOnFailureHalt     UpgradeRequestOnFailure = "halt"
-	UpgradeRequestOnFailureRollback UpgradeRequestOnFailure = "rollback"
-)
-
-// Valid indicates whether the value is a known member of the UpgradeRequestOnFailure enum.
-func (e UpgradeRequestOnFailure) Valid() bool {
-	switch e {
-	case UpgradeRequestOnFailureHalt:
-		return true
-	case UpgradeRequestOnFailureRollback:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for UpgradeRequestPath.
-const (
-	UpgradeRequestPathAuto   UpgradeRequestPath = "auto"
-	UpgradeRequestPathDirect UpgradeRequestPath = "direct"
-)
-
-// Valid indicates whether the value is a known member of the UpgradeRequestPath enum.
-func (e UpgradeRequestPath) Valid() bool {
-	switch e {
-	case UpgradeRequestPathAuto:
-		return true
-	case UpgradeRequestPathDirect:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for UpgradeRequestStrategy.
-const (
-	UpgradeRequestStrategyBlueGreen UpgradeRequestStrategy = "blueGreen"
-	UpgradeRequestStrategyRecreate  UpgradeRequestStrategy = "recreate"
-)
-
-// Valid indicates whether the value is a known member of the UpgradeRequestStrategy enum.
-func (e UpgradeRequestStrategy) Valid() bool {
-	switch e {
-	case UpgradeRequestStrategyBlueGreen:
-		return true
-	case UpgradeRequestStrategyRecreate:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for UpgradeStrategy.
 const (
-	UpgradeStrategyBlueGreen UpgradeStrategy = "blueGreen"
-	UpgradeStrategyRecreate  UpgradeStrategy = "recreate"
+	BlueGreen UpgradeStrategy = "blueGreen"
+	Recreate  UpgradeStrategy = "recreate"
 )
 
 // Valid indicates whether the value is a known member of the UpgradeStrategy enum.
 func (e UpgradeStrategy) Valid() bool {
 	switch e {
-	case UpgradeStrategyBlueGreen:
+	case BlueGreen:
 		return true
-	case UpgradeStrategyRecreate:
+	case Recreate:
 		return true
 	default:
 		return false
@@ -1072,24 +892,6 @@ func (e WebhookDeliveryOutcome) Valid() bool {
 	case WebhookDeliveryOutcomeFailed:
 		return true
 	case WebhookDeliveryOutcomeSucceeded:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for ListAuditParamsOutcome.
-const (
-	ListAuditParamsOutcomeFailure ListAuditParamsOutcome = "failure"
-	ListAuditParamsOutcomeSuccess ListAuditParamsOutcome = "success"
-)
-
-// Valid indicates whether the value is a known member of the ListAuditParamsOutcome enum.
-func (e ListAuditParamsOutcome) Valid() bool {
-	switch e {
-	case ListAuditParamsOutcomeFailure:
-		return true
-	case ListAuditParamsOutcomeSuccess:
 		return true
 	default:
 		return false
@@ -1189,26 +991,28 @@ type AuditEntry struct {
 	Action string `json:"action"`
 
 	// Actor Token id ("anonymous" when no valid token was given).
-	Actor     string            `json:"actor"`
-	At        time.Time         `json:"at"`
-	Detail    *json.RawMessage  `json:"detail,omitempty"`
-	Id        int64             `json:"id"`
-	Method    string            `json:"method"`
-	Outcome   AuditEntryOutcome `json:"outcome"`
-	RequestId *string           `json:"requestId,omitempty"`
-	Role      *string           `json:"role,omitempty"`
-	Status    int               `json:"status"`
-	Target    string            `json:"target"`
-}
+	Actor  string           `json:"actor"`
+	At     time.Time        `json:"at"`
+	Detail *json.RawMessage `json:"detail,omitempty"`
+	Id     int64            `json:"id"`
+	Method string           `json:"method"`
 
-// AuditEntryOutcome defines model for AuditEntry.Outcome.
-type AuditEntryOutcome string
+	// Outcome success: the call answered 1xx to 3xx; failure: 4xx or 5xx.
+	Outcome   AuditOutcome `json:"outcome"`
+	RequestId *string      `json:"requestId,omitempty"`
+	Role      *string      `json:"role,omitempty"`
+	Status    int          `json:"status"`
+	Target    string       `json:"target"`
+}
 
 // AuditList defines model for AuditList.
 type AuditList struct {
 	Items      []AuditEntry `json:"items"`
 	NextCursor *string      `json:"nextCursor,omitempty"`
 }
+
+// AuditOutcome success: the call answered 1xx to 3xx; failure: 4xx or 5xx.
+type AuditOutcome string
 
 // AuditTargetKind A kind of resource whose calls the audit log can be filtered by (`GET /mgmt/v1/audit`).
 type AuditTargetKind string
@@ -1244,8 +1048,8 @@ type CreateDeploymentRequest struct {
 	// Timeout How long the device may take to install revision 1 (the deadline of the deployment's `install`
 	// operation): a duration from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m.
 	// `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
-	Version string  `json:"version"`
+	Timeout *Duration `json:"timeout,omitempty"`
+	Version string    `json:"version"`
 }
 
 // CreateRolloutRequest One application, one action with its options in the member of the same name (required for that
@@ -1261,7 +1065,7 @@ type CreateRolloutRequest struct {
 
 	// Deadline How long the rollout may run, from its start: a duration from 1m to 8760h (Go syntax, such as
 	// 72h). A rollout still running or paused then fails (cause `deadline-passed`). Absent - 168h.
-	Deadline *string `json:"deadline,omitempty"`
+	Deadline *Duration `json:"deadline,omitempty"`
 
 	// Install The options of an `install` rollout, as `POST /mgmt/v1/deployments` takes them for one device.
 	Install *RolloutInstallOptions `json:"install,omitempty"`
@@ -1315,7 +1119,7 @@ type CreateTokenRequest struct {
 	//
 	//
 	// Example: 720h
-	ExpiresIn *string `json:"expiresIn,omitempty"`
+	ExpiresIn *Duration `json:"expiresIn,omitempty"`
 
 	// Name Example: ci-pipeline
 	Name string `json:"name"`
@@ -1485,21 +1289,27 @@ type DeviceState string
 
 // DrainOverride defines model for DrainOverride.
 type DrainOverride struct {
-	OnTimeout *DrainOverrideOnTimeout `json:"onTimeout,omitempty"`
-	Required  bool                    `json:"required"`
+	// OnTimeout What happens when the drain timeout passes with the device still draining: abort (the default; the previous
+	// revision is desired again and the operation fails `drain-timeout`) or proceed (nothing then; the step
+	// deadline still applies). See docs/lifecycle-extension.md.
+	OnTimeout *DrainTimeoutAction `json:"onTimeout,omitempty"`
+	Required  bool                `json:"required"`
 
 	// Timeout How long in-flight work may take to finish: a duration from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m).
 	// Absent - as the target version declares, else 10m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 }
 
-// DrainOverrideOnTimeout defines model for DrainOverride.OnTimeout.
-type DrainOverrideOnTimeout string
+// DrainPhase Where a drain-aware agent is in replacing a running version (its status report's `x-wfm-extensions.phase`).
+type DrainPhase string
 
 // DrainRules defines model for DrainRules.
 type DrainRules struct {
-	OnTimeout DrainRulesOnTimeout `json:"onTimeout"`
-	Required  bool                `json:"required"`
+	// OnTimeout What happens when the drain timeout passes with the device still draining: abort (the default; the previous
+	// revision is desired again and the operation fails `drain-timeout`) or proceed (nothing then; the step
+	// deadline still applies). See docs/lifecycle-extension.md.
+	OnTimeout DrainTimeoutAction `json:"onTimeout"`
+	Required  bool               `json:"required"`
 
 	// Timeout The drain timeout in use, in Go's canonical form: a duration from 1s to 168h (10m0s when the
 	// version declares a drain without a timeout).
@@ -1509,8 +1319,19 @@ type DrainRules struct {
 	Timeout string `json:"timeout"`
 }
 
-// DrainRulesOnTimeout defines model for DrainRules.OnTimeout.
-type DrainRulesOnTimeout string
+// DrainTimeoutAction What happens when the drain timeout passes with the device still draining: abort (the default; the previous
+// revision is desired again and the operation fails `drain-timeout`) or proceed (nothing then; the step
+// deadline still applies). See docs/lifecycle-extension.md.
+type DrainTimeoutAction string
+
+// Duration A duration, in Go's syntax: one or more decimal numbers, each with its unit (h, m, s, ms, us, ns), such as
+// 90s, 10m, 1h30m or 1.5h. Every member that takes one states its accepted range, bounds included, in its
+// description ("a duration from 1s to 168h"); a value outside it (`0s` too, unless the range starts at 0s)
+// is refused with 422 `invalid-request` naming the member, and changes nothing. Answers give durations in
+// Go's canonical form (10m0s, 168h0m0s).
+//
+// Example: 10m
+type Duration = string
 
 // DurationNotice defines model for DurationNotice.
 type DurationNotice struct {
@@ -1691,11 +1512,8 @@ type LifecycleRules struct {
 	Rollback   RollbackRules              `json:"rollback"`
 
 	// Strategies Strategies this version supports; the first is its default.
-	Strategies []LifecycleRulesStrategies `json:"strategies"`
+	Strategies []UpgradeStrategy `json:"strategies"`
 }
-
-// LifecycleRulesStrategies defines model for LifecycleRules.Strategies.
-type LifecycleRulesStrategies string
 
 // ManifestVersion Monotonically increasing unsigned 64-bit integer in [1, 2^64-1], one sequence per WFM client; the
 // first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
@@ -1777,7 +1595,8 @@ type NewWebhook struct {
 	Webhook Webhook `json:"webhook"`
 }
 
-// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+// OnFailure What a failed operation does (for a rollout, each member's operation): halt (the deployment stays
+// failed; the default) or rollback (roll back automatically where the failed version allows it).
 type OnFailure string
 
 // Operation defines model for Operation.
@@ -1797,7 +1616,10 @@ type Operation struct {
 	Forced      *bool               `json:"forced,omitempty"`
 	FromVersion *string             `json:"fromVersion,omitempty"`
 	Id          openapi_types.UUID  `json:"id"`
-	OnFailure   OperationOnFailure  `json:"onFailure"`
+
+	// OnFailure What a failed operation does (for a rollout, each member's operation): halt (the deployment stays
+	// failed; the default) or rollback (roll back automatically where the failed version allows it).
+	OnFailure OnFailure `json:"onFailure"`
 
 	// Reason Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed, deployment-removed).
 	Reason      *string         `json:"reason,omitempty"`
@@ -1806,15 +1628,13 @@ type Operation struct {
 	Steps       []OperationStep `json:"steps"`
 	Strategy    *string         `json:"strategy,omitempty"`
 	ToVersion   *string         `json:"toVersion,omitempty"`
-	Type        OperationType   `json:"type"`
-	UpdatedAt   time.Time       `json:"updatedAt"`
+
+	// Type What an operation does to its deployment: install (`POST /mgmt/v1/deployments`), upgrade, reconfigure
+	// and rollback (requested on a deployment; these three have a plan, see PlannedOperationType) and remove
+	// (`DELETE /mgmt/v1/deployments/{deploymentId}`). A rollout's `action` is another subset (RolloutAction).
+	Type      OperationType `json:"type"`
+	UpdatedAt time.Time     `json:"updatedAt"`
 }
-
-// OperationOnFailure defines model for Operation.OnFailure.
-type OperationOnFailure string
-
-// OperationType defines model for Operation.Type.
-type OperationType string
 
 // OperationList defines model for OperationList.
 type OperationList struct {
@@ -1839,6 +1659,11 @@ type OperationStep struct {
 
 // OperationStepState defines model for OperationStep.State.
 type OperationStepState string
+
+// OperationType What an operation does to its deployment: install (`POST /mgmt/v1/deployments`), upgrade, reconfigure
+// and rollback (requested on a deployment; these three have a plan, see PlannedOperationType) and remove
+// (`DELETE /mgmt/v1/deployments/{deploymentId}`). A rollout's `action` is another subset (RolloutAction).
+type OperationType string
 
 // ParameterChange defines model for ParameterChange.
 type ParameterChange struct {
@@ -1879,11 +1704,13 @@ type Plan struct {
 	Strategy   *string  `json:"strategy,omitempty"`
 	ToRevision *int     `json:"toRevision,omitempty"`
 	ToVersion  *string  `json:"toVersion,omitempty"`
-	Type       PlanType `json:"type"`
-}
 
-// PlanType defines model for Plan.Type.
-type PlanType string
+	// Type The operations requested on a running deployment, the ones with a plan (`POST
+	// /mgmt/v1/deployments/{deploymentId}/upgrade/plan`, `…/reconfigure/plan`, `…/rollback/plan`). A subset of
+	// OperationType on purpose: an install and a removal are requested by creating and deleting the
+	// deployment, and have no plan.
+	Type PlannedOperationType `json:"type"`
+}
 
 // PlanCheck defines model for PlanCheck.
 type PlanCheck struct {
@@ -1914,6 +1741,12 @@ type PlanGroup struct {
 	// always direct.
 	Plan MemberPlan `json:"plan"`
 }
+
+// PlannedOperationType The operations requested on a running deployment, the ones with a plan (`POST
+// /mgmt/v1/deployments/{deploymentId}/upgrade/plan`, `…/reconfigure/plan`, `…/rollback/plan`). A subset of
+// OperationType on purpose: an install and a removal are requested by creating and deleting the
+// deployment, and have no plan.
+type PlannedOperationType string
 
 // PlannedWave defines model for PlannedWave.
 type PlannedWave struct {
@@ -1976,31 +1809,31 @@ type ProblemBackoffStrategy string
 // Progress What a drain-aware agent said in its newest status report (`x-wfm-extensions`); absent for plain
 // Margo agents. Shown when one deployment is read.
 type Progress struct {
-	Healthy    *bool          `json:"healthy,omitempty"`
-	InFlight   *int           `json:"inFlight,omitempty"`
-	Message    *string        `json:"message,omitempty"`
-	Phase      *ProgressPhase `json:"phase,omitempty"`
-	ReportedAt time.Time      `json:"reportedAt"`
-}
+	Healthy  *bool   `json:"healthy,omitempty"`
+	InFlight *int    `json:"inFlight,omitempty"`
+	Message  *string `json:"message,omitempty"`
 
-// ProgressPhase defines model for Progress.Phase.
-type ProgressPhase string
+	// Phase Where a drain-aware agent is in replacing a running version (its status report's `x-wfm-extensions.phase`).
+	Phase      *DrainPhase `json:"phase,omitempty"`
+	ReportedAt time.Time   `json:"reportedAt"`
+}
 
 // ReconfigureRequest defines model for ReconfigureRequest.
 type ReconfigureRequest struct {
-	DryRun    *bool                        `json:"dryRun,omitempty"`
-	OnFailure *ReconfigureRequestOnFailure `json:"onFailure,omitempty"`
+	// DryRun Deprecated: use `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan`, which takes this same body and
+	// answers the plan with one success shape. `true` still answers the plan (200) and changes nothing, through
+	// the next release (wfm 0.2.x); it is removed in wfm 0.3.0. Absent or `false` - the operation is requested.
+	// Deprecated: this property has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+	DryRun    *bool      `json:"dryRun,omitempty"`
+	OnFailure *OnFailure `json:"onFailure,omitempty"`
 
 	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
 	Parameters ParameterValues `json:"parameters"`
 
 	// Timeout How long the device may take to install the revision: a duration from 1s to 168h
 	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 }
-
-// ReconfigureRequestOnFailure defines model for ReconfigureRequest.OnFailure.
-type ReconfigureRequestOnFailure string
 
 // Revision defines model for Revision.
 type Revision struct {
@@ -2015,20 +1848,21 @@ type Revision struct {
 	Forced *bool `json:"forced,omitempty"`
 
 	// ManifestVersion The client manifestVersion that first published this revision.
-	ManifestVersion *uint64                `json:"manifestVersion,omitempty"`
-	Operation       RevisionOperation      `json:"operation"`
-	Outcome         RevisionOutcome        `json:"outcome"`
-	Parameters      map[string]interface{} `json:"parameters"`
-	ProfileId       string                 `json:"profileId"`
-	Revision        int                    `json:"revision"`
-	Version         string                 `json:"version"`
+	ManifestVersion *uint64 `json:"manifestVersion,omitempty"`
+
+	// Operation What an operation does to its deployment: install (`POST /mgmt/v1/deployments`), upgrade, reconfigure
+	// and rollback (requested on a deployment; these three have a plan, see PlannedOperationType) and remove
+	// (`DELETE /mgmt/v1/deployments/{deploymentId}`). A rollout's `action` is another subset (RolloutAction).
+	Operation  OperationType          `json:"operation"`
+	Outcome    RevisionOutcome        `json:"outcome"`
+	Parameters map[string]interface{} `json:"parameters"`
+	ProfileId  string                 `json:"profileId"`
+	Revision   int                    `json:"revision"`
+	Version    string                 `json:"version"`
 
 	// Yaml The rendered ApplicationDeployment YAML (only when one revision is read).
 	Yaml *string `json:"yaml,omitempty"`
 }
-
-// RevisionOperation defines model for Revision.Operation.
-type RevisionOperation string
 
 // RevisionOutcome defines model for Revision.Outcome.
 type RevisionOutcome string
@@ -2044,6 +1878,10 @@ type Role string
 
 // RollbackRequest defines model for RollbackRequest.
 type RollbackRequest struct {
+	// DryRun Deprecated: use `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan`, which takes this same body and
+	// answers the plan with one success shape. `true` still answers the plan (200) and changes nothing, through
+	// the next release (wfm 0.2.x); it is removed in wfm 0.3.0. Absent or `false` - the operation is requested.
+	// Deprecated: this property has been marked as deprecated upstream, but no `x-deprecated-reason` was set
 	DryRun *bool `json:"dryRun,omitempty"`
 	Force  *bool `json:"force,omitempty"`
 
@@ -2052,8 +1890,8 @@ type RollbackRequest struct {
 
 	// Timeout How long the device may take to install the revision: a duration from 1s to 168h
 	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout    *string `json:"timeout,omitempty"`
-	ToRevision *int    `json:"toRevision,omitempty"`
+	Timeout    *Duration `json:"timeout,omitempty"`
+	ToRevision *int      `json:"toRevision,omitempty"`
 }
 
 // RollbackRules defines model for RollbackRules.
@@ -2207,8 +2045,8 @@ type RolloutInstallOptions struct {
 
 	// Timeout How long each device may take to install revision 1: a duration from 1s to 168h (Go syntax, such
 	// as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
-	Version string  `json:"version"`
+	Timeout *Duration `json:"timeout,omitempty"`
+	Version string    `json:"version"`
 }
 
 // RolloutList defines model for RolloutList.
@@ -2309,7 +2147,8 @@ type RolloutPlan struct {
 
 // RolloutReconfigureOptions The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
 type RolloutReconfigureOptions struct {
-	// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+	// OnFailure What a failed operation does (for a rollout, each member's operation): halt (the deployment stays
+	// failed; the default) or rollback (roll back automatically where the failed version allows it).
 	OnFailure *OnFailure `json:"onFailure,omitempty"`
 
 	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
@@ -2317,7 +2156,7 @@ type RolloutReconfigureOptions struct {
 
 	// Timeout How long each member may take to install its revision: a duration from 1s to 168h (Go syntax,
 	// such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 }
 
 // RolloutRollbackOptions The options of a `rollback` rollout. Each member goes back to its own most recent revision at
@@ -2326,8 +2165,8 @@ type RolloutReconfigureOptions struct {
 type RolloutRollbackOptions struct {
 	// Timeout How long each member may take to install its revision: a duration from 1s to 168h (Go syntax,
 	// such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout   *string `json:"timeout,omitempty"`
-	ToVersion string  `json:"toVersion"`
+	Timeout   *Duration `json:"timeout,omitempty"`
+	ToVersion string    `json:"toVersion"`
 }
 
 // RolloutState running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
@@ -2356,7 +2195,7 @@ type RolloutTarget struct {
 	// NotSeenFor Members whose device was not seen (`lastSeenAt`) within this duration are excluded `not-seen`:
 	// a duration from 5m to 8760h (Go syntax, such as 30m or 24h; `lastSeenAt` is recorded at most once a
 	// minute). Absent - no device is left out for that.
-	NotSeenFor *string `json:"notSeenFor,omitempty"`
+	NotSeenFor *Duration `json:"notSeenFor,omitempty"`
 
 	// States Current states of the deployments to take.
 	States *[]DeploymentState `json:"states,omitempty"`
@@ -2402,20 +2241,26 @@ type RolloutTransition struct {
 type RolloutUpgradeOptions struct {
 	Drain *DrainOverride `json:"drain,omitempty"`
 
-	// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+	// OnFailure What a failed operation does (for a rollout, each member's operation): halt (the deployment stays
+	// failed; the default) or rollback (roll back automatically where the failed version allows it).
 	OnFailure *OnFailure `json:"onFailure,omitempty"`
 
 	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
 	Parameters *ParameterValues `json:"parameters,omitempty"`
 
-	// Path direct (the default): only a direct upgrade (members that need hops are excluded `policy-refused`); auto: members that need hops get a `hops` plan.
-	Path          *UpgradePathMode `json:"path,omitempty"`
+	// Path How an upgrade may reach its target version. direct (the default): only a direct upgrade; one that
+	// needs intermediate versions is refused (`upgrade-path-required`; in a rollout, such members are
+	// excluded `policy-refused`). auto: the upgrade publishes each hop in turn (in a rollout, members that
+	// need hops get a `hops` plan).
+	Path *UpgradePathMode `json:"path,omitempty"`
+
+	// Strategy How the device replaces the running version (the strategies a version supports are in its lifecycle).
 	Strategy      *UpgradeStrategy `json:"strategy,omitempty"`
 	TargetVersion string           `json:"targetVersion"`
 
 	// Timeout How long each step of each member may take to install, on top of the drain timeout: a duration
 	// from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 }
 
 // RolloutWaiting Why the rollout starts nothing now, while it is running or paused.
@@ -2505,14 +2350,13 @@ type StatusError struct {
 
 // StatusExtension wfm's optional status members for drain-aware agents (design section 6).
 type StatusExtension struct {
-	Healthy  *bool                 `json:"healthy,omitempty"`
-	InFlight *int                  `json:"inFlight,omitempty"`
-	Message  *string               `json:"message,omitempty"`
-	Phase    *StatusExtensionPhase `json:"phase,omitempty"`
-}
+	Healthy  *bool   `json:"healthy,omitempty"`
+	InFlight *int    `json:"inFlight,omitempty"`
+	Message  *string `json:"message,omitempty"`
 
-// StatusExtensionPhase defines model for StatusExtension.Phase.
-type StatusExtensionPhase string
+	// Phase Where a drain-aware agent is in replacing a running version (its status report's `x-wfm-extensions.phase`).
+	Phase *DrainPhase `json:"phase,omitempty"`
+}
 
 // StatusReport defines model for StatusReport.
 type StatusReport struct {
@@ -2609,36 +2453,37 @@ type UpgradePath struct {
 	Path   []string `json:"path"`
 }
 
-// UpgradePathMode direct (the default): only a direct upgrade (members that need hops are excluded `policy-refused`); auto: members that need hops get a `hops` plan.
+// UpgradePathMode How an upgrade may reach its target version. direct (the default): only a direct upgrade; one that
+// needs intermediate versions is refused (`upgrade-path-required`; in a rollout, such members are
+// excluded `policy-refused`). auto: the upgrade publishes each hop in turn (in a rollout, members that
+// need hops get a `hops` plan).
 type UpgradePathMode string
 
 // UpgradeRequest Example: {"path":"auto","targetVersion":"2.0.0"}
 type UpgradeRequest struct {
-	Drain     *DrainOverride           `json:"drain,omitempty"`
-	DryRun    *bool                    `json:"dryRun,omitempty"`
-	OnFailure *UpgradeRequestOnFailure `json:"onFailure,omitempty"`
+	Drain *DrainOverride `json:"drain,omitempty"`
+
+	// DryRun Deprecated: use `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`, which takes this same body and
+	// answers the plan with one success shape. `true` still answers the plan (200) and changes nothing, through
+	// the next release (wfm 0.2.x); it is removed in wfm 0.3.0. Absent or `false` - the operation is requested.
+	// Deprecated: this property has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+	DryRun    *bool      `json:"dryRun,omitempty"`
+	OnFailure *OnFailure `json:"onFailure,omitempty"`
 
 	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
-	Parameters    *ParameterValues        `json:"parameters,omitempty"`
-	Path          *UpgradeRequestPath     `json:"path,omitempty"`
-	Strategy      *UpgradeRequestStrategy `json:"strategy,omitempty"`
-	TargetVersion string                  `json:"targetVersion"`
+	Parameters *ParameterValues `json:"parameters,omitempty"`
+	Path       *UpgradePathMode `json:"path,omitempty"`
+
+	// Strategy How the device replaces the running version (the strategies a version supports are in its lifecycle).
+	Strategy      *UpgradeStrategy `json:"strategy,omitempty"`
+	TargetVersion string           `json:"targetVersion"`
 
 	// Timeout How long each step may take to install, on top of the drain timeout: a duration from 1s to 168h
 	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 }
 
-// UpgradeRequestOnFailure defines model for UpgradeRequest.OnFailure.
-type UpgradeRequestOnFailure string
-
-// UpgradeRequestPath defines model for UpgradeRequest.Path.
-type UpgradeRequestPath string
-
-// UpgradeRequestStrategy defines model for UpgradeRequest.Strategy.
-type UpgradeRequestStrategy string
-
-// UpgradeStrategy defines model for UpgradeStrategy.
+// UpgradeStrategy How the device replaces the running version (the strategies a version supports are in its lifecycle).
 type UpgradeStrategy string
 
 // WFMClient defines model for WFMClient.
@@ -2700,7 +2545,7 @@ type WaveSpec struct {
 
 	// Soak How long to wait after the wave settled, thresholds met, before the next wave may start: a
 	// duration from 0s to 168h (Go syntax, such as 30m or 2h). Absent - 0s, no soak.
-	Soak *string `json:"soak,omitempty"`
+	Soak *Duration `json:"soak,omitempty"`
 }
 
 // WaveState pending: the wave has started nothing yet (a manual wave waits for `approve` in this state);
@@ -2938,10 +2783,10 @@ type ListAuditParams struct {
 	Actor *string `form:"actor,omitempty" json:"actor,omitempty"`
 
 	// Action Operation id, e.g. createDeployment.
-	Action  *string                 `form:"action,omitempty" json:"action,omitempty"`
-	Outcome *ListAuditParamsOutcome `form:"outcome,omitempty" json:"outcome,omitempty"`
-	Since   *time.Time              `form:"since,omitempty" json:"since,omitempty"`
-	Until   *time.Time              `form:"until,omitempty" json:"until,omitempty"`
+	Action  *string       `form:"action,omitempty" json:"action,omitempty"`
+	Outcome *AuditOutcome `form:"outcome,omitempty" json:"outcome,omitempty"`
+	Since   *time.Time    `form:"since,omitempty" json:"since,omitempty"`
+	Until   *time.Time    `form:"until,omitempty" json:"until,omitempty"`
 
 	// Limit Largest number of items in the page.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
@@ -2949,9 +2794,6 @@ type ListAuditParams struct {
 	// Cursor Opaque cursor from a previous page's `nextCursor`.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
-
-// ListAuditParamsOutcome defines parameters for ListAudit.
-type ListAuditParamsOutcome string
 
 // ListClientsParams defines parameters for ListClients.
 type ListClientsParams struct {
@@ -3004,8 +2846,8 @@ type CreateDeploymentParams struct {
 
 // DeleteDeploymentParams defines parameters for DeleteDeployment.
 type DeleteDeploymentParams struct {
-	Timeout *string  `form:"timeout,omitempty" json:"timeout,omitempty"`
-	IfMatch *IfMatch `json:"If-Match,omitempty"`
+	Timeout *Duration `form:"timeout,omitempty" json:"timeout,omitempty"`
+	IfMatch *IfMatch  `json:"If-Match,omitempty"`
 }
 
 // ListHistoryParams defines parameters for ListHistory.
@@ -3278,11 +3120,20 @@ type CreateDeploymentJSONRequestBody = CreateDeploymentRequest
 // ReconfigureDeploymentJSONRequestBody defines body for ReconfigureDeployment for application/json ContentType.
 type ReconfigureDeploymentJSONRequestBody = ReconfigureRequest
 
+// PlanReconfigurationJSONRequestBody defines body for PlanReconfiguration for application/json ContentType.
+type PlanReconfigurationJSONRequestBody = ReconfigureRequest
+
 // RollbackDeploymentJSONRequestBody defines body for RollbackDeployment for application/json ContentType.
 type RollbackDeploymentJSONRequestBody = RollbackRequest
 
+// PlanRollbackJSONRequestBody defines body for PlanRollback for application/json ContentType.
+type PlanRollbackJSONRequestBody = RollbackRequest
+
 // UpgradeDeploymentJSONRequestBody defines body for UpgradeDeployment for application/json ContentType.
 type UpgradeDeploymentJSONRequestBody = UpgradeRequest
+
+// PlanUpgradeJSONRequestBody defines body for PlanUpgrade for application/json ContentType.
+type PlanUpgradeJSONRequestBody = UpgradeRequest
 
 // CreateRolloutJSONRequestBody defines body for CreateRollout for application/json ContentType.
 type CreateRolloutJSONRequestBody = CreateRolloutRequest
@@ -3591,6 +3442,9 @@ type ServerInterface interface {
 	// ReconfigureDeployment Change a deployment's parameter values (same version)
 	// (POST /mgmt/v1/deployments/{deploymentId}/reconfigure)
 	ReconfigureDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ReconfigureDeploymentParams)
+	// PlanReconfiguration What a reconfiguration would do, changing nothing
+	// (POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan)
+	PlanReconfiguration(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath)
 	// ListRevisions List a deployment's revisions, newest first
 	// (GET /mgmt/v1/deployments/{deploymentId}/revisions)
 	ListRevisions(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListRevisionsParams)
@@ -3600,12 +3454,18 @@ type ServerInterface interface {
 	// RollbackDeployment Go back to an earlier revision
 	// (POST /mgmt/v1/deployments/{deploymentId}/rollback)
 	RollbackDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params RollbackDeploymentParams)
+	// PlanRollback What a rollback would do, changing nothing
+	// (POST /mgmt/v1/deployments/{deploymentId}/rollback/plan)
+	PlanRollback(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath)
 	// GetDeploymentStatus The latest status report of the device for this deployment
 	// (GET /mgmt/v1/deployments/{deploymentId}/status)
 	GetDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath)
 	// UpgradeDeployment Upgrade a deployment to a newer version
 	// (POST /mgmt/v1/deployments/{deploymentId}/upgrade)
 	UpgradeDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params UpgradeDeploymentParams)
+	// PlanUpgrade What an upgrade would do, changing nothing
+	// (POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan)
+	PlanUpgrade(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath)
 	// ListDevices List devices
 	// (GET /mgmt/v1/devices)
 	ListDevices(w http.ResponseWriter, r *http.Request, params ListDevicesParams)
@@ -3879,6 +3739,12 @@ func (_ Unimplemented) ReconfigureDeployment(w http.ResponseWriter, r *http.Requ
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// PlanReconfiguration What a reconfiguration would do, changing nothing
+// (POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan)
+func (_ Unimplemented) PlanReconfiguration(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // ListRevisions List a deployment's revisions, newest first
 // (GET /mgmt/v1/deployments/{deploymentId}/revisions)
 func (_ Unimplemented) ListRevisions(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListRevisionsParams) {
@@ -3897,6 +3763,12 @@ func (_ Unimplemented) RollbackDeployment(w http.ResponseWriter, r *http.Request
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// PlanRollback What a rollback would do, changing nothing
+// (POST /mgmt/v1/deployments/{deploymentId}/rollback/plan)
+func (_ Unimplemented) PlanRollback(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // GetDeploymentStatus The latest status report of the device for this deployment
 // (GET /mgmt/v1/deployments/{deploymentId}/status)
 func (_ Unimplemented) GetDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
@@ -3906,6 +3778,12 @@ func (_ Unimplemented) GetDeploymentStatus(w http.ResponseWriter, r *http.Reques
 // UpgradeDeployment Upgrade a deployment to a newer version
 // (POST /mgmt/v1/deployments/{deploymentId}/upgrade)
 func (_ Unimplemented) UpgradeDeployment(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params UpgradeDeploymentParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PlanUpgrade What an upgrade would do, changing nothing
+// (POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan)
+func (_ Unimplemented) PlanUpgrade(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -5312,7 +5190,7 @@ func (siw *ServerInterfaceWrapper) DeleteDeployment(w http.ResponseWriter, r *ht
 
 	// ------------- Optional query parameter "timeout" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "timeout", r.URL.Query(), &params.Timeout, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "timeout", r.URL.Query(), &params.Timeout, runtime.BindQueryParameterOptions{Type: "", Format: ""})
 	if err != nil {
 		var requiredError *runtime.RequiredParameterError
 		if errors.As(err, &requiredError) {
@@ -5505,6 +5383,32 @@ func (siw *ServerInterfaceWrapper) ReconfigureDeployment(w http.ResponseWriter, 
 	handler.ServeHTTP(w, r)
 }
 
+// PlanReconfiguration operation middleware
+func (siw *ServerInterfaceWrapper) PlanReconfiguration(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PlanReconfiguration(w, r, deploymentId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListRevisions operation middleware
 func (siw *ServerInterfaceWrapper) ListRevisions(w http.ResponseWriter, r *http.Request) {
 
@@ -5664,6 +5568,32 @@ func (siw *ServerInterfaceWrapper) RollbackDeployment(w http.ResponseWriter, r *
 	handler.ServeHTTP(w, r)
 }
 
+// PlanRollback operation middleware
+func (siw *ServerInterfaceWrapper) PlanRollback(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PlanRollback(w, r, deploymentId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetDeploymentStatus operation middleware
 func (siw *ServerInterfaceWrapper) GetDeploymentStatus(w http.ResponseWriter, r *http.Request) {
 
@@ -5750,6 +5680,32 @@ func (siw *ServerInterfaceWrapper) UpgradeDeployment(w http.ResponseWriter, r *h
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.UpgradeDeployment(w, r, deploymentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PlanUpgrade operation middleware
+func (siw *ServerInterfaceWrapper) PlanUpgrade(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "deploymentId" -------------
+	var deploymentId DeploymentIdPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "deploymentId", chi.URLParam(r, "deploymentId"), &deploymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "deploymentId", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PlanUpgrade(w, r, deploymentId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -7535,10 +7491,19 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/upgrade", wrapper.UpgradeDeployment)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/upgrade/plan", wrapper.PlanUpgrade)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/reconfigure", wrapper.ReconfigureDeployment)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/reconfigure/plan", wrapper.PlanReconfiguration)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/rollback", wrapper.RollbackDeployment)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/mgmt/v1/deployments/{deploymentId}/rollback/plan", wrapper.PlanRollback)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/mgmt/v1/operations", wrapper.ListOperations)
@@ -11514,6 +11479,152 @@ func (response ReconfigureDeploymentdefaultApplicationProblemPlusJSONResponse) V
 	return err
 }
 
+type PlanReconfigurationRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Body         *PlanReconfigurationJSONRequestBody
+}
+
+type PlanReconfigurationResponseObject interface {
+	VisitPlanReconfigurationResponse(w http.ResponseWriter) error
+}
+
+type PlanReconfiguration200JSONResponse Plan
+
+func (response PlanReconfiguration200JSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanReconfiguration400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PlanReconfiguration400ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanReconfiguration401ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanReconfiguration401ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanReconfiguration403ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanReconfiguration403ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanReconfiguration404ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanReconfiguration404ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanReconfiguration422ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanReconfiguration422ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanReconfiguration429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PlanReconfiguration429ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanReconfiguration503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response PlanReconfiguration503ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanReconfigurationdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PlanReconfigurationdefaultApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListRevisionsRequestObject struct {
 	DeploymentId DeploymentIdPath `json:"deploymentId"`
 	Params       ListRevisionsParams
@@ -11954,6 +12065,152 @@ func (response RollbackDeploymentdefaultApplicationProblemPlusJSONResponse) Visi
 	return err
 }
 
+type PlanRollbackRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Body         *PlanRollbackJSONRequestBody
+}
+
+type PlanRollbackResponseObject interface {
+	VisitPlanRollbackResponse(w http.ResponseWriter) error
+}
+
+type PlanRollback200JSONResponse Plan
+
+func (response PlanRollback200JSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollback400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PlanRollback400ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollback401ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanRollback401ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollback403ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanRollback403ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollback404ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanRollback404ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollback422ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanRollback422ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollback429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PlanRollback429ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollback503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response PlanRollback503ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanRollbackdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PlanRollbackdefaultApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetDeploymentStatusRequestObject struct {
 	DeploymentId DeploymentIdPath `json:"deploymentId"`
 }
@@ -12250,6 +12507,152 @@ type UpgradeDeploymentdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response UpgradeDeploymentdefaultApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanUpgradeRequestObject struct {
+	DeploymentId DeploymentIdPath `json:"deploymentId"`
+	Body         *PlanUpgradeJSONRequestBody
+}
+
+type PlanUpgradeResponseObject interface {
+	VisitPlanUpgradeResponse(w http.ResponseWriter) error
+}
+
+type PlanUpgrade200JSONResponse Plan
+
+func (response PlanUpgrade200JSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanUpgrade400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PlanUpgrade400ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanUpgrade401ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanUpgrade401ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanUpgrade403ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanUpgrade403ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanUpgrade404ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanUpgrade404ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanUpgrade422ApplicationProblemPlusJSONResponse Problem
+
+func (response PlanUpgrade422ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanUpgrade429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response PlanUpgrade429ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanUpgrade503ApplicationProblemPlusJSONResponse struct {
+	ServiceUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response PlanUpgrade503ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PlanUpgradedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PlanUpgradedefaultApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -16748,6 +17151,9 @@ type StrictServerInterface interface {
 	// ReconfigureDeployment Change a deployment's parameter values (same version)
 	// (POST /mgmt/v1/deployments/{deploymentId}/reconfigure)
 	ReconfigureDeployment(ctx context.Context, request ReconfigureDeploymentRequestObject) (ReconfigureDeploymentResponseObject, error)
+	// PlanReconfiguration What a reconfiguration would do, changing nothing
+	// (POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan)
+	PlanReconfiguration(ctx context.Context, request PlanReconfigurationRequestObject) (PlanReconfigurationResponseObject, error)
 	// ListRevisions List a deployment's revisions, newest first
 	// (GET /mgmt/v1/deployments/{deploymentId}/revisions)
 	ListRevisions(ctx context.Context, request ListRevisionsRequestObject) (ListRevisionsResponseObject, error)
@@ -16757,12 +17163,18 @@ type StrictServerInterface interface {
 	// RollbackDeployment Go back to an earlier revision
 	// (POST /mgmt/v1/deployments/{deploymentId}/rollback)
 	RollbackDeployment(ctx context.Context, request RollbackDeploymentRequestObject) (RollbackDeploymentResponseObject, error)
+	// PlanRollback What a rollback would do, changing nothing
+	// (POST /mgmt/v1/deployments/{deploymentId}/rollback/plan)
+	PlanRollback(ctx context.Context, request PlanRollbackRequestObject) (PlanRollbackResponseObject, error)
 	// GetDeploymentStatus The latest status report of the device for this deployment
 	// (GET /mgmt/v1/deployments/{deploymentId}/status)
 	GetDeploymentStatus(ctx context.Context, request GetDeploymentStatusRequestObject) (GetDeploymentStatusResponseObject, error)
 	// UpgradeDeployment Upgrade a deployment to a newer version
 	// (POST /mgmt/v1/deployments/{deploymentId}/upgrade)
 	UpgradeDeployment(ctx context.Context, request UpgradeDeploymentRequestObject) (UpgradeDeploymentResponseObject, error)
+	// PlanUpgrade What an upgrade would do, changing nothing
+	// (POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan)
+	PlanUpgrade(ctx context.Context, request PlanUpgradeRequestObject) (PlanUpgradeResponseObject, error)
 	// ListDevices List devices
 	// (GET /mgmt/v1/devices)
 	ListDevices(ctx context.Context, request ListDevicesRequestObject) (ListDevicesResponseObject, error)
@@ -17731,6 +18143,39 @@ func (sh *strictHandler) ReconfigureDeployment(w http.ResponseWriter, r *http.Re
 	}
 }
 
+// PlanReconfiguration operation middleware
+func (sh *strictHandler) PlanReconfiguration(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
+	var request PlanReconfigurationRequestObject
+
+	request.DeploymentId = deploymentId
+
+	var body PlanReconfigurationJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PlanReconfiguration(ctx, request.(PlanReconfigurationRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PlanReconfiguration")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PlanReconfigurationResponseObject); ok {
+		if err := validResponse.VisitPlanReconfigurationResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListRevisions operation middleware
 func (sh *strictHandler) ListRevisions(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath, params ListRevisionsParams) {
 	var request ListRevisionsRequestObject
@@ -17822,6 +18267,42 @@ func (sh *strictHandler) RollbackDeployment(w http.ResponseWriter, r *http.Reque
 	}
 }
 
+// PlanRollback operation middleware
+func (sh *strictHandler) PlanRollback(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
+	var request PlanRollbackRequestObject
+
+	request.DeploymentId = deploymentId
+
+	var body PlanRollbackJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PlanRollback(ctx, request.(PlanRollbackRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PlanRollback")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PlanRollbackResponseObject); ok {
+		if err := validResponse.VisitPlanRollbackResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // GetDeploymentStatus operation middleware
 func (sh *strictHandler) GetDeploymentStatus(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
 	var request GetDeploymentStatusRequestObject
@@ -17875,6 +18356,39 @@ func (sh *strictHandler) UpgradeDeployment(w http.ResponseWriter, r *http.Reques
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(UpgradeDeploymentResponseObject); ok {
 		if err := validResponse.VisitUpgradeDeploymentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// PlanUpgrade operation middleware
+func (sh *strictHandler) PlanUpgrade(w http.ResponseWriter, r *http.Request, deploymentId DeploymentIdPath) {
+	var request PlanUpgradeRequestObject
+
+	request.DeploymentId = deploymentId
+
+	var body PlanUpgradeJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PlanUpgrade(ctx, request.(PlanUpgradeRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PlanUpgrade")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PlanUpgradeResponseObject); ok {
+		if err := validResponse.VisitPlanUpgradeResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

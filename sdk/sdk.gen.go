@@ -38,18 +38,18 @@ func (e ApplicationVersionMediaType) Valid() bool {
 	}
 }
 
-// Defines values for AuditEntryOutcome.
+// Defines values for AuditOutcome.
 const (
-	AuditEntryOutcomeFailure AuditEntryOutcome = "failure"
-	AuditEntryOutcomeSuccess AuditEntryOutcome = "success"
+	Failure AuditOutcome = "failure"
+	Success AuditOutcome = "success"
 )
 
-// Valid indicates whether the value is a known member of the AuditEntryOutcome enum.
-func (e AuditEntryOutcome) Valid() bool {
+// Valid indicates whether the value is a known member of the AuditOutcome enum.
+func (e AuditOutcome) Valid() bool {
 	switch e {
-	case AuditEntryOutcomeFailure:
+	case Failure:
 		return true
-	case AuditEntryOutcomeSuccess:
+	case Success:
 		return true
 	default:
 		return false
@@ -179,36 +179,45 @@ func (e DeviceState) Valid() bool {
 	}
 }
 
-// Defines values for DrainOverrideOnTimeout.
+// Defines values for DrainPhase.
 const (
-	DrainOverrideOnTimeoutAbort   DrainOverrideOnTimeout = "abort"
-	DrainOverrideOnTimeoutProceed DrainOverrideOnTimeout = "proceed"
+	DrainPhaseDrained     DrainPhase = "drained"
+	DrainPhaseDraining    DrainPhase = "draining"
+	DrainPhaseStartingNew DrainPhase = "starting-new"
+	DrainPhaseSwitching   DrainPhase = "switching"
+	DrainPhaseVerifying   DrainPhase = "verifying"
 )
 
-// Valid indicates whether the value is a known member of the DrainOverrideOnTimeout enum.
-func (e DrainOverrideOnTimeout) Valid() bool {
+// Valid indicates whether the value is a known member of the DrainPhase enum.
+func (e DrainPhase) Valid() bool {
 	switch e {
-	case DrainOverrideOnTimeoutAbort:
+	case DrainPhaseDrained:
 		return true
-	case DrainOverrideOnTimeoutProceed:
+	case DrainPhaseDraining:
+		return true
+	case DrainPhaseStartingNew:
+		return true
+	case DrainPhaseSwitching:
+		return true
+	case DrainPhaseVerifying:
 		return true
 	default:
 		return false
 	}
 }
 
-// Defines values for DrainRulesOnTimeout.
+// Defines values for DrainTimeoutAction.
 const (
-	DrainRulesOnTimeoutAbort   DrainRulesOnTimeout = "abort"
-	DrainRulesOnTimeoutProceed DrainRulesOnTimeout = "proceed"
+	DrainTimeoutActionAbort   DrainTimeoutAction = "abort"
+	DrainTimeoutActionProceed DrainTimeoutAction = "proceed"
 )
 
-// Valid indicates whether the value is a known member of the DrainRulesOnTimeout enum.
-func (e DrainRulesOnTimeout) Valid() bool {
+// Valid indicates whether the value is a known member of the DrainTimeoutAction enum.
+func (e DrainTimeoutAction) Valid() bool {
 	switch e {
-	case DrainRulesOnTimeoutAbort:
+	case DrainTimeoutActionAbort:
 		return true
-	case DrainRulesOnTimeoutProceed:
+	case DrainTimeoutActionProceed:
 		return true
 	default:
 		return false
@@ -278,24 +287,6 @@ func (e ExclusionReason) Valid() bool {
 	case ExclusionReasonPolicyRefused:
 		return true
 	case ExclusionReasonUnplaceable:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for LifecycleRulesStrategies.
-const (
-	LifecycleRulesStrategiesBlueGreen LifecycleRulesStrategies = "blueGreen"
-	LifecycleRulesStrategiesRecreate  LifecycleRulesStrategies = "recreate"
-)
-
-// Valid indicates whether the value is a known member of the LifecycleRulesStrategies enum.
-func (e LifecycleRulesStrategies) Valid() bool {
-	switch e {
-	case LifecycleRulesStrategiesBlueGreen:
-		return true
-	case LifecycleRulesStrategiesRecreate:
 		return true
 	default:
 		return false
@@ -422,51 +413,6 @@ func (e OnFailure) Valid() bool {
 	}
 }
 
-// Defines values for OperationOnFailure.
-const (
-	OperationOnFailureHalt     OperationOnFailure = "halt"
-	OperationOnFailureRollback OperationOnFailure = "rollback"
-)
-
-// Valid indicates whether the value is a known member of the OperationOnFailure enum.
-func (e OperationOnFailure) Valid() bool {
-	switch e {
-	case OperationOnFailureHalt:
-		return true
-	case OperationOnFailureRollback:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for OperationType.
-const (
-	OperationTypeInstall     OperationType = "install"
-	OperationTypeReconfigure OperationType = "reconfigure"
-	OperationTypeRemove      OperationType = "remove"
-	OperationTypeRollback    OperationType = "rollback"
-	OperationTypeUpgrade     OperationType = "upgrade"
-)
-
-// Valid indicates whether the value is a known member of the OperationType enum.
-func (e OperationType) Valid() bool {
-	switch e {
-	case OperationTypeInstall:
-		return true
-	case OperationTypeReconfigure:
-		return true
-	case OperationTypeRemove:
-		return true
-	case OperationTypeRollback:
-		return true
-	case OperationTypeUpgrade:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for OperationState.
 const (
 	OperationStateCancelled OperationState = "cancelled"
@@ -521,6 +467,33 @@ func (e OperationStepState) Valid() bool {
 	}
 }
 
+// Defines values for OperationType.
+const (
+	OperationTypeInstall     OperationType = "install"
+	OperationTypeReconfigure OperationType = "reconfigure"
+	OperationTypeRemove      OperationType = "remove"
+	OperationTypeRollback    OperationType = "rollback"
+	OperationTypeUpgrade     OperationType = "upgrade"
+)
+
+// Valid indicates whether the value is a known member of the OperationType enum.
+func (e OperationType) Valid() bool {
+	switch e {
+	case OperationTypeInstall:
+		return true
+	case OperationTypeReconfigure:
+		return true
+	case OperationTypeRemove:
+		return true
+	case OperationTypeRollback:
+		return true
+	case OperationTypeUpgrade:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ParameterRulesOnUpgrade.
 const (
 	Keep  ParameterRulesOnUpgrade = "keep"
@@ -539,21 +512,21 @@ func (e ParameterRulesOnUpgrade) Valid() bool {
 	}
 }
 
-// Defines values for PlanType.
+// Defines values for PlannedOperationType.
 const (
-	PlanTypeReconfigure PlanType = "reconfigure"
-	PlanTypeRollback    PlanType = "rollback"
-	PlanTypeUpgrade     PlanType = "upgrade"
+	PlannedOperationTypeReconfigure PlannedOperationType = "reconfigure"
+	PlannedOperationTypeRollback    PlannedOperationType = "rollback"
+	PlannedOperationTypeUpgrade     PlannedOperationType = "upgrade"
 )
 
-// Valid indicates whether the value is a known member of the PlanType enum.
-func (e PlanType) Valid() bool {
+// Valid indicates whether the value is a known member of the PlannedOperationType enum.
+func (e PlannedOperationType) Valid() bool {
 	switch e {
-	case PlanTypeReconfigure:
+	case PlannedOperationTypeReconfigure:
 		return true
-	case PlanTypeRollback:
+	case PlannedOperationTypeRollback:
 		return true
-	case PlanTypeUpgrade:
+	case PlannedOperationTypeUpgrade:
 		return true
 	default:
 		return false
@@ -575,78 +548,6 @@ func (e ProblemBackoffStrategy) Valid() bool {
 	case Fixed:
 		return true
 	case None:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for ProgressPhase.
-const (
-	ProgressPhaseDrained     ProgressPhase = "drained"
-	ProgressPhaseDraining    ProgressPhase = "draining"
-	ProgressPhaseStartingNew ProgressPhase = "starting-new"
-	ProgressPhaseSwitching   ProgressPhase = "switching"
-	ProgressPhaseVerifying   ProgressPhase = "verifying"
-)
-
-// Valid indicates whether the value is a known member of the ProgressPhase enum.
-func (e ProgressPhase) Valid() bool {
-	switch e {
-	case ProgressPhaseDrained:
-		return true
-	case ProgressPhaseDraining:
-		return true
-	case ProgressPhaseStartingNew:
-		return true
-	case ProgressPhaseSwitching:
-		return true
-	case ProgressPhaseVerifying:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for ReconfigureRequestOnFailure.
-const (
-	ReconfigureRequestOnFailureHalt     ReconfigureRequestOnFailure = "halt"
-	ReconfigureRequestOnFailureRollback ReconfigureRequestOnFailure = "rollback"
-)
-
-// Valid indicates whether the value is a known member of the ReconfigureRequestOnFailure enum.
-func (e ReconfigureRequestOnFailure) Valid() bool {
-	switch e {
-	case ReconfigureRequestOnFailureHalt:
-		return true
-	case ReconfigureRequestOnFailureRollback:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for RevisionOperation.
-const (
-	RevisionOperationInstall     RevisionOperation = "install"
-	RevisionOperationReconfigure RevisionOperation = "reconfigure"
-	RevisionOperationRemove      RevisionOperation = "remove"
-	RevisionOperationRollback    RevisionOperation = "rollback"
-	RevisionOperationUpgrade     RevisionOperation = "upgrade"
-)
-
-// Valid indicates whether the value is a known member of the RevisionOperation enum.
-func (e RevisionOperation) Valid() bool {
-	switch e {
-	case RevisionOperationInstall:
-		return true
-	case RevisionOperationReconfigure:
-		return true
-	case RevisionOperationRemove:
-		return true
-	case RevisionOperationRollback:
-		return true
-	case RevisionOperationUpgrade:
 		return true
 	default:
 		return false
@@ -833,33 +734,6 @@ func (e RolloutWaitingReason) Valid() bool {
 	}
 }
 
-// Defines values for StatusExtensionPhase.
-const (
-	StatusExtensionPhaseDrained     StatusExtensionPhase = "drained"
-	StatusExtensionPhaseDraining    StatusExtensionPhase = "draining"
-	StatusExtensionPhaseStartingNew StatusExtensionPhase = "starting-new"
-	StatusExtensionPhaseSwitching   StatusExtensionPhase = "switching"
-	StatusExtensionPhaseVerifying   StatusExtensionPhase = "verifying"
-)
-
-// Valid indicates whether the value is a known member of the StatusExtensionPhase enum.
-func (e StatusExtensionPhase) Valid() bool {
-	switch e {
-	case StatusExtensionPhaseDrained:
-		return true
-	case StatusExtensionPhaseDraining:
-		return true
-	case StatusExtensionPhaseStartingNew:
-		return true
-	case StatusExtensionPhaseSwitching:
-		return true
-	case StatusExtensionPhaseVerifying:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ThresholdAction.
 const (
 	ThresholdActionAbort ThresholdAction = "abort"
@@ -923,72 +797,18 @@ func (e UpgradePathMode) Valid() bool {
 	}
 }
 
-// Defines values for UpgradeRequestOnFailure.
-const (
-	UpgradeRequestOnFailureHalt     UpgradeRequestOnFailure = "halt"
-	UpgradeRequestOnFailureRollback UpgradeRequestOnFailure = "rollback"
-)
-
-// Valid indicates whether the value is a known member of the UpgradeRequestOnFailure enum.
-func (e UpgradeRequestOnFailure) Valid() bool {
-	switch e {
-	case UpgradeRequestOnFailureHalt:
-		return true
-	case UpgradeRequestOnFailureRollback:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for UpgradeRequestPath.
-const (
-	UpgradeRequestPathAuto   UpgradeRequestPath = "auto"
-	UpgradeRequestPathDirect UpgradeRequestPath = "direct"
-)
-
-// Valid indicates whether the value is a known member of the UpgradeRequestPath enum.
-func (e UpgradeRequestPath) Valid() bool {
-	switch e {
-	case UpgradeRequestPathAuto:
-		return true
-	case UpgradeRequestPathDirect:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for UpgradeRequestStrategy.
-const (
-	UpgradeRequestStrategyBlueGreen UpgradeRequestStrategy = "blueGreen"
-	UpgradeRequestStrategyRecreate  UpgradeRequestStrategy = "recreate"
-)
-
-// Valid indicates whether the value is a known member of the UpgradeRequestStrategy enum.
-func (e UpgradeRequestStrategy) Valid() bool {
-	switch e {
-	case UpgradeRequestStrategyBlueGreen:
-		return true
-	case UpgradeRequestStrategyRecreate:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for UpgradeStrategy.
 const (
-	UpgradeStrategyBlueGreen UpgradeStrategy = "blueGreen"
-	UpgradeStrategyRecreate  UpgradeStrategy = "recreate"
+	BlueGreen UpgradeStrategy = "blueGreen"
+	Recreate  UpgradeStrategy = "recreate"
 )
 
 // Valid indicates whether the value is a known member of the UpgradeStrategy enum.
 func (e UpgradeStrategy) Valid() bool {
 	switch e {
-	case UpgradeStrategyBlueGreen:
+	case BlueGreen:
 		return true
-	case UpgradeStrategyRecreate:
+	case Recreate:
 		return true
 	default:
 		return false
@@ -1073,24 +893,6 @@ func (e WebhookDeliveryOutcome) Valid() bool {
 	case WebhookDeliveryOutcomeFailed:
 		return true
 	case WebhookDeliveryOutcomeSucceeded:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for ListAuditParamsOutcome.
-const (
-	ListAuditParamsOutcomeFailure ListAuditParamsOutcome = "failure"
-	ListAuditParamsOutcomeSuccess ListAuditParamsOutcome = "success"
-)
-
-// Valid indicates whether the value is a known member of the ListAuditParamsOutcome enum.
-func (e ListAuditParamsOutcome) Valid() bool {
-	switch e {
-	case ListAuditParamsOutcomeFailure:
-		return true
-	case ListAuditParamsOutcomeSuccess:
 		return true
 	default:
 		return false
@@ -1190,26 +992,28 @@ type AuditEntry struct {
 	Action string `json:"action"`
 
 	// Actor Token id ("anonymous" when no valid token was given).
-	Actor     string            `json:"actor"`
-	At        time.Time         `json:"at"`
-	Detail    *json.RawMessage  `json:"detail,omitempty"`
-	Id        int64             `json:"id"`
-	Method    string            `json:"method"`
-	Outcome   AuditEntryOutcome `json:"outcome"`
-	RequestId *string           `json:"requestId,omitempty"`
-	Role      *string           `json:"role,omitempty"`
-	Status    int               `json:"status"`
-	Target    string            `json:"target"`
-}
+	Actor  string           `json:"actor"`
+	At     time.Time        `json:"at"`
+	Detail *json.RawMessage `json:"detail,omitempty"`
+	Id     int64            `json:"id"`
+	Method string           `json:"method"`
 
-// AuditEntryOutcome defines model for AuditEntry.Outcome.
-type AuditEntryOutcome string
+	// Outcome success: the call answered 1xx to 3xx; failure: 4xx or 5xx.
+	Outcome   AuditOutcome `json:"outcome"`
+	RequestId *string      `json:"requestId,omitempty"`
+	Role      *string      `json:"role,omitempty"`
+	Status    int          `json:"status"`
+	Target    string       `json:"target"`
+}
 
 // AuditList defines model for AuditList.
 type AuditList struct {
 	Items      []AuditEntry `json:"items"`
 	NextCursor *string      `json:"nextCursor,omitempty"`
 }
+
+// AuditOutcome success: the call answered 1xx to 3xx; failure: 4xx or 5xx.
+type AuditOutcome string
 
 // AuditTargetKind A kind of resource whose calls the audit log can be filtered by (`GET /mgmt/v1/audit`).
 type AuditTargetKind string
@@ -1245,8 +1049,8 @@ type CreateDeploymentRequest struct {
 	// Timeout How long the device may take to install revision 1 (the deadline of the deployment's `install`
 	// operation): a duration from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m.
 	// `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
-	Version string  `json:"version"`
+	Timeout *Duration `json:"timeout,omitempty"`
+	Version string    `json:"version"`
 }
 
 // CreateRolloutRequest One application, one action with its options in the member of the same name (required for that
@@ -1262,7 +1066,7 @@ type CreateRolloutRequest struct {
 
 	// Deadline How long the rollout may run, from its start: a duration from 1m to 8760h (Go syntax, such as
 	// 72h). A rollout still running or paused then fails (cause `deadline-passed`). Absent - 168h.
-	Deadline *string `json:"deadline,omitempty"`
+	Deadline *Duration `json:"deadline,omitempty"`
 
 	// Install The options of an `install` rollout, as `POST /mgmt/v1/deployments` takes them for one device.
 	Install *RolloutInstallOptions `json:"install,omitempty"`
@@ -1316,7 +1120,7 @@ type CreateTokenRequest struct {
 	//
 	//
 	// Example: 720h
-	ExpiresIn *string `json:"expiresIn,omitempty"`
+	ExpiresIn *Duration `json:"expiresIn,omitempty"`
 
 	// Name Example: ci-pipeline
 	Name string `json:"name"`
@@ -1486,21 +1290,27 @@ type DeviceState string
 
 // DrainOverride defines model for DrainOverride.
 type DrainOverride struct {
-	OnTimeout *DrainOverrideOnTimeout `json:"onTimeout,omitempty"`
-	Required  bool                    `json:"required"`
+	// OnTimeout What happens when the drain timeout passes with the device still draining: abort (the default; the previous
+	// revision is desired again and the operation fails `drain-timeout`) or proceed (nothing then; the step
+	// deadline still applies). See docs/lifecycle-extension.md.
+	OnTimeout *DrainTimeoutAction `json:"onTimeout,omitempty"`
+	Required  bool                `json:"required"`
 
 	// Timeout How long in-flight work may take to finish: a duration from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m).
 	// Absent - as the target version declares, else 10m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 }
 
-// DrainOverrideOnTimeout defines model for DrainOverride.OnTimeout.
-type DrainOverrideOnTimeout string
+// DrainPhase Where a drain-aware agent is in replacing a running version (its status report's `x-wfm-extensions.phase`).
+type DrainPhase string
 
 // DrainRules defines model for DrainRules.
 type DrainRules struct {
-	OnTimeout DrainRulesOnTimeout `json:"onTimeout"`
-	Required  bool                `json:"required"`
+	// OnTimeout What happens when the drain timeout passes with the device still draining: abort (the default; the previous
+	// revision is desired again and the operation fails `drain-timeout`) or proceed (nothing then; the step
+	// deadline still applies). See docs/lifecycle-extension.md.
+	OnTimeout DrainTimeoutAction `json:"onTimeout"`
+	Required  bool               `json:"required"`
 
 	// Timeout The drain timeout in use, in Go's canonical form: a duration from 1s to 168h (10m0s when the
 	// version declares a drain without a timeout).
@@ -1510,8 +1320,19 @@ type DrainRules struct {
 	Timeout string `json:"timeout"`
 }
 
-// DrainRulesOnTimeout defines model for DrainRules.OnTimeout.
-type DrainRulesOnTimeout string
+// DrainTimeoutAction What happens when the drain timeout passes with the device still draining: abort (the default; the previous
+// revision is desired again and the operation fails `drain-timeout`) or proceed (nothing then; the step
+// deadline still applies). See docs/lifecycle-extension.md.
+type DrainTimeoutAction string
+
+// Duration A duration, in Go's syntax: one or more decimal numbers, each with its unit (h, m, s, ms, us, ns), such as
+// 90s, 10m, 1h30m or 1.5h. Every member that takes one states its accepted range, bounds included, in its
+// description ("a duration from 1s to 168h"); a value outside it (`0s` too, unless the range starts at 0s)
+// is refused with 422 `invalid-request` naming the member, and changes nothing. Answers give durations in
+// Go's canonical form (10m0s, 168h0m0s).
+//
+// Example: 10m
+type Duration = string
 
 // DurationNotice defines model for DurationNotice.
 type DurationNotice struct {
@@ -1692,11 +1513,8 @@ type LifecycleRules struct {
 	Rollback   RollbackRules              `json:"rollback"`
 
 	// Strategies Strategies this version supports; the first is its default.
-	Strategies []LifecycleRulesStrategies `json:"strategies"`
+	Strategies []UpgradeStrategy `json:"strategies"`
 }
-
-// LifecycleRulesStrategies defines model for LifecycleRules.Strategies.
-type LifecycleRulesStrategies string
 
 // ManifestVersion Monotonically increasing unsigned 64-bit integer in [1, 2^64-1], one sequence per WFM client; the
 // first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
@@ -1778,7 +1596,8 @@ type NewWebhook struct {
 	Webhook Webhook `json:"webhook"`
 }
 
-// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+// OnFailure What a failed operation does (for a rollout, each member's operation): halt (the deployment stays
+// failed; the default) or rollback (roll back automatically where the failed version allows it).
 type OnFailure string
 
 // Operation defines model for Operation.
@@ -1798,7 +1617,10 @@ type Operation struct {
 	Forced      *bool               `json:"forced,omitempty"`
 	FromVersion *string             `json:"fromVersion,omitempty"`
 	Id          openapi_types.UUID  `json:"id"`
-	OnFailure   OperationOnFailure  `json:"onFailure"`
+
+	// OnFailure What a failed operation does (for a rollout, each member's operation): halt (the deployment stays
+	// failed; the default) or rollback (roll back automatically where the failed version allows it).
+	OnFailure OnFailure `json:"onFailure"`
 
 	// Reason Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed, deployment-removed).
 	Reason      *string         `json:"reason,omitempty"`
@@ -1807,15 +1629,13 @@ type Operation struct {
 	Steps       []OperationStep `json:"steps"`
 	Strategy    *string         `json:"strategy,omitempty"`
 	ToVersion   *string         `json:"toVersion,omitempty"`
-	Type        OperationType   `json:"type"`
-	UpdatedAt   time.Time       `json:"updatedAt"`
+
+	// Type What an operation does to its deployment: install (`POST /mgmt/v1/deployments`), upgrade, reconfigure
+	// and rollback (requested on a deployment; these three have a plan, see PlannedOperationType) and remove
+	// (`DELETE /mgmt/v1/deployments/{deploymentId}`). A rollout's `action` is another subset (RolloutAction).
+	Type      OperationType `json:"type"`
+	UpdatedAt time.Time     `json:"updatedAt"`
 }
-
-// OperationOnFailure defines model for Operation.OnFailure.
-type OperationOnFailure string
-
-// OperationType defines model for Operation.Type.
-type OperationType string
 
 // OperationList defines model for OperationList.
 type OperationList struct {
@@ -1840,6 +1660,11 @@ type OperationStep struct {
 
 // OperationStepState defines model for OperationStep.State.
 type OperationStepState string
+
+// OperationType What an operation does to its deployment: install (`POST /mgmt/v1/deployments`), upgrade, reconfigure
+// and rollback (requested on a deployment; these three have a plan, see PlannedOperationType) and remove
+// (`DELETE /mgmt/v1/deployments/{deploymentId}`). A rollout's `action` is another subset (RolloutAction).
+type OperationType string
 
 // ParameterChange defines model for ParameterChange.
 type ParameterChange struct {
@@ -1880,11 +1705,13 @@ type Plan struct {
 	Strategy   *string  `json:"strategy,omitempty"`
 	ToRevision *int     `json:"toRevision,omitempty"`
 	ToVersion  *string  `json:"toVersion,omitempty"`
-	Type       PlanType `json:"type"`
-}
 
-// PlanType defines model for Plan.Type.
-type PlanType string
+	// Type The operations requested on a running deployment, the ones with a plan (`POST
+	// /mgmt/v1/deployments/{deploymentId}/upgrade/plan`, `…/reconfigure/plan`, `…/rollback/plan`). A subset of
+	// OperationType on purpose: an install and a removal are requested by creating and deleting the
+	// deployment, and have no plan.
+	Type PlannedOperationType `json:"type"`
+}
 
 // PlanCheck defines model for PlanCheck.
 type PlanCheck struct {
@@ -1915,6 +1742,12 @@ type PlanGroup struct {
 	// always direct.
 	Plan MemberPlan `json:"plan"`
 }
+
+// PlannedOperationType The operations requested on a running deployment, the ones with a plan (`POST
+// /mgmt/v1/deployments/{deploymentId}/upgrade/plan`, `…/reconfigure/plan`, `…/rollback/plan`). A subset of
+// OperationType on purpose: an install and a removal are requested by creating and deleting the
+// deployment, and have no plan.
+type PlannedOperationType string
 
 // PlannedWave defines model for PlannedWave.
 type PlannedWave struct {
@@ -1977,31 +1810,31 @@ type ProblemBackoffStrategy string
 // Progress What a drain-aware agent said in its newest status report (`x-wfm-extensions`); absent for plain
 // Margo agents. Shown when one deployment is read.
 type Progress struct {
-	Healthy    *bool          `json:"healthy,omitempty"`
-	InFlight   *int           `json:"inFlight,omitempty"`
-	Message    *string        `json:"message,omitempty"`
-	Phase      *ProgressPhase `json:"phase,omitempty"`
-	ReportedAt time.Time      `json:"reportedAt"`
-}
+	Healthy  *bool   `json:"healthy,omitempty"`
+	InFlight *int    `json:"inFlight,omitempty"`
+	Message  *string `json:"message,omitempty"`
 
-// ProgressPhase defines model for Progress.Phase.
-type ProgressPhase string
+	// Phase Where a drain-aware agent is in replacing a running version (its status report's `x-wfm-extensions.phase`).
+	Phase      *DrainPhase `json:"phase,omitempty"`
+	ReportedAt time.Time   `json:"reportedAt"`
+}
 
 // ReconfigureRequest defines model for ReconfigureRequest.
 type ReconfigureRequest struct {
-	DryRun    *bool                        `json:"dryRun,omitempty"`
-	OnFailure *ReconfigureRequestOnFailure `json:"onFailure,omitempty"`
+	// DryRun Deprecated: use `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan`, which takes this same body and
+	// answers the plan with one success shape. `true` still answers the plan (200) and changes nothing, through
+	// the next release (wfm 0.2.x); it is removed in wfm 0.3.0. Absent or `false` - the operation is requested.
+	// Deprecated: this property has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+	DryRun    *bool      `json:"dryRun,omitempty"`
+	OnFailure *OnFailure `json:"onFailure,omitempty"`
 
 	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
 	Parameters ParameterValues `json:"parameters"`
 
 	// Timeout How long the device may take to install the revision: a duration from 1s to 168h
 	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 }
-
-// ReconfigureRequestOnFailure defines model for ReconfigureRequest.OnFailure.
-type ReconfigureRequestOnFailure string
 
 // Revision defines model for Revision.
 type Revision struct {
@@ -2016,20 +1849,21 @@ type Revision struct {
 	Forced *bool `json:"forced,omitempty"`
 
 	// ManifestVersion The client manifestVersion that first published this revision.
-	ManifestVersion *uint64                `json:"manifestVersion,omitempty"`
-	Operation       RevisionOperation      `json:"operation"`
-	Outcome         RevisionOutcome        `json:"outcome"`
-	Parameters      map[string]interface{} `json:"parameters"`
-	ProfileId       string                 `json:"profileId"`
-	Revision        int                    `json:"revision"`
-	Version         string                 `json:"version"`
+	ManifestVersion *uint64 `json:"manifestVersion,omitempty"`
+
+	// Operation What an operation does to its deployment: install (`POST /mgmt/v1/deployments`), upgrade, reconfigure
+	// and rollback (requested on a deployment; these three have a plan, see PlannedOperationType) and remove
+	// (`DELETE /mgmt/v1/deployments/{deploymentId}`). A rollout's `action` is another subset (RolloutAction).
+	Operation  OperationType          `json:"operation"`
+	Outcome    RevisionOutcome        `json:"outcome"`
+	Parameters map[string]interface{} `json:"parameters"`
+	ProfileId  string                 `json:"profileId"`
+	Revision   int                    `json:"revision"`
+	Version    string                 `json:"version"`
 
 	// Yaml The rendered ApplicationDeployment YAML (only when one revision is read).
 	Yaml *string `json:"yaml,omitempty"`
 }
-
-// RevisionOperation defines model for Revision.Operation.
-type RevisionOperation string
 
 // RevisionOutcome defines model for Revision.Outcome.
 type RevisionOutcome string
@@ -2045,6 +1879,10 @@ type Role string
 
 // RollbackRequest defines model for RollbackRequest.
 type RollbackRequest struct {
+	// DryRun Deprecated: use `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan`, which takes this same body and
+	// answers the plan with one success shape. `true` still answers the plan (200) and changes nothing, through
+	// the next release (wfm 0.2.x); it is removed in wfm 0.3.0. Absent or `false` - the operation is requested.
+	// Deprecated: this property has been marked as deprecated upstream, but no `x-deprecated-reason` was set
 	DryRun *bool `json:"dryRun,omitempty"`
 	Force  *bool `json:"force,omitempty"`
 
@@ -2053,8 +1891,8 @@ type RollbackRequest struct {
 
 	// Timeout How long the device may take to install the revision: a duration from 1s to 168h
 	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout    *string `json:"timeout,omitempty"`
-	ToRevision *int    `json:"toRevision,omitempty"`
+	Timeout    *Duration `json:"timeout,omitempty"`
+	ToRevision *int      `json:"toRevision,omitempty"`
 }
 
 // RollbackRules defines model for RollbackRules.
@@ -2208,8 +2046,8 @@ type RolloutInstallOptions struct {
 
 	// Timeout How long each device may take to install revision 1: a duration from 1s to 168h (Go syntax, such
 	// as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
-	Version string  `json:"version"`
+	Timeout *Duration `json:"timeout,omitempty"`
+	Version string    `json:"version"`
 }
 
 // RolloutList defines model for RolloutList.
@@ -2310,7 +2148,8 @@ type RolloutPlan struct {
 
 // RolloutReconfigureOptions The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member.
 type RolloutReconfigureOptions struct {
-	// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+	// OnFailure What a failed operation does (for a rollout, each member's operation): halt (the deployment stays
+	// failed; the default) or rollback (roll back automatically where the failed version allows it).
 	OnFailure *OnFailure `json:"onFailure,omitempty"`
 
 	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
@@ -2318,7 +2157,7 @@ type RolloutReconfigureOptions struct {
 
 	// Timeout How long each member may take to install its revision: a duration from 1s to 168h (Go syntax,
 	// such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 }
 
 // RolloutRollbackOptions The options of a `rollback` rollout. Each member goes back to its own most recent revision at
@@ -2327,8 +2166,8 @@ type RolloutReconfigureOptions struct {
 type RolloutRollbackOptions struct {
 	// Timeout How long each member may take to install its revision: a duration from 1s to 168h (Go syntax,
 	// such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout   *string `json:"timeout,omitempty"`
-	ToVersion string  `json:"toVersion"`
+	Timeout   *Duration `json:"timeout,omitempty"`
+	ToVersion string    `json:"toVersion"`
 }
 
 // RolloutState running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
@@ -2357,7 +2196,7 @@ type RolloutTarget struct {
 	// NotSeenFor Members whose device was not seen (`lastSeenAt`) within this duration are excluded `not-seen`:
 	// a duration from 5m to 8760h (Go syntax, such as 30m or 24h; `lastSeenAt` is recorded at most once a
 	// minute). Absent - no device is left out for that.
-	NotSeenFor *string `json:"notSeenFor,omitempty"`
+	NotSeenFor *Duration `json:"notSeenFor,omitempty"`
 
 	// States Current states of the deployments to take.
 	States *[]DeploymentState `json:"states,omitempty"`
@@ -2403,20 +2242,26 @@ type RolloutTransition struct {
 type RolloutUpgradeOptions struct {
 	Drain *DrainOverride `json:"drain,omitempty"`
 
-	// OnFailure Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+	// OnFailure What a failed operation does (for a rollout, each member's operation): halt (the deployment stays
+	// failed; the default) or rollback (roll back automatically where the failed version allows it).
 	OnFailure *OnFailure `json:"onFailure,omitempty"`
 
 	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
 	Parameters *ParameterValues `json:"parameters,omitempty"`
 
-	// Path direct (the default): only a direct upgrade (members that need hops are excluded `policy-refused`); auto: members that need hops get a `hops` plan.
-	Path          *UpgradePathMode `json:"path,omitempty"`
+	// Path How an upgrade may reach its target version. direct (the default): only a direct upgrade; one that
+	// needs intermediate versions is refused (`upgrade-path-required`; in a rollout, such members are
+	// excluded `policy-refused`). auto: the upgrade publishes each hop in turn (in a rollout, members that
+	// need hops get a `hops` plan).
+	Path *UpgradePathMode `json:"path,omitempty"`
+
+	// Strategy How the device replaces the running version (the strategies a version supports are in its lifecycle).
 	Strategy      *UpgradeStrategy `json:"strategy,omitempty"`
 	TargetVersion string           `json:"targetVersion"`
 
 	// Timeout How long each step of each member may take to install, on top of the drain timeout: a duration
 	// from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 }
 
 // RolloutWaiting Why the rollout starts nothing now, while it is running or paused.
@@ -2506,14 +2351,13 @@ type StatusError struct {
 
 // StatusExtension wfm's optional status members for drain-aware agents (design section 6).
 type StatusExtension struct {
-	Healthy  *bool                 `json:"healthy,omitempty"`
-	InFlight *int                  `json:"inFlight,omitempty"`
-	Message  *string               `json:"message,omitempty"`
-	Phase    *StatusExtensionPhase `json:"phase,omitempty"`
-}
+	Healthy  *bool   `json:"healthy,omitempty"`
+	InFlight *int    `json:"inFlight,omitempty"`
+	Message  *string `json:"message,omitempty"`
 
-// StatusExtensionPhase defines model for StatusExtension.Phase.
-type StatusExtensionPhase string
+	// Phase Where a drain-aware agent is in replacing a running version (its status report's `x-wfm-extensions.phase`).
+	Phase *DrainPhase `json:"phase,omitempty"`
+}
 
 // StatusReport defines model for StatusReport.
 type StatusReport struct {
@@ -2610,36 +2454,37 @@ type UpgradePath struct {
 	Path   []string `json:"path"`
 }
 
-// UpgradePathMode direct (the default): only a direct upgrade (members that need hops are excluded `policy-refused`); auto: members that need hops get a `hops` plan.
+// UpgradePathMode How an upgrade may reach its target version. direct (the default): only a direct upgrade; one that
+// needs intermediate versions is refused (`upgrade-path-required`; in a rollout, such members are
+// excluded `policy-refused`). auto: the upgrade publishes each hop in turn (in a rollout, members that
+// need hops get a `hops` plan).
 type UpgradePathMode string
 
 // UpgradeRequest Example: {"path":"auto","targetVersion":"2.0.0"}
 type UpgradeRequest struct {
-	Drain     *DrainOverride           `json:"drain,omitempty"`
-	DryRun    *bool                    `json:"dryRun,omitempty"`
-	OnFailure *UpgradeRequestOnFailure `json:"onFailure,omitempty"`
+	Drain *DrainOverride `json:"drain,omitempty"`
+
+	// DryRun Deprecated: use `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`, which takes this same body and
+	// answers the plan with one success shape. `true` still answers the plan (200) and changes nothing, through
+	// the next release (wfm 0.2.x); it is removed in wfm 0.3.0. Absent or `false` - the operation is requested.
+	// Deprecated: this property has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+	DryRun    *bool      `json:"dryRun,omitempty"`
+	OnFailure *OnFailure `json:"onFailure,omitempty"`
 
 	// Parameters Parameter name to value (string, number, boolean or array of them), checked against the description's configuration schema.
-	Parameters    *ParameterValues        `json:"parameters,omitempty"`
-	Path          *UpgradeRequestPath     `json:"path,omitempty"`
-	Strategy      *UpgradeRequestStrategy `json:"strategy,omitempty"`
-	TargetVersion string                  `json:"targetVersion"`
+	Parameters *ParameterValues `json:"parameters,omitempty"`
+	Path       *UpgradePathMode `json:"path,omitempty"`
+
+	// Strategy How the device replaces the running version (the strategies a version supports are in its lifecycle).
+	Strategy      *UpgradeStrategy `json:"strategy,omitempty"`
+	TargetVersion string           `json:"targetVersion"`
 
 	// Timeout How long each step may take to install, on top of the drain timeout: a duration from 1s to 168h
 	// (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
-	Timeout *string `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 }
 
-// UpgradeRequestOnFailure defines model for UpgradeRequest.OnFailure.
-type UpgradeRequestOnFailure string
-
-// UpgradeRequestPath defines model for UpgradeRequest.Path.
-type UpgradeRequestPath string
-
-// UpgradeRequestStrategy defines model for UpgradeRequest.Strategy.
-type UpgradeRequestStrategy string
-
-// UpgradeStrategy defines model for UpgradeStrategy.
+// UpgradeStrategy How the device replaces the running version (the strategies a version supports are in its lifecycle).
 type UpgradeStrategy string
 
 // WFMClient defines model for WFMClient.
@@ -2701,7 +2546,7 @@ type WaveSpec struct {
 
 	// Soak How long to wait after the wave settled, thresholds met, before the next wave may start: a
 	// duration from 0s to 168h (Go syntax, such as 30m or 2h). Absent - 0s, no soak.
-	Soak *string `json:"soak,omitempty"`
+	Soak *Duration `json:"soak,omitempty"`
 }
 
 // WaveState pending: the wave has started nothing yet (a manual wave waits for `approve` in this state);
@@ -2939,10 +2784,10 @@ type ListAuditParams struct {
 	Actor *string `form:"actor,omitempty" json:"actor,omitempty"`
 
 	// Action Operation id, e.g. createDeployment.
-	Action  *string                 `form:"action,omitempty" json:"action,omitempty"`
-	Outcome *ListAuditParamsOutcome `form:"outcome,omitempty" json:"outcome,omitempty"`
-	Since   *time.Time              `form:"since,omitempty" json:"since,omitempty"`
-	Until   *time.Time              `form:"until,omitempty" json:"until,omitempty"`
+	Action  *string       `form:"action,omitempty" json:"action,omitempty"`
+	Outcome *AuditOutcome `form:"outcome,omitempty" json:"outcome,omitempty"`
+	Since   *time.Time    `form:"since,omitempty" json:"since,omitempty"`
+	Until   *time.Time    `form:"until,omitempty" json:"until,omitempty"`
 
 	// Limit Largest number of items in the page.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
@@ -2950,9 +2795,6 @@ type ListAuditParams struct {
 	// Cursor Opaque cursor from a previous page's `nextCursor`.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
-
-// ListAuditParamsOutcome defines parameters for ListAudit.
-type ListAuditParamsOutcome string
 
 // ListClientsParams defines parameters for ListClients.
 type ListClientsParams struct {
@@ -3005,8 +2847,8 @@ type CreateDeploymentParams struct {
 
 // DeleteDeploymentParams defines parameters for DeleteDeployment.
 type DeleteDeploymentParams struct {
-	Timeout *string  `form:"timeout,omitempty" json:"timeout,omitempty"`
-	IfMatch *IfMatch `json:"If-Match,omitempty"`
+	Timeout *Duration `form:"timeout,omitempty" json:"timeout,omitempty"`
+	IfMatch *IfMatch  `json:"If-Match,omitempty"`
 }
 
 // ListHistoryParams defines parameters for ListHistory.
@@ -3279,11 +3121,20 @@ type CreateDeploymentJSONRequestBody = CreateDeploymentRequest
 // ReconfigureDeploymentJSONRequestBody defines body for ReconfigureDeployment for application/json ContentType.
 type ReconfigureDeploymentJSONRequestBody = ReconfigureRequest
 
+// PlanReconfigurationJSONRequestBody defines body for PlanReconfiguration for application/json ContentType.
+type PlanReconfigurationJSONRequestBody = ReconfigureRequest
+
 // RollbackDeploymentJSONRequestBody defines body for RollbackDeployment for application/json ContentType.
 type RollbackDeploymentJSONRequestBody = RollbackRequest
 
+// PlanRollbackJSONRequestBody defines body for PlanRollback for application/json ContentType.
+type PlanRollbackJSONRequestBody = RollbackRequest
+
 // UpgradeDeploymentJSONRequestBody defines body for UpgradeDeployment for application/json ContentType.
 type UpgradeDeploymentJSONRequestBody = UpgradeRequest
+
+// PlanUpgradeJSONRequestBody defines body for PlanUpgrade for application/json ContentType.
+type PlanUpgradeJSONRequestBody = UpgradeRequest
 
 // CreateRolloutJSONRequestBody defines body for CreateRollout for application/json ContentType.
 type CreateRolloutJSONRequestBody = CreateRolloutRequest
@@ -3907,6 +3758,7 @@ type ClientInterface interface {
 	//
 	// Values are validated against the description's configuration schema; unknown parameters and changes
 	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	// `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan` answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -3919,6 +3771,7 @@ type ClientInterface interface {
 	//
 	// Values are validated against the description's configuration schema; unknown parameters and changes
 	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	// `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan` answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -3926,6 +3779,40 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure (the `ReconfigureDeployment` operationId).
 	ReconfigureDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, body ReconfigureDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PlanReconfigurationWithBody What a reconfiguration would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/reconfigure`. Takes that operation's body
+	// and answers its plan: the parameter changes, every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan (the `PlanReconfiguration` operationId).
+	PlanReconfigurationWithBody(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PlanReconfiguration What a reconfiguration would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/reconfigure`. Takes that operation's body
+	// and answers its plan: the parameter changes, every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan (the `PlanReconfiguration` operationId).
+	PlanReconfiguration(ctx context.Context, deploymentId DeploymentIdPath, body PlanReconfigurationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListRevisions List a deployment's revisions, newest first
 	//
@@ -3944,6 +3831,7 @@ type ClientInterface interface {
 	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 	// the revision, and possible only when the server allows overrides.
+	// `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan` answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -3959,6 +3847,7 @@ type ClientInterface interface {
 	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 	// the revision, and possible only when the server allows overrides.
+	// `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan` answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -3966,6 +3855,40 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback (the `RollbackDeployment` operationId).
 	RollbackDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, body RollbackDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PlanRollbackWithBody What a rollback would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/rollback`. Takes that operation's body
+	// and answers its plan: the revision and version it would go back to, and whether it needs the override (`forced`), every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback/plan (the `PlanRollback` operationId).
+	PlanRollbackWithBody(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PlanRollback What a rollback would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/rollback`. Takes that operation's body
+	// and answers its plan: the revision and version it would go back to, and whether it needs the override (`forced`), every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback/plan (the `PlanRollback` operationId).
+	PlanRollback(ctx context.Context, deploymentId DeploymentIdPath, body PlanRollbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetDeploymentStatus The latest status report of the device for this deployment
 	//
@@ -3978,8 +3901,9 @@ type ClientInterface interface {
 	// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
 	// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
 	// after the previous one is installed. Operator-set parameters carry over unless the target says
-	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
-	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	// `onUpgrade: reset`; `parameters` sets values too. Answers 202 with the operation; 409
+	// `operation-in-progress` while another runs. `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`
+	// answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -3994,8 +3918,9 @@ type ClientInterface interface {
 	// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
 	// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
 	// after the previous one is installed. Operator-set parameters carry over unless the target says
-	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
-	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	// `onUpgrade: reset`; `parameters` sets values too. Answers 202 with the operation; 409
+	// `operation-in-progress` while another runs. `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`
+	// answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -4003,6 +3928,40 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade (the `UpgradeDeployment` operationId).
 	UpgradeDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, body UpgradeDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PlanUpgradeWithBody What an upgrade would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/upgrade`. Takes that operation's body
+	// and answers its plan: the versions it would go through (`hops`), the strategy, the drain and the parameter changes, every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan (the `PlanUpgrade` operationId).
+	PlanUpgradeWithBody(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PlanUpgrade What an upgrade would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/upgrade`. Takes that operation's body
+	// and answers its plan: the versions it would go through (`hops`), the strategy, the drain and the parameter changes, every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan (the `PlanUpgrade` operationId).
+	PlanUpgrade(ctx context.Context, deploymentId DeploymentIdPath, body PlanUpgradeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListDevices List devices
 	//
@@ -5168,6 +5127,7 @@ func (c *Client) ListHistory(ctx context.Context, deploymentId DeploymentIdPath,
 //
 // Values are validated against the description's configuration schema; unknown parameters and changes
 // to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+// `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan` answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -5190,6 +5150,7 @@ func (c *Client) ReconfigureDeploymentWithBody(ctx context.Context, deploymentId
 //
 // Values are validated against the description's configuration schema; unknown parameters and changes
 // to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+// `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan` answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -5198,6 +5159,60 @@ func (c *Client) ReconfigureDeploymentWithBody(ctx context.Context, deploymentId
 // Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure (the `ReconfigureDeployment` operationId).
 func (c *Client) ReconfigureDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, body ReconfigureDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReconfigureDeploymentRequest(c.Server, deploymentId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PlanReconfigurationWithBody What a reconfiguration would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/reconfigure`. Takes that operation's body
+// and answers its plan: the parameter changes, every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan (the `PlanReconfiguration` operationId).
+func (c *Client) PlanReconfigurationWithBody(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPlanReconfigurationRequestWithBody(c.Server, deploymentId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PlanReconfiguration What a reconfiguration would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/reconfigure`. Takes that operation's body
+// and answers its plan: the parameter changes, every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan (the `PlanReconfiguration` operationId).
+func (c *Client) PlanReconfiguration(ctx context.Context, deploymentId DeploymentIdPath, body PlanReconfigurationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPlanReconfigurationRequest(c.Server, deploymentId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5245,6 +5260,7 @@ func (c *Client) GetRevision(ctx context.Context, deploymentId DeploymentIdPath,
 // the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 // `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 // the revision, and possible only when the server allows overrides.
+// `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan` answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -5270,6 +5286,7 @@ func (c *Client) RollbackDeploymentWithBody(ctx context.Context, deploymentId De
 // the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 // `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 // the revision, and possible only when the server allows overrides.
+// `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan` answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -5278,6 +5295,60 @@ func (c *Client) RollbackDeploymentWithBody(ctx context.Context, deploymentId De
 // Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback (the `RollbackDeployment` operationId).
 func (c *Client) RollbackDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, body RollbackDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRollbackDeploymentRequest(c.Server, deploymentId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PlanRollbackWithBody What a rollback would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/rollback`. Takes that operation's body
+// and answers its plan: the revision and version it would go back to, and whether it needs the override (`forced`), every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback/plan (the `PlanRollback` operationId).
+func (c *Client) PlanRollbackWithBody(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPlanRollbackRequestWithBody(c.Server, deploymentId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PlanRollback What a rollback would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/rollback`. Takes that operation's body
+// and answers its plan: the revision and version it would go back to, and whether it needs the override (`forced`), every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback/plan (the `PlanRollback` operationId).
+func (c *Client) PlanRollback(ctx context.Context, deploymentId DeploymentIdPath, body PlanRollbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPlanRollbackRequest(c.Server, deploymentId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5309,8 +5380,9 @@ func (c *Client) GetDeploymentStatus(ctx context.Context, deploymentId Deploymen
 // (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
 // with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
 // after the previous one is installed. Operator-set parameters carry over unless the target says
-// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
-// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+// `onUpgrade: reset`; `parameters` sets values too. Answers 202 with the operation; 409
+// `operation-in-progress` while another runs. `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`
+// answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -5335,8 +5407,9 @@ func (c *Client) UpgradeDeploymentWithBody(ctx context.Context, deploymentId Dep
 // (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
 // with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
 // after the previous one is installed. Operator-set parameters carry over unless the target says
-// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
-// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+// `onUpgrade: reset`; `parameters` sets values too. Answers 202 with the operation; 409
+// `operation-in-progress` while another runs. `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`
+// answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -5345,6 +5418,60 @@ func (c *Client) UpgradeDeploymentWithBody(ctx context.Context, deploymentId Dep
 // Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade (the `UpgradeDeployment` operationId).
 func (c *Client) UpgradeDeployment(ctx context.Context, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, body UpgradeDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpgradeDeploymentRequest(c.Server, deploymentId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PlanUpgradeWithBody What an upgrade would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/upgrade`. Takes that operation's body
+// and answers its plan: the versions it would go through (`hops`), the strategy, the drain and the parameter changes, every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan (the `PlanUpgrade` operationId).
+func (c *Client) PlanUpgradeWithBody(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPlanUpgradeRequestWithBody(c.Server, deploymentId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PlanUpgrade What an upgrade would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/upgrade`. Takes that operation's body
+// and answers its plan: the versions it would go through (`hops`), the strategy, the drain and the parameter changes, every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan (the `PlanUpgrade` operationId).
+func (c *Client) PlanUpgrade(ctx context.Context, deploymentId DeploymentIdPath, body PlanUpgradeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPlanUpgradeRequest(c.Server, deploymentId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -7699,7 +7826,7 @@ func NewDeleteDeploymentRequest(server string, deploymentId DeploymentIdPath, pa
 
 		if params.Timeout != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "timeout", *params.Timeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "timeout", *params.Timeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -7918,6 +8045,53 @@ func NewReconfigureDeploymentRequestWithBody(server string, deploymentId Deploym
 	return req, nil
 }
 
+// NewPlanReconfigurationRequest calls the generic PlanReconfiguration builder with application/json body
+func NewPlanReconfigurationRequest(server string, deploymentId DeploymentIdPath, body PlanReconfigurationJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPlanReconfigurationRequestWithBody(server, deploymentId, "application/json", bodyReader)
+}
+
+// NewPlanReconfigurationRequestWithBody constructs an http.Request for the PlanReconfiguration method, with any body, and a specified content type
+func NewPlanReconfigurationRequestWithBody(server string, deploymentId DeploymentIdPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s/reconfigure/plan", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListRevisionsRequest constructs an http.Request for the ListRevisions method
 func NewListRevisionsRequest(server string, deploymentId DeploymentIdPath, params *ListRevisionsParams) (*http.Request, error) {
 	var err error
@@ -8105,6 +8279,53 @@ func NewRollbackDeploymentRequestWithBody(server string, deploymentId Deployment
 	return req, nil
 }
 
+// NewPlanRollbackRequest calls the generic PlanRollback builder with application/json body
+func NewPlanRollbackRequest(server string, deploymentId DeploymentIdPath, body PlanRollbackJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPlanRollbackRequestWithBody(server, deploymentId, "application/json", bodyReader)
+}
+
+// NewPlanRollbackRequestWithBody constructs an http.Request for the PlanRollback method, with any body, and a specified content type
+func NewPlanRollbackRequestWithBody(server string, deploymentId DeploymentIdPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s/rollback/plan", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetDeploymentStatusRequest constructs an http.Request for the GetDeploymentStatus method
 func NewGetDeploymentStatusRequest(server string, deploymentId DeploymentIdPath) (*http.Request, error) {
 	var err error
@@ -8208,6 +8429,53 @@ func NewUpgradeDeploymentRequestWithBody(server string, deploymentId DeploymentI
 		}
 
 	}
+
+	return req, nil
+}
+
+// NewPlanUpgradeRequest calls the generic PlanUpgrade builder with application/json body
+func NewPlanUpgradeRequest(server string, deploymentId DeploymentIdPath, body PlanUpgradeJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPlanUpgradeRequestWithBody(server, deploymentId, "application/json", bodyReader)
+}
+
+// NewPlanUpgradeRequestWithBody constructs an http.Request for the PlanUpgrade method, with any body, and a specified content type
+func NewPlanUpgradeRequestWithBody(server string, deploymentId DeploymentIdPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deploymentId", deploymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/mgmt/v1/deployments/%s/upgrade/plan", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -10470,6 +10738,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Values are validated against the description's configuration schema; unknown parameters and changes
 	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	// `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan` answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -10482,6 +10751,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Values are validated against the description's configuration schema; unknown parameters and changes
 	// to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+	// `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan` answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -10489,6 +10759,40 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure (the `ReconfigureDeployment` operationId).
 	ReconfigureDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *ReconfigureDeploymentParams, body ReconfigureDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*ReconfigureDeploymentResponse, error)
+
+	// PlanReconfigurationWithBodyWithResponse What a reconfiguration would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/reconfigure`. Takes that operation's body
+	// and answers its plan: the parameter changes, every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan (the `PlanReconfiguration` operationId).
+	PlanReconfigurationWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PlanReconfigurationResponse, error)
+
+	// PlanReconfigurationWithResponse What a reconfiguration would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/reconfigure`. Takes that operation's body
+	// and answers its plan: the parameter changes, every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan (the `PlanReconfiguration` operationId).
+	PlanReconfigurationWithResponse(ctx context.Context, deploymentId DeploymentIdPath, body PlanReconfigurationJSONRequestBody, reqEditors ...RequestEditorFn) (*PlanReconfigurationResponse, error)
 
 	// ListRevisionsWithResponse List a deployment's revisions, newest first
 	//
@@ -10511,6 +10815,7 @@ type ClientWithResponsesInterface interface {
 	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 	// the revision, and possible only when the server allows overrides.
+	// `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan` answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -10526,6 +10831,7 @@ type ClientWithResponsesInterface interface {
 	// the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 	// `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 	// the revision, and possible only when the server allows overrides.
+	// `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan` answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -10533,6 +10839,40 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback (the `RollbackDeployment` operationId).
 	RollbackDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *RollbackDeploymentParams, body RollbackDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*RollbackDeploymentResponse, error)
+
+	// PlanRollbackWithBodyWithResponse What a rollback would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/rollback`. Takes that operation's body
+	// and answers its plan: the revision and version it would go back to, and whether it needs the override (`forced`), every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback/plan (the `PlanRollback` operationId).
+	PlanRollbackWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PlanRollbackResponse, error)
+
+	// PlanRollbackWithResponse What a rollback would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/rollback`. Takes that operation's body
+	// and answers its plan: the revision and version it would go back to, and whether it needs the override (`forced`), every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback/plan (the `PlanRollback` operationId).
+	PlanRollbackWithResponse(ctx context.Context, deploymentId DeploymentIdPath, body PlanRollbackJSONRequestBody, reqEditors ...RequestEditorFn) (*PlanRollbackResponse, error)
 
 	// GetDeploymentStatusWithResponse The latest status report of the device for this deployment
 	//
@@ -10547,8 +10887,9 @@ type ClientWithResponsesInterface interface {
 	// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
 	// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
 	// after the previous one is installed. Operator-set parameters carry over unless the target says
-	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
-	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	// `onUpgrade: reset`; `parameters` sets values too. Answers 202 with the operation; 409
+	// `operation-in-progress` while another runs. `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`
+	// answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -10563,8 +10904,9 @@ type ClientWithResponsesInterface interface {
 	// (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
 	// with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
 	// after the previous one is installed. Operator-set parameters carry over unless the target says
-	// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
-	// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+	// `onUpgrade: reset`; `parameters` sets values too. Answers 202 with the operation; 409
+	// `operation-in-progress` while another runs. `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`
+	// answers what it would do, changing nothing.
 	// A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 	// rollout (`rolloutId`); exclude the member from the rollout first.
 	//
@@ -10572,6 +10914,40 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade (the `UpgradeDeployment` operationId).
 	UpgradeDeploymentWithResponse(ctx context.Context, deploymentId DeploymentIdPath, params *UpgradeDeploymentParams, body UpgradeDeploymentJSONRequestBody, reqEditors ...RequestEditorFn) (*UpgradeDeploymentResponse, error)
+
+	// PlanUpgradeWithBodyWithResponse What an upgrade would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/upgrade`. Takes that operation's body
+	// and answers its plan: the versions it would go through (`hops`), the strategy, the drain and the parameter changes, every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan (the `PlanUpgrade` operationId).
+	PlanUpgradeWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PlanUpgradeResponse, error)
+
+	// PlanUpgradeWithResponse What an upgrade would do, changing nothing
+	//
+	// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/upgrade`. Takes that operation's body
+	// and answers its plan: the versions it would go through (`hops`), the strategy, the drain and the parameter changes, every check with its outcome, and, when it is not allowed,
+	// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+	// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+	// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+	// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+	// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+	// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+	// may change before the operation is requested.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan (the `PlanUpgrade` operationId).
+	PlanUpgradeWithResponse(ctx context.Context, deploymentId DeploymentIdPath, body PlanUpgradeJSONRequestBody, reqEditors ...RequestEditorFn) (*PlanUpgradeResponse, error)
 
 	// ListDevicesWithResponse List devices
 	//
@@ -14120,6 +14496,117 @@ func (r ReconfigureDeploymentResponse) ContentType() string {
 	return ""
 }
 
+// PlanReconfigurationResponse429Headers the declared response headers of an HTTP 429 response for PlanReconfiguration
+type PlanReconfigurationResponse429Headers struct {
+	RetryAfter int
+}
+
+// PlanReconfigurationResponse503Headers the declared response headers of an HTTP 503 response for PlanReconfiguration
+type PlanReconfigurationResponse503Headers struct {
+	RetryAfter int
+}
+
+type PlanReconfigurationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Plan
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PlanReconfigurationResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PlanReconfigurationResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PlanReconfigurationResponse) GetJSON200() *Plan {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PlanReconfigurationResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PlanReconfigurationResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PlanReconfigurationResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PlanReconfigurationResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PlanReconfigurationResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PlanReconfigurationResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PlanReconfigurationResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PlanReconfigurationResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PlanReconfigurationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PlanReconfigurationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PlanReconfigurationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PlanReconfigurationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListRevisionsResponse429Headers the declared response headers of an HTTP 429 response for ListRevisions
 type ListRevisionsResponse429Headers struct {
 	RetryAfter int
@@ -14460,6 +14947,117 @@ func (r RollbackDeploymentResponse) ContentType() string {
 	return ""
 }
 
+// PlanRollbackResponse429Headers the declared response headers of an HTTP 429 response for PlanRollback
+type PlanRollbackResponse429Headers struct {
+	RetryAfter int
+}
+
+// PlanRollbackResponse503Headers the declared response headers of an HTTP 503 response for PlanRollback
+type PlanRollbackResponse503Headers struct {
+	RetryAfter int
+}
+
+type PlanRollbackResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Plan
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PlanRollbackResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PlanRollbackResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PlanRollbackResponse) GetJSON200() *Plan {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PlanRollbackResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PlanRollbackResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PlanRollbackResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PlanRollbackResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PlanRollbackResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PlanRollbackResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PlanRollbackResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PlanRollbackResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PlanRollbackResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PlanRollbackResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PlanRollbackResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PlanRollbackResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetDeploymentStatusResponse429Headers the declared response headers of an HTTP 429 response for GetDeploymentStatus
 type GetDeploymentStatusResponse429Headers struct {
 	RetryAfter int
@@ -14690,6 +15288,117 @@ func (r UpgradeDeploymentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r UpgradeDeploymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PlanUpgradeResponse429Headers the declared response headers of an HTTP 429 response for PlanUpgrade
+type PlanUpgradeResponse429Headers struct {
+	RetryAfter int
+}
+
+// PlanUpgradeResponse503Headers the declared response headers of an HTTP 503 response for PlanUpgrade
+type PlanUpgradeResponse503Headers struct {
+	RetryAfter int
+}
+
+type PlanUpgradeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Plan
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PlanUpgradeResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PlanUpgradeResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PlanUpgradeResponse) GetJSON200() *Plan {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PlanUpgradeResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PlanUpgradeResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PlanUpgradeResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PlanUpgradeResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PlanUpgradeResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PlanUpgradeResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PlanUpgradeResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PlanUpgradeResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PlanUpgradeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PlanUpgradeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PlanUpgradeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PlanUpgradeResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -18658,6 +19367,7 @@ func (c *ClientWithResponses) ListHistoryWithResponse(ctx context.Context, deplo
 //
 // Values are validated against the description's configuration schema; unknown parameters and changes
 // to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+// `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan` answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -18676,6 +19386,7 @@ func (c *ClientWithResponses) ReconfigureDeploymentWithBodyWithResponse(ctx cont
 //
 // Values are validated against the description's configuration schema; unknown parameters and changes
 // to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+// `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan` answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -18688,6 +19399,52 @@ func (c *ClientWithResponses) ReconfigureDeploymentWithResponse(ctx context.Cont
 		return nil, err
 	}
 	return ParseReconfigureDeploymentResponse(rsp)
+}
+
+// PlanReconfigurationWithBodyWithResponse What a reconfiguration would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/reconfigure`. Takes that operation's body
+// and answers its plan: the parameter changes, every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan (the `PlanReconfiguration` operationId).
+func (c *ClientWithResponses) PlanReconfigurationWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PlanReconfigurationResponse, error) {
+	rsp, err := c.PlanReconfigurationWithBody(ctx, deploymentId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePlanReconfigurationResponse(rsp)
+}
+
+// PlanReconfigurationWithResponse What a reconfiguration would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/reconfigure`. Takes that operation's body
+// and answers its plan: the parameter changes, every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan (the `PlanReconfiguration` operationId).
+func (c *ClientWithResponses) PlanReconfigurationWithResponse(ctx context.Context, deploymentId DeploymentIdPath, body PlanReconfigurationJSONRequestBody, reqEditors ...RequestEditorFn) (*PlanReconfigurationResponse, error) {
+	rsp, err := c.PlanReconfiguration(ctx, deploymentId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePlanReconfigurationResponse(rsp)
 }
 
 // ListRevisionsWithResponse List a deployment's revisions, newest first
@@ -18723,6 +19480,7 @@ func (c *ClientWithResponses) GetRevisionWithResponse(ctx context.Context, deplo
 // the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 // `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 // the revision, and possible only when the server allows overrides.
+// `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan` answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -18744,6 +19502,7 @@ func (c *ClientWithResponses) RollbackDeploymentWithBodyWithResponse(ctx context
 // the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
 // `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
 // the revision, and possible only when the server allows overrides.
+// `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan` answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -18756,6 +19515,52 @@ func (c *ClientWithResponses) RollbackDeploymentWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseRollbackDeploymentResponse(rsp)
+}
+
+// PlanRollbackWithBodyWithResponse What a rollback would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/rollback`. Takes that operation's body
+// and answers its plan: the revision and version it would go back to, and whether it needs the override (`forced`), every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback/plan (the `PlanRollback` operationId).
+func (c *ClientWithResponses) PlanRollbackWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PlanRollbackResponse, error) {
+	rsp, err := c.PlanRollbackWithBody(ctx, deploymentId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePlanRollbackResponse(rsp)
+}
+
+// PlanRollbackWithResponse What a rollback would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/rollback`. Takes that operation's body
+// and answers its plan: the revision and version it would go back to, and whether it needs the override (`forced`), every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/rollback/plan (the `PlanRollback` operationId).
+func (c *ClientWithResponses) PlanRollbackWithResponse(ctx context.Context, deploymentId DeploymentIdPath, body PlanRollbackJSONRequestBody, reqEditors ...RequestEditorFn) (*PlanRollbackResponse, error) {
+	rsp, err := c.PlanRollback(ctx, deploymentId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePlanRollbackResponse(rsp)
 }
 
 // GetDeploymentStatusWithResponse The latest status report of the device for this deployment
@@ -18777,8 +19582,9 @@ func (c *ClientWithResponses) GetDeploymentStatusWithResponse(ctx context.Contex
 // (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
 // with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
 // after the previous one is installed. Operator-set parameters carry over unless the target says
-// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
-// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+// `onUpgrade: reset`; `parameters` sets values too. Answers 202 with the operation; 409
+// `operation-in-progress` while another runs. `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`
+// answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -18799,8 +19605,9 @@ func (c *ClientWithResponses) UpgradeDeploymentWithBodyWithResponse(ctx context.
 // (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
 // with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
 // after the previous one is installed. Operator-set parameters carry over unless the target says
-// `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
-// nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+// `onUpgrade: reset`; `parameters` sets values too. Answers 202 with the operation; 409
+// `operation-in-progress` while another runs. `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`
+// answers what it would do, changing nothing.
 // A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
 // rollout (`rolloutId`); exclude the member from the rollout first.
 //
@@ -18813,6 +19620,52 @@ func (c *ClientWithResponses) UpgradeDeploymentWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseUpgradeDeploymentResponse(rsp)
+}
+
+// PlanUpgradeWithBodyWithResponse What an upgrade would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/upgrade`. Takes that operation's body
+// and answers its plan: the versions it would go through (`hops`), the strategy, the drain and the parameter changes, every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan (the `PlanUpgrade` operationId).
+func (c *ClientWithResponses) PlanUpgradeWithBodyWithResponse(ctx context.Context, deploymentId DeploymentIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PlanUpgradeResponse, error) {
+	rsp, err := c.PlanUpgradeWithBody(ctx, deploymentId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePlanUpgradeResponse(rsp)
+}
+
+// PlanUpgradeWithResponse What an upgrade would do, changing nothing
+//
+// Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/upgrade`. Takes that operation's body
+// and answers its plan: the versions it would go through (`hops`), the strategy, the drain and the parameter changes, every check with its outcome, and, when it is not allowed,
+// the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+// operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+// `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+// malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+// answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+// refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+// may change before the operation is requested.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan (the `PlanUpgrade` operationId).
+func (c *ClientWithResponses) PlanUpgradeWithResponse(ctx context.Context, deploymentId DeploymentIdPath, body PlanUpgradeJSONRequestBody, reqEditors ...RequestEditorFn) (*PlanUpgradeResponse, error) {
+	rsp, err := c.PlanUpgrade(ctx, deploymentId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePlanUpgradeResponse(rsp)
 }
 
 // ListDevicesWithResponse List devices
@@ -22508,6 +23361,111 @@ func ParseReconfigureDeploymentResponse(rsp *http.Response) (*ReconfigureDeploym
 	return response, nil
 }
 
+// ParsePlanReconfigurationResponse parses an HTTP response from a PlanReconfigurationWithResponse call
+func ParsePlanReconfigurationResponse(rsp *http.Response) (*PlanReconfigurationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PlanReconfigurationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Plan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers PlanReconfigurationResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers PlanReconfigurationResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListRevisionsResponse parses an HTTP response from a ListRevisionsWithResponse call
 func ParseListRevisionsResponse(rsp *http.Response) (*ListRevisionsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -22833,6 +23791,111 @@ func ParseRollbackDeploymentResponse(rsp *http.Response) (*RollbackDeploymentRes
 	return response, nil
 }
 
+// ParsePlanRollbackResponse parses an HTTP response from a PlanRollbackWithResponse call
+func ParsePlanRollbackResponse(rsp *http.Response) (*PlanRollbackResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PlanRollbackResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Plan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers PlanRollbackResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers PlanRollbackResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseGetDeploymentStatusResponse parses an HTTP response from a GetDeploymentStatusWithResponse call
 func ParseGetDeploymentStatusResponse(rsp *http.Response) (*GetDeploymentStatusResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -23047,6 +24110,111 @@ func ParseUpgradeDeploymentResponse(rsp *http.Response) (*UpgradeDeploymentRespo
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers UpgradeDeploymentResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePlanUpgradeResponse parses an HTTP response from a PlanUpgradeWithResponse call
+func ParsePlanUpgradeResponse(rsp *http.Response) (*PlanUpgradeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PlanUpgradeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Plan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers PlanUpgradeResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers PlanUpgradeResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

@@ -532,7 +532,7 @@ func (s *Server) ListAudit(ctx context.Context, req api.ListAuditRequestObject) 
 	out := api.ListAudit200JSONResponse{Items: make([]api.AuditEntry, 0, len(es))}
 	for _, e := range es {
 		item := api.AuditEntry{Id: e.ID, At: e.At, Actor: e.Actor, Action: e.Action, Method: e.Method, Target: e.Target,
-			Status: e.Status, Outcome: api.AuditEntryOutcome(e.Outcome)}
+			Status: e.Status, Outcome: api.AuditOutcome(e.Outcome)}
 		if e.Role != "" {
 			item.Role = ptr(string(e.Role))
 		}

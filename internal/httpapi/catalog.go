@@ -202,13 +202,13 @@ func lifecycleRules(d *margo.ApplicationDescription) api.LifecycleRules {
 	l := d.Lifecycle
 	out := api.LifecycleRules{Rollback: api.RollbackRules{Allowed: l.Rollback.Allowed}}
 	for _, st := range l.Upgrade.EffectiveStrategies() {
-		out.Strategies = append(out.Strategies, api.LifecycleRulesStrategies(st))
+		out.Strategies = append(out.Strategies, api.UpgradeStrategy(st))
 	}
 	if v := l.Upgrade.MinUpgradeFrom; v != nil {
 		out.MinUpgradeFrom = ptr(v.String())
 	}
 	if dr := l.Upgrade.Drain; dr != nil {
-		out.Drain = &api.DrainRules{Required: dr.Required, Timeout: dr.EffectiveTimeout().String(), OnTimeout: api.DrainRulesOnTimeout(dr.EffectiveOnTimeout())}
+		out.Drain = &api.DrainRules{Required: dr.Required, Timeout: dr.EffectiveTimeout().String(), OnTimeout: api.DrainTimeoutAction(dr.EffectiveOnTimeout())}
 	}
 	if v := l.Rollback.MinVersion; v != nil {
 		out.Rollback.MinVersion = ptr(v.String())

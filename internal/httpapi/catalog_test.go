@@ -240,7 +240,7 @@ func TestVersionsInSemVerOrderWithPages(t *testing.T) {
 		for _, v := range res.JSON200.Items {
 			got = append(got, v.Version)
 			assert.Nil(t, v.Description, "lists carry no description")
-			assert.Equal(t, []sdk.LifecycleRulesStrategies{"recreate"}, v.Lifecycle.Strategies)
+			assert.Equal(t, []sdk.UpgradeStrategy{"recreate"}, v.Lifecycle.Strategies)
 			assert.False(t, v.Lifecycle.Rollback.Allowed, "rollback is forbidden by default")
 		}
 		if res.JSON200.NextCursor == nil {

@@ -27,7 +27,7 @@ func (e *opsEnv) visits(t *testing.T) int {
 func TestDrainTimeoutIsHonouredAtItsInstant(t *testing.T) {
 	e := newOpsEnv(t)
 	dev, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": drainAbort}, "1.0.0")
-	abort, timeout := sdk.DrainOverrideOnTimeout("abort"), "150s"
+	abort, timeout := sdk.DrainTimeoutAction("abort"), "150s"
 	res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0", Drain: &sdk.DrainOverride{Required: true, Timeout: &timeout, OnTimeout: &abort}})
 	require.Equal(t, http.StatusAccepted, res.StatusCode(), string(res.Body))
 	opID := res.JSON202.Id.String()

@@ -160,3 +160,68 @@ func TestVersionStoredBeforeTheRangesKeepsWorking(t *testing.T) {
 	d := e.deploy(t, "plant", "edge-2", "svc", "2.0.0")
 	assert.True(t, strings.HasPrefix(string(d.State), "p"), "a new deployment of the stored version is pending, got %s", d.State)
 }
+
+// TestRolloutDurationsOutOfRangeAreRefused: every duration a rollout
+// request carries is refused, by the plan and by the creation alike, with a
+// 422 naming the member when it is just outside its field's range (as the
+// contract states it) or not a duration; nothing is created. Just inside
+// the range, the plan answers.
+func TestRolloutDurationsOutOfRangeAreRefused(t *testing.T) {
+	e := newRolloutEnv(t)
+	e.addDevices(t, "plant", 2, "1.0.0")
+	rows, refused := e.rowCounts(t), 0
+	body := func(action, options, extra string) string {
+		return `{"applicationId":"svc","target":{` + extra + `},"action":"` + action + `","` + action + `":` + options + `}`
+	}
+	up := func(options string) string { return body("upgrade", options, "") }
+	for _, c := range []struct {
+		field     string
+		bad, good string // just outside and just inside the field's range
+		bodyOf    func(v string) string
+	}{
+		{"/upgrade/timeout", "169h", "168h", func(v string) string { return up(`{"targetVersion":"2.0.0","timeout":"` + v + `"}`) }},
+		{"/upgrade/timeout", "0s", "1s", func(v string) string { return up(`{"targetVersion":"2.0.0","timeout":"` + v + `"}`) }},
+		{"/upgrade/drain/timeout", "169h", "168h", func(v string) string {
+			return up(`{"targetVersion":"2.0.0","drain":{"required":true,"timeout":"` + v + `"}}`)
+		}},
+		{"/reconfigure/timeout", "169h", "168h", func(v string) string {
+			return body("reconfigure", `{"parameters":{"greeting":"hey"},"timeout":"`+v+`"}`, "")
+		}},
+		{"/rollback/timeout", "0s", "1s", func(v string) string { return body("rollback", `{"toVersion":"1.0.0","timeout":"`+v+`"}`, "") }},
+		{"/target/notSeenFor", "4m59s", "5m", func(v string) string {
+			return body("upgrade", `{"targetVersion":"2.0.0"}`, `"notSeenFor":"`+v+`"`)
+		}},
+		{"/waves/0/soak", "168h1s", "168h", func(v string) string {
+			return up(`{"targetVersion":"2.0.0"},"waves":[{"size":{"percent":100},"soak":"` + v + `"}]`)
+		}},
+		{"/deadline", "8760h1s", "8760h", func(v string) string { return up(`{"targetVersion":"2.0.0"},"deadline":"` + v + `"`) }},
+		{"/deadline", "59s", "1m", func(v string) string { return up(`{"targetVersion":"2.0.0"},"deadline":"` + v + `"`) }},
+		{"/deadline", "ten minutes", "72h", func(v string) string { return up(`{"targetVersion":"2.0.0"},"deadline":"` + v + `"`) }},
+	} {
+		refused++
+		t.Run(c.field+"="+c.bad, func(t *testing.T) {
+			pr, err := e.mgmt.PlanRolloutWithBodyWithResponse(t.Context(), "application/json", strings.NewReader(c.bodyOf(c.bad)))
+			require.NoError(t, err)
+			p := problemOf(t, pr.HTTPResponse, pr.Body, http.StatusUnprocessableEntity)
+			var fields []string
+			for _, f := range p.Errors {
+				fields = append(fields, f.Field)
+			}
+			assert.Equal(t, []string{c.field}, fields, "%s", pr.Body)
+
+			cr := e.create(t, c.bodyOf(c.bad))
+			p = problemOf(t, cr.HTTPResponse, cr.Body, http.StatusUnprocessableEntity)
+			require.NotEmpty(t, p.Errors, "%s", cr.Body)
+			assert.Equal(t, c.field, p.Errors[0].Field)
+
+			pr, err = e.mgmt.PlanRolloutWithBodyWithResponse(t.Context(), "application/json", strings.NewReader(c.bodyOf(c.good)))
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, pr.StatusCode(), "%s: %s", c.good, pr.Body)
+		})
+	}
+	after := e.rowCounts(t)
+	assert.Equal(t, rows["audit_log"]+int64(refused), after["audit_log"], "each refused creation is audited, no plan is")
+	delete(rows, "audit_log")
+	delete(after, "audit_log")
+	assert.Equal(t, rows, after, "nothing else was written")
+}

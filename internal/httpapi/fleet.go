@@ -136,7 +136,7 @@ func deploymentBody(d fleet.Deployment) api.Deployment {
 	if p := d.Progress; p != nil {
 		pr := api.Progress{ReportedAt: p.ReportedAt, Healthy: p.Healthy}
 		if p.Phase != "" {
-			pr.Phase = ptr(api.ProgressPhase(p.Phase))
+			pr.Phase = ptr(api.DrainPhase(p.Phase))
 		}
 		if p.InFlight != nil {
 			pr.InFlight = ptr(int(*p.InFlight))
@@ -206,7 +206,7 @@ func (s *Server) DeleteDeployment(ctx context.Context, req api.DeleteDeploymentR
 
 func revisionBody(r fleet.Revision, withYAML bool) api.Revision {
 	out := api.Revision{Revision: r.N, ApplicationId: r.ApplicationID, Version: r.Version.String(), ProfileId: r.ProfileID,
-		Parameters: nonNil(r.Parameters), Operation: api.RevisionOperation(r.Operation), Outcome: api.RevisionOutcome(r.Outcome),
+		Parameters: nonNil(r.Parameters), Operation: api.OperationType(r.Operation), Outcome: api.RevisionOutcome(r.Outcome),
 		Digest: r.Digest, ManifestVersion: ptr(r.ManifestVersion), CreatedAt: r.CreatedAt}
 	if withYAML {
 		out.Yaml = ptr(string(r.YAML))

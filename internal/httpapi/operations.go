@@ -17,7 +17,7 @@ func actorFrom(ctx context.Context) fleet.Actor {
 }
 
 func planBody(s *Server, ctx context.Context, p fleet.Plan) api.Plan {
-	out := api.Plan{Allowed: p.Allowed, Type: api.PlanType(p.Type), Checks: make([]api.PlanCheck, 0, len(p.Checks))}
+	out := api.Plan{Allowed: p.Allowed, Type: api.PlannedOperationType(p.Type), Checks: make([]api.PlanCheck, 0, len(p.Checks))}
 	for _, c := range p.Checks {
 		out.Checks = append(out.Checks, api.PlanCheck{Name: c.Name, Passed: c.Passed, Detail: c.Detail})
 	}
@@ -38,7 +38,7 @@ func planBody(s *Server, ctx context.Context, p fleet.Plan) api.Plan {
 		out.Strategy = ptr(string(p.Strategy))
 	}
 	if p.Drain != nil {
-		out.Drain = &api.DrainRules{Required: p.Drain.Required, Timeout: p.Drain.EffectiveTimeout().String(), OnTimeout: api.DrainRulesOnTimeout(p.Drain.EffectiveOnTimeout())}
+		out.Drain = &api.DrainRules{Required: p.Drain.Required, Timeout: p.Drain.EffectiveTimeout().String(), OnTimeout: api.DrainTimeoutAction(p.Drain.EffectiveOnTimeout())}
 	}
 	if len(p.Parameters) > 0 {
 		changes := make([]api.ParameterChange, 0, len(p.Parameters))
@@ -73,14 +73,14 @@ func planBody(s *Server, ctx context.Context, p fleet.Plan) api.Plan {
 
 func operationBody(o fleet.Operation) api.Operation {
 	out := api.Operation{Id: uuid.MustParse(o.ID), DeploymentId: uuid.MustParse(o.DeploymentID), Type: api.OperationType(o.Type),
-		State: api.OperationState(o.State), OnFailure: api.OperationOnFailure(o.OnFailure), RequestedBy: o.RequestedBy,
+		State: api.OperationState(o.State), OnFailure: api.OnFailure(o.OnFailure), RequestedBy: o.RequestedBy,
 		Deadline: o.Deadline, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, Steps: make([]api.OperationStep, 0, len(o.Steps)),
 		FromVersion: ptr(o.FromVersion.String()), ToVersion: ptr(o.ToVersion.String()), Strategy: ptr(string(o.Strategy))}
 	if o.Reason != "" {
 		out.Reason = ptr(o.Reason)
 	}
 	if o.Drain != nil {
-		out.Drain = &api.DrainRules{Required: o.Drain.Required, Timeout: o.Drain.EffectiveTimeout().String(), OnTimeout: api.DrainRulesOnTimeout(o.Drain.EffectiveOnTimeout())}
+		out.Drain = &api.DrainRules{Required: o.Drain.Required, Timeout: o.Drain.EffectiveTimeout().String(), OnTimeout: api.DrainTimeoutAction(o.Drain.EffectiveOnTimeout())}
 	}
 	if o.Forced {
 		out.Forced, out.ForceReason = ptr(true), ptr(o.ForceReason)
@@ -111,9 +111,8 @@ func accepted(o fleet.Operation) api.OperationAcceptedJSONResponse {
 	return api.OperationAcceptedJSONResponse{Body: operationBody(o), Headers: api.OperationAcceptedResponseHeaders{Location: "/mgmt/v1/operations/" + o.ID}}
 }
 
-// UpgradeDeployment plans or starts an upgrade.
-func (s *Server) UpgradeDeployment(ctx context.Context, req api.UpgradeDeploymentRequestObject) (api.UpgradeDeploymentResponseObject, error) {
-	b := req.Body
+// upgradeInput translates an upgrade's body into the domain's request.
+func upgradeInput(b *api.UpgradeRequest) fleet.UpgradeRequest {
 	in := fleet.UpgradeRequest{TargetVersion: b.TargetVersion, Path: lifecycle.PathMode(deref(b.Path)), Strategy: lifecycle.Strategy(deref(b.Strategy)),
 		OnFailure: string(deref(b.OnFailure)), Timeout: b.Timeout}
 	if b.Parameters != nil {
@@ -122,37 +121,87 @@ func (s *Server) UpgradeDeployment(ctx context.Context, req api.UpgradeDeploymen
 	if b.Drain != nil {
 		in.Drain = &fleet.DrainOverride{Required: b.Drain.Required, Timeout: b.Drain.Timeout, OnTimeout: lifecycle.OnTimeout(deref(b.Drain.OnTimeout))}
 	}
-	p, op, err := s.fleet.Upgrade(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), ifMatch(req.Params.IfMatch, req.DeploymentId))
+	return in
+}
+
+// reconfigureInput translates a reconfiguration's body into the domain's request.
+func reconfigureInput(b *api.ReconfigureRequest) fleet.ReconfigureRequest {
+	return fleet.ReconfigureRequest{Parameters: b.Parameters, OnFailure: string(deref(b.OnFailure)), Timeout: b.Timeout}
+}
+
+// rollbackInput translates a rollback's body (optional) into the domain's request.
+func rollbackInput(body *api.RollbackRequest) (api.RollbackRequest, fleet.RollbackRequest) {
+	var b api.RollbackRequest
+	if body != nil {
+		b = *body
+	}
+	return b, fleet.RollbackRequest{ToRevision: deref(b.ToRevision), Force: deref(b.Force), Reason: deref(b.Reason), Timeout: b.Timeout}
+}
+
+// planOnly refuses the deprecated dryRun member set to false in the body of
+// a plan operation, which only plans: the request contradicts itself.
+func planOnly(dryRun *bool) error {
+	if dryRun != nil && !*dryRun {
+		return &lifecycle.Error{Code: lifecycle.EINVALID, Type: "invalid-request",
+			Message: "The request is not valid: /dryRun is false, but this operation only plans; leave dryRun out.",
+			Fields:  []lifecycle.FieldError{{Pointer: "/dryRun", Detail: "must be left out (or true): this operation only plans"}}}
+	}
+	return nil
+}
+
+// UpgradeDeployment starts an upgrade (or, with the deprecated dryRun, plans it).
+func (s *Server) UpgradeDeployment(ctx context.Context, req api.UpgradeDeploymentRequestObject) (api.UpgradeDeploymentResponseObject, error) {
+	dry := deref(req.Body.DryRun)
+	p, op, err := s.fleet.Upgrade(ctx, req.DeploymentId, upgradeInput(req.Body), actorFrom(ctx), dry, ifMatch(req.Params.IfMatch, req.DeploymentId))
 	if err != nil {
 		return nil, err
 	}
-	if deref(b.DryRun) {
+	if dry {
 		return api.UpgradeDeployment200JSONResponse(planBody(s, ctx, p)), nil
 	}
 	return api.UpgradeDeployment202JSONResponse{OperationAcceptedJSONResponse: accepted(op)}, nil
 }
 
-// ReconfigureDeployment plans or starts a reconfiguration.
-func (s *Server) ReconfigureDeployment(ctx context.Context, req api.ReconfigureDeploymentRequestObject) (api.ReconfigureDeploymentResponseObject, error) {
-	b := req.Body
-	p, op, err := s.fleet.Reconfigure(ctx, req.DeploymentId, fleet.ReconfigureRequest{Parameters: b.Parameters, OnFailure: string(deref(b.OnFailure)), Timeout: b.Timeout},
-		actorFrom(ctx), deref(b.DryRun), ifMatch(req.Params.IfMatch, req.DeploymentId))
+// PlanUpgrade answers what an upgrade would do, changing nothing.
+func (s *Server) PlanUpgrade(ctx context.Context, req api.PlanUpgradeRequestObject) (api.PlanUpgradeResponseObject, error) {
+	if err := planOnly(req.Body.DryRun); err != nil {
+		return nil, err
+	}
+	p, _, err := s.fleet.Upgrade(ctx, req.DeploymentId, upgradeInput(req.Body), actorFrom(ctx), true, fleet.Precondition{})
 	if err != nil {
 		return nil, err
 	}
-	if deref(b.DryRun) {
+	return api.PlanUpgrade200JSONResponse(planBody(s, ctx, p)), nil
+}
+
+// ReconfigureDeployment starts a reconfiguration (or, with the deprecated dryRun, plans it).
+func (s *Server) ReconfigureDeployment(ctx context.Context, req api.ReconfigureDeploymentRequestObject) (api.ReconfigureDeploymentResponseObject, error) {
+	dry := deref(req.Body.DryRun)
+	p, op, err := s.fleet.Reconfigure(ctx, req.DeploymentId, reconfigureInput(req.Body), actorFrom(ctx), dry, ifMatch(req.Params.IfMatch, req.DeploymentId))
+	if err != nil {
+		return nil, err
+	}
+	if dry {
 		return api.ReconfigureDeployment200JSONResponse(planBody(s, ctx, p)), nil
 	}
 	return api.ReconfigureDeployment202JSONResponse{OperationAcceptedJSONResponse: accepted(op)}, nil
 }
 
-// RollbackDeployment plans or starts a rollback.
-func (s *Server) RollbackDeployment(ctx context.Context, req api.RollbackDeploymentRequestObject) (api.RollbackDeploymentResponseObject, error) {
-	var b api.RollbackRequest
-	if req.Body != nil {
-		b = *req.Body
+// PlanReconfiguration answers what a reconfiguration would do, changing nothing.
+func (s *Server) PlanReconfiguration(ctx context.Context, req api.PlanReconfigurationRequestObject) (api.PlanReconfigurationResponseObject, error) {
+	if err := planOnly(req.Body.DryRun); err != nil {
+		return nil, err
 	}
-	in := fleet.RollbackRequest{ToRevision: deref(b.ToRevision), Force: deref(b.Force), Reason: deref(b.Reason), Timeout: b.Timeout}
+	p, _, err := s.fleet.Reconfigure(ctx, req.DeploymentId, reconfigureInput(req.Body), actorFrom(ctx), true, fleet.Precondition{})
+	if err != nil {
+		return nil, err
+	}
+	return api.PlanReconfiguration200JSONResponse(planBody(s, ctx, p)), nil
+}
+
+// RollbackDeployment starts a rollback (or, with the deprecated dryRun, plans it).
+func (s *Server) RollbackDeployment(ctx context.Context, req api.RollbackDeploymentRequestObject) (api.RollbackDeploymentResponseObject, error) {
+	b, in := rollbackInput(req.Body)
 	if in.Force {
 		// Set before the operation's transaction commits: the audit row of
 		// the change is written in it. "forced": the override was needed
@@ -161,14 +210,28 @@ func (s *Server) RollbackDeployment(ctx context.Context, req api.RollbackDeploym
 		audit := ctx
 		ctx = fleet.WithPlanned(ctx, func(p fleet.Plan) { setAuditDetail(audit, map[string]any{"forced": p.Forced}) })
 	}
-	p, op, err := s.fleet.Rollback(ctx, req.DeploymentId, in, actorFrom(ctx), deref(b.DryRun), ifMatch(req.Params.IfMatch, req.DeploymentId))
+	dry := deref(b.DryRun)
+	p, op, err := s.fleet.Rollback(ctx, req.DeploymentId, in, actorFrom(ctx), dry, ifMatch(req.Params.IfMatch, req.DeploymentId))
 	if err != nil {
 		return nil, err
 	}
-	if deref(b.DryRun) {
+	if dry {
 		return api.RollbackDeployment200JSONResponse(planBody(s, ctx, p)), nil
 	}
 	return api.RollbackDeployment202JSONResponse{OperationAcceptedJSONResponse: accepted(op)}, nil
+}
+
+// PlanRollback answers what a rollback would do, changing nothing.
+func (s *Server) PlanRollback(ctx context.Context, req api.PlanRollbackRequestObject) (api.PlanRollbackResponseObject, error) {
+	b, in := rollbackInput(req.Body)
+	if err := planOnly(b.DryRun); err != nil {
+		return nil, err
+	}
+	p, _, err := s.fleet.Rollback(ctx, req.DeploymentId, in, actorFrom(ctx), true, fleet.Precondition{})
+	if err != nil {
+		return nil, err
+	}
+	return api.PlanRollback200JSONResponse(planBody(s, ctx, p)), nil
 }
 
 // ListOperations lists operations.

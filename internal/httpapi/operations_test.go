@@ -190,7 +190,7 @@ func TestUpgradeAlongAPath(t *testing.T) {
 	require.NoError(t, json.Unmarshal(direct.Body, &body))
 	assert.Equal(t, []string{"1.0.0", "1.5.0", "2.0.0"}, body.Path)
 
-	auto := sdk.UpgradeRequestPath("auto")
+	auto := sdk.UpgradePathMode("auto")
 	res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0", Path: &auto})
 	require.Equal(t, http.StatusAccepted, res.StatusCode(), string(res.Body))
 	opID := res.JSON202.Id.String()
@@ -312,7 +312,7 @@ func TestRollbackPolicy(t *testing.T) {
 	require.NotNil(t, rev.JSON200.Forced, "the override is on the revision")
 	assert.Equal(t, "incident 42", *rev.JSON200.ForceReason)
 
-	audit, err := e.mgmt.ListAuditWithResponse(t.Context(), &sdk.ListAuditParams{Action: ptrTo("rollbackDeployment"), Outcome: ptrTo(sdk.ListAuditParamsOutcome("success"))})
+	audit, err := e.mgmt.ListAuditWithResponse(t.Context(), &sdk.ListAuditParams{Action: ptrTo("rollbackDeployment"), Outcome: ptrTo(sdk.AuditOutcome("success"))})
 	require.NoError(t, err)
 	require.NotEmpty(t, audit.JSON200.Items)
 	detail := string(*audit.JSON200.Items[0].Detail)
@@ -363,7 +363,7 @@ func TestReconfigure(t *testing.T) {
 func TestConcurrentOperationsAndSchedulers(t *testing.T) {
 	e := newOpsEnv(t)
 	dev, id := e.setup(t, map[string]string{"1.0.0": "", "1.5.0": "", "2.0.0": "  upgrade:\n    minUpgradeFrom: \"1.5.0\"\n"}, "1.0.0")
-	auto := sdk.UpgradeRequestPath("auto")
+	auto := sdk.UpgradePathMode("auto")
 	codes := make(chan int, 2)
 	for range 2 {
 		go func() {
@@ -471,7 +471,7 @@ func TestDrain(t *testing.T) {
 		d := e.deployment(t, id)
 		assert.Equal(t, sdk.DeploymentState("draining"), d.State)
 		require.NotNil(t, d.Progress, "the agent's progress is shown on the deployment")
-		assert.Equal(t, sdk.ProgressPhase("draining"), *d.Progress.Phase)
+		assert.Equal(t, sdk.DrainPhase("draining"), *d.Progress.Phase)
 		assert.Equal(t, 3, *d.Progress.InFlight)
 		dev.reportPhase(id, "installing", "drained", 0)
 		assert.Equal(t, sdk.DeploymentState("draining"), e.deployment(t, id).State)
@@ -523,7 +523,7 @@ func TestFailures(t *testing.T) {
 	t.Run("onFailure rollback where the failed version allows it", func(t *testing.T) {
 		e := newOpsEnv(t)
 		dev, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": allowRollback}, "1.0.0")
-		rb := sdk.UpgradeRequestOnFailure("rollback")
+		rb := sdk.OnFailure("rollback")
 		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0", OnFailure: &rb})
 		require.Equal(t, http.StatusAccepted, res.StatusCode(), string(res.Body))
 		e.tick(t)
@@ -545,7 +545,7 @@ func TestFailures(t *testing.T) {
 	t.Run("onFailure rollback refused by policy stays failed", func(t *testing.T) {
 		e := newOpsEnv(t)
 		dev, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": ""}, "1.0.0")
-		rb := sdk.UpgradeRequestOnFailure("rollback")
+		rb := sdk.OnFailure("rollback")
 		res := e.upgrade(t, id, sdk.UpgradeRequest{TargetVersion: "2.0.0", OnFailure: &rb})
 		require.Equal(t, http.StatusAccepted, res.StatusCode(), string(res.Body))
 		e.tick(t)

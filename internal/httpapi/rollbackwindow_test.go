@@ -45,7 +45,7 @@ func TestRollbackWindowOfAFailedUpgrade(t *testing.T) {
 			dev, id := e.setup(t, map[string]string{"1.0.0": "", "2.0.0": window}, "1.0.0")
 			req := sdk.UpgradeRequest{TargetVersion: "2.0.0", Timeout: ptrTo("3h")}
 			if tt.onFailure != "" {
-				of := sdk.UpgradeRequestOnFailure(tt.onFailure)
+				of := sdk.OnFailure(tt.onFailure)
 				req.OnFailure = &of
 			}
 			res := e.upgrade(t, id, req)

@@ -258,7 +258,7 @@ func optionsBody(out *api.Rollout, req fleet.RolloutRequest) {
 		if d := s.Drain; d != nil {
 			o.Drain = &api.DrainOverride{Required: d.Required, Timeout: d.Timeout}
 			if d.OnTimeout != "" {
-				o.Drain.OnTimeout = ptr(api.DrainOverrideOnTimeout(d.OnTimeout))
+				o.Drain.OnTimeout = ptr(api.DrainTimeoutAction(d.OnTimeout))
 			}
 		}
 		out.Upgrade = o

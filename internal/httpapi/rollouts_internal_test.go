@@ -111,7 +111,7 @@ func TestRolloutValidationNamesTheRequestField(t *testing.T) {
 		{"upgrade", common(api.CreateRolloutRequest{Action: api.RolloutAction("upgrade"), Upgrade: &api.RolloutUpgradeOptions{
 			TargetVersion: "two", Path: ptr(api.UpgradePathMode("sideways")), Strategy: ptr(api.UpgradeStrategy("yolo")),
 			OnFailure: ptr(api.OnFailure("panic")), Timeout: s("0s"),
-			Drain: &api.DrainOverride{Required: true, Timeout: s("5"), OnTimeout: ptr(api.DrainOverrideOnTimeout("wait"))}}}),
+			Drain: &api.DrainOverride{Required: true, Timeout: s("5"), OnTimeout: ptr(api.DrainTimeoutAction("wait"))}}}),
 			[]string{"/upgrade/targetVersion", "/upgrade/path", "/upgrade/strategy", "/upgrade/onFailure", "/upgrade/timeout",
 				"/upgrade/drain/timeout", "/upgrade/drain/onTimeout", "/waves/0/size/count", "/waves/0/approval", "/waves/1/soak",
 				"/waves/1/minSuccess", "/waves/1/maxFailures/percent", "/waves/2/size", "/maxInFlight", "/onThreshold",

@@ -642,12 +642,43 @@ export interface paths {
          *     (the default) an upgrade that needs intermediate versions is refused (422 `upgrade-path-required`,
          *     with the computed `path`); with `path: auto` the operation publishes each hop in turn, each only
          *     after the previous one is installed. Operator-set parameters carry over unless the target says
-         *     `onUpgrade: reset`; `parameters` sets values too. `dryRun: true` answers the plan (200) and changes
-         *     nothing. Otherwise 202 with the operation; 409 `operation-in-progress` while another runs.
+         *     `onUpgrade: reset`; `parameters` sets values too. Answers 202 with the operation; 409
+         *     `operation-in-progress` while another runs. `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`
+         *     answers what it would do, changing nothing.
          *     A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
          *     rollout (`rolloutId`); exclude the member from the rollout first.
          */
         post: operations["upgradeDeployment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mgmt/v1/deployments/{deploymentId}/upgrade/plan": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                deploymentId: components["parameters"]["DeploymentIdPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * What an upgrade would do, changing nothing
+         * @description Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/upgrade`. Takes that operation's body
+         *     and answers its plan: the versions it would go through (`hops`), the strategy, the drain and the parameter changes, every check with its outcome, and, when it is not allowed,
+         *     the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+         *     operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+         *     `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+         *     malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+         *     answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+         *     refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+         *     may change before the operation is requested.
+         */
+        post: operations["planUpgrade"];
         delete?: never;
         options?: never;
         head?: never;
@@ -669,10 +700,41 @@ export interface paths {
          * Change a deployment's parameter values (same version)
          * @description Values are validated against the description's configuration schema; unknown parameters and changes
          *     to `immutable` ones are refused (422). A valid change publishes a new revision of the same version.
+         *     `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan` answers what it would do, changing nothing.
          *     A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
          *     rollout (`rolloutId`); exclude the member from the rollout first.
          */
         post: operations["reconfigureDeployment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mgmt/v1/deployments/{deploymentId}/reconfigure/plan": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                deploymentId: components["parameters"]["DeploymentIdPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * What a reconfiguration would do, changing nothing
+         * @description Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/reconfigure`. Takes that operation's body
+         *     and answers its plan: the parameter changes, every check with its outcome, and, when it is not allowed,
+         *     the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+         *     operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+         *     `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+         *     malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+         *     answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+         *     refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+         *     may change before the operation is requested.
+         */
+        post: operations["planReconfiguration"];
         delete?: never;
         options?: never;
         head?: never;
@@ -697,10 +759,41 @@ export interface paths {
          *     the installed version's `lifecycle.rollback` (422 `rollback-forbidden` with the supplier's reason).
          *     `force: true` with a `reason` overrides that policy: admin role only, recorded in the audit log and on
          *     the revision, and possible only when the server allows overrides.
+         *     `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan` answers what it would do, changing nothing.
          *     A member of an active rollout (running, paused or aborting) refuses it: 409 `rollout-member`, naming the
          *     rollout (`rolloutId`); exclude the member from the rollout first.
          */
         post: operations["rollbackDeployment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mgmt/v1/deployments/{deploymentId}/rollback/plan": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                deploymentId: components["parameters"]["DeploymentIdPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * What a rollback would do, changing nothing
+         * @description Role: operator, as for `POST /mgmt/v1/deployments/{deploymentId}/rollback`. Takes that operation's body
+         *     and answers its plan: the revision and version it would go back to, and whether it needs the override (`forced`), every check with its outcome, and, when it is not allowed,
+         *     the problem the operation would answer (`allowed: false`, `problem`). It writes nothing (no
+         *     operation, no revision, no manifest version, no audit entry unless refused), so it takes no
+         *     `If-Match` and no `Idempotency-Key`: repeating it is safe. A refusal of the request itself (a
+         *     malformed body, a duration out of its range, an unknown deployment) is answered as the operation
+         *     answers it (400, 404, 422). The deprecated body member `dryRun` may be left out or `true`; `false` is
+         *     refused (422 naming `/dryRun`): this operation only plans. The answer is a snapshot: the deployment
+         *     may change before the operation is requested.
+         */
+        post: operations["planRollback"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1379,9 +1472,8 @@ export interface components {
              * @description How long in-flight work may take to finish: a duration from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m).
              *     Absent - as the target version declares, else 10m. `0s` is refused (422).
              */
-            timeout?: string;
-            /** @enum {string} */
-            onTimeout?: "abort" | "proceed";
+            timeout?: components["schemas"]["Duration"];
+            onTimeout?: components["schemas"]["DrainTimeoutAction"];
         };
         /**
          * @example {
@@ -1391,41 +1483,41 @@ export interface components {
          */
         UpgradeRequest: {
             targetVersion: string;
-            /**
-             * @default direct
-             * @enum {string}
-             */
-            path?: "direct" | "auto";
-            /** @enum {string} */
-            strategy?: "recreate" | "blueGreen";
+            /** @default direct */
+            path?: components["schemas"]["UpgradePathMode"];
+            strategy?: components["schemas"]["UpgradeStrategy"];
             drain?: components["schemas"]["DrainOverride"];
             parameters?: components["schemas"]["ParameterValues"];
-            /**
-             * @default halt
-             * @enum {string}
-             */
-            onFailure?: "halt" | "rollback";
+            /** @default halt */
+            onFailure?: components["schemas"]["OnFailure"];
             /**
              * @description How long each step may take to install, on top of the drain timeout: a duration from 1s to 168h
              *     (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
              */
-            timeout?: string;
-            /** @default false */
+            timeout?: components["schemas"]["Duration"];
+            /**
+             * @deprecated
+             * @description Deprecated: use `POST /mgmt/v1/deployments/{deploymentId}/upgrade/plan`, which takes this same body and
+             *     answers the plan with one success shape. `true` still answers the plan (200) and changes nothing, through
+             *     the next release (wfm 0.2.x); it is removed in wfm 0.3.0. Absent or `false` - the operation is requested.
+             */
             dryRun?: boolean;
         };
         ReconfigureRequest: {
             parameters: components["schemas"]["ParameterValues"];
-            /**
-             * @default halt
-             * @enum {string}
-             */
-            onFailure?: "halt" | "rollback";
+            /** @default halt */
+            onFailure?: components["schemas"]["OnFailure"];
             /**
              * @description How long the device may take to install the revision: a duration from 1s to 168h
              *     (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
              */
-            timeout?: string;
-            /** @default false */
+            timeout?: components["schemas"]["Duration"];
+            /**
+             * @deprecated
+             * @description Deprecated: use `POST /mgmt/v1/deployments/{deploymentId}/reconfigure/plan`, which takes this same body and
+             *     answers the plan with one success shape. `true` still answers the plan (200) and changes nothing, through
+             *     the next release (wfm 0.2.x); it is removed in wfm 0.3.0. Absent or `false` - the operation is requested.
+             */
             dryRun?: boolean;
         };
         RollbackRequest: {
@@ -1438,10 +1530,24 @@ export interface components {
              * @description How long the device may take to install the revision: a duration from 1s to 168h
              *     (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
              */
-            timeout?: string;
-            /** @default false */
+            timeout?: components["schemas"]["Duration"];
+            /**
+             * @deprecated
+             * @description Deprecated: use `POST /mgmt/v1/deployments/{deploymentId}/rollback/plan`, which takes this same body and
+             *     answers the plan with one success shape. `true` still answers the plan (200) and changes nothing, through
+             *     the next release (wfm 0.2.x); it is removed in wfm 0.3.0. Absent or `false` - the operation is requested.
+             */
             dryRun?: boolean;
         };
+        /**
+         * @description A duration, in Go's syntax: one or more decimal numbers, each with its unit (h, m, s, ms, us, ns), such as
+         *     90s, 10m, 1h30m or 1.5h. Every member that takes one states its accepted range, bounds included, in its
+         *     description ("a duration from 1s to 168h"); a value outside it (`0s` too, unless the range starts at 0s)
+         *     is refused with 422 `invalid-request` naming the member, and changes nothing. Answers give durations in
+         *     Go's canonical form (10m0s, 168h0m0s).
+         * @example 10m
+         */
+        Duration: string;
         /** @enum {string} */
         OperationState: "queued" | "running" | "succeeded" | "failed" | "cancelled";
         OperationStep: {
@@ -1461,8 +1567,7 @@ export interface components {
             id: string;
             /** Format: uuid */
             deploymentId: string;
-            /** @enum {string} */
-            type: "install" | "upgrade" | "reconfigure" | "rollback" | "remove";
+            type: components["schemas"]["OperationType"];
             state: components["schemas"]["OperationState"];
             /** @description Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed, deployment-removed). */
             reason?: string;
@@ -1470,8 +1575,7 @@ export interface components {
             toVersion?: string;
             strategy?: string;
             drain?: components["schemas"]["DrainRules"];
-            /** @enum {string} */
-            onFailure: "halt" | "rollback";
+            onFailure: components["schemas"]["OnFailure"];
             forced?: boolean;
             forceReason?: string;
             requestedBy: string;
@@ -1512,8 +1616,7 @@ export interface components {
         };
         Plan: {
             allowed: boolean;
-            /** @enum {string} */
-            type: "upgrade" | "reconfigure" | "rollback";
+            type: components["schemas"]["PlannedOperationType"];
             fromVersion?: string;
             toVersion?: string;
             hops?: string[];
@@ -1540,7 +1643,7 @@ export interface components {
              *     Absent - never. `0s` is refused (422).
              * @example 720h
              */
-            expiresIn?: string;
+            expiresIn?: components["schemas"]["Duration"];
         };
         Token: {
             id: string;
@@ -1577,8 +1680,7 @@ export interface components {
             method: string;
             target: string;
             status: number;
-            /** @enum {string} */
-            outcome: "success" | "failure";
+            outcome: components["schemas"]["AuditOutcome"];
             requestId?: string;
             detail?: {
                 [key: string]: unknown;
@@ -1733,8 +1835,7 @@ export interface components {
         };
         /** @description wfm's optional status members for drain-aware agents (design section 6). */
         StatusExtension: {
-            /** @enum {string} */
-            phase?: "draining" | "drained" | "starting-new" | "verifying" | "switching";
+            phase?: components["schemas"]["DrainPhase"];
             inFlight?: number;
             healthy?: boolean;
             message?: string;
@@ -1842,7 +1943,7 @@ export interface components {
              *     operation): a duration from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m.
              *     `0s` is refused (422).
              */
-            timeout?: string;
+            timeout?: components["schemas"]["Duration"];
         };
         Deployment: {
             /** Format: uuid */
@@ -1880,8 +1981,7 @@ export interface components {
          *     Margo agents. Shown when one deployment is read.
          */
         Progress: {
-            /** @enum {string} */
-            phase?: "draining" | "drained" | "starting-new" | "verifying" | "switching";
+            phase?: components["schemas"]["DrainPhase"];
             inFlight?: number;
             healthy?: boolean;
             message?: string;
@@ -1900,8 +2000,7 @@ export interface components {
             parameters: {
                 [key: string]: unknown;
             };
-            /** @enum {string} */
-            operation: "install" | "upgrade" | "reconfigure" | "rollback" | "remove";
+            operation: components["schemas"]["OperationType"];
             /** @enum {string} */
             outcome: "pending" | "active" | "superseded" | "failed";
             /** @description sha256 of the rendered ApplicationDeployment YAML. */
@@ -2010,7 +2109,7 @@ export interface components {
              */
             minUpgradeFrom?: string;
             /** @description Strategies this version supports; the first is its default. */
-            strategies: ("recreate" | "blueGreen")[];
+            strategies: components["schemas"]["UpgradeStrategy"][];
             drain?: components["schemas"]["DrainRules"];
             rollback: components["schemas"]["RollbackRules"];
             /** @description Per parameter, what an upgrade to this version does with the operator's value. */
@@ -2051,8 +2150,7 @@ export interface components {
              * @example 10m0s
              */
             timeout: string;
-            /** @enum {string} */
-            onTimeout: "abort" | "proceed";
+            onTimeout: components["schemas"]["DrainTimeoutAction"];
         };
         RollbackRules: {
             /** @description May a deployment running this version go back to an older one. Absent in the description - false. */
@@ -2189,17 +2287,56 @@ export interface components {
          */
         ThresholdAction: "pause" | "abort";
         /**
-         * @description direct (the default): only a direct upgrade (members that need hops are excluded `policy-refused`); auto: members that need hops get a `hops` plan.
+         * @description How an upgrade may reach its target version. direct (the default): only a direct upgrade; one that
+         *     needs intermediate versions is refused (`upgrade-path-required`; in a rollout, such members are
+         *     excluded `policy-refused`). auto: the upgrade publishes each hop in turn (in a rollout, members that
+         *     need hops get a `hops` plan).
          * @enum {string}
          */
         UpgradePathMode: "direct" | "auto";
-        /** @enum {string} */
+        /**
+         * @description How the device replaces the running version (the strategies a version supports are in its lifecycle).
+         * @enum {string}
+         */
         UpgradeStrategy: "recreate" | "blueGreen";
         /**
-         * @description Of each member's operation: halt (stay failed) or rollback (roll back automatically where the failed version allows it).
+         * @description What a failed operation does (for a rollout, each member's operation): halt (the deployment stays
+         *     failed; the default) or rollback (roll back automatically where the failed version allows it).
          * @enum {string}
          */
         OnFailure: "halt" | "rollback";
+        /**
+         * @description What an operation does to its deployment: install (`POST /mgmt/v1/deployments`), upgrade, reconfigure
+         *     and rollback (requested on a deployment; these three have a plan, see PlannedOperationType) and remove
+         *     (`DELETE /mgmt/v1/deployments/{deploymentId}`). A rollout's `action` is another subset (RolloutAction).
+         * @enum {string}
+         */
+        OperationType: "install" | "upgrade" | "reconfigure" | "rollback" | "remove";
+        /**
+         * @description The operations requested on a running deployment, the ones with a plan (`POST
+         *     /mgmt/v1/deployments/{deploymentId}/upgrade/plan`, `…/reconfigure/plan`, `…/rollback/plan`). A subset of
+         *     OperationType on purpose: an install and a removal are requested by creating and deleting the
+         *     deployment, and have no plan.
+         * @enum {string}
+         */
+        PlannedOperationType: "upgrade" | "reconfigure" | "rollback";
+        /**
+         * @description What happens when the drain timeout passes with the device still draining: abort (the default; the previous
+         *     revision is desired again and the operation fails `drain-timeout`) or proceed (nothing then; the step
+         *     deadline still applies). See docs/lifecycle-extension.md.
+         * @enum {string}
+         */
+        DrainTimeoutAction: "abort" | "proceed";
+        /**
+         * @description Where a drain-aware agent is in replacing a running version (its status report's `x-wfm-extensions.phase`).
+         * @enum {string}
+         */
+        DrainPhase: "draining" | "drained" | "starting-new" | "verifying" | "switching";
+        /**
+         * @description success: the call answered 1xx to 3xx; failure: 4xx or 5xx.
+         * @enum {string}
+         */
+        AuditOutcome: "success" | "failure";
         /** @description The options of an `install` rollout, as `POST /mgmt/v1/deployments` takes them for one device. */
         RolloutInstallOptions: {
             version: string;
@@ -2210,7 +2347,7 @@ export interface components {
              * @description How long each device may take to install revision 1: a duration from 1s to 168h (Go syntax, such
              *     as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
              */
-            timeout?: string;
+            timeout?: components["schemas"]["Duration"];
         };
         /** @description The options of an `upgrade` rollout, those of `POST /mgmt/v1/deployments/{id}/upgrade` for each member. */
         RolloutUpgradeOptions: {
@@ -2224,7 +2361,7 @@ export interface components {
              * @description How long each step of each member may take to install, on top of the drain timeout: a duration
              *     from 1s to 168h (Go syntax, such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
              */
-            timeout?: string;
+            timeout?: components["schemas"]["Duration"];
         };
         /** @description The options of a `reconfigure` rollout, those of `POST /mgmt/v1/deployments/{id}/reconfigure` for each member. */
         RolloutReconfigureOptions: {
@@ -2234,7 +2371,7 @@ export interface components {
              * @description How long each member may take to install its revision: a duration from 1s to 168h (Go syntax,
              *     such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
              */
-            timeout?: string;
+            timeout?: components["schemas"]["Duration"];
         };
         /**
          * @description The options of a `rollback` rollout. Each member goes back to its own most recent revision at
@@ -2247,7 +2384,7 @@ export interface components {
              * @description How long each member may take to install its revision: a duration from 1s to 168h (Go syntax,
              *     such as 90s, 10m or 1h30m). Absent - 30m. `0s` is refused (422).
              */
-            timeout?: string;
+            timeout?: components["schemas"]["Duration"];
         };
         DeviceRef: {
             clientId: components["schemas"]["ClientId"];
@@ -2277,7 +2414,7 @@ export interface components {
              *     a duration from 5m to 8760h (Go syntax, such as 30m or 24h; `lastSeenAt` is recorded at most once a
              *     minute). Absent - no device is left out for that.
              */
-            notSeenFor?: string;
+            notSeenFor?: components["schemas"]["Duration"];
         };
         /**
          * @description Exactly one of `count` (members) or `percent` (of the eligible members, rounded up, at least 1). A
@@ -2304,7 +2441,7 @@ export interface components {
              * @description How long to wait after the wave settled, thresholds met, before the next wave may start: a
              *     duration from 0s to 168h (Go syntax, such as 30m or 2h). Absent - 0s, no soak.
              */
-            soak?: string;
+            soak?: components["schemas"]["Duration"];
             /**
              * @description The percent of the wave (its resolved size, less members excluded or removed meanwhile) that must
              *     succeed for it to pass, checked when it settled. Members cancelled by the rollout count neither way.
@@ -2406,7 +2543,7 @@ export interface components {
              * @description How long the rollout may run, from its start: a duration from 1m to 8760h (Go syntax, such as
              *     72h). A rollout still running or paused then fails (cause `deadline-passed`). Absent - 168h.
              */
-            deadline?: string;
+            deadline?: components["schemas"]["Duration"];
         };
         AbortRolloutRequest: {
             /**
@@ -3925,7 +4062,7 @@ export interface operations {
     deleteDeployment: {
         parameters: {
             query?: {
-                timeout?: string;
+                timeout?: components["schemas"]["Duration"];
             };
             header?: {
                 "If-Match"?: components["parameters"]["IfMatch"];
@@ -4219,7 +4356,7 @@ export interface operations {
                 actor?: string;
                 /** @description Operation id, e.g. createDeployment. */
                 action?: string;
-                outcome?: "success" | "failure";
+                outcome?: components["schemas"]["AuditOutcome"];
                 since?: string;
                 until?: string;
                 /** @description Largest number of items in the page. */
@@ -4272,7 +4409,10 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The plan of a dry run. */
+            /**
+             * @description Deprecated: the plan of a dry run (`dryRun: true`), kept working through the next release (wfm 0.2.x);
+             *     use the `/plan` operation next to this one, which answers the same plan.
+             */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4288,6 +4428,40 @@ export interface operations {
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
             412: components["responses"]["Problem"];
+            422: components["responses"]["Problem"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    planUpgrade: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                deploymentId: components["parameters"]["DeploymentIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpgradeRequest"];
+            };
+        };
+        responses: {
+            /** @description The plan. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Plan"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
             422: components["responses"]["Problem"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
@@ -4316,7 +4490,10 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The plan of a dry run. */
+            /**
+             * @description Deprecated: the plan of a dry run (`dryRun: true`), kept working through the next release (wfm 0.2.x);
+             *     use the `/plan` operation next to this one, which answers the same plan.
+             */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4332,6 +4509,40 @@ export interface operations {
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
             412: components["responses"]["Problem"];
+            422: components["responses"]["Problem"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    planReconfiguration: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                deploymentId: components["parameters"]["DeploymentIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReconfigureRequest"];
+            };
+        };
+        responses: {
+            /** @description The plan. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Plan"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
             422: components["responses"]["Problem"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
@@ -4360,7 +4571,10 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The plan of a dry run. */
+            /**
+             * @description Deprecated: the plan of a dry run (`dryRun: true`), kept working through the next release (wfm 0.2.x);
+             *     use the `/plan` operation next to this one, which answers the same plan.
+             */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4376,6 +4590,40 @@ export interface operations {
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
             412: components["responses"]["Problem"];
+            422: components["responses"]["Problem"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    planRollback: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                deploymentId: components["parameters"]["DeploymentIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RollbackRequest"];
+            };
+        };
+        responses: {
+            /** @description The plan. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Plan"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
             422: components["responses"]["Problem"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
