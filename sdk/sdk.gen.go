@@ -995,8 +995,10 @@ type AuditEntry struct {
 	Actor  string           `json:"actor"`
 	At     time.Time        `json:"at"`
 	Detail *json.RawMessage `json:"detail,omitempty"`
-	Id     int64            `json:"id"`
-	Method string           `json:"method"`
+
+	// Id A signed 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
+	Id     int64  `json:"id"`
+	Method string `json:"method"`
 
 	// Outcome success: the call answered 1xx to 3xx; failure: 4xx or 5xx.
 	Outcome   AuditOutcome `json:"outcome"`
@@ -1147,6 +1149,7 @@ type CreateWebhookRequest struct {
 // Deployment defines model for Deployment.
 type Deployment struct {
 	// AdoptedManifestVersion The newest adoptedManifestVersion the device reported for this deployment.
+	// An unsigned 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
 	AdoptedManifestVersion *uint64 `json:"adoptedManifestVersion,omitempty"`
 	ApplicationId          string  `json:"applicationId"`
 
@@ -1162,6 +1165,7 @@ type Deployment struct {
 	InstalledRevision *int `json:"installedRevision,omitempty"`
 
 	// ManifestVersion The client manifestVersion that first published the desired revision (or the removal).
+	// An unsigned 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
 	ManifestVersion *uint64 `json:"manifestVersion,omitempty"`
 
 	// Parameters Effective parameter values of the desired revision.
@@ -1517,7 +1521,7 @@ type LifecycleRules struct {
 }
 
 // ManifestVersion Monotonically increasing unsigned 64-bit integer in [1, 2^64-1], one sequence per WFM client; the
-// first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
+// first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.) A JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
 type ManifestVersion = uint64
 
 // MemberClassification How a member was classified when the rollout started.
@@ -1849,6 +1853,7 @@ type Revision struct {
 	Forced *bool `json:"forced,omitempty"`
 
 	// ManifestVersion The client manifestVersion that first published this revision.
+	// An unsigned 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
 	ManifestVersion *uint64 `json:"manifestVersion,omitempty"`
 
 	// Operation What an operation does to its deployment: install (`POST /mgmt/v1/deployments`), upgrade, reconfigure
@@ -1938,6 +1943,7 @@ type Rollout struct {
 	DeadlineAt time.Time `json:"deadlineAt"`
 
 	// Generation Goes up with every state move, wave move, action and exclusion (not with the counts); the `ETag` is derived from it.
+	// A signed 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
 	Generation int64 `json:"generation"`
 
 	// History Every transition, oldest first (the first is `started`). Each is also an event in the event log.
@@ -2361,6 +2367,7 @@ type StatusExtension struct {
 
 // StatusReport defines model for StatusReport.
 type StatusReport struct {
+	// AdoptedManifestVersion An unsigned 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
 	AdoptedManifestVersion uint64    `json:"adoptedManifestVersion"`
 	ReceivedAt             time.Time `json:"receivedAt"`
 
@@ -2433,7 +2440,7 @@ type UnsignedAppStateManifest struct {
 	Deployments []DeploymentManifestRef `json:"deployments"`
 
 	// ManifestVersion Monotonically increasing unsigned 64-bit integer in [1, 2^64-1], one sequence per WFM client; the
-	// first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
+	// first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.) A JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
 	ManifestVersion ManifestVersion `json:"manifestVersion"`
 }
 
@@ -2498,6 +2505,7 @@ type WFMClient struct {
 	Id ClientId `json:"id"`
 
 	// ManifestVersion The client's current state manifest version.
+	// An unsigned 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
 	ManifestVersion uint64          `json:"manifestVersion"`
 	RetiredAt       *time.Time      `json:"retiredAt,omitempty"`
 	Status          WFMClientStatus `json:"status"`
@@ -2603,6 +2611,7 @@ type WebhookDelivery struct {
 	Outcome     WebhookDeliveryOutcome `json:"outcome"`
 
 	// Sequence The body's per-subject sequence number.
+	// A signed 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
 	Sequence int64 `json:"sequence"`
 
 	// StatusCode The receiver's HTTP status, absent when no response came.

@@ -1669,7 +1669,10 @@ export interface components {
             nextCursor?: string;
         };
         AuditEntry: {
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description A signed 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
+             */
             id: number;
             /** Format: date-time */
             at: string;
@@ -1697,7 +1700,7 @@ export interface components {
         };
         /**
          * @description Monotonically increasing unsigned 64-bit integer in [1, 2^64-1], one sequence per WFM client; the
-         *     first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.)
+         *     first manifest is 1. (rc.3 says `type: number`; wfm always renders a JSON integer.) A JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
          */
         ManifestVersion: number;
         DeviceId: string;
@@ -1849,7 +1852,10 @@ export interface components {
             id: components["schemas"]["ClientId"];
             /** @enum {string} */
             status: "accepted" | "retired";
-            /** @description The client's current state manifest version. */
+            /**
+             * @description The client's current state manifest version.
+             *     An unsigned 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
+             */
             manifestVersion: number;
             deviceCount?: number;
             /** Format: date-time */
@@ -1966,9 +1972,15 @@ export interface components {
             parameters: {
                 [key: string]: unknown;
             };
-            /** @description The client manifestVersion that first published the desired revision (or the removal). */
+            /**
+             * @description The client manifestVersion that first published the desired revision (or the removal).
+             *     An unsigned 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
+             */
             manifestVersion?: number;
-            /** @description The newest adoptedManifestVersion the device reported for this deployment. */
+            /**
+             * @description The newest adoptedManifestVersion the device reported for this deployment.
+             *     An unsigned 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
+             */
             adoptedManifestVersion?: number;
             progress?: components["schemas"]["Progress"];
             /** Format: date-time */
@@ -2005,7 +2017,10 @@ export interface components {
             outcome: "pending" | "active" | "superseded" | "failed";
             /** @description sha256 of the rendered ApplicationDeployment YAML. */
             digest: string;
-            /** @description The client manifestVersion that first published this revision. */
+            /**
+             * @description The client manifestVersion that first published this revision.
+             *     An unsigned 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
+             */
             manifestVersion?: number;
             /** @description Published by a break-glass override of a rollback policy. */
             forced?: boolean;
@@ -2036,6 +2051,7 @@ export interface components {
         StatusReport: {
             /** Format: date-time */
             receivedAt: string;
+            /** @description An unsigned 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers). */
             adoptedManifestVersion: number;
             state: components["schemas"]["DeviceState"];
             /** @description true when the report was older than one already seen and changed nothing. */
@@ -2724,6 +2740,7 @@ export interface components {
             /**
              * Format: int64
              * @description Goes up with every state move, wave move, action and exclusion (not with the counts); the `ETag` is derived from it.
+             *     A signed 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
              */
             generation: number;
         };
@@ -2947,6 +2964,7 @@ export interface components {
             /**
              * Format: int64
              * @description The body's per-subject sequence number.
+             *     A signed 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
              */
             sequence: number;
             /** @description 1 for the first attempt of a delivery, then 2, 3… */
@@ -2977,7 +2995,10 @@ export interface components {
          *     every retry and redelivery. Order and de-duplicate by (`subject`, `sequence`) or by `id`.
          */
         WebhookEvent: components["schemas"]["Event"] & {
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description A signed 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
+             */
             sequence: number;
         };
         /**

@@ -125,6 +125,16 @@ test("publish, deploy, upgrade and read a problem", async () => {
   assert.equal(problem.requestId, direct.response.headers.get("X-Request-Id"));
   assert.throws(() => unwrap(direct), (err: unknown) => err instanceof ProblemError && err.problem?.status === 422);
 
+  // Its plan with path: auto: one success shape (a Plan, no union with the operation), and nothing changes
+  // (the ETag read before still matches below).
+  const plan = unwrap(await wfm.POST("/mgmt/v1/deployments/{deploymentId}/upgrade/plan", {
+    params: { path: { deploymentId: dep.id } },
+    body: { targetVersion: "2.0.0", path: "auto" },
+  }));
+  assert.equal(plan.allowed, true, JSON.stringify(plan.problem));
+  assert.equal(plan.type, "upgrade");
+  assert.deepEqual(plan.hops, ["1.1.0", "2.0.0"]);
+
   // With path: auto the server plans both hops and runs them as one operation.
   const upgrade = await wfm.POST("/mgmt/v1/deployments/{deploymentId}/upgrade", {
     params: { path: { deploymentId: dep.id }, header: { "If-Match": etag, "Idempotency-Key": "upgrade-ts-1" } },
