@@ -1543,7 +1543,7 @@ export interface components {
          * @description A duration, in Go's syntax: one or more decimal numbers, each with its unit (h, m, s, ms, us, ns), such as
          *     90s, 10m, 1h30m or 1.5h. Every member that takes one states its accepted range, bounds included, in its
          *     description ("a duration from 1s to 168h"); a value outside it (`0s` too, unless the range starts at 0s)
-         *     is refused with 422 `invalid-request` naming the member, and changes nothing. Answers give durations in
+         *     is refused with a 422 problem whose `errors` name the member, and changes nothing. Answers give durations in
          *     Go's canonical form (10m0s, 168h0m0s).
          * @example 10m
          */
