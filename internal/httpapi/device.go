@@ -61,7 +61,7 @@ func (s *Server) deviceIdentity(next http.Handler) http.Handler {
 			writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "not-authorized", Message: msg}))
 			return
 		}
-		noteActor(r, "client:"+id)
+		noteClient(r, id)
 		if s.limiter != nil {
 			if ok, wait := s.limiter.Allow(id); !ok {
 				secs := int(math.Ceil(wait.Seconds()))

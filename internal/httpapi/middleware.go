@@ -48,7 +48,16 @@ func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // problem type of an error answer (filled in by writeProblem).
 type requestNote struct {
 	actor   string // audit actor: a token id or "anonymous"; "client:<id>" on the device API
+	client  string // the device API's client id: the actor is "client:<client>" (put together only for a log line)
 	problem string // the slug of the problem type, "" for success
+}
+
+// actorName is the note's actor as the log line names it.
+func (n *requestNote) actorName() string {
+	if n.client != "" {
+		return "client:" + n.client
+	}
+	return n.actor
 }
 
 // reqState is what the layers of one request share: the status written,
@@ -76,7 +85,15 @@ func stateOf(ctx context.Context) *reqState {
 // noteActor records the request's caller for its log line.
 func noteActor(r *http.Request, actor string) {
 	if st := stateOf(r.Context()); st != nil {
-		st.note.actor = actor
+		st.note.actor, st.note.client = actor, ""
+	}
+}
+
+// noteClient records the device API's calling client for the log line
+// (actor "client:<id>").
+func noteClient(r *http.Request, id string) {
+	if st := stateOf(r.Context()); st != nil {
+		st.note.actor, st.note.client = "", id
 	}
 }
 
@@ -158,7 +175,7 @@ func (s *Server) requestContext(m *telemetry.HTTPMetrics) func(http.Handler) htt
 			}
 			if s.log.Enabled(ctx, slog.LevelDebug) {
 				s.log.DebugContext(ctx, "http request", "method", r.Method, "path", r.URL.Path, "route", route,
-					"status", rec.status, "duration_ms", float64(d.Microseconds())/1000, "actor", rn.actor, "problem", rn.problem)
+					"status", rec.status, "duration_ms", float64(d.Microseconds())/1000, "actor", rn.actorName(), "problem", rn.problem)
 			}
 		})
 	}
