@@ -82,6 +82,10 @@ clean: ## Remove build output (keeps the local database in .data/)
 bench-http: ## Device-poll throughput vs a bare net/http 304 under wrk (needs wrk), printed only
 	$(GO) run ./cmd/wfm-bench -only poll -doc '' $(BENCH_ARGS)
 
+.PHONY: bench-poll-tls
+bench-poll-tls: ## Device-poll throughput over mutual TLS vs a bare Go TLS server answering 304 (tools/pollload), printed only
+	$(GO) run ./cmd/wfm-bench -only poll-mtls -doc '' $(BENCH_ARGS)
+
 .PHONY: bench-status
 bench-status: ## Status-report ingestion rate vs pgbench single-row INSERTs (needs wrk), printed only
 	$(GO) run ./cmd/wfm-bench -only status -doc '' $(BENCH_ARGS)

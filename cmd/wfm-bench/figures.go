@@ -77,6 +77,7 @@ func allGroups() []group {
 		{"plan", planFigures},
 		{"batch", batchFigures},
 		{"poll", pollFigures},
+		{"poll-mtls", pollTLSFigures},
 		{"status", statusFigures},
 		{"webhooks", webhookFigures},
 		{"sse", sseFigures},

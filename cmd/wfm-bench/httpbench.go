@@ -23,7 +23,7 @@ func pollFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return []Figure{{Name: "poll-304", Absent: "wrk not found: apt-get install wrk"}}, nil
 	}
-	bare, stopBare, err := b.startBare304(ctx)
+	bare, stopBare, err := b.startBare304(ctx, "http")
 	if err != nil {
 		return nil, err
 	}
@@ -73,14 +73,14 @@ func pollFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	}, nil
 }
 
-// startBare304 builds and starts tools/bare304 of the source tree and
-// returns its base URL.
-func (b *bench) startBare304(ctx context.Context) (string, func(), error) {
+// startBare304 builds and starts tools/bare304 of the source tree with args
+// and returns its base URL (scheme "http", or "https" with its TLS flags).
+func (b *bench) startBare304(ctx context.Context, scheme string, args ...string) (string, func(), error) {
 	bin := filepath.Join(b.tmp, "bare304")
 	if err := b.goCmd(ctx, "build", "-o", bin, "./tools/bare304").Run(); err != nil {
 		return "", nil, fmt.Errorf("build tools/bare304: %w", err)
 	}
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return "", nil, err
@@ -94,7 +94,7 @@ func (b *bench) startBare304(ctx context.Context) (string, func(), error) {
 		stop()
 		return "", nil, fmt.Errorf("bare304 printed no address: %w", err)
 	}
-	return "http://" + strings.TrimSpace(line), stop, nil
+	return scheme + "://" + strings.TrimSpace(line), stop, nil
 }
 
 // wrkDuration is d in wrk's syntax (whole seconds, at least 1).

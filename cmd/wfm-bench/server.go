@@ -51,7 +51,7 @@ func (b *bench) prepare(ctx context.Context) error {
 }
 
 func (b *bench) needsServer() bool {
-	for _, g := range []string{"poll", "status", "fleet", "webhooks"} {
+	for _, g := range []string{"poll", "poll-mtls", "status", "fleet", "webhooks"} {
 		if b.cfg.selected(g) {
 			return true
 		}
@@ -108,7 +108,7 @@ type server struct {
 	cmd    *exec.Cmd
 	dir    string
 	mgmt   string // http://host:port of the management listener
-	device string // http://host:port of the device listener
+	device string // http://host:port of the device listener (https:// with mutual TLS)
 	token  string // admin bearer token
 	// pgSocket and pgPort reach its private PostgreSQL (logged at level info).
 	pgSocket, pgPort string
@@ -119,7 +119,7 @@ type server struct {
 
 var (
 	mgmtLine   = regexp.MustCompile(`wfm listening on (http://\S+)`)
-	deviceLine = regexp.MustCompile(`device API \(Margo\) on (http://[^/\s]+)`)
+	deviceLine = regexp.MustCompile(`device API \(Margo\) on (https?://[^/\s]+)`)
 	pgReady    = regexp.MustCompile(`private PostgreSQL ready.* socket=(\S+) port=(\d+)`)
 )
 

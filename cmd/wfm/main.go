@@ -630,6 +630,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	errorLog := telemetry.NewServerErrorLog(log, handshakeLog.Allow)
 	dsrv := newHTTPServer(ctx, deviceHandler, errorLog)
 	dsrv.TLSConfig = deviceTLS
+	// A connection's client certificate is checked once, not per request.
+	dsrv.ConnContext = identity.ConnContext
 	srv := newHTTPServer(ctx, mgmtHandler, errorLog)
 	srv.TLSConfig = mgmtTLS
 	mscheme := "http://"

@@ -22,8 +22,6 @@ const (
 	immutableCache    = "private, max-age=31536000, immutable"
 )
 
-type clientKey struct{}
-
 // caller is the authorized WFM client of a device API request, with the
 // manifest the authorization looked up (the poll answers from it).
 type caller struct {
@@ -31,11 +29,16 @@ type caller struct {
 	manifest fleet.Manifest
 }
 
-// clientFrom returns the calling WFM client's id, set by deviceIdentity.
-func clientFrom(ctx context.Context) string {
-	c, _ := ctx.Value(clientKey{}).(caller)
-	return c.id
+// callerOf is the authorized caller deviceIdentity found, zero if none.
+func callerOf(ctx context.Context) caller {
+	if st := stateOf(ctx); st != nil {
+		return st.caller
+	}
+	return caller{}
 }
+
+// clientFrom returns the calling WFM client's id, set by deviceIdentity.
+func clientFrom(ctx context.Context) string { return callerOf(ctx).id }
 
 // deviceIdentity authenticates every device API request (/api/v1/…): it
 // derives the client id from the mTLS certificate (or, in the development
@@ -58,7 +61,7 @@ func (s *Server) deviceIdentity(next http.Handler) http.Handler {
 			writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.EFORBIDDEN, Type: "not-authorized", Message: msg}))
 			return
 		}
-		noteActor(r, "client:"+id)
+		noteClient(r, id)
 		if s.limiter != nil {
 			if ok, wait := s.limiter.Allow(id); !ok {
 				secs := int(math.Ceil(wait.Seconds()))
@@ -76,7 +79,13 @@ func (s *Server) deviceIdentity(next http.Handler) http.Handler {
 			writeProblem(w, r, problemFromError(s.log, r, err))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, caller{id: id, manifest: m})))
+		st := stateOf(r.Context())
+		if st == nil { // not behind requestContext
+			st = &reqState{}
+			r = r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st))
+		}
+		st.caller = caller{id: id, manifest: m}
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -143,8 +152,7 @@ func (n notModified) VisitGetBundleResponse(w http.ResponseWriter) error { retur
 
 // GetStateManifest answers the device poll, from memory.
 func (s *Server) GetStateManifest(ctx context.Context, req api.GetStateManifestRequestObject) (api.GetStateManifestResponseObject, error) {
-	c, _ := ctx.Value(clientKey{}).(caller)
-	m := c.manifest
+	m := callerOf(ctx).manifest
 	if r := requestFrom(ctx); r != nil {
 		if _, ok := negotiate(r.Header.Get("Accept"), manifestMediaType, "application/json"); !ok {
 			return nil, &lifecycle.Error{Code: lifecycle.ENOTACCEPTABLE, Type: "not-acceptable",

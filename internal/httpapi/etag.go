@@ -28,7 +28,9 @@ func etagMatches(header, etag string, c comparison) bool {
 		return true
 	}
 	opaque := func(t string) string { return strings.TrimPrefix(strings.TrimSpace(t), "W/") }
-	for _, t := range strings.Split(header, ",") {
+	for rest, more := header, true; more; {
+		var t string
+		t, rest, more = strings.Cut(rest, ",")
 		t = strings.TrimSpace(t)
 		if t == etag || c == weak && opaque(t) == opaque(etag) {
 			return true

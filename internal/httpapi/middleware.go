@@ -48,25 +48,62 @@ func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // problem type of an error answer (filled in by writeProblem).
 type requestNote struct {
 	actor   string // audit actor: a token id or "anonymous"; "client:<id>" on the device API
+	client  string // the device API's client id: the actor is "client:<client>" (put together only for a log line)
 	problem string // the slug of the problem type, "" for success
 }
 
-type requestNoteKey struct{}
+// actorName is the note's actor as the log line names it.
+func (n *requestNote) actorName() string {
+	if n.client != "" {
+		return "client:" + n.client
+	}
+	return n.actor
+}
+
+// reqState is what the layers of one request share: the status written,
+// the log line's notes, a 503's cause, the device API's authorized caller
+// and the request the strict handlers see. requestContext allocates it once
+// and puts it in the context once, and the later layers fill it in rather
+// than each deriving a context and a copy of the request (the device poll
+// is the hot path: a derived request is a 250-byte copy).
+type reqState struct {
+	rec         statusRecorder
+	note        requestNote
+	unavailable unavailableNote
+	caller      caller        // set by deviceIdentity
+	req         *http.Request // set by withRequest
+}
+
+type reqStateKey struct{}
+
+// stateOf is the request state of ctx, nil outside requestContext.
+func stateOf(ctx context.Context) *reqState {
+	st, _ := ctx.Value(reqStateKey{}).(*reqState)
+	return st
+}
 
 // noteActor records the request's caller for its log line.
 func noteActor(r *http.Request, actor string) {
-	if n, ok := r.Context().Value(requestNoteKey{}).(*requestNote); ok {
-		n.actor = actor
+	if st := stateOf(r.Context()); st != nil {
+		st.note.actor, st.note.client = actor, ""
+	}
+}
+
+// noteClient records the device API's calling client for the log line
+// (actor "client:<id>").
+func noteClient(r *http.Request, id string) {
+	if st := stateOf(r.Context()); st != nil {
+		st.note.actor, st.note.client = "", id
 	}
 }
 
 // noteProblem records the problem type of the answer for the log line.
 func noteProblem(r *http.Request, typ string) {
-	if n, ok := r.Context().Value(requestNoteKey{}).(*requestNote); ok {
+	if st := stateOf(r.Context()); st != nil {
 		if i := strings.LastIndexByte(typ, '#'); i >= 0 {
 			typ = typ[i+1:]
 		}
-		n.problem = typ
+		st.note.problem = typ
 	}
 }
 
@@ -112,15 +149,13 @@ func (s *Server) requestContext(m *telemetry.HTTPMetrics) func(http.Handler) htt
 				id = telemetry.NewRequestID()
 			}
 			w.Header().Set("X-Request-Id", id)
-			note := &unavailableNote{}
-			rn := &requestNote{}
-			ctx := context.WithValue(telemetry.WithRequestID(r.Context(), id), unavailableKey{}, note)
-			ctx = context.WithValue(ctx, requestNoteKey{}, rn)
-			rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+			st := &reqState{rec: statusRecorder{ResponseWriter: w, status: http.StatusOK}}
+			ctx := context.WithValue(telemetry.WithRequestID(r.Context(), id), reqStateKey{}, st)
+			rec, rn := &st.rec, &st.note
 			r = r.WithContext(ctx)
 			next.ServeHTTP(rec, r)
-			if note.err != nil {
-				s.warnUnavailable(ctx, "database unavailable: answered 503", note.err, "method", r.Method, "path", r.URL.Path)
+			if err := st.unavailable.err; err != nil {
+				s.warnUnavailable(ctx, "database unavailable: answered 503", err, "method", r.Method, "path", r.URL.Path)
 			}
 
 			route := s.routeOf(r)
@@ -140,7 +175,7 @@ func (s *Server) requestContext(m *telemetry.HTTPMetrics) func(http.Handler) htt
 			}
 			if s.log.Enabled(ctx, slog.LevelDebug) {
 				s.log.DebugContext(ctx, "http request", "method", r.Method, "path", r.URL.Path, "route", route,
-					"status", rec.status, "duration_ms", float64(d.Microseconds())/1000, "actor", rn.actor, "problem", rn.problem)
+					"status", rec.status, "duration_ms", float64(d.Microseconds())/1000, "actor", rn.actorName(), "problem", rn.problem)
 			}
 		})
 	}
@@ -261,7 +296,9 @@ func limitBody(ceiling int64) func(http.Handler) http.Handler {
 				writeProblem(w, r, problemFromError(nil, r, bodyReadError(&http.MaxBytesError{Limit: n})))
 				return
 			}
-			r.Body = http.MaxBytesReader(w, r.Body, n)
+			if r.Body != http.NoBody { // nothing to bound (net/http's body of a request without one)
+				r.Body = http.MaxBytesReader(w, r.Body, n)
+			}
 			next.ServeHTTP(w, r)
 		})
 	}

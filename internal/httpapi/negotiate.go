@@ -15,14 +15,23 @@ import (
 type requestKey struct{}
 
 // withRequest is a strict middleware that makes the *http.Request reachable
-// from handlers, for the few headers the contract cannot declare (Accept).
+// from handlers, for the few headers the contract cannot declare (Accept):
+// in the request's state (reqState), or, outside requestContext, in a
+// context value of its own.
 func withRequest(f api.StrictHandlerFunc, _ string) api.StrictHandlerFunc {
 	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, req any) (any, error) {
+		if st := stateOf(ctx); st != nil {
+			st.req = r
+			return f(ctx, w, r, req)
+		}
 		return f(context.WithValue(ctx, requestKey{}, r), w, r, req)
 	}
 }
 
 func requestFrom(ctx context.Context) *http.Request {
+	if st := stateOf(ctx); st != nil && st.req != nil {
+		return st.req
+	}
 	r, _ := ctx.Value(requestKey{}).(*http.Request)
 	return r
 }

@@ -27,8 +27,6 @@ func (s *Server) warnUnavailable(ctx context.Context, msg string, err error, arg
 // requestContext, which logs it (sampled) once the request is answered.
 type unavailableNote struct{ err error }
 
-type unavailableKey struct{}
-
 // noteUnavailable records err as the reason the request got a 503. A
 // collision with a concurrent change (type "retry") is not an outage and is
 // not logged.
@@ -36,8 +34,8 @@ func noteUnavailable(r *http.Request, err error) {
 	if r == nil || lifecycle.ErrorType(err) == "retry" {
 		return
 	}
-	if n, ok := r.Context().Value(unavailableKey{}).(*unavailableNote); ok && n.err == nil {
-		n.err = err
+	if st := stateOf(r.Context()); st != nil && st.unavailable.err == nil {
+		st.unavailable.err = err
 	}
 }
 

@@ -272,9 +272,10 @@ func (s *Server) GetReady(ctx context.Context, _ api.GetReadyRequestObject) (api
 
 type faceKey struct{}
 
-// Faces of the server: which listener a request came through.
+// Faces of the server: which listener a request came through, as far as it
+// matters (Split marks only the requests for the other listener's paths).
 const (
-	faceAll    = iota // tests and single-listener setups: every path
+	faceAll    = iota // tests, single-listener setups, and any request for its own listener's paths
 	faceMgmt          // the management listener
 	faceDevice        // the device (mTLS) listener
 )
@@ -283,22 +284,37 @@ const (
 // API (/api/v1/…, plus /healthz and /readyz) on the mTLS listener, the rest
 // on the management listener. Each answers the other's paths with a 404
 // problem, so that neither face is reachable through the other's port.
+//
+// A request for a path its listener serves goes through as is; only one
+// for the other listener's paths is marked with its face (a context value,
+// a copy of the request), so that faceGuard answers it 404 after the
+// request id, logs and metrics are in place. The device poll, the hot path,
+// pays nothing for the split.
 func Split(h http.Handler) (mgmt, device http.Handler) {
 	with := func(face int) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !wrongFace(face, r.URL.Path) {
+				h.ServeHTTP(w, r)
+				return
+			}
 			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), faceKey{}, face)))
 		})
 	}
 	return with(faceMgmt), with(faceDevice)
 }
 
-// faceGuard enforces Split.
+// wrongFace reports whether path belongs to the other listener than face's.
+func wrongFace(face int, path string) bool {
+	device := strings.HasPrefix(path, "/api/v1/")
+	return (face == faceMgmt && device) || (face == faceDevice && !device && path != "/healthz" && path != "/readyz")
+}
+
+// faceGuard enforces Split: a request Split marked with its face is for
+// the other listener's paths and gets 404.
 func faceGuard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		face, _ := r.Context().Value(faceKey{}).(int)
-		p := r.URL.Path
-		device := strings.HasPrefix(p, "/api/v1/")
-		if (face == faceMgmt && device) || (face == faceDevice && !device && p != "/healthz" && p != "/readyz") {
+		if wrongFace(face, r.URL.Path) {
 			writeProblem(w, r, notFoundProblem(r))
 			return
 		}

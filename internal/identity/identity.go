@@ -185,6 +185,9 @@ func (c Config) ClientID(cert *x509.Certificate) (string, error) {
 // Unverified peer certificates never count. The server must use a TLS
 // configuration that verifies client certificates (ServerTLSConfig).
 //
+// On a connection whose context came from ConnContext, the certificate is
+// checked once per connection and the answer (id or refusal) reused.
+//
 // Returns EUNAUTHORIZED with type TypeClientCertificateRequired if r did not
 // arrive over TLS or carries no verified client certificate, and the errors
 // of ClientID if the certificate is not a client identity of this WFM.
@@ -198,7 +201,7 @@ func (c Config) ClientIDFromRequest(r *http.Request) (string, error) {
 		}
 		return "", certificateRequired("the client certificate was not verified against this WFM's trust bundle, so it does not identify the caller")
 	}
-	return c.ClientID(r.TLS.VerifiedChains[0][0])
+	return c.clientIDOnce(r.Context(), r.TLS.VerifiedChains[0][0])
 }
 
 // clientTemplate spells the SPIFFE ID of a client of this WFM.

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,6 +14,22 @@ import (
 type HTTPMetrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	// series caches the children of both vectors by label values
+	// (seriesKey → *series): WithLabelValues hashes and checks its labels
+	// on every call, a cost on the hot paths (the device poll). The label
+	// sets are bounded (route patterns, known methods, status codes), and
+	// no child is ever deleted.
+	series sync.Map
+}
+
+type seriesKey struct {
+	route, method string
+	status        int
+}
+
+type series struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
 }
 
 // NewHTTPMetrics registers the HTTP collectors with reg. Returns an error if
@@ -39,9 +56,15 @@ func NewHTTPMetrics(reg prometheus.Registerer) (*HTTPMetrics, error) {
 
 // Observe records one answered request.
 func (m *HTTPMetrics) Observe(route, method string, status int, d time.Duration) {
-	s := strconv.Itoa(status)
-	m.requests.WithLabelValues(route, method, s).Inc()
-	m.latency.WithLabelValues(route, method, s).Observe(d.Seconds())
+	k := seriesKey{route: route, method: method, status: status}
+	v, ok := m.series.Load(k)
+	if !ok {
+		s := strconv.Itoa(status)
+		v, _ = m.series.LoadOrStore(k, &series{requests: m.requests.WithLabelValues(route, method, s), latency: m.latency.WithLabelValues(route, method, s)})
+	}
+	ser := v.(*series)
+	ser.requests.Inc()
+	ser.latency.Observe(d.Seconds())
 }
 
 // PoolCollector exports the statistics of a pgx connection pool.
