@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -409,6 +410,134 @@ func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo
 	}
 	s.reports.put(w) // only once committed
 	return first, nil
+}
+
+// RecordReports implements fleet.Store: the group commit of status
+// reports. One report alone goes the optimistic way of RecordReport (no
+// explicit transaction). Several are stored in one transaction with a
+// constant number of round trips: one pipeline locks their deployments (in
+// id order, the lock order) and reads them with their clients' manifest
+// versions; each report is decided on what was read (a refusal is that
+// item's error); one pipeline writes the others set-based (queueReports);
+// one commit. The rows written are remembered for RecordReport once
+// committed.
+func (s *FleetStore) RecordReports(ctx context.Context, items []fleet.ReportItem, now time.Time) ([]fleet.ReportResult, error) {
+	if len(items) == 1 {
+		it := items[0]
+		first, err := s.RecordReport(ctx, it.ClientID, it.Report, it.Decide, now)
+		if err != nil && !refusal(err) {
+			return nil, err
+		}
+		return []fleet.ReportResult{{First: first, Err: err}}, nil
+	}
+	var ids []string
+	seen := make(map[string]bool, len(items))
+	for _, it := range items {
+		id := it.Report.DeploymentID
+		if !validUUID(id) {
+			continue
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("record reports: deployment %s twice in one batch", id)
+		}
+		seen[id] = true
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var res []fleet.ReportResult
+	var written []fleet.Deployment
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		res, written = make([]fleet.ReportResult, len(items)), written[:0]
+		ds, err := lockReported(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		var ws []reportWrite
+		for i, it := range items {
+			r := it.Report
+			d, ok := ds[r.DeploymentID]
+			if !ok || d.ClientID != it.ClientID {
+				res[i].Err = notFound("There is no deployment %s.", r.DeploymentID)
+				continue
+			}
+			dec, err := it.Decide(d)
+			if err != nil {
+				res[i].Err = err // a refused report changes nothing
+				continue
+			}
+			c, err := lifecycle.DecideReport(aggregate(d, 0), dec, now, it.ClientID)
+			if err != nil {
+				res[i].Err = err
+				continue
+			}
+			keep := 0
+			if n := d.Reports + 1; n > int64(s.retention) && n%retentionEvery == 0 {
+				keep = s.retention
+			}
+			ws = append(ws, reportWrite{c: c, d: d, r: r, stale: dec.Stale, keep: keep})
+			res[i].First = d.Reports == 0
+			d.Generation, d.Reports, d.NewestAdopted = d.Generation+1, d.Reports+1, max(d.NewestAdopted, r.AdoptedManifestVersion)
+			d.State, d.InstalledRevision = c.After.State, c.After.InstalledRevision
+			written = append(written, d)
+		}
+		if len(ws) == 0 {
+			return nil
+		}
+		q := &pgx.Batch{}
+		if err := queueReports(q, ws); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, q).Close()
+	})
+	if err != nil {
+		for _, id := range ids {
+			s.reports.drop(id) // whether a failed commit happened is unknown
+		}
+		return nil, translate(err)
+	}
+	for _, d := range written {
+		s.reports.put(d) // only once committed
+	}
+	return res, nil
+}
+
+// refusal reports whether err is the domain's refusal of one report (it
+// changes nothing and concerns no other report) rather than a failure of
+// the database.
+func refusal(err error) bool {
+	switch lifecycle.ErrorCode(err) {
+	case lifecycle.ENOTFOUND, lifecycle.EINVALID, lifecycle.ECONFLICT:
+		return true
+	}
+	return false
+}
+
+// lockReported locks the deployments ids (sorted: the lock order) FOR
+// UPDATE and reads them, each with its client's manifest version
+// (Published), in one round trip. The ids of no deployment are left out.
+func lockReported(ctx context.Context, tx pgx.Tx, ids []string) (map[string]fleet.Deployment, error) {
+	ds := make(map[string]fleet.Deployment, len(ids))
+	if len(ids) == 0 {
+		return ds, nil
+	}
+	b := &pgx.Batch{}
+	// Lock, then read in a second statement (see lockDeployment).
+	b.Queue(`SELECT 1 FROM deployments WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, ids)
+	b.Queue(`SELECT `+sqlDeploymentColumns+`, c.manifest_version`+sqlDeploymentFrom+`
+JOIN clients c ON c.id = d.client_id WHERE d.id = ANY($1::uuid[])`, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var published int64
+			d, err := scanDeployment(rows, &published)
+			if err != nil {
+				return err
+			}
+			d.Published = uint64(published)
+			d.Parameters = nil // not needed to decide; keeps the cache small
+			ds[d.ID] = d
+		}
+		return rows.Err()
+	})
+	return ds, tx.SendBatch(ctx, b).Close()
 }
 
 // optimisticAttempts is how often RecordReport tries without a lock before
