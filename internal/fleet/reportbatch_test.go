@@ -14,6 +14,8 @@ import (
 
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/postgres"
 )
 
 // reportBatches gives s's report lane a first batch that waits, once
@@ -300,4 +302,69 @@ func TestCloseDrainsReports(t *testing.T) {
 	_, err := s.ReportStatus(ctx, "c", ds[0].ID, report(ds[0].ID, v, "installed"))
 	assert.Equal(t, lifecycle.EUNAVAILABLE, lifecycle.ErrorCode(err), "a report after Close: %v", err)
 	assert.Len(t, reportStates(t, pool, ds[0].ID), 1, "a report after Close stores nothing")
+}
+
+// TestRecordReportsRemembersAndGuards drives Store.RecordReports with
+// batches of three deployments' reports that move no state. The first
+// batch reads and locks the rows; later ones use the rows the store wrote
+// last, guarded by their generation: a deployment changed elsewhere (its
+// generation bumped by another process) is decided again on fresh data,
+// and stored. Every report is counted once, and the retention keeps each
+// deployment's newest reports.
+func TestRecordReportsRemembersAndGuards(t *testing.T) {
+	ctx := t.Context()
+	s, pool := newServiceAndPool(t)
+	ds := deployFor(t, s, "d0", "d1", "d2")
+	v := ds[len(ds)-1].DesiredSince
+	store := postgres.NewFleetStore(pool, 5)
+	var seen []map[string][]int64 // per batch: the generations each decision saw
+	batch := func() []fleet.ReportResult {
+		t.Helper()
+		gens := map[string][]int64{}
+		seen = append(seen, gens)
+		items := make([]fleet.ReportItem, len(ds))
+		for i, d := range ds {
+			r, err := margo.ParseStatusReport(report(d.ID, v, "pending"), d.ID)
+			require.NoError(t, err)
+			items[i] = fleet.ReportItem{ClientID: "c", Report: r, Decide: func(d fleet.Deployment) (lifecycle.Decision, error) {
+				gens[d.ID] = append(gens[d.ID], d.Generation)
+				return lifecycle.Decision{}, nil // no state move
+			}}
+		}
+		rs, err := store.RecordReports(ctx, items, time.Now())
+		require.NoError(t, err)
+		require.Len(t, rs, len(ds))
+		return rs
+	}
+	generation := func(id string) int64 {
+		var g int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT generation FROM deployments WHERE id = $1`, id).Scan(&g))
+		return g
+	}
+	for i, r := range batch() {
+		require.NoError(t, r.Err)
+		assert.True(t, r.First, "d%d: the first report", i)
+	}
+	_, err := pool.Exec(ctx, `UPDATE deployments SET generation = generation + 1 WHERE id = $1`, ds[1].ID) // another process
+	require.NoError(t, err)
+	bumped := generation(ds[1].ID)
+	for i, r := range batch() {
+		require.NoError(t, r.Err)
+		assert.False(t, r.First, "d%d", i)
+	}
+	assert.Equal(t, []int64{bumped - 1, bumped}, seen[1][ds[1].ID], "d1: decided on the remembered row, then again on the changed one")
+	assert.Len(t, seen[1][ds[0].ID], 1, "d0: decided once, on the remembered row")
+	const reports = 20
+	for range reports - 2 {
+		for _, r := range batch() {
+			require.NoError(t, r.Err)
+		}
+	}
+	for i, d := range ds {
+		var n, kept int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT reports, (SELECT count(*) FROM status_reports WHERE deployment_id = $1)
+FROM deployments WHERE id = $1`, d.ID).Scan(&n, &kept))
+		assert.Equal(t, int64(reports), n, "d%d: every report counted once", i)
+		assert.Equal(t, int64(5+reports-16), kept, "d%d: pruned to the newest 5 at the 16th report, 4 more since", i)
+	}
 }

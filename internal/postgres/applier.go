@@ -1108,3 +1108,68 @@ func queueReports(q *pgx.Batch, ws []reportWrite) error {
 	}
 	return nil
 }
+
+// sqlRecordReportsGuarded is sqlRecordReports for reports that move no
+// state, each guarded by the generation its decision saw, as one
+// statement outside any explicit transaction (optimistic, as
+// reportStatement): a deployment changed since is not updated, and
+// neither its report stored nor its reports pruned. Deployments $9 keep
+// their newest $10 older reports besides the one stored (the delete does
+// not see it). It answers the ids of the deployments updated.
+const sqlRecordReportsGuarded = `
+WITH v AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bool[], $7::text[], $8::bigint[])
+        WITH ORDINALITY AS v(id, newest, at, adopted, reported, stale, report, generation, ord)
+),
+u AS (
+    UPDATE deployments d SET newest_adopted = v.newest, reports = d.reports + 1, updated_at = v.at, generation = d.generation + 1
+    FROM v WHERE d.id = v.id AND d.generation = v.generation
+    RETURNING d.id
+),
+ins AS (
+    INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report)
+    SELECT v.id, v.at, v.adopted, v.reported, v.stale, v.report::json FROM v JOIN u ON u.id = v.id ORDER BY v.ord
+),
+ret AS (
+    DELETE FROM status_reports s USING (
+        SELECT deployment_id, id FROM (
+            SELECT deployment_id, id, row_number() OVER (PARTITION BY deployment_id ORDER BY id DESC) AS rn
+            FROM status_reports WHERE deployment_id = ANY($9::uuid[])
+        ) x WHERE x.rn > $10
+    ) old
+    WHERE s.deployment_id = old.deployment_id AND s.id = old.id AND s.deployment_id IN (SELECT id FROM u)
+)
+SELECT id::text FROM u`
+
+// recordGuarded writes, in one statement (sqlRecordReportsGuarded), reports
+// whose changes move no state, each guarded by the generation of the row
+// its decision saw, and returns the ids of the deployments updated: the
+// others changed meanwhile and wrote nothing.
+func recordGuarded(ctx context.Context, db reader, ws []reportWrite) (map[string]bool, error) {
+	var a cols
+	prune, keep := []string{}, 0
+	for _, w := range ws {
+		c, d, r := w.c, w.d, w.r
+		if len(c.Moves) > 0 || len(c.Outcomes) > 0 || c.Revision != nil || c.Manifest || len(c.Operations) > 0 || len(c.Steps) > 0 {
+			return nil, fmt.Errorf("deployment %s: a guarded report's change moves nothing", d.ID)
+		}
+		a.add(d.ID, int64(max(d.NewestAdopted, r.AdoptedManifestVersion)), c.At, int64(r.AdoptedManifestVersion), string(r.State), w.stale,
+			string(r.JSON), d.Generation)
+		if w.keep > 0 {
+			prune, keep = append(prune, d.ID), w.keep-1
+		}
+	}
+	rows, err := db.Query(ctx, sqlRecordReportsGuarded, append(a.args(), prune, keep)...)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	applied := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		applied[id] = true
+	}
+	return applied, nil
+}

@@ -414,13 +414,21 @@ func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo
 
 // RecordReports implements fleet.Store: the group commit of status
 // reports. One report alone goes the optimistic way of RecordReport (no
-// explicit transaction). Several are stored in one transaction with a
-// constant number of round trips: one pipeline locks their deployments (in
-// id order, the lock order) and reads them with their clients' manifest
-// versions; each report is decided on what was read (a refusal is that
-// item's error); one pipeline writes the others set-based (queueReports);
-// one commit. The rows written are remembered for RecordReport once
-// committed.
+// explicit transaction). Several are stored in at most two steps, each a
+// constant number of round trips:
+//
+//   - The reports whose deployment this process wrote last (the row
+//     RecordReport remembers: the steady state of a fleet reporting) and
+//     whose decision moves no state are written by ONE statement, guarded
+//     by each row's generation, outside any explicit transaction: one
+//     round trip and one commit for all of them (recordGuarded).
+//   - The others (a first report, a state move, a row changed elsewhere
+//     meanwhile: its guard failed) in one transaction that locks their
+//     deployments, reads them, decides and writes them set-based
+//     (recordLocked). Should that transaction fail, its reports are
+//     stored one by one, since the first step may have committed.
+//
+// The rows written are remembered for the next reports once committed.
 func (s *FleetStore) RecordReports(ctx context.Context, items []fleet.ReportItem, now time.Time) ([]fleet.ReportResult, error) {
 	if len(items) == 1 {
 		it := items[0]
@@ -430,55 +438,128 @@ func (s *FleetStore) RecordReports(ctx context.Context, items []fleet.ReportItem
 		}
 		return []fleet.ReportResult{{First: first, Err: err}}, nil
 	}
-	var ids []string
+	res := make([]fleet.ReportResult, len(items))
 	seen := make(map[string]bool, len(items))
-	for _, it := range items {
-		id := it.Report.DeploymentID
-		if !validUUID(id) {
+	var ws []reportWrite
+	var at, rest []int // the items of ws; the items for recordLocked
+	for i, it := range items {
+		r := it.Report
+		if !validUUID(r.DeploymentID) {
+			res[i].Err = notFound("There is no deployment %s.", r.DeploymentID)
 			continue
 		}
-		if seen[id] {
-			return nil, fmt.Errorf("record reports: deployment %s twice in one batch", id)
+		if seen[r.DeploymentID] {
+			return nil, fmt.Errorf("record reports: deployment %s twice in one batch", r.DeploymentID)
 		}
-		seen[id] = true
-		ids = append(ids, id)
+		seen[r.DeploymentID] = true
+		d, ok := s.reports.get(r.DeploymentID)
+		if !ok || d.ClientID != it.ClientID || r.AdoptedManifestVersion > d.Published {
+			rest = append(rest, i)
+			continue
+		}
+		w, err := s.decideReport(it, d, now)
+		if err != nil {
+			res[i].Err = err // a refused report changes nothing
+			continue
+		}
+		if len(w.c.Moves) > 0 || len(w.c.Outcomes) > 0 {
+			rest = append(rest, i) // decided again on the locked row
+			continue
+		}
+		ws, at = append(ws, w), append(at, i)
+	}
+	if len(ws) > 0 {
+		applied, err := recordGuarded(ctx, s.pool, ws)
+		if err != nil {
+			for _, w := range ws {
+				s.reports.drop(w.d.ID) // whether a failed commit happened is unknown
+			}
+			return nil, translate(err)
+		}
+		for k, w := range ws {
+			if !applied[w.d.ID] { // changed since this process wrote it
+				s.reports.drop(w.d.ID)
+				rest = append(rest, at[k])
+				continue
+			}
+			res[at[k]].First = w.d.Reports == 0
+			s.reports.put(written(w))
+		}
+	}
+	if len(rest) == 0 {
+		return res, nil
+	}
+	slices.Sort(rest) // arrival order
+	if err := s.recordLocked(ctx, items, rest, res, now); err != nil {
+		for _, i := range rest { // each on its own: the guarded step may have committed
+			it := items[i]
+			res[i].First, res[i].Err = s.RecordReport(ctx, it.ClientID, it.Report, it.Decide, now)
+		}
+	}
+	return res, nil
+}
+
+// decideReport decides one report of a batch on d (the deployment as read
+// or remembered) and returns its write. Returns decide's refusal, or the
+// domain's error.
+func (s *FleetStore) decideReport(it fleet.ReportItem, d fleet.Deployment, now time.Time) (reportWrite, error) {
+	dec, err := it.Decide(d)
+	if err != nil {
+		return reportWrite{}, err
+	}
+	c, err := lifecycle.DecideReport(aggregate(d, 0), dec, now, it.ClientID)
+	if err != nil {
+		return reportWrite{}, err
+	}
+	keep := 0
+	if n := d.Reports + 1; n > int64(s.retention) && n%retentionEvery == 0 {
+		keep = s.retention
+	}
+	return reportWrite{c: c, d: d, r: it.Report, stale: dec.Stale, keep: keep}, nil
+}
+
+// written returns the deployment row as w leaves it (what RecordReport
+// remembers).
+func written(w reportWrite) fleet.Deployment {
+	d := w.d
+	d.Generation, d.Reports, d.NewestAdopted = d.Generation+1, d.Reports+1, max(d.NewestAdopted, w.r.AdoptedManifestVersion)
+	d.State, d.InstalledRevision = w.c.After.State, w.c.After.InstalledRevision
+	return d
+}
+
+// recordLocked stores the reports items[idx] in one transaction: it locks
+// and reads their deployments (lockReported), decides each (a refusal is
+// its error in res) and writes the others set-based (queueReports). It
+// fills res[idx] and remembers the rows written once committed. Returns an
+// error, and stores nothing, when the database fails.
+func (s *FleetStore) recordLocked(ctx context.Context, items []fleet.ReportItem, idx []int, res []fleet.ReportResult, now time.Time) error {
+	ids := make([]string, 0, len(idx))
+	for _, i := range idx {
+		ids = append(ids, items[i].Report.DeploymentID)
 	}
 	slices.Sort(ids)
-	var res []fleet.ReportResult
-	var written []fleet.Deployment
+	var ws []reportWrite
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		res, written = make([]fleet.ReportResult, len(items)), written[:0]
+		ws = ws[:0]
 		ds, err := lockReported(ctx, tx, ids)
 		if err != nil {
 			return err
 		}
-		var ws []reportWrite
-		for i, it := range items {
-			r := it.Report
-			d, ok := ds[r.DeploymentID]
+		for _, i := range idx {
+			it := items[i]
+			res[i] = fleet.ReportResult{}
+			d, ok := ds[it.Report.DeploymentID]
 			if !ok || d.ClientID != it.ClientID {
-				res[i].Err = notFound("There is no deployment %s.", r.DeploymentID)
+				res[i].Err = notFound("There is no deployment %s.", it.Report.DeploymentID)
 				continue
 			}
-			dec, err := it.Decide(d)
+			w, err := s.decideReport(it, d, now)
 			if err != nil {
 				res[i].Err = err // a refused report changes nothing
 				continue
 			}
-			c, err := lifecycle.DecideReport(aggregate(d, 0), dec, now, it.ClientID)
-			if err != nil {
-				res[i].Err = err
-				continue
-			}
-			keep := 0
-			if n := d.Reports + 1; n > int64(s.retention) && n%retentionEvery == 0 {
-				keep = s.retention
-			}
-			ws = append(ws, reportWrite{c: c, d: d, r: r, stale: dec.Stale, keep: keep})
 			res[i].First = d.Reports == 0
-			d.Generation, d.Reports, d.NewestAdopted = d.Generation+1, d.Reports+1, max(d.NewestAdopted, r.AdoptedManifestVersion)
-			d.State, d.InstalledRevision = c.After.State, c.After.InstalledRevision
-			written = append(written, d)
+			ws = append(ws, w)
 		}
 		if len(ws) == 0 {
 			return nil
@@ -493,12 +574,12 @@ func (s *FleetStore) RecordReports(ctx context.Context, items []fleet.ReportItem
 		for _, id := range ids {
 			s.reports.drop(id) // whether a failed commit happened is unknown
 		}
-		return nil, translate(err)
+		return translate(err)
 	}
-	for _, d := range written {
-		s.reports.put(d) // only once committed
+	for _, w := range ws {
+		s.reports.put(written(w)) // only once committed
 	}
-	return res, nil
+	return nil
 }
 
 // refusal reports whether err is the domain's refusal of one report (it
