@@ -65,6 +65,9 @@ type batcher[I, O any] struct {
 
 	mu      sync.Mutex
 	queue   []*pending[I, O]
+	// busy holds the keys of the items in the lanes' batches: with a key,
+	// no lane takes an item whose key another lane is storing.
+	busy    map[string]bool
 	running int
 	closed  bool
 	wg      sync.WaitGroup
@@ -144,12 +147,20 @@ func (b *batcher[I, O]) lane() {
 		}
 		b.mu.Unlock()
 		b.store1(cs)
+		if b.key != nil {
+			b.mu.Lock()
+			for _, c := range cs {
+				delete(b.busy, b.key(c.in))
+			}
+			b.mu.Unlock()
+		}
 	}
 }
 
 // take removes the next batch from the queue (b.mu held): up to maxBatch
 // items, in arrival order; with a key, an item whose key is already in the
-// batch stays queued, and so do the later items of that key, in order.
+// batch or in another lane's stays queued, and so do the later items of
+// that key, in order.
 func (b *batcher[I, O]) take() []*pending[I, O] {
 	if b.key == nil {
 		n := min(len(b.queue), b.maxBatch)
@@ -158,11 +169,13 @@ func (b *batcher[I, O]) take() []*pending[I, O] {
 		return cs
 	}
 	var cs []*pending[I, O]
-	keys := map[string]bool{}
+	if b.busy == nil {
+		b.busy = map[string]bool{}
+	}
 	rest := b.queue[:0]
 	for _, c := range b.queue {
-		if k := b.key(c.in); len(cs) < b.maxBatch && !keys[k] {
-			keys[k] = true
+		if k := b.key(c.in); len(cs) < b.maxBatch && !b.busy[k] {
+			b.busy[k] = true
 			cs = append(cs, c)
 			continue
 		}
