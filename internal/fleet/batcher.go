@@ -63,8 +63,8 @@ type batcher[I, O any] struct {
 	// item was queued (tests wait on it).
 	queued func(int)
 
-	mu      sync.Mutex
-	queue   []*pending[I, O]
+	mu    sync.Mutex
+	queue []*pending[I, O]
 	// busy holds the keys of the items in the lanes' batches: with a key,
 	// no lane takes an item whose key another lane is storing.
 	busy    map[string]bool
