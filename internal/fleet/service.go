@@ -419,8 +419,8 @@ func (s *Service) Bundle(ctx context.Context, clientID, digest string) ([]byte, 
 // client's; EINVALID (type "component-mismatch") if the reported components
 // are not the deployment's; EINVALID (type "device-id-mismatch") if the
 // report names another device; EINVALID (type "invalid-status") if it
-// claims a manifest version never published to the client. A refused report
-// changes nothing.
+// claims a manifest version never published to the client; EUNAVAILABLE
+// once the service is closed (Close). A refused report changes nothing.
 func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID string, raw []byte) (bool, error) {
 	r, err := margo.ParseStatusReport(raw, deploymentID)
 	if err != nil {
