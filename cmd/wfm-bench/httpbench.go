@@ -203,14 +203,18 @@ func statusFigures(ctx context.Context, b *bench) ([]Figure, error) {
 		return nil, err
 	}
 	dur := wrkDuration(b.cfg.duration)
-	rWFM, err := b.wrk(ctx, "-t1", "-c"+conns, "-d"+dur, "-s", script, s.device)
+	rWFM, p50, p99, err := b.wrkLatencies(ctx, "-t1", "-c"+conns, "-d"+dur, "-s", script, s.device)
 	if err != nil {
 		return nil, err
 	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	return []Figure{
 		{Name: "pgbench-insert", Value: rPG, Unit: "tps", Baseline: fmt.Sprintf("baseline: pgbench single-row INSERTs on the server's database, -c %s -j 2 -T %s", conns, secs)},
 		{Name: "status-ingest", Value: rWFM, Unit: "req/s", Ratio: rWFM / rPG, Baseline: "pgbench-insert",
 			Target: ">= 30%, raised >= 100%", Notes: []string{fmt.Sprintf("POST /api/v1/deployments/{id}/status over %d deployments, wrk -t1 -c%s -d%s", n, conns, dur)}},
+		{Name: "status-latency-p50", Value: ms(p50), Unit: "ms", Baseline: "median report latency under that load (wrk --latency)",
+			Target: "at most 5 ms above the single-row path's"},
+		{Name: "status-latency-p99", Value: ms(p99), Unit: "ms", Baseline: "99th percentile report latency under that load (wrk --latency)"},
 	}, nil
 }
 

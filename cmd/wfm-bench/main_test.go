@@ -125,3 +125,26 @@ func TestCommandLine(t *testing.T) {
 	got := commandLine([]string{"-section", "Before issue 11 (commit fa7a316)", "-note", "secret conditions", "-doc", "", "-only=fleet", "-note=x"})
 	assert.Equal(t, `-section 'Before issue 11 (commit fa7a316)' -doc '' -only=fleet`, got)
 }
+
+func TestWrkPercentile(t *testing.T) {
+	out := []byte(`Running 10s test @ http://127.0.0.1:1
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     3.91ms    2.01ms  40.12ms   90.00%
+  Latency Distribution
+     50%    3.52ms
+     75%    4.60ms
+     90%    5.81ms
+     99%   12.07ms
+  20000 requests in 10.00s, 1.91MB read
+Requests/sec:   1999.87
+`)
+	for p, want := range map[string]time.Duration{"50": 3520 * time.Microsecond, "99": 12070 * time.Microsecond} {
+		got, err := wrkPercentile(out, p)
+		if err != nil || got != want {
+			t.Errorf("wrkPercentile(%s) = %v, %v, want %v", p, got, err, want)
+		}
+	}
+	if _, err := wrkPercentile([]byte("Requests/sec: 1\n"), "50"); err == nil {
+		t.Error("wrkPercentile of an output without a distribution: no error")
+	}
+}

@@ -586,7 +586,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		_ = l.Run(listenCtx)
 	}()
 	defer func() { stopListening(); <-listenerDone; <-schedListenerDone }()
-	defer fl.Close() // after HTTP drained: the creations still queued are stored and answered
+	defer fl.Close() // after HTTP drained: the creations and status reports still queued are stored and answered
 
 	// Lifecycle operations run in the background; stopped after HTTP drained.
 	sched := fleet.NewScheduler(fl, time.Second)

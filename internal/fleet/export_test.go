@@ -20,6 +20,19 @@ func WrapBatchStore(s *Service, wrap func(next func(context.Context, []NewDeploy
 	s.batcher.call = wrap(s.batcher.call)
 }
 
+// SetReportBatcher sets the report batcher's test hooks: hold is called by
+// its lane with each batch before it is stored, queued with the queue's
+// length after each report is queued.
+func SetReportBatcher(s *Service, hold func([]ReportItem), queued func(int)) {
+	s.reports.hold, s.reports.queued = hold, queued
+}
+
+// WrapReportStore wraps the store call of the report batcher's lane (tests
+// make it fail).
+func WrapReportStore(s *Service, wrap func(next func(context.Context, []ReportItem, time.Time) ([]ReportResult, error)) func(context.Context, []ReportItem, time.Time) ([]ReportResult, error)) {
+	s.reports.call = wrap(s.reports.call)
+}
+
 // LeaseOwner returns the token s's rollout driver leases rollouts with.
 func LeaseOwner(s *Service) string { return s.leaseOwner }
 

@@ -80,6 +80,13 @@ type Store interface {
 	// report. Returns ENOTFOUND if the deployment is not the client's.
 	// decide may refuse the report; then nothing is written.
 	RecordReport(ctx context.Context, clientID string, r *margo.StatusReport, decide func(Deployment) (lifecycle.Decision, error), now time.Time) (first bool, err error)
+	// RecordReports is RecordReport for reports of distinct deployments,
+	// in ONE transaction: each report is decided on its own, and one the
+	// domain refuses (decide's error, ENOTFOUND) gets its error in its
+	// result and writes nothing, while the others are written together.
+	// The results are in the order of items. Returns an error, and stores
+	// nothing, when the database fails or two items name one deployment.
+	RecordReports(ctx context.Context, items []ReportItem, now time.Time) ([]ReportResult, error)
 
 	// Deployment returns one deployment. Returns ENOTFOUND if there is none.
 	Deployment(ctx context.Context, id string) (Deployment, error)
@@ -190,6 +197,21 @@ type CreateResult struct {
 	Err        error
 }
 
+// ReportItem is one status report of Store.RecordReports: the report of a
+// deployment of ClientID, and the decision its deployment's state calls for.
+type ReportItem struct {
+	ClientID string
+	Report   *margo.StatusReport
+	Decide   func(Deployment) (lifecycle.Decision, error)
+}
+
+// ReportResult is the outcome of one item of Store.RecordReports: whether
+// it was the deployment's first report, or why it was refused.
+type ReportResult struct {
+	First bool
+	Err   error
+}
+
 // DeviceFilter selects devices.
 type DeviceFilter struct {
 	ClientID string
@@ -246,7 +268,9 @@ type Service struct {
 	rolloutWakeups chan struct{}
 	// versions remembers the catalog versions of creations (versionCache).
 	versions *versionCache
-	batcher  *batcher
+	batcher  *batcher[NewDeployment, CreateResult]
+	// reports coalesces concurrent status reports (group commit).
+	reports *batcher[ReportItem, ReportResult]
 	// specs keeps rendered specs (margo.SpecCache): a wave of creations or
 	// steps of one version with the same parameters encodes its spec once.
 	specs *margo.SpecCache
@@ -264,15 +288,20 @@ const specCacheSize = 1024
 
 // NewService returns the fleet service.
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
+	reports := newBatcher("report", store.RecordReports, now, log)
+	reports.key = func(it ReportItem) string { return it.Report.DeploymentID }
 	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1), rolloutWakeups: make(chan struct{}, 1),
-		batcher: newBatcher(store, now, log), versions: newVersionCache(), specs: margo.NewSpecCache(specCacheSize), leaseOwner: newUUID(),
-		candidatePage: candidatePage}
+		batcher: newBatcher("creation", store.CreateDeployments, now, log), reports: reports, versions: newVersionCache(),
+		specs: margo.NewSpecCache(specCacheSize), leaseOwner: newUUID(), candidatePage: candidatePage}
 }
 
-// Close stops taking creations (CreateDeployment then fails) and waits
-// until the creations already queued are stored and answered. Call it once
-// the HTTP servers have finished their requests.
-func (s *Service) Close() { s.batcher.close() }
+// Close stops taking creations and status reports (CreateDeployment and
+// ReportStatus then fail) and waits until those already queued are stored
+// and answered. Call it once the HTTP servers have finished their requests.
+func (s *Service) Close() {
+	s.batcher.close()
+	s.reports.close()
+}
 
 // Invalidate drops what the service remembers of a client (its manifest and
 // status); "" drops everything. Called on change notifications from any
@@ -379,15 +408,19 @@ func (s *Service) Bundle(ctx context.Context, clientID, digest string) ([]byte, 
 
 // ReportStatus validates and records a status report and moves the
 // deployment's state as the lifecycle state machine decides. first is true
-// for the deployment's first report.
+// for the deployment's first report. The report is parsed and validated in
+// the caller's goroutine, then stored with the reports of other calls that
+// arrive meanwhile (group commit: Store.RecordReports, one transaction);
+// ReportStatus returns once that transaction committed (or refused this
+// report). Reports of one deployment are stored in arrival order.
 //
 // Returns EMALFORMED, ETOOLARGE or EINVALID as margo.ParseStatusReport does;
 // EINVALID (type "unknown-deployment") if the deployment is not the
 // client's; EINVALID (type "component-mismatch") if the reported components
 // are not the deployment's; EINVALID (type "device-id-mismatch") if the
 // report names another device; EINVALID (type "invalid-status") if it
-// claims a manifest version never published to the client. A refused report
-// changes nothing.
+// claims a manifest version never published to the client; EUNAVAILABLE
+// once the service is closed (Close). A refused report changes nothing.
 func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID string, raw []byte) (bool, error) {
 	r, err := margo.ParseStatusReport(raw, deploymentID)
 	if err != nil {
@@ -429,7 +462,11 @@ func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID strin
 			Report:        lifecycle.ReportView{State: string(r.State), Adopted: r.AdoptedManifestVersion, Phase: phase, Message: r.FailureMessage()},
 		}), nil
 	}
-	first, err := s.store.RecordReport(ctx, clientID, r, decide, s.now().UTC())
+	res, err := s.reports.do(ctx, ReportItem{ClientID: clientID, Report: r, Decide: decide})
+	if err == nil {
+		err = res.Err
+	}
+	first := res.First
 	if err == nil {
 		s.wake() // an operation may advance
 	}

@@ -965,3 +965,211 @@ func recordVisit(ctx context.Context, db execer, id string, generation int64, re
 		id, generation, recheck, unchanged)
 	return err
 }
+
+// reportWrite is one status report of a batch (RecordReports), as
+// queueReports writes it: the report's change (at most one state move and
+// its outcome moves), the deployment as read under its lock, the report,
+// whether it is stale, and keep (> 0: prune the deployment's reports to
+// the newest keep).
+type reportWrite struct {
+	c     *lifecycle.Change
+	d     fleet.Deployment
+	r     *margo.StatusReport
+	stale bool
+	keep  int
+}
+
+const (
+	// sqlRecordReports writes the reports of a batch, one per deployment
+	// (their rows locked): each deployment row (newest adopted, report
+	// count, generation and, for a report that moves the state, the state,
+	// its reason and instant, the installed revision: to_state '' and
+	// installed -1 leave them) and each report row. It answers the number of
+	// deployments updated.
+	sqlRecordReports = `
+WITH v AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bool[], $7::text[], $8::text[], $9::text[],
+        $10::int[]) WITH ORDINALITY AS v(id, newest, at, adopted, reported, stale, report, to_state, reason, installed, ord)
+),
+u AS (
+    UPDATE deployments d SET newest_adopted = v.newest, reports = d.reports + 1, updated_at = v.at, generation = d.generation + 1,
+        state = CASE WHEN v.to_state = '' THEN d.state ELSE v.to_state END,
+        state_reason = CASE WHEN v.to_state = '' THEN d.state_reason ELSE v.reason END,
+        state_changed_at = CASE WHEN v.to_state = '' THEN d.state_changed_at ELSE v.at END,
+        installed_revision = CASE WHEN v.installed < 0 THEN d.installed_revision ELSE v.installed END
+    FROM v WHERE d.id = v.id
+    RETURNING d.id
+),
+ins AS (
+    INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report)
+    SELECT v.id, v.at, v.adopted, v.reported, v.stale, v.report::json FROM v ORDER BY v.ord
+)
+SELECT count(*) FROM u`
+
+	// sqlPruneReports deletes the reports of deployments $1 but the newest
+	// $2 of each (the status-report retention).
+	sqlPruneReports = `
+DELETE FROM status_reports s USING (
+    SELECT deployment_id, id FROM (
+        SELECT deployment_id, id, row_number() OVER (PARTITION BY deployment_id ORDER BY id DESC) AS rn
+        FROM status_reports WHERE deployment_id = ANY($1::uuid[])
+    ) x WHERE x.rn > $2
+) old
+WHERE s.deployment_id = old.deployment_id AND s.id = old.id`
+)
+
+// queueReports queues on q the writes of a batch of status reports of
+// distinct deployments, whose rows the caller holds locked: the deployment
+// and report rows in one set-based statement (sqlRecordReports), the
+// history rows of the state moves, the outcome moves (the n-th of every
+// report together), the retention deletes and every report's events. The
+// statements run in q's order, in the caller's transaction.
+//
+// Returns an error if a report's change does more than move the state and
+// outcomes (the caller's bug); the statements fail the batch if a
+// deployment row was not updated or the events break their bounds.
+func queueReports(q *pgx.Batch, ws []reportWrite) error {
+	var rows, hist cols
+	var prune []string
+	keep := 0
+	var events []lifecycle.Event
+	for _, w := range ws {
+		c, d, r := w.c, w.d, w.r
+		if len(c.Moves) > 1 || c.Revision != nil || c.Manifest || len(c.Operations) > 0 || len(c.Steps) > 0 {
+			return fmt.Errorf("deployment %s: a report's change only moves the state and outcomes", d.ID)
+		}
+		to, reason, installed := "", "", int32(-1)
+		for _, m := range c.Moves {
+			to, reason = string(m.To), m.Reason
+			if c.After.InstalledRevision != c.Before.InstalledRevision {
+				installed = int32(c.After.InstalledRevision)
+			}
+			hist.add(d.ID, c.At, string(m.From), string(m.To), m.Cause, int32(m.Revision), m.Reason)
+		}
+		rows.add(d.ID, int64(max(d.NewestAdopted, r.AdoptedManifestVersion)), c.At, int64(r.AdoptedManifestVersion), string(r.State), w.stale,
+			string(r.JSON), to, reason, installed)
+		if w.keep > 0 {
+			prune, keep = append(prune, d.ID), w.keep
+		}
+		evs, err := c.Events(0)
+		if err != nil {
+			return err
+		}
+		events = append(events, evs...)
+	}
+	n := rows.n
+	q.Queue(sqlRecordReports, rows.args()...).QueryRow(func(row pgx.Row) error {
+		var updated int
+		if err := row.Scan(&updated); err != nil {
+			return err
+		}
+		if updated != n {
+			return fmt.Errorf("%d of %d deployments updated by their reports", updated, n)
+		}
+		return nil
+	})
+	if hist.n > 0 {
+		queueExec(q, hist.n, fmt.Errorf("%d history rows inserted as other rows", hist.n), sqlInsertHistory, hist.args()...)
+	}
+	for i := 0; ; i++ {
+		var a cols
+		for _, w := range ws {
+			if i < len(w.c.Outcomes) {
+				m := w.c.Outcomes[i]
+				a.add(w.d.ID, int32(m.Revision), string(m.To), m.Others, w.c.At, strings.Join(outcomeStrings(m.From), ","))
+			}
+		}
+		if a.n == 0 {
+			break
+		}
+		queueExec(q, -1, nil, sqlMoveOutcomes, append(a.args(), string(lifecycle.OutcomeActive))...)
+	}
+	if len(prune) > 0 {
+		queueExec(q, -1, nil, sqlPruneReports, prune, keep)
+	}
+	if len(events) > 0 {
+		args, err := eventArgs(events)
+		if err != nil {
+			return err
+		}
+		q.Queue(sqlAppendEvents, args...).Query(func(rows pgx.Rows) error {
+			n := 0
+			for rows.Next() {
+				n++
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("append events: %w", err)
+			}
+			if n != len(events) {
+				return errEventBounds(n, len(events))
+			}
+			return nil
+		})
+	}
+	return nil
+}
+
+// sqlRecordReportsGuarded is sqlRecordReports for reports that move no
+// state, each guarded by the generation its decision saw, as one
+// statement outside any explicit transaction (optimistic, as
+// reportStatement): a deployment changed since is not updated, and
+// neither its report stored nor its reports pruned. Deployments $9 keep
+// their newest $10 older reports besides the one stored (the delete does
+// not see it). It answers the ids of the deployments updated.
+const sqlRecordReportsGuarded = `
+WITH v AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bool[], $7::text[], $8::bigint[])
+        WITH ORDINALITY AS v(id, newest, at, adopted, reported, stale, report, generation, ord)
+),
+u AS (
+    UPDATE deployments d SET newest_adopted = v.newest, reports = d.reports + 1, updated_at = v.at, generation = d.generation + 1
+    FROM v WHERE d.id = v.id AND d.generation = v.generation
+    RETURNING d.id
+),
+ins AS (
+    INSERT INTO status_reports (deployment_id, received_at, adopted_manifest_version, state, stale, report)
+    SELECT v.id, v.at, v.adopted, v.reported, v.stale, v.report::json FROM v JOIN u ON u.id = v.id ORDER BY v.ord
+),
+ret AS (
+    DELETE FROM status_reports s USING (
+        SELECT deployment_id, id FROM (
+            SELECT deployment_id, id, row_number() OVER (PARTITION BY deployment_id ORDER BY id DESC) AS rn
+            FROM status_reports WHERE deployment_id = ANY($9::uuid[])
+        ) x WHERE x.rn > $10
+    ) old
+    WHERE s.deployment_id = old.deployment_id AND s.id = old.id AND s.deployment_id IN (SELECT id FROM u)
+)
+SELECT id::text FROM u`
+
+// recordGuarded writes, in one statement (sqlRecordReportsGuarded), reports
+// whose changes move no state, each guarded by the generation of the row
+// its decision saw, and returns the ids of the deployments updated: the
+// others changed meanwhile and wrote nothing.
+func recordGuarded(ctx context.Context, db reader, ws []reportWrite) (map[string]bool, error) {
+	var a cols
+	prune, keep := []string{}, 0
+	for _, w := range ws {
+		c, d, r := w.c, w.d, w.r
+		if len(c.Moves) > 0 || len(c.Outcomes) > 0 || c.Revision != nil || c.Manifest || len(c.Operations) > 0 || len(c.Steps) > 0 {
+			return nil, fmt.Errorf("deployment %s: a guarded report's change moves nothing", d.ID)
+		}
+		a.add(d.ID, int64(max(d.NewestAdopted, r.AdoptedManifestVersion)), c.At, int64(r.AdoptedManifestVersion), string(r.State), w.stale,
+			string(r.JSON), d.Generation)
+		if w.keep > 0 {
+			prune, keep = append(prune, d.ID), w.keep-1
+		}
+	}
+	rows, err := db.Query(ctx, sqlRecordReportsGuarded, append(a.args(), prune, keep)...)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	applied := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		applied[id] = true
+	}
+	return applied, nil
+}

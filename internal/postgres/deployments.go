@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -409,6 +410,215 @@ func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo
 	}
 	s.reports.put(w) // only once committed
 	return first, nil
+}
+
+// RecordReports implements fleet.Store: the group commit of status
+// reports. One report alone goes the optimistic way of RecordReport (no
+// explicit transaction). Several are stored in at most two steps, each a
+// constant number of round trips:
+//
+//   - The reports whose deployment this process wrote last (the row
+//     RecordReport remembers: the steady state of a fleet reporting) and
+//     whose decision moves no state are written by ONE statement, guarded
+//     by each row's generation, outside any explicit transaction: one
+//     round trip and one commit for all of them (recordGuarded).
+//   - The others (a first report, a state move, a row changed elsewhere
+//     meanwhile: its guard failed) in one transaction that locks their
+//     deployments, reads them, decides and writes them set-based
+//     (recordLocked). Should that transaction fail, its reports are
+//     stored one by one, since the first step may have committed.
+//
+// The rows written are remembered for the next reports once committed.
+func (s *FleetStore) RecordReports(ctx context.Context, items []fleet.ReportItem, now time.Time) ([]fleet.ReportResult, error) {
+	if len(items) == 1 {
+		it := items[0]
+		first, err := s.RecordReport(ctx, it.ClientID, it.Report, it.Decide, now)
+		if err != nil && !refusal(err) {
+			return nil, err
+		}
+		return []fleet.ReportResult{{First: first, Err: err}}, nil
+	}
+	res := make([]fleet.ReportResult, len(items))
+	seen := make(map[string]bool, len(items))
+	var ws []reportWrite
+	var at, rest []int // the items of ws; the items for recordLocked
+	for i, it := range items {
+		r := it.Report
+		if !validUUID(r.DeploymentID) {
+			res[i].Err = notFound("There is no deployment %s.", r.DeploymentID)
+			continue
+		}
+		if seen[r.DeploymentID] {
+			return nil, fmt.Errorf("record reports: deployment %s twice in one batch", r.DeploymentID)
+		}
+		seen[r.DeploymentID] = true
+		d, ok := s.reports.get(r.DeploymentID)
+		if !ok || d.ClientID != it.ClientID || r.AdoptedManifestVersion > d.Published {
+			rest = append(rest, i)
+			continue
+		}
+		w, err := s.decideReport(it, d, now)
+		if err != nil {
+			res[i].Err = err // a refused report changes nothing
+			continue
+		}
+		if len(w.c.Moves) > 0 || len(w.c.Outcomes) > 0 {
+			rest = append(rest, i) // decided again on the locked row
+			continue
+		}
+		ws, at = append(ws, w), append(at, i)
+	}
+	if len(ws) > 0 {
+		applied, err := recordGuarded(ctx, s.pool, ws)
+		if err != nil {
+			for _, w := range ws {
+				s.reports.drop(w.d.ID) // whether a failed commit happened is unknown
+			}
+			return nil, translate(err)
+		}
+		for k, w := range ws {
+			if !applied[w.d.ID] { // changed since this process wrote it
+				s.reports.drop(w.d.ID)
+				rest = append(rest, at[k])
+				continue
+			}
+			res[at[k]].First = w.d.Reports == 0
+			s.reports.put(written(w))
+		}
+	}
+	if len(rest) == 0 {
+		return res, nil
+	}
+	slices.Sort(rest) // arrival order
+	if err := s.recordLocked(ctx, items, rest, res, now); err != nil {
+		for _, i := range rest { // each on its own: the guarded step may have committed
+			it := items[i]
+			res[i].First, res[i].Err = s.RecordReport(ctx, it.ClientID, it.Report, it.Decide, now)
+		}
+	}
+	return res, nil
+}
+
+// decideReport decides one report of a batch on d (the deployment as read
+// or remembered) and returns its write. Returns decide's refusal, or the
+// domain's error.
+func (s *FleetStore) decideReport(it fleet.ReportItem, d fleet.Deployment, now time.Time) (reportWrite, error) {
+	dec, err := it.Decide(d)
+	if err != nil {
+		return reportWrite{}, err
+	}
+	c, err := lifecycle.DecideReport(aggregate(d, 0), dec, now, it.ClientID)
+	if err != nil {
+		return reportWrite{}, err
+	}
+	keep := 0
+	if n := d.Reports + 1; n > int64(s.retention) && n%retentionEvery == 0 {
+		keep = s.retention
+	}
+	return reportWrite{c: c, d: d, r: it.Report, stale: dec.Stale, keep: keep}, nil
+}
+
+// written returns the deployment row as w leaves it (what RecordReport
+// remembers).
+func written(w reportWrite) fleet.Deployment {
+	d := w.d
+	d.Generation, d.Reports, d.NewestAdopted = d.Generation+1, d.Reports+1, max(d.NewestAdopted, w.r.AdoptedManifestVersion)
+	d.State, d.InstalledRevision = w.c.After.State, w.c.After.InstalledRevision
+	return d
+}
+
+// recordLocked stores the reports items[idx] in one transaction: it locks
+// and reads their deployments (lockReported), decides each (a refusal is
+// its error in res) and writes the others set-based (queueReports). It
+// fills res[idx] and remembers the rows written once committed. Returns an
+// error, and stores nothing, when the database fails.
+func (s *FleetStore) recordLocked(ctx context.Context, items []fleet.ReportItem, idx []int, res []fleet.ReportResult, now time.Time) error {
+	ids := make([]string, 0, len(idx))
+	for _, i := range idx {
+		ids = append(ids, items[i].Report.DeploymentID)
+	}
+	slices.Sort(ids)
+	var ws []reportWrite
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		ws = ws[:0]
+		ds, err := lockReported(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		for _, i := range idx {
+			it := items[i]
+			res[i] = fleet.ReportResult{}
+			d, ok := ds[it.Report.DeploymentID]
+			if !ok || d.ClientID != it.ClientID {
+				res[i].Err = notFound("There is no deployment %s.", it.Report.DeploymentID)
+				continue
+			}
+			w, err := s.decideReport(it, d, now)
+			if err != nil {
+				res[i].Err = err // a refused report changes nothing
+				continue
+			}
+			res[i].First = d.Reports == 0
+			ws = append(ws, w)
+		}
+		if len(ws) == 0 {
+			return nil
+		}
+		q := &pgx.Batch{}
+		if err := queueReports(q, ws); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, q).Close()
+	})
+	if err != nil {
+		for _, id := range ids {
+			s.reports.drop(id) // whether a failed commit happened is unknown
+		}
+		return translate(err)
+	}
+	for _, w := range ws {
+		s.reports.put(written(w)) // only once committed
+	}
+	return nil
+}
+
+// refusal reports whether err is the domain's refusal of one report (it
+// changes nothing and concerns no other report) rather than a failure of
+// the database.
+func refusal(err error) bool {
+	switch lifecycle.ErrorCode(err) {
+	case lifecycle.ENOTFOUND, lifecycle.EINVALID, lifecycle.ECONFLICT:
+		return true
+	}
+	return false
+}
+
+// lockReported locks the deployments ids (sorted: the lock order) FOR
+// UPDATE and reads them, each with its client's manifest version
+// (Published), in one round trip. The ids of no deployment are left out.
+func lockReported(ctx context.Context, tx pgx.Tx, ids []string) (map[string]fleet.Deployment, error) {
+	ds := make(map[string]fleet.Deployment, len(ids))
+	if len(ids) == 0 {
+		return ds, nil
+	}
+	b := &pgx.Batch{}
+	// Lock, then read in a second statement (see lockDeployment).
+	b.Queue(`SELECT 1 FROM deployments WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, ids)
+	b.Queue(`SELECT `+sqlDeploymentColumns+`, c.manifest_version`+sqlDeploymentFrom+`
+JOIN clients c ON c.id = d.client_id WHERE d.id = ANY($1::uuid[])`, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var published int64
+			d, err := scanDeployment(rows, &published)
+			if err != nil {
+				return err
+			}
+			d.Published = uint64(published)
+			d.Parameters = nil // not needed to decide; keeps the cache small
+			ds[d.ID] = d
+		}
+		return rows.Err()
+	})
+	return ds, tx.SendBatch(ctx, b).Close()
 }
 
 // optimisticAttempts is how often RecordReport tries without a lock before
