@@ -315,16 +315,25 @@ WHERE ` + w.sql() + ` ORDER BY dev.client_id COLLATE "C", dev.id COLLATE "C" LIM
 			w.add("d.state = ANY($?)", ss)
 		}
 		w.add("NOT d.removing")
-		sql = `SELECT dev.client_id, dev.id, dev.fit_key, ` + sqlLastSeen + `, ` + sqlDeploymentColumns + `,
-  coalesce((SELECT ir.version FROM revisions ir WHERE ir.deployment_id = d.id AND ir.n = d.installed_revision), ''),
+		// The installed revision's version is the desired one's when they
+		// are the same revision (a fleet at rest): no second revision read.
+		// The device is found through devices_rollout_order, the index in
+		// the order of the pages (C collation: byte comparisons).
+		// Only the deployment's columns a classification reads: a plan
+		// decodes every deployment of the fleet.
+		sql = `SELECT dev.client_id, dev.id, dev.fit_key, ` + sqlLastSeen + `, d.id::text, r.version, r.profile_id, d.state, d.revision,
+  d.installed_revision, r.parameters::text, d.removing,
+  CASE WHEN d.installed_revision IS NULL THEN '' WHEN d.installed_revision = d.revision THEN r.version
+    ELSE coalesce((SELECT ir.version FROM revisions ir WHERE ir.deployment_id = d.id AND ir.n = d.installed_revision), '') END,
   (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1), NULL::text
-` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id = d.client_id AND dev.id = d.device_id
+` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id COLLATE "C" = d.client_id COLLATE "C" AND dev.id COLLATE "C" = d.device_id COLLATE "C"
 WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C", d.device_id COLLATE "C", d.id LIMIT ` + strconv.Itoa(limit)
 	}
 	rows, err := s.pool.Query(ctx, sql, w.args...)
 	if err != nil {
 		return nil, translate(err)
 	}
+	versions := versionCache{}
 	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutCandidate, error) {
 		var c fleet.RolloutCandidate
 		var seen *time.Time
@@ -338,20 +347,32 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C"
 				c.Deployment = &fleet.Deployment{ID: *dep, ClientID: c.ClientID, DeviceID: c.DeviceID, ApplicationID: q.ApplicationID}
 			}
 		} else {
-			var installed string
-			var d fleet.Deployment
-			var err error
-			vals := []any{&c.ClientID, &c.DeviceID, &c.FitKey, &seen}
-			d, err = scanDeployment(skipRow{row: row, lead: vals}, &installed, &active, &busy)
-			if err != nil {
+			var version, installed, state, params string
+			var inst *int32
+			d := &fleet.Deployment{ApplicationID: q.ApplicationID}
+			if err := row.Scan(&c.ClientID, &c.DeviceID, &c.FitKey, &seen, &d.ID, &version, &d.ProfileID, &state, &d.Revision,
+				&inst, &params, &d.Removing, &installed, &active, &busy); err != nil {
 				return c, err
 			}
-			c.Deployment = &d
+			d.ClientID, d.DeviceID, d.State = c.ClientID, c.DeviceID, lifecycle.State(state)
+			if inst != nil {
+				d.InstalledRevision = int(*inst)
+			}
+			var err error
+			if d.Version, err = versions.parse(version); err != nil {
+				return c, err
+			}
 			if installed != "" {
-				if c.InstalledVersion, err = lifecycle.ParseVersion(installed); err != nil {
+				if c.InstalledVersion, err = versions.parse(installed); err != nil {
 					return c, err
 				}
 			}
+			if params == "{}" {
+				d.Parameters = map[string]any{}
+			} else if err := json.Unmarshal([]byte(params), &d.Parameters); err != nil {
+				return c, fmt.Errorf("deployment %s: stored parameters: %w", d.ID, err)
+			}
+			c.Deployment = d
 		}
 		if seen != nil {
 			c.LastSeenAt = *seen
@@ -380,6 +401,22 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C"
 		}
 	}
 	return cands, nil
+}
+
+// versionCache parses each stored version once per read: a page of
+// candidates holds few distinct versions.
+type versionCache map[string]lifecycle.Version
+
+func (vc versionCache) parse(s string) (lifecycle.Version, error) {
+	if v, ok := vc[s]; ok {
+		return v, nil
+	}
+	v, err := lifecycle.ParseVersion(s)
+	if err != nil {
+		return v, fmt.Errorf("stored version %q: %w", s, err)
+	}
+	vc[s] = v
+	return v, nil
 }
 
 // DeviceCapabilities implements fleet.RolloutStore.
