@@ -535,6 +535,10 @@ func stagedRow(m fleet.RolloutMember) ([]any, error) {
 		string(m.Status), m.FromVersion, m.FromRevision, m.ProfileID, m.RestoreRevision}, nil
 }
 
+// stageQueue is how many pages of members wait for their COPY into the
+// stage while the next ones are resolved.
+const stageQueue = 2
+
 // sqlStage is the temporary table of a rollout's members being resolved
 // (its session's; dropped when the creation ends).
 // sqlInsertStaged inserts the staged members of rollout $1: an eligible
@@ -570,9 +574,28 @@ func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]f
 		defer cancel()
 		_, _ = s.pool.Exec(dctx, `DELETE FROM rollout_stage WHERE stage_id = $1`, stage)
 	}()
-	rows := make([][]any, 0, 1024)
+	// The pages are copied by a writer of their own, one page behind the
+	// resolution: the database stages a page while the next one is read
+	// and classified (two backends, two cores), at most stageQueue pages
+	// held in between.
+	pages := make(chan [][]any, stageQueue)
+	failed := make(chan struct{}) // closed when the writer failed (copyErr set)
+	done := make(chan struct{})   // closed when the writer ended
+	var copyErr error
+	go func() {
+		defer close(done)
+		for rows := range pages {
+			if copyErr != nil {
+				continue // drained: the resolution stops at its next page
+			}
+			if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{"rollout_stage"}, stagedColumns, pgx.CopyFromRows(rows)); err != nil {
+				copyErr = translate(err)
+				close(failed)
+			}
+		}
+	}()
 	r, events, err := fill(func(ms []fleet.RolloutMember) error {
-		rows = rows[:0]
+		rows := make([][]any, 0, len(ms))
 		for _, m := range ms {
 			row, err := stagedRow(m)
 			if err != nil {
@@ -580,9 +603,18 @@ func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]f
 			}
 			rows = append(rows, append([]any{stage}, row...))
 		}
-		_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"rollout_stage"}, stagedColumns, pgx.CopyFromRows(rows))
-		return translate(err)
+		select {
+		case pages <- rows:
+			return nil
+		case <-failed:
+			return copyErr
+		}
 	})
+	close(pages)
+	<-done
+	if err == nil {
+		err = copyErr
+	}
 	if err != nil {
 		return err
 	}
