@@ -780,10 +780,14 @@ func (s *FleetStore) SyncRolloutMembers(ctx context.Context, id string, now time
 	var unpublished []fleet.RolloutMember
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Deleted deployments and unregistered devices: removed (a member
-		// under revert is settled by its revert operation instead).
+		// under revert is settled by its revert operation instead). Only
+		// deployments removed since the rollout started can be members
+		// (a candidate is not being removed); their removal's instant is
+		// another process's clock: an hour of margin.
 		tag, err := tx.Exec(ctx, `UPDATE rollout_members m SET status = 'removed', active = false, updated_at = $2,
   result = 'The deployment was removed.'
-FROM deployments d WHERE m.rollout_id = $1 AND d.id = m.deployment_id AND d.removing AND m.revert_outcome IS NULL
+FROM deployments d WHERE d.removing AND d.updated_at >= (SELECT created_at - interval '1 hour' FROM rollouts WHERE id = $1)
+  AND m.deployment_id = d.id AND m.rollout_id = $1 AND m.revert_outcome IS NULL
   AND m.status IN ('pending', 'in-progress', 'succeeded', 'failed', 'cancelled')`, id, now)
 		if err != nil {
 			return err
