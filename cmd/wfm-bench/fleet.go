@@ -106,7 +106,14 @@ func fleetFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	restN := cfg.fleet - cfg.singles
 	restPairs := singlePairs[cfg.singles:]
 	start = time.Now()
-	restDone, err := rep.createBatches(ctx, restPairs, 1000, 2, b.phaseCap(cfg.seedCap))
+	restCreated, err := rep.createBatches(ctx, restPairs, 1000, 2, b.phaseCap(cfg.seedCap))
+	var restOK [][2]string
+	for k, ok := range restCreated {
+		if ok {
+			restOK = append(restOK, restPairs[k])
+		}
+	}
+	restDone := len(restOK)
 	fmt.Fprintf(cfg.log, "create %d deployments of them (fleet service batches of 1,000, a second replica): %d in %s (%.0f/s)\n",
 		restN, restDone, time.Since(start).Round(time.Millisecond), float64(restDone)/time.Since(start).Seconds())
 	if err != nil {
@@ -119,7 +126,7 @@ func fleetFigures(ctx context.Context, b *bench) ([]Figure, error) {
 		c, _ := single(items1[k])
 		pollers = append(pollers, c)
 	}
-	for _, p := range restPairs[:restDone] {
+	for _, p := range restOK {
 		pollers = append(pollers, p[0])
 	}
 	if crG.done > 0 {

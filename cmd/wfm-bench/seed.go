@@ -120,11 +120,11 @@ func (r *replica) registerCopy(ctx context.Context, pairs [][2]string) error {
 
 // createBatches creates one deployment of the benchmark application per
 // pair through fleet.Service.CreateDeployments, batch pairs at a time,
-// on workers goroutines, until limit; it returns how many were created.
-func (r *replica) createBatches(ctx context.Context, pairs [][2]string, batch, workers int, limit time.Duration) (int, error) {
+// on workers goroutines, until limit; it returns which were created.
+func (r *replica) createBatches(ctx context.Context, pairs [][2]string, batch, workers int, limit time.Duration) ([]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	var created atomic.Int64
+	created := make([]bool, len(pairs))
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -143,12 +143,12 @@ func (r *replica) createBatches(ctx context.Context, pairs [][2]string, batch, w
 				}
 				res, err := r.svc.CreateDeployments(ctx, reqs)
 				if err == nil {
-					for _, x := range res {
+					for j, x := range res {
 						if x.Err != nil {
 							err = x.Err
 							break
 						}
-						created.Add(1)
+						created[lo+j] = true
 					}
 				}
 				if err != nil {
@@ -164,7 +164,7 @@ func (r *replica) createBatches(ctx context.Context, pairs [][2]string, batch, w
 		})
 	}
 	wg.Wait()
-	return int(created.Load()), first
+	return created, first
 }
 
 // reportInstalled reports each deployment installed at its client's
