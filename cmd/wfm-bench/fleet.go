@@ -3,11 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
-// fleetFigures seeds one server through the public APIs and measures, on
-// the way:
+// fleetFigures seeds one server with the scenario of design section 11 and
+// measures, on the way (what is seeded how: every device registered with
+// COPY; the measured creations through the management API; the rest of the
+// deployments by the harness as a second replica, through the fleet
+// service's batch path; every manifest polled once through the device API
+// of the server under test; the agents' reports through the second
+// replica's device API code; see replica):
 //   - creations per second, -workers concurrent POST /mgmt/v1/deployments,
 //     one new deployment per (already registered) device, for -clients
 //     clients × 1 device and then for 1 gateway client × -gateway-devices
@@ -22,7 +28,7 @@ import (
 //     manifest once, after that dry run and first wave.
 func fleetFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	cfg := b.cfg
-	s, err := b.startServer(ctx, "fleet", "error")
+	s, err := b.startServer(ctx, "fleet", "info")
 	if err != nil {
 		return nil, err
 	}
@@ -37,15 +43,32 @@ func fleetFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	gwDevice := func(i int) string { return fmt.Sprintf("gw%06d", i) }
 	var figs []Figure
 
-	// clients × 1 device
-	reg1, err := b.phase(ctx, fmt.Sprintf("register %d clients × 1 device", cfg.singles), cfg.singles, cfg.seedCap, func(ctx context.Context, i int) error {
-		c, d := single(i)
-		return a.register(ctx, c, d)
-	})
+	// Every device of the scenario registered at once, with COPY, by the
+	// harness as a second replica (see replica): registration is not a
+	// figure, and through the device API it would take minutes of the
+	// run's budget.
+	rep, err := newReplica(ctx, s)
 	if err != nil {
 		return figs, err
 	}
-	items1 := reg1.okItems()
+	defer rep.close()
+	singlePairs := make([][2]string, cfg.fleet)
+	for i := range singlePairs {
+		c, d := single(i)
+		singlePairs[i] = [2]string{c, d}
+	}
+	gwPairs := make([][2]string, cfg.gateway)
+	for i := range gwPairs {
+		gwPairs[i] = [2]string{gateway, gwDevice(i)}
+	}
+	start := time.Now()
+	if err := rep.registerCopy(ctx, append(slices.Clip(singlePairs), gwPairs...)); err != nil {
+		return figs, fmt.Errorf("register the devices: %w", err)
+	}
+	fmt.Fprintf(cfg.log, "register %d clients × 1 device and 1 client × %d devices (COPY): %s\n", cfg.fleet, cfg.gateway, time.Since(start).Round(time.Millisecond))
+
+	// clients × 1 device
+	items1 := seq(cfg.singles)
 	cr1, err := b.phase(ctx, fmt.Sprintf("create %d deployments, one per client", len(items1)), len(items1), cfg.createCap, func(ctx context.Context, k int) error {
 		c, d := single(items1[k])
 		_, err := a.create(ctx, c, d)
@@ -57,16 +80,10 @@ func fleetFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	name1 := fmt.Sprintf("create-%dx1", cfg.singles)
 	figs = append(figs, Figure{Name: name1, Value: cr1.rate(), Unit: "deployments/s", Target: ">= 1000/s",
 		Notes: nonEmpty(fmt.Sprintf("%d clients × 1 device, %d concurrent POST /mgmt/v1/deployments, one new deployment per device", cfg.singles, cfg.workers),
-			reg1.capNote("devices registered"), cr1.capNote("deployments created"))})
+			cr1.capNote("deployments created"))})
 
 	// 1 client × gateway devices
-	regG, err := b.phase(ctx, fmt.Sprintf("register 1 client × %d devices", cfg.gateway), cfg.gateway, cfg.seedCap, func(ctx context.Context, i int) error {
-		return a.register(ctx, gateway, gwDevice(i))
-	})
-	if err != nil {
-		return figs, err
-	}
-	itemsG := regG.okItems()
+	itemsG := seq(cfg.gateway)
 	crG, err := b.phase(ctx, fmt.Sprintf("create %d deployments of one client", len(itemsG)), len(itemsG), cfg.createCap, func(ctx context.Context, k int) error {
 		_, err := a.create(ctx, gateway, gwDevice(itemsG[k]))
 		return err
@@ -77,34 +94,40 @@ func fleetFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	g := Figure{Name: fmt.Sprintf("create-1x%d", cfg.gateway), Value: crG.rate(), Unit: "deployments/s", Baseline: name1,
 		Target: ">= 1000/s, and >= 50% of " + name1,
 		Notes: nonEmpty(fmt.Sprintf("1 client × %d devices, %d concurrent POST /mgmt/v1/deployments, one new deployment per device", cfg.gateway, cfg.workers),
-			regG.capNote("devices registered"), crG.capNote("deployments created"))}
+			crG.capNote("deployments created"))}
 	if cr1.rate() > 0 {
 		g.Ratio = crG.rate() / cr1.rate()
 	}
 	figs = append(figs, g)
 
-	// The rest of the memory scenario: more clients × 1 device.
+	// The rest of the memory scenario, more clients × 1 device: their
+	// deployments created by the harness as a second replica, through the
+	// fleet service's batch path.
 	restN := cfg.fleet - cfg.singles
-	rest, err := b.phase(ctx, fmt.Sprintf("seed %d more clients × 1 device (register, create)", restN), restN, cfg.seedCap, func(ctx context.Context, k int) error {
-		c, d := single(cfg.singles + k)
-		if err := a.register(ctx, c, d); err != nil {
-			return err
+	restPairs := singlePairs[cfg.singles:]
+	start = time.Now()
+	restCreated, err := rep.createBatches(ctx, restPairs, 1000, 2, b.phaseCap(cfg.seedCap))
+	var restOK [][2]string
+	for k, ok := range restCreated {
+		if ok {
+			restOK = append(restOK, restPairs[k])
 		}
-		_, err := a.create(ctx, c, d)
-		return err
-	})
-	if err != nil {
-		return figs, err
 	}
-	// Every client with a deployment polls its manifest once.
+	restDone := len(restOK)
+	fmt.Fprintf(cfg.log, "create %d deployments of them (fleet service batches of 1,000, a second replica): %d in %s (%.0f/s)\n",
+		restN, restDone, time.Since(start).Round(time.Millisecond), float64(restDone)/time.Since(start).Seconds())
+	if err != nil {
+		return figs, fmt.Errorf("seed deployments: %w", err)
+	}
+	// Every client with a deployment polls its manifest once, through the
+	// server under test (its manifest cache is part of the memory figure).
 	var pollers []string
 	for _, k := range cr1.okItems() {
 		c, _ := single(items1[k])
 		pollers = append(pollers, c)
 	}
-	for _, k := range rest.okItems() {
-		c, _ := single(cfg.singles + k)
-		pollers = append(pollers, c)
+	for _, p := range restOK {
+		pollers = append(pollers, p[0])
 	}
 	if crG.done > 0 {
 		pollers = append(pollers, gateway)
@@ -126,27 +149,24 @@ func fleetFigures(ctx context.Context, b *bench) ([]Figure, error) {
 		return figs, err
 	}
 	// The agents report each deployment installed, so that the rollout
-	// below finds them done with their install (not busy).
-	type installed struct {
-		client, id string
-		version    uint64
-	}
-	var reports []installed
+	// below finds them done with their install (not busy); through the
+	// second replica's device API code.
+	var reports []installedReport
 	for k, ids := range listed {
 		for _, id := range ids {
-			reports = append(reports, installed{pollers[k], id, versions[k]})
+			reports = append(reports, installedReport{pollers[k], id, versions[k]})
 		}
 	}
-	reported, err := b.phase(ctx, fmt.Sprintf("report %d deployments installed", len(reports)), len(reports), cfg.seedCap, func(ctx context.Context, k int) error {
-		r := reports[k]
-		return a.reportInstalled(ctx, r.client, r.id, r.version)
-	})
+	start = time.Now()
+	reported, err := rep.reportInstalled(ctx, reports, cfg.workers, b.phaseCap(cfg.seedCap))
+	fmt.Fprintf(cfg.log, "report %d deployments installed (a second replica): %d in %s (%.0f/s)\n",
+		len(reports), reported, time.Since(start).Round(time.Millisecond), float64(reported)/time.Since(start).Seconds())
 	if err != nil {
-		return figs, err
+		return figs, fmt.Errorf("report installed: %w", err)
 	}
 	// The fleet dry run and the first rollout wave of 1% (the rest of the
 	// scenario), measured on the way.
-	rfigs, err := fleetRolloutFigures(ctx, b, a, reported.done)
+	rfigs, err := fleetRolloutFigures(ctx, b, a, reported)
 	if err != nil {
 		// The memory figure is still taken; the rollout lines say why not.
 		fmt.Fprintf(b.cfg.log, "rollout figures: %v\n", err)
@@ -157,7 +177,7 @@ func fleetFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	if err != nil {
 		return figs, err
 	}
-	singles := cr1.done + rest.done
+	singles := cr1.done + restDone
 	scenario := fmt.Sprintf("%d clients × 1 + 1 client × %d deployments, %d clients polled once, after a fleet dry run (rollout plan) over all of them and a first rollout wave of 1%% (design §11 scenario)",
 		singles, crG.done, polled.done)
 	var incomplete string
@@ -197,4 +217,13 @@ func nonEmpty(s ...string) []string {
 		}
 	}
 	return out
+}
+
+// seq is 0, 1, ..., n-1.
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
 }

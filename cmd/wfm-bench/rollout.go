@@ -242,7 +242,7 @@ func fleetRolloutFigures(ctx context.Context, b *bench, a *api, deployments int)
 func rolloutFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	cfg := b.cfg
 	n := cfg.rolloutMembers
-	s, err := b.startServer(ctx, "rollout", "error")
+	s, err := b.startServer(ctx, "rollout", "info")
 	if err != nil {
 		return nil, err
 	}
@@ -257,17 +257,36 @@ func rolloutFigures(ctx context.Context, b *bench) ([]Figure, error) {
 		c := &devicesim.Config{BaseURL: s.device, HTTP: a.hc, ClientID: fmt.Sprintf("r%06d", i), Retry: devicesim.Retry{Attempts: 20, Base: 50 * time.Millisecond, Max: time.Second}}
 		devices[i] = devicesim.NewDevice(c, fmt.Sprintf("d%06d", i))
 	}
-	seed, err := b.phase(ctx, fmt.Sprintf("seed %d clients × 1 device (register, create)", n), n, cfg.seedCap, func(ctx context.Context, i int) error {
-		if err := devices[i].Register(ctx); err != nil {
-			return err
-		}
-		_, err := a.create(ctx, fmt.Sprintf("r%06d", i), devices[i].ID)
-		return err
+	// The agents register through the device API; their deployments are
+	// created by the harness as a second replica (see replica), in batches.
+	seed, err := b.phase(ctx, fmt.Sprintf("register %d clients × 1 device", n), n, cfg.seedCap, func(ctx context.Context, i int) error {
+		return devices[i].Register(ctx)
 	})
 	if err != nil {
 		return nil, err
 	}
-	members := seed.okItems()
+	registered := seed.okItems()
+	rep, err := newReplica(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	defer rep.close()
+	pairs := make([][2]string, len(registered))
+	for k, i := range registered {
+		pairs[k] = [2]string{fmt.Sprintf("r%06d", i), devices[i].ID}
+	}
+	start := time.Now()
+	created, err := rep.createBatches(ctx, pairs, 1000, 2, b.phaseCap(cfg.seedCap))
+	var members []int
+	for k, ok := range created {
+		if ok {
+			members = append(members, registered[k])
+		}
+	}
+	fmt.Fprintf(cfg.log, "create %d deployments (fleet service batches of 1,000, a second replica): %d in %s\n", len(pairs), len(members), time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("seed deployments: %w", err)
+	}
 	inst, err := b.phase(ctx, fmt.Sprintf("agents install revision 1 (%d)", len(members)), len(members), cfg.seedCap, func(ctx context.Context, k int) error {
 		_, err := devices[members[k]].Sync(ctx)
 		return err
@@ -300,7 +319,7 @@ func rolloutFigures(ctx context.Context, b *bench) ([]Figure, error) {
 		return nil, err
 	}
 	fmt.Fprintf(b.cfg.log, "installs settled by the scheduler in %s\n", settled.Round(time.Millisecond))
-	start := time.Now()
+	start = time.Now()
 	r, err := a.createRollout(ctx, body)
 	if err != nil {
 		return nil, err

@@ -315,16 +315,25 @@ WHERE ` + w.sql() + ` ORDER BY dev.client_id COLLATE "C", dev.id COLLATE "C" LIM
 			w.add("d.state = ANY($?)", ss)
 		}
 		w.add("NOT d.removing")
-		sql = `SELECT dev.client_id, dev.id, dev.fit_key, ` + sqlLastSeen + `, ` + sqlDeploymentColumns + `,
-  coalesce((SELECT ir.version FROM revisions ir WHERE ir.deployment_id = d.id AND ir.n = d.installed_revision), ''),
+		// The installed revision's version is the desired one's when they
+		// are the same revision (a fleet at rest): no second revision read.
+		// The device is found through devices_rollout_order, the index in
+		// the order of the pages (C collation: byte comparisons).
+		// Only the deployment's columns a classification reads: a plan
+		// decodes every deployment of the fleet.
+		sql = `SELECT dev.client_id, dev.id, dev.fit_key, ` + sqlLastSeen + `, d.id::text, r.version, r.profile_id, d.state, d.revision,
+  d.installed_revision, r.parameters::text, d.removing,
+  CASE WHEN d.installed_revision IS NULL THEN '' WHEN d.installed_revision = d.revision THEN r.version
+    ELSE coalesce((SELECT ir.version FROM revisions ir WHERE ir.deployment_id = d.id AND ir.n = d.installed_revision), '') END,
   (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1), NULL::text
-` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id = d.client_id AND dev.id = d.device_id
+` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id COLLATE "C" = d.client_id COLLATE "C" AND dev.id COLLATE "C" = d.device_id COLLATE "C"
 WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C", d.device_id COLLATE "C", d.id LIMIT ` + strconv.Itoa(limit)
 	}
 	rows, err := s.pool.Query(ctx, sql, w.args...)
 	if err != nil {
 		return nil, translate(err)
 	}
+	versions := versionCache{}
 	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutCandidate, error) {
 		var c fleet.RolloutCandidate
 		var seen *time.Time
@@ -338,20 +347,32 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C"
 				c.Deployment = &fleet.Deployment{ID: *dep, ClientID: c.ClientID, DeviceID: c.DeviceID, ApplicationID: q.ApplicationID}
 			}
 		} else {
-			var installed string
-			var d fleet.Deployment
-			var err error
-			vals := []any{&c.ClientID, &c.DeviceID, &c.FitKey, &seen}
-			d, err = scanDeployment(skipRow{row: row, lead: vals}, &installed, &active, &busy)
-			if err != nil {
+			var version, installed, state, params string
+			var inst *int32
+			d := &fleet.Deployment{ApplicationID: q.ApplicationID}
+			if err := row.Scan(&c.ClientID, &c.DeviceID, &c.FitKey, &seen, &d.ID, &version, &d.ProfileID, &state, &d.Revision,
+				&inst, &params, &d.Removing, &installed, &active, &busy); err != nil {
 				return c, err
 			}
-			c.Deployment = &d
+			d.ClientID, d.DeviceID, d.State = c.ClientID, c.DeviceID, lifecycle.State(state)
+			if inst != nil {
+				d.InstalledRevision = int(*inst)
+			}
+			var err error
+			if d.Version, err = versions.parse(version); err != nil {
+				return c, err
+			}
 			if installed != "" {
-				if c.InstalledVersion, err = lifecycle.ParseVersion(installed); err != nil {
+				if c.InstalledVersion, err = versions.parse(installed); err != nil {
 					return c, err
 				}
 			}
+			if params == "{}" {
+				d.Parameters = map[string]any{}
+			} else if err := json.Unmarshal([]byte(params), &d.Parameters); err != nil {
+				return c, fmt.Errorf("deployment %s: stored parameters: %w", d.ID, err)
+			}
+			c.Deployment = d
 		}
 		if seen != nil {
 			c.LastSeenAt = *seen
@@ -380,6 +401,22 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C"
 		}
 	}
 	return cands, nil
+}
+
+// versionCache parses each stored version once per read: a page of
+// candidates holds few distinct versions.
+type versionCache map[string]lifecycle.Version
+
+func (vc versionCache) parse(s string) (lifecycle.Version, error) {
+	if v, ok := vc[s]; ok {
+		return v, nil
+	}
+	v, err := lifecycle.ParseVersion(s)
+	if err != nil {
+		return v, fmt.Errorf("stored version %q: %w", s, err)
+	}
+	vc[s] = v
+	return v, nil
 }
 
 // DeviceCapabilities implements fleet.RolloutStore.
@@ -498,6 +535,10 @@ func stagedRow(m fleet.RolloutMember) ([]any, error) {
 		string(m.Status), m.FromVersion, m.FromRevision, m.ProfileID, m.RestoreRevision}, nil
 }
 
+// stageQueue is how many pages of members wait for their COPY into the
+// stage while the next ones are resolved.
+const stageQueue = 2
+
 // sqlStage is the temporary table of a rollout's members being resolved
 // (its session's; dropped when the creation ends).
 // sqlInsertStaged inserts the staged members of rollout $1: an eligible
@@ -533,9 +574,28 @@ func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]f
 		defer cancel()
 		_, _ = s.pool.Exec(dctx, `DELETE FROM rollout_stage WHERE stage_id = $1`, stage)
 	}()
-	rows := make([][]any, 0, 1024)
+	// The pages are copied by a writer of their own, one page behind the
+	// resolution: the database stages a page while the next one is read
+	// and classified (two backends, two cores), at most stageQueue pages
+	// held in between.
+	pages := make(chan [][]any, stageQueue)
+	failed := make(chan struct{}) // closed when the writer failed (copyErr set)
+	done := make(chan struct{})   // closed when the writer ended
+	var copyErr error
+	go func() {
+		defer close(done)
+		for rows := range pages {
+			if copyErr != nil {
+				continue // drained: the resolution stops at its next page
+			}
+			if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{"rollout_stage"}, stagedColumns, pgx.CopyFromRows(rows)); err != nil {
+				copyErr = translate(err)
+				close(failed)
+			}
+		}
+	}()
 	r, events, err := fill(func(ms []fleet.RolloutMember) error {
-		rows = rows[:0]
+		rows := make([][]any, 0, len(ms))
 		for _, m := range ms {
 			row, err := stagedRow(m)
 			if err != nil {
@@ -543,9 +603,18 @@ func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]f
 			}
 			rows = append(rows, append([]any{stage}, row...))
 		}
-		_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"rollout_stage"}, stagedColumns, pgx.CopyFromRows(rows))
-		return translate(err)
+		select {
+		case pages <- rows:
+			return nil
+		case <-failed:
+			return copyErr
+		}
 	})
+	close(pages)
+	<-done
+	if err == nil {
+		err = copyErr
+	}
 	if err != nil {
 		return err
 	}
@@ -711,10 +780,14 @@ func (s *FleetStore) SyncRolloutMembers(ctx context.Context, id string, now time
 	var unpublished []fleet.RolloutMember
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Deleted deployments and unregistered devices: removed (a member
-		// under revert is settled by its revert operation instead).
+		// under revert is settled by its revert operation instead). Only
+		// deployments removed since the rollout started can be members
+		// (a candidate is not being removed); their removal's instant is
+		// another process's clock: an hour of margin.
 		tag, err := tx.Exec(ctx, `UPDATE rollout_members m SET status = 'removed', active = false, updated_at = $2,
   result = 'The deployment was removed.'
-FROM deployments d WHERE m.rollout_id = $1 AND d.id = m.deployment_id AND d.removing AND m.revert_outcome IS NULL
+FROM deployments d WHERE d.removing AND d.updated_at >= (SELECT created_at - interval '1 hour' FROM rollouts WHERE id = $1)
+  AND m.deployment_id = d.id AND m.rollout_id = $1 AND m.revert_outcome IS NULL
   AND m.status IN ('pending', 'in-progress', 'succeeded', 'failed', 'cancelled')`, id, now)
 		if err != nil {
 			return err
