@@ -211,14 +211,6 @@ func (m manifest) ids() ([]string, error) {
 	return ids, nil
 }
 
-// reportInstalled reports, as the client's agent, deployment id installed
-// (its desired revision) at manifest version.
-func (a *api) reportInstalled(ctx context.Context, clientID, id string, version uint64) error {
-	body := fmt.Appendf(nil, `{"deploymentId":%q,"adoptedManifestVersion":%d,"status":{"state":"installed"},"components":[{"name":"hello-world","state":"installed"}]}`, id, version)
-	_, _, err := a.do(ctx, http.MethodPost, a.s.device+"/api/v1/deployments/"+id+"/status", deviceHeader(clientID), body, http.StatusOK, http.StatusCreated)
-	return err
-}
-
 // poll fetches a client's state manifest and returns it with its ETag.
 func (a *api) poll(ctx context.Context, clientID string) (manifest, string, error) {
 	res, b, err := a.do(ctx, http.MethodGet, a.s.device+"/api/v1/deployments", deviceHeader(clientID), nil, http.StatusOK)
