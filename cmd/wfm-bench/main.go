@@ -11,9 +11,12 @@
 // It starts the wfm server under test (bin/wfm built from -src, or the
 // binary in $WFM_BIN, so that an old build can be measured by the same
 // harness) with its private PostgreSQL in a temporary folder, the
-// development header identity and the rate limits lifted, and seeds fleets
-// through the public APIs only (device API capabilities, management API
-// creations, device API polls), as a fleet would. Every phase has a time cap
+// development header identity and the rate limits lifted. What a figure
+// measures goes through the public APIs (management API creations and
+// rollouts, device API polls), as a fleet would; the bulk of the fleets
+// around it is seeded faster: registrations with COPY, the other
+// deployments and the agents' reports by the harness acting as a second
+// replica on the server's database (seed.go). Every phase has a time cap
 // and the whole run a budget, so a slow server cannot hang it: a capped
 // phase reports the rate it reached and says that it was capped.
 //
