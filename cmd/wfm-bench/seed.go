@@ -144,11 +144,10 @@ func (r *replica) createBatches(ctx context.Context, pairs [][2]string, batch, w
 				res, err := r.svc.CreateDeployments(ctx, reqs)
 				if err == nil {
 					for j, x := range res {
-						if x.Err != nil {
+						if x.Err != nil && err == nil {
 							err = x.Err
-							break
 						}
-						created[lo+j] = true
+						created[lo+j] = x.Err == nil
 					}
 				}
 				if err != nil {

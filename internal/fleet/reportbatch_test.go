@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -125,7 +126,9 @@ func TestConcurrentReportsCoalesce(t *testing.T) {
 			"status": map[string]any{"state": "installed"}, "components": []any{map[string]any{"name": "db", "state": "installed"}}})},
 		{ds[4].ID, report(ds[4].ID, v+100, "installed")},
 		{"00000000-0000-4000-8000-000000000000", report("00000000-0000-4000-8000-000000000000", v, "installed")},
-		{ds[5].ID, report(ds[5].ID, v, "installed")},
+		// An id in upper case is the same deployment (the database
+		// compares UUIDs), in a batch as alone.
+		{strings.ToUpper(ds[5].ID), report(strings.ToUpper(ds[5].ID), v, "installed")},
 	}
 	answers := make([]answer, len(bodies))
 	var wg sync.WaitGroup

@@ -81,11 +81,14 @@ type Store interface {
 	// decide may refuse the report; then nothing is written.
 	RecordReport(ctx context.Context, clientID string, r *margo.StatusReport, decide func(Deployment) (lifecycle.Decision, error), now time.Time) (first bool, err error)
 	// RecordReports is RecordReport for reports of distinct deployments,
-	// in ONE transaction: each report is decided on its own, and one the
-	// domain refuses (decide's error, ENOTFOUND) gets its error in its
-	// result and writes nothing, while the others are written together.
-	// The results are in the order of items. Returns an error, and stores
-	// nothing, when the database fails or two items name one deployment.
+	// written together (a statement for the reports that move no state, a
+	// transaction for the others, each one commit): each report is decided
+	// on its own, and one the domain refuses (decide's error, ENOTFOUND)
+	// gets its error in its result and writes nothing. The results are in
+	// the order of items. Returns an error, and stores nothing, when the
+	// database fails before anything could be committed, or when two items
+	// name one deployment; a failure after which a commit may have happened
+	// is each concerned item's error (so that no report is stored twice).
 	RecordReports(ctx context.Context, items []ReportItem, now time.Time) ([]ReportResult, error)
 
 	// Deployment returns one deployment. Returns ENOTFOUND if there is none.
@@ -426,6 +429,10 @@ func (s *Service) ReportStatus(ctx context.Context, clientID, deploymentID strin
 	if err != nil {
 		return false, err
 	}
+	// One spelling of the id for the batch's key and the store's lookups
+	// (the database compares UUIDs in any case; a batch keyed by text
+	// would not).
+	r.DeploymentID = strings.ToLower(r.DeploymentID)
 	decide := func(d Deployment) (lifecycle.Decision, error) {
 		if r.DeviceID != "" && r.DeviceID != d.DeviceID {
 			return lifecycle.Decision{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "device-id-mismatch",

@@ -382,6 +382,7 @@ FROM revisions WHERE deployment_id = $1 AND n = $7`
 UPDATE deployments d SET state = v.state, state_reason = CASE WHEN v.reason = '' THEN d.state_reason ELSE v.reason END,
     state_changed_at = CASE WHEN v.moved THEN v.at ELSE d.state_changed_at END, revision = v.revision,
     installed_revision = NULLIF(v.installed, 0), removing = v.removing,
+    removed_at = CASE WHEN v.removing AND NOT d.removing THEN v.at ELSE d.removed_at END,
     desired_since = CASE WHEN v.since > 0 THEN v.since ELSE d.desired_since END, updated_at = v.at, generation = d.generation + 1
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[], $5::timestamptz[], $6::int[], $7::int[], $8::bool[], $9::bigint[], $10::text[])
     AS v(id, state, reason, moved, at, revision, installed, removing, since, state_before)

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/fleet"
@@ -469,12 +471,34 @@ func (s *FleetStore) RecordReports(ctx context.Context, items []fleet.ReportItem
 		ws, at = append(ws, w), append(at, i)
 	}
 	if len(ws) > 0 {
+		// In the order of the ids: two processes' batches lock shared rows
+		// in the same order (no deadlock).
+		order := make([]int, len(ws))
+		for k := range order {
+			order[k] = k
+		}
+		slices.SortFunc(order, func(a, b int) int { return strings.Compare(ws[a].d.ID, ws[b].d.ID) })
+		sws, sat := make([]reportWrite, len(ws)), make([]int, len(ws))
+		for k, o := range order {
+			sws[k], sat[k] = ws[o], at[o]
+		}
+		ws, at = sws, sat
 		applied, err := recordGuarded(ctx, s.pool, ws)
 		if err != nil {
 			for _, w := range ws {
-				s.reports.drop(w.d.ID) // whether a failed commit happened is unknown
+				s.reports.drop(w.d.ID)
 			}
-			return nil, translate(err)
+			if !uncommitted(err) {
+				// The statement may have committed: storing these reports
+				// again could store them twice. Each gets the error (503),
+				// as a single report's ambiguous commit does.
+				for _, i := range at {
+					res[i].Err = translate(err)
+				}
+				ws = nil
+			} else {
+				return nil, translate(err) // none stored: the batcher tries them one by one
+			}
 		}
 		for k, w := range ws {
 			if !applied[w.d.ID] { // changed since this process wrote it
@@ -491,12 +515,34 @@ func (s *FleetStore) RecordReports(ctx context.Context, items []fleet.ReportItem
 	}
 	slices.Sort(rest) // arrival order
 	if err := s.recordLocked(ctx, items, rest, res, now); err != nil {
-		for _, i := range rest { // each on its own: the guarded step may have committed
+		for _, i := range rest {
+			if !uncommitted(err) {
+				res[i].Err = translate(err) // perhaps committed: not stored again
+				continue
+			}
+			// Each on its own, with a time of its own (the batch's may be
+			// what ran out): the guarded step may have committed.
 			it := items[i]
-			res[i].First, res[i].Err = s.RecordReport(ctx, it.ClientID, it.Report, it.Decide, now)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportFallbackTimeout)
+			res[i].First, res[i].Err = s.RecordReport(rctx, it.ClientID, it.Report, it.Decide, now)
+			cancel()
 		}
 	}
 	return res, nil
+}
+
+// reportFallbackTimeout bounds each report stored on its own after its
+// batch's transaction failed.
+const reportFallbackTimeout = 30 * time.Second
+
+// uncommitted reports whether err, the failure of a statement or of a
+// transaction, says that nothing was committed: the server answered with an
+// error (the statement or the transaction was rolled back), or the request
+// never reached it. A connection lost while a commit was under way is
+// neither: the commit may have happened.
+func uncommitted(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) || pgconn.SafeToRetry(err)
 }
 
 // decideReport decides one report of a batch on d (the deployment as read

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -594,6 +595,9 @@ func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]f
 			}
 		}
 	}()
+	var closeOnce sync.Once
+	stopWriter := func() { closeOnce.Do(func() { close(pages); <-done }) }
+	defer stopWriter() // also when fill panics: the writer is not left waiting
 	r, events, err := fill(func(ms []fleet.RolloutMember) error {
 		rows := make([][]any, 0, len(ms))
 		for _, m := range ms {
@@ -610,8 +614,7 @@ func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]f
 			return copyErr
 		}
 	})
-	close(pages)
-	<-done
+	stopWriter()
 	if err == nil {
 		err = copyErr
 	}
@@ -782,12 +785,12 @@ func (s *FleetStore) SyncRolloutMembers(ctx context.Context, id string, now time
 		// Deleted deployments and unregistered devices: removed (a member
 		// under revert is settled by its revert operation instead). Only
 		// deployments removed since the rollout started can be members
-		// (a candidate is not being removed); their removal's instant is
-		// another process's clock: an hour of margin.
+		// (a candidate is not being removed); the instant of a removal is
+		// the clock of the process that decided it: an hour of margin.
 		tag, err := tx.Exec(ctx, `UPDATE rollout_members m SET status = 'removed', active = false, updated_at = $2,
   result = 'The deployment was removed.'
-FROM deployments d WHERE d.removing AND d.updated_at >= (SELECT created_at - interval '1 hour' FROM rollouts WHERE id = $1)
-  AND m.deployment_id = d.id AND m.rollout_id = $1 AND m.revert_outcome IS NULL
+FROM rollouts r, deployments d WHERE r.id = $1 AND d.removing AND d.removed_at >= r.created_at - interval '1 hour'
+  AND d.application_id = r.application_id AND m.deployment_id = d.id AND m.rollout_id = $1 AND m.revert_outcome IS NULL
   AND m.status IN ('pending', 'in-progress', 'succeeded', 'failed', 'cancelled')`, id, now)
 		if err != nil {
 			return err
