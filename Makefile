@@ -67,7 +67,7 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) tool staticcheck ./...
 
 .PHONY: bench
-bench: ## Benchmark harness (about 13 min): every figure next to its baseline, written to docs/benchmarks.md
+bench: ## Benchmark harness (about 9 min): every figure next to its baseline, written to docs/benchmarks.md
 	$(GO) run ./cmd/wfm-bench -section '$(BENCH_SECTION)' $(BENCH_ARGS)
 
 .PHONY: bench-go

@@ -288,6 +288,27 @@ func rolloutFigures(ctx context.Context, b *bench) ([]Figure, error) {
 		return nil, fmt.Errorf("seed deployments: %w", err)
 	}
 	inst, err := b.phase(ctx, fmt.Sprintf("agents install revision 1 (%d)", len(members)), len(members), cfg.seedCap, func(ctx context.Context, k int) error {
+		// The server cached the client's empty manifest at its
+		// registration and hears of the second replica's creation by a
+		// notification: the agent syncs once the server serves it.
+		client := fmt.Sprintf("r%06d", members[k])
+		for try := 0; ; try++ {
+			m, _, err := a.poll(ctx, client)
+			if err != nil {
+				return err
+			}
+			if len(m.Deployments) > 0 {
+				break
+			}
+			if try == 300 {
+				return fmt.Errorf("client %s: the server still serves a manifest without its deployment after 30 s", client)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 		_, err := devices[members[k]].Sync(ctx)
 		return err
 	})
