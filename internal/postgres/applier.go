@@ -172,23 +172,9 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 	if len(events) >= copyEventsMin {
 		q.Queue(sqlNextEvent).QueryRow(func(row pgx.Row) error { return row.Scan(&xid, &next) })
 	} else if len(events) > 0 {
-		args, err := eventArgs(events)
-		if err != nil {
+		if err := queueAppendEvents(q, events); err != nil {
 			return err
 		}
-		q.Queue(sqlAppendEvents, args...).Query(func(rows pgx.Rows) error {
-			n := 0
-			for rows.Next() {
-				n++
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("append events: %w", err)
-			}
-			if n != len(events) {
-				return errEventBounds(n, len(events))
-			}
-			return nil
-		})
 	}
 	// Documents of new revisions, manifest entries, the pieces of small
 	// bundles, notifications: after the revision rows (publish.go).
@@ -1089,23 +1075,9 @@ func queueReports(q *pgx.Batch, ws []reportWrite) error {
 		queueExec(q, -1, nil, sqlPruneReports, prune, keep)
 	}
 	if len(events) > 0 {
-		args, err := eventArgs(events)
-		if err != nil {
+		if err := queueAppendEvents(q, events); err != nil {
 			return err
 		}
-		q.Queue(sqlAppendEvents, args...).Query(func(rows pgx.Rows) error {
-			n := 0
-			for rows.Next() {
-				n++
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("append events: %w", err)
-			}
-			if n != len(events) {
-				return errEventBounds(n, len(events))
-			}
-			return nil
-		})
 	}
 	return nil
 }
@@ -1173,4 +1145,27 @@ func recordGuarded(ctx context.Context, db reader, ws []reportWrite) (map[string
 		applied[id] = true
 	}
 	return applied, nil
+}
+
+// queueAppendEvents queues the insert of events (sqlAppendEvents) in q,
+// checking that every one was appended.
+func queueAppendEvents(q *pgx.Batch, events []lifecycle.Event) error {
+	args, err := eventArgs(events)
+	if err != nil {
+		return err
+	}
+	q.Queue(sqlAppendEvents, args...).Query(func(rows pgx.Rows) error {
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("append events: %w", err)
+		}
+		if n != len(events) {
+			return errEventBounds(n, len(events))
+		}
+		return nil
+	})
+	return nil
 }
