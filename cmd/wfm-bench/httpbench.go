@@ -38,16 +38,7 @@ func pollFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	// One client with one deployment, as a device polls: its manifest is
 	// cached after the first poll.
 	const client, device = "bench-poll", "bench-poll-1"
-	if err := a.uploadApp(ctx); err != nil {
-		return nil, err
-	}
-	if err := a.register(ctx, client, device); err != nil {
-		return nil, err
-	}
-	if _, err := a.create(ctx, client, device); err != nil {
-		return nil, err
-	}
-	_, etag, err := a.poll(ctx, client)
+	etag, err := a.seedPollClient(ctx, client, device)
 	if err != nil {
 		return nil, err
 	}

@@ -211,6 +211,23 @@ func (m manifest) ids() ([]string, error) {
 	return ids, nil
 }
 
+// seedPollClient gives client one device with one deployment of the
+// benchmark application (uploaded first) and polls its manifest once, so
+// that the server caches it; it returns the manifest's ETag.
+func (a *api) seedPollClient(ctx context.Context, client, device string) (string, error) {
+	if err := a.uploadApp(ctx); err != nil {
+		return "", err
+	}
+	if err := a.register(ctx, client, device); err != nil {
+		return "", err
+	}
+	if _, err := a.create(ctx, client, device); err != nil {
+		return "", err
+	}
+	_, etag, err := a.poll(ctx, client)
+	return etag, err
+}
+
 // poll fetches a client's state manifest and returns it with its ETag.
 func (a *api) poll(ctx context.Context, clientID string) (manifest, string, error) {
 	res, b, err := a.do(ctx, http.MethodGet, a.s.device+"/api/v1/deployments", deviceHeader(clientID), nil, http.StatusOK)

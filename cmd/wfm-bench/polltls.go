@@ -61,16 +61,7 @@ func pollTLSFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	defer a.close()
 	// One client with one deployment, its manifest cached after the first
 	// poll; the device calls identify by certificate only.
-	if err := a.uploadApp(ctx); err != nil {
-		return nil, err
-	}
-	if err := a.register(ctx, client, device); err != nil {
-		return nil, err
-	}
-	if _, err := a.create(ctx, client, device); err != nil {
-		return nil, err
-	}
-	_, etag, err := a.poll(ctx, client)
+	etag, err := a.seedPollClient(ctx, client, device)
 	if err != nil {
 		return nil, err
 	}

@@ -245,6 +245,9 @@ func TestTrailingBytesAreRefused(t *testing.T) {
 		{"rollout", "/mgmt/v1/rollouts", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{}}{"junk":`},
 		{"rollout plan", "/mgmt/v1/rollouts/plan", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{}} {}`}, // a read: not audited
 		{"rollout abort", "/mgmt/v1/rollouts/00000000-0000-4000-8000-000000000001/abort", `{"revert":true}]`},
+		{"upgrade plan", "/mgmt/v1/deployments/00000000-0000-4000-8000-000000000001/upgrade/plan", `{"targetVersion":"2.0.0"} {}`},
+		{"reconfiguration plan", "/mgmt/v1/deployments/00000000-0000-4000-8000-000000000001/reconfigure/plan", `{"parameters":{}}x`},
+		{"rollback plan", "/mgmt/v1/deployments/00000000-0000-4000-8000-000000000001/rollback/plan", `{"toRevision":1}]`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := snapshot(t, e.pool)
@@ -300,7 +303,8 @@ func TestDuplicateMembersAreRefused(t *testing.T) {
 func TestOversizedRolloutBodiesAreRefused(t *testing.T) {
 	e, _ := inputEnv(t)
 	big := `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{"labels":"` + strings.Repeat("a", 1<<20) + `"}}`
-	for _, path := range []string{"/mgmt/v1/rollouts", "/mgmt/v1/rollouts/plan", "/mgmt/v1/rollouts/00000000-0000-4000-8000-000000000001/abort"} {
+	for _, path := range []string{"/mgmt/v1/rollouts", "/mgmt/v1/rollouts/plan", "/mgmt/v1/rollouts/00000000-0000-4000-8000-000000000001/abort",
+		"/mgmt/v1/deployments/00000000-0000-4000-8000-000000000001/upgrade/plan"} {
 		t.Run(path, func(t *testing.T) {
 			before := snapshot(t, e.pool)
 			res := rawCall(t, "POST", e.url+path, "application/json", big)

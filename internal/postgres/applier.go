@@ -874,8 +874,8 @@ func reportStatement(c *lifecycle.Change, d fleet.Deployment, r *margo.StatusRep
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
 	}
-	if len(c.Moves) > 1 || c.Revision != nil || c.Manifest || len(c.Operations) > 0 || len(c.Steps) > 0 {
-		return "", nil, 0, fmt.Errorf("deployment %s: a report's change only moves the state and outcomes", d.ID)
+	if err := reportShape(c, d.ID); err != nil {
+		return "", nil, 0, err
 	}
 	for _, m := range c.Moves {
 		to := param(string(m.To))
@@ -992,18 +992,33 @@ ins AS (
     SELECT v.id, v.at, v.adopted, v.reported, v.stale, v.report::json FROM v ORDER BY v.ord
 )
 SELECT count(*) FROM u`
-
-	// sqlPruneReports deletes the reports of deployments $1 but the newest
-	// $2 of each (the status-report retention).
-	sqlPruneReports = `
-DELETE FROM status_reports s USING (
-    SELECT deployment_id, id FROM (
-        SELECT deployment_id, id, row_number() OVER (PARTITION BY deployment_id ORDER BY id DESC) AS rn
-        FROM status_reports WHERE deployment_id = ANY($1::uuid[])
-    ) x WHERE x.rn > $2
-) old
-WHERE s.deployment_id = old.deployment_id AND s.id = old.id`
 )
+
+// sqlPruneReports deletes the reports of deployments $1 but the newest
+// $2 of each (the status-report retention).
+var sqlPruneReports = `
+DELETE FROM status_reports s USING ` + sqlOldReports("$1", "$2") + `
+WHERE s.deployment_id = old.deployment_id AND s.id = old.id`
+
+// sqlOldReports is the reports of the deployments ids (a uuid[]
+// parameter) but the newest keep of each, as the relation old(deployment_id,
+// id): what the status-report retention deletes.
+func sqlOldReports(ids, keep string) string {
+	return `(SELECT deployment_id, id FROM (
+    SELECT deployment_id, id, row_number() OVER (PARTITION BY deployment_id ORDER BY id DESC) AS rn
+    FROM status_reports WHERE deployment_id = ANY(` + ids + `::uuid[])
+) x WHERE x.rn > ` + keep + `) old`
+}
+
+// reportShape refuses a change of deployment id that does more than a
+// report may: move the state once and the revisions' outcomes (a caller's
+// bug).
+func reportShape(c *lifecycle.Change, id string) error {
+	if len(c.Moves) > 1 || c.Revision != nil || c.Manifest || len(c.Operations) > 0 || len(c.Steps) > 0 {
+		return fmt.Errorf("deployment %s: a report's change only moves the state and outcomes", id)
+	}
+	return nil
+}
 
 // queueReports queues on q the writes of a batch of status reports of
 // distinct deployments, whose rows the caller holds locked: the deployment
@@ -1022,8 +1037,8 @@ func queueReports(q *pgx.Batch, ws []reportWrite) error {
 	var events []lifecycle.Event
 	for _, w := range ws {
 		c, d, r := w.c, w.d, w.r
-		if len(c.Moves) > 1 || c.Revision != nil || c.Manifest || len(c.Operations) > 0 || len(c.Steps) > 0 {
-			return fmt.Errorf("deployment %s: a report's change only moves the state and outcomes", d.ID)
+		if err := reportShape(c, d.ID); err != nil {
+			return err
 		}
 		to, reason, installed := "", "", int32(-1)
 		for _, m := range c.Moves {
@@ -1089,7 +1104,7 @@ func queueReports(q *pgx.Batch, ws []reportWrite) error {
 // neither its report stored nor its reports pruned. Deployments $9 keep
 // their newest $10 older reports besides the one stored (the delete does
 // not see it). It answers the ids of the deployments updated.
-const sqlRecordReportsGuarded = `
+var sqlRecordReportsGuarded = `
 WITH v AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bool[], $7::text[], $8::bigint[])
         WITH ORDINALITY AS v(id, newest, at, adopted, reported, stale, report, generation, ord)
@@ -1104,12 +1119,7 @@ ins AS (
     SELECT v.id, v.at, v.adopted, v.reported, v.stale, v.report::json FROM v JOIN u ON u.id = v.id ORDER BY v.ord
 ),
 ret AS (
-    DELETE FROM status_reports s USING (
-        SELECT deployment_id, id FROM (
-            SELECT deployment_id, id, row_number() OVER (PARTITION BY deployment_id ORDER BY id DESC) AS rn
-            FROM status_reports WHERE deployment_id = ANY($9::uuid[])
-        ) x WHERE x.rn > $10
-    ) old
+    DELETE FROM status_reports s USING ` + sqlOldReports("$9", "$10") + `
     WHERE s.deployment_id = old.deployment_id AND s.id = old.id AND s.deployment_id IN (SELECT id FROM u)
 )
 SELECT id::text FROM u`

@@ -677,7 +677,7 @@ const optimisticAttempts = 3
 // locked, the row is locked first. The caller remembers the written row
 // only once it is committed.
 func (s *FleetStore) recordOnce(ctx context.Context, q querier, locked, cached bool, clientID string, r *margo.StatusReport,
-	decide func(fleet.Deployment) (lifecycle.Decision, error), now time.Time) (written fleet.Deployment, applied, first bool, err error) {
+	decide func(fleet.Deployment) (lifecycle.Decision, error), now time.Time) (stored fleet.Deployment, applied, first bool, err error) {
 	// What this process last wrote for the deployment saves the read; the
 	// generation guard below catches every change made elsewhere.
 	d, ok := s.reports.get(r.DeploymentID)
@@ -704,19 +704,11 @@ JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2`, r.De
 		d.Published = uint64(published)
 		d.Parameters = nil // not needed to decide; keeps the cache small
 	}
-	dec, err := decide(d)
+	w, err := s.decideReport(fleet.ReportItem{ClientID: clientID, Report: r, Decide: decide}, d, now)
 	if err != nil {
 		return d, false, false, err // a refused report changes nothing
 	}
-	c, err := lifecycle.DecideReport(aggregate(d, 0), dec, now, clientID)
-	if err != nil {
-		return d, false, false, err
-	}
-	keep := 0
-	if n := d.Reports + 1; n > int64(s.retention) && n%retentionEvery == 0 {
-		keep = s.retention
-	}
-	query, args, nev, err := reportStatement(c, d, r, dec.Stale, keep)
+	query, args, nev, err := reportStatement(w.c, w.d, w.r, w.stale, w.keep)
 	if err != nil {
 		return d, false, false, err
 	}
@@ -730,10 +722,7 @@ JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2`, r.De
 	if inserted != nev {
 		return d, false, false, errEventBounds(inserted, nev)
 	}
-	first = d.Reports == 0
-	d.Generation, d.Reports, d.NewestAdopted = d.Generation+1, d.Reports+1, max(d.NewestAdopted, r.AdoptedManifestVersion)
-	d.State, d.InstalledRevision = c.After.State, c.After.InstalledRevision
-	return d, true, first, nil
+	return written(w), true, d.Reports == 0, nil
 }
 
 // Deployment implements fleet.Store.
