@@ -69,7 +69,7 @@ func PlannedUpgrade(ctx context.Context, s *Service, id, to string) (Operation, 
 	if err != nil {
 		return Operation{}, err
 	}
-	p, err := s.planUpgrade(ctx, d, UpgradeRequest{TargetVersion: to}, nil, 0, Actor{ID: "test"})
+	p, err := s.planUpgrade(ctx, d, nil, UpgradeRequest{TargetVersion: to}, nil, 0, Actor{ID: "test"})
 	if err != nil {
 		return Operation{}, err
 	}

@@ -145,10 +145,17 @@ func (s *Service) run(ctx context.Context, p Plan, dryRun bool, expect Precondit
 
 // ready refuses operations on a deployment that has one running, or cannot
 // take a new revision now.
-func (s *Service) ready(ctx context.Context, d Deployment, kind lifecycle.OperationKind) error {
-	active, err := s.store.ActiveOperation(ctx, d.ID)
-	if err != nil {
-		return err
+// active, when not nil, is the id of d's active operation ("" none) as
+// read with d (a rollout wave's members are read at once): not read again.
+func (s *Service) ready(ctx context.Context, d Deployment, knownActive *string, kind lifecycle.OperationKind) error {
+	var active string
+	if knownActive != nil {
+		active = *knownActive
+	} else {
+		var err error
+		if active, err = s.store.ActiveOperation(ctx, d.ID); err != nil {
+			return err
+		}
 	}
 	if active != "" {
 		op, err := s.store.Operation(ctx, active)
@@ -218,7 +225,7 @@ func (s *Service) Upgrade(ctx context.Context, id string, req UpgradeRequest, ac
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
-	p, err := s.planUpgrade(ctx, d, req, drain, timeout, actor)
+	p, err := s.planUpgrade(ctx, d, nil, req, drain, timeout, actor)
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
@@ -242,14 +249,14 @@ func refuse(p Plan, err error) (Plan, error) {
 	return p, nil
 }
 
-func (s *Service) planUpgrade(ctx context.Context, d Deployment, req UpgradeRequest, drain *lifecycle.DrainPolicy, timeout time.Duration, actor Actor) (Plan, error) {
+func (s *Service) planUpgrade(ctx context.Context, d Deployment, active *string, req UpgradeRequest, drain *lifecycle.DrainPolicy, timeout time.Duration, actor Actor) (Plan, error) {
 	p := Plan{Type: lifecycle.OperationUpgrade, From: d.Version}
 	target, err := lifecycle.ParseVersion(req.TargetVersion)
 	if err != nil {
 		return refuse(p, err)
 	}
 	p.To = target
-	if err := s.ready(ctx, d, lifecycle.OperationUpgrade); err != nil {
+	if err := s.ready(ctx, d, active, lifecycle.OperationUpgrade); err != nil {
 		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: message(err)})
 		return refuse(p, err)
 	}
@@ -390,7 +397,7 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
-	pl, err := s.planReconfigure(ctx, d, req, timeout, actor)
+	pl, err := s.planReconfigure(ctx, d, nil, req, timeout, actor)
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
@@ -399,9 +406,9 @@ func (s *Service) Reconfigure(ctx context.Context, id string, req ReconfigureReq
 
 // planReconfigure plans a change of parameter values of d (Reconfigure's
 // plan; a rollout's reconfigure members are planned by it too).
-func (s *Service) planReconfigure(ctx context.Context, d Deployment, req ReconfigureRequest, timeout time.Duration, actor Actor) (Plan, error) {
+func (s *Service) planReconfigure(ctx context.Context, d Deployment, active *string, req ReconfigureRequest, timeout time.Duration, actor Actor) (Plan, error) {
 	p := Plan{Type: lifecycle.OperationReconfigure, From: d.Version, To: d.Version}
-	if err := s.ready(ctx, d, lifecycle.OperationReconfigure); err != nil {
+	if err := s.ready(ctx, d, active, lifecycle.OperationReconfigure); err != nil {
 		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: message(err)})
 		return refuse(p, err)
 	}
@@ -458,16 +465,16 @@ func (s *Service) Rollback(ctx context.Context, id string, req RollbackRequest, 
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
-	p, err := s.planRollback(ctx, d, req, timeout, actor)
+	p, err := s.planRollback(ctx, d, nil, req, timeout, actor)
 	if err != nil {
 		return Plan{}, Operation{}, err
 	}
 	return s.run(ctx, p, dryRun, expect)
 }
 
-func (s *Service) planRollback(ctx context.Context, d Deployment, req RollbackRequest, timeout time.Duration, actor Actor) (Plan, error) {
+func (s *Service) planRollback(ctx context.Context, d Deployment, active *string, req RollbackRequest, timeout time.Duration, actor Actor) (Plan, error) {
 	p := Plan{Type: lifecycle.OperationRollback, From: d.Version}
-	if err := s.ready(ctx, d, lifecycle.OperationRollback); err != nil {
+	if err := s.ready(ctx, d, active, lifecycle.OperationRollback); err != nil {
 		p.Checks = append(p.Checks, lifecycle.Check{Name: "deployment-ready", Passed: false, Detail: message(err)})
 		return refuse(p, err)
 	}

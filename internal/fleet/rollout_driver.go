@@ -477,13 +477,28 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 	// a chunk per transaction (createMembers).
 	// A member whose planning fails (the database, say) is left for the
 	// next visit; the others go ahead.
+	// The members' deployments and active operations are read at once;
+	// one not found there is read again by itself (and refused as the
+	// single operation would be).
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.DeploymentID
+	}
+	deps, active, err := s.store.DeploymentsByID(ctx, ids)
+	if err != nil {
+		return err
+	}
 	plans := make([]Plan, len(ms))
 	refused, failed := make([]error, len(ms)), make([]error, len(ms))
 	var g errgroup.Group
 	g.SetLimit(publishConcurrency)
 	for i, m := range ms {
 		g.Go(func() error {
-			p, err := s.planMember(ctx, r, st, m, actor)
+			var known *deploymentRead
+			if d, ok := deps[m.DeploymentID]; ok {
+				known = &deploymentRead{d: d, active: active[m.DeploymentID]}
+			}
+			p, err := s.planMember(ctx, r, st, m, actor, known)
 			if err == nil && !p.Allowed {
 				err = p.Refusal
 			}
@@ -498,7 +513,7 @@ func (s *Service) publishMembers(ctx context.Context, r Rollout, st lifecycle.Ro
 		})
 	}
 	_ = g.Wait()
-	err := errors.Join(s.createMembers(ctx, ms, plans, refused), errors.Join(failed...))
+	err = errors.Join(s.createMembers(ctx, ms, plans, refused), errors.Join(failed...))
 	for i, e := range refused {
 		if e != nil {
 			st := notStarted(e)
@@ -610,13 +625,27 @@ func notStarted(err error) lifecycle.MemberStatus {
 	return lifecycle.MemberFailed
 }
 
+// deploymentRead is a deployment with the id of its active operation (""
+// none), read together.
+type deploymentRead struct {
+	d      Deployment
+	active string
+}
+
 // planMember plans one member's operation as the single operation would
-// be planned.
-func (s *Service) planMember(ctx context.Context, r Rollout, st lifecycle.RolloutSettings, m RolloutMember, actor Actor) (Plan, error) {
+// be planned, on known (its deployment as read with the others of its
+// wave) or, when nil, on its deployment read now.
+func (s *Service) planMember(ctx context.Context, r Rollout, st lifecycle.RolloutSettings, m RolloutMember, actor Actor, known *deploymentRead) (Plan, error) {
 	spec := r.Request.Spec
-	d, err := s.store.Deployment(ctx, m.DeploymentID)
-	if err != nil {
-		return Plan{}, err
+	var d Deployment
+	var active *string
+	if known != nil {
+		d, active = known.d, &known.active
+	} else {
+		var err error
+		if d, err = s.store.Deployment(ctx, m.DeploymentID); err != nil {
+			return Plan{}, err
+		}
 	}
 	switch r.Action {
 	case lifecycle.RolloutUpgrade:
@@ -624,12 +653,12 @@ func (s *Service) planMember(ctx context.Context, r Rollout, st lifecycle.Rollou
 		if spec.Drain != nil {
 			drain = &DrainOverride{Required: spec.Drain.Required, Timeout: spec.Drain.Timeout, OnTimeout: spec.Drain.OnTimeout}
 		}
-		return s.planUpgrade(ctx, d, UpgradeRequest{TargetVersion: st.Target.String(), Path: st.Path, Strategy: st.Strategy, Drain: drain,
+		return s.planUpgrade(ctx, d, active, UpgradeRequest{TargetVersion: st.Target.String(), Path: st.Path, Strategy: st.Strategy, Drain: drain,
 			Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Drain, st.Timeout, actor)
 	case lifecycle.RolloutReconfigure:
-		return s.planReconfigure(ctx, d, ReconfigureRequest{Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Timeout, actor)
+		return s.planReconfigure(ctx, d, active, ReconfigureRequest{Parameters: spec.Parameters, OnFailure: string(st.OnFailure), Timeout: spec.Timeout}, st.Timeout, actor)
 	case lifecycle.RolloutRollback:
-		return s.planRollback(ctx, d, RollbackRequest{ToRevision: m.RestoreRevision, Timeout: spec.Timeout}, st.Timeout, actor)
+		return s.planRollback(ctx, d, active, RollbackRequest{ToRevision: m.RestoreRevision, Timeout: spec.Timeout}, st.Timeout, actor)
 	}
 	return Plan{}, lifecycle.Errorf(lifecycle.EINTERNAL, "rollout action %q", r.Action)
 }
@@ -886,13 +915,13 @@ func (s *Service) startRevert(ctx context.Context, r Rollout, m RolloutMember, t
 	actor.Admin = r.Abort != nil && r.Abort.Forced
 	var p Plan
 	if r.Action == lifecycle.RolloutRollback {
-		p, err = s.planUpgrade(ctx, d, UpgradeRequest{TargetVersion: m.FromVersion}, nil, 0, actor)
+		p, err = s.planUpgrade(ctx, d, nil, UpgradeRequest{TargetVersion: m.FromVersion}, nil, 0, actor)
 	} else {
 		req := RollbackRequest{ToRevision: toRevision}
 		if actor.Admin {
 			req.Force, req.Reason = true, r.Abort.Reason
 		}
-		p, err = s.planRollback(ctx, d, req, 0, actor)
+		p, err = s.planRollback(ctx, d, nil, req, 0, actor)
 	}
 	if err != nil {
 		return res, err

@@ -111,6 +111,11 @@ type Store interface {
 	// Bundle returns a bundle of clientID by digest. Returns ENOTFOUND otherwise.
 	Bundle(ctx context.Context, clientID, digest string) ([]byte, error)
 
+	// DeploymentsByID returns the deployments with these ids, by id (the
+	// ids of no deployment are left out), and the id of the active
+	// operation of each that has one, by deployment id; set-based.
+	DeploymentsByID(ctx context.Context, ids []string) (map[string]Deployment, map[string]string, error)
+
 	// CreateOperation stores a queued operation and its steps after check
 	// passed on the locked deployment, in one transaction; check also
 	// gets the deployment's rollout membership as it is under that lock.

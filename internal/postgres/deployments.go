@@ -737,6 +737,39 @@ func (s *FleetStore) Deployment(ctx context.Context, id string) (fleet.Deploymen
 	return d, translate(err)
 }
 
+// DeploymentsByID implements fleet.Store: one query.
+func (s *FleetStore) DeploymentsByID(ctx context.Context, ids []string) (map[string]fleet.Deployment, map[string]string, error) {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if validUUID(id) {
+			valid = append(valid, id)
+		}
+	}
+	deps, active := make(map[string]fleet.Deployment, len(valid)), map[string]string{}
+	if len(valid) == 0 {
+		return deps, active, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlDeploymentColumns+`,
+  (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1)`+
+		sqlDeploymentFrom+` WHERE d.id = ANY($1::text[]::uuid[])`, valid)
+	if err != nil {
+		return nil, nil, translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var op *string
+		d, err := scanDeployment(rows, &op)
+		if err != nil {
+			return nil, nil, translate(err)
+		}
+		deps[d.ID] = d
+		if op != nil {
+			active[d.ID] = *op
+		}
+	}
+	return deps, active, translate(rows.Err())
+}
+
 // Deployments implements fleet.Store.
 func (s *FleetStore) Deployments(ctx context.Context, f fleet.DeploymentFilter, after string, limit int) ([]fleet.Deployment, error) {
 	var w where

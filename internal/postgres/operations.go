@@ -119,7 +119,7 @@ func operationsByID(ctx context.Context, q interface {
 	if len(valid) == 0 {
 		return out, nil
 	}
-	rows, err := q.Query(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = ANY($1::uuid[]) `+lock, valid)
+	rows, err := q.Query(ctx, `SELECT `+sqlOperationColumns+` FROM operations WHERE id = ANY($1::text[]::uuid[]) `+lock, valid)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func operationsByID(ctx context.Context, q interface {
 		out[o.ID] = o
 	}
 	rows, err = q.Query(ctx, `SELECT operation_id::text, n, version, revision, state, published_at, finished_at FROM operation_steps
-WHERE operation_id = ANY($1::uuid[]) ORDER BY operation_id, n`, valid)
+WHERE operation_id = ANY($1::text[]::uuid[]) ORDER BY operation_id, n`, valid)
 	if err != nil {
 		return nil, err
 	}
@@ -217,11 +217,11 @@ func (s *FleetStore) CreateOperations(ctx context.Context, ops []fleet.Operation
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		clear(errs)
 		// Lock first, then read (as lockDeployment does).
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM deployments WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, ids); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM deployments WHERE id = ANY($1::text[]::uuid[]) ORDER BY id FOR UPDATE`, ids); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT `+sqlDeploymentColumns+`, (SELECT max(n) FROM revisions WHERE deployment_id = d.id)`+
-			sqlDeploymentFrom+` WHERE d.id = ANY($1::uuid[])`, ids)
+			sqlDeploymentFrom+` WHERE d.id = ANY($1::text[]::uuid[])`, ids)
 		if err != nil {
 			return err
 		}
@@ -242,7 +242,7 @@ func (s *FleetStore) CreateOperations(ctx context.Context, ops []fleet.Operation
 			return err
 		}
 		active := map[string]string{} // deployment -> its active operation
-		rows, err = tx.Query(ctx, `SELECT deployment_id::text, id::text FROM operations WHERE deployment_id = ANY($1::uuid[]) AND state IN ('queued', 'running')`, ids)
+		rows, err = tx.Query(ctx, `SELECT deployment_id::text, id::text FROM operations WHERE deployment_id = ANY($1::text[]::uuid[]) AND state IN ('queued', 'running')`, ids)
 		if err != nil {
 			return err
 		}
@@ -895,7 +895,7 @@ func (s *FleetStore) applyVisits(ctx context.Context, chunk []pendingVisit, now 
 		}
 		// Due again at the next pass (recordVisit, for all of them).
 		_, err := tx.Exec(ctx, `UPDATE operations o SET visited_generation = x.gen, recheck_at = $3
-FROM unnest($1::uuid[], $2::bigint[]) AS x(id, gen) WHERE o.id = x.id`, ids, gens, now)
+FROM unnest($1::text[]::uuid[], $2::bigint[]) AS x(id, gen) WHERE o.id = x.id`, ids, gens, now)
 		return err
 	})
 	if err != nil {

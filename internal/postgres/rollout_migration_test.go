@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -87,4 +88,44 @@ FROM generate_series(1, 4) n`)
 	require.NoError(t, member(2, false, &dep, false), "an inactive member holds nothing")
 	require.NoError(t, member(3, true, nil, true))
 	assert.ErrorContains(t, member(4, true, nil, true), "rollout_members_active_install")
+}
+
+// TestRolloutMembersReferTheirRollout: migration 00019's statement triggers
+// keep what the foreign key kept: no member of a missing rollout (in a
+// statement of many rows too), a member's rollout never changes, deleting a
+// rollout deletes its members.
+func TestRolloutMembersReferTheirRollout(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at, deadline_at, created_by, created_at, updated_at)
+SELECT ('00000000-0000-0000-0000-00000000000'||n)::uuid, 'app', 'upgrade', '{}', '[]', 'running', 'started', now(), now(), 't', now(), now()
+FROM generate_series(1, 2) n`)
+	require.NoError(t, err)
+	members := func(rollouts ...int) error {
+		_, err := pool.Exec(ctx, `INSERT INTO rollout_members (rollout_id, ord, application_id, install, client_id, device_id,
+  classification, status, active, updated_at)
+SELECT ('00000000-0000-0000-0000-00000000000'||r)::uuid, ord::int - 1, 'app', false, 'c', 'd'||ord, 'eligible', 'pending', false, now()
+FROM unnest($1::int[]) WITH ORDINALITY AS x(r, ord)`, rollouts)
+		return err
+	}
+	count := func() (n int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM rollout_members`).Scan(&n))
+		return n
+	}
+	err = members(1, 1, 3)
+	require.Error(t, err, "a member of no rollout, among members of one")
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, "23503", pe.Code)
+	assert.Equal(t, "rollout_members_rollout_id_fkey", pe.ConstraintName)
+	assert.Zero(t, count(), "nothing of the statement stays")
+	require.NoError(t, members(1, 1, 2))
+	_, err = pool.Exec(ctx, `UPDATE rollout_members SET rollout_id = '00000000-0000-0000-0000-000000000002' WHERE ord = 0`)
+	assert.ErrorContains(t, err, "does not change")
+	_, err = pool.Exec(ctx, `UPDATE rollout_members SET status = 'in-progress' WHERE ord = 0`)
+	require.NoError(t, err, "other columns change")
+	_, err = pool.Exec(ctx, `DELETE FROM rollouts WHERE id = '00000000-0000-0000-0000-000000000001'`)
+	require.NoError(t, err)
+	assert.Equal(t, 1, count(), "the deleted rollout's members went with it")
 }
