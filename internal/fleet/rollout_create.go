@@ -492,7 +492,8 @@ func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor A
 	r := Rollout{ID: newUUID(), ApplicationID: req.ApplicationID, Request: req,
 		State: lifecycle.InitialRolloutState, Cause: lifecycle.RolloutCauseStarted, StateChangedAt: now,
 		CurrentWave: 1, CreatedAt: now, UpdatedAt: now, CreatedBy: createdBy, Generation: 1}
-	err := s.store.InsertRollout(ctx, func(write func([]RolloutMember) error) (Rollout, []lifecycle.Event, error) {
+	r.Action = req.Spec.Action
+	err := s.store.InsertRollout(ctx, r, func(write func([]RolloutMember) error) (Rollout, []lifecycle.Event, error) {
 		res, err := s.resolve(ctx, req, now, write)
 		if err != nil {
 			return r, nil, err

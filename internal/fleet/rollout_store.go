@@ -25,17 +25,19 @@ type RolloutStore interface {
 	// DeviceCapabilities returns the capabilities documents of these
 	// devices (client id, device id; unknown ones are left out).
 	DeviceCapabilities(ctx context.Context, devices [][2]string) (map[[2]string]json.RawMessage, error)
-	// InsertRollout stores a new rollout. It first calls fill, which
-	// gives the rollout's members to write page by page, in order of Ord
-	// (their Wave is not read: an eligible member's wave follows from its
-	// place among the eligible ones and the waves' ResolvedSize, as
-	// lifecycle.WaveStarts and WaveAt say), and returns the rollout and its
-	// events; then it stores the rollout with its members, its first
-	// history row and events, in one transaction. fill's error is returned
-	// as it is, and nothing is stored. Returns ECONFLICT (rollout-member)
-	// when an eligible member became a member of another active rollout
-	// meanwhile (nothing is stored).
-	InsertRollout(ctx context.Context, fill func(write func([]RolloutMember) error) (Rollout, []lifecycle.Event, error)) error
+	// InsertRollout stores a new rollout: head is the rollout as known
+	// before its members (id, application, action, request, creation).
+	// It calls fill, which gives the rollout's members to write page by
+	// page, in order of Ord (their Wave is not read: an eligible member's
+	// wave follows from its place among the eligible ones and the waves'
+	// ResolvedSize, as lifecycle.WaveStarts and WaveAt say), and returns
+	// the rollout (its waves, state, deadline) and its events; the
+	// rollout, its members, its first history rows and events are stored
+	// in one transaction. fill's error is returned as it is, and nothing
+	// is stored. Returns ECONFLICT (rollout-member) when an eligible member
+	// became a member of another active rollout meanwhile (nothing is
+	// stored).
+	InsertRollout(ctx context.Context, head Rollout, fill func(write func([]RolloutMember) error) (Rollout, []lifecycle.Event, error)) error
 	// Rollout returns one rollout with its history and counts (overall and
 	// per wave). Returns ENOTFOUND.
 	Rollout(ctx context.Context, id string) (Rollout, error)

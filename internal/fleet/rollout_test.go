@@ -1354,10 +1354,11 @@ func TestRolloutPlacementReadsIdentity(t *testing.T) {
 
 // TestConcurrentCreationsOnASmallPool: rollout creations running at once
 // complete on a pool smaller than their number. Each creation's resolve
-// needs connections of its own (the next page, versions, operations); the
-// members it stages used to pin a connection for the whole creation (a
-// temporary table), so that a few concurrent creations held every
-// connection and waited forever for another.
+// needs connections of its own (the next page, versions, operations); a
+// creation's transaction, which receives its members as they are
+// classified, holds a connection of its own outside the pool (it used to
+// pin a pooled one for the whole creation, so that a few concurrent
+// creations held every connection and waited forever for another).
 func TestConcurrentCreationsOnASmallPool(t *testing.T) {
 	e := newRolloutEnv(t, hopVersions)
 	clients := []string{"c0", "c1", "c2", "c3"}
@@ -1387,9 +1388,9 @@ func TestConcurrentCreationsOnASmallPool(t *testing.T) {
 	for range clients {
 		require.NoError(t, <-errs)
 	}
-	var staged int
-	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM rollout_stage`).Scan(&staged))
-	assert.Zero(t, staged, "no stage is left behind")
+	var members int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM rollout_members WHERE active`).Scan(&members))
+	assert.Equal(t, 12, members, "each creation stored its members")
 }
 
 // TestRolloutPagesAnyCollation: a rollout's candidates are paged in byte

@@ -31,6 +31,8 @@ type FleetStore struct {
 	reports   reportCache
 	// copyMin, when not 0, replaces copyRowsMin in creations (tests).
 	copyMin int
+	// creating holds a token per rollout creation writing (maxCreating).
+	creating chan struct{}
 }
 
 var _ fleet.Store = (*FleetStore)(nil)
@@ -41,7 +43,7 @@ func NewFleetStore(pool *pgxpool.Pool, retention int) *FleetStore {
 	if retention <= 0 {
 		retention = ReportRetention
 	}
-	return &FleetStore{pool: pool, retention: retention}
+	return &FleetStore{pool: pool, retention: retention, creating: make(chan struct{}, maxCreating)}
 }
 
 func notFound(format string, args ...any) error {

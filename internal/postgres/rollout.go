@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -77,8 +77,11 @@ func wavesJSON(ws []fleet.RolloutWave) (string, error) {
 
 // readCounts fills r's counts, overall and per wave, from its members.
 func readCounts(ctx context.Context, q reader, r *fleet.Rollout) error {
-	rows, err := q.Query(ctx, `SELECT wave, status, classification, coalesce(reason, ''), count(*) FROM rollout_members
-WHERE rollout_id = $1 GROUP BY 1, 2, 3, 4`, r.ID)
+	// An eligible member's wave (from 0) is the number of wave starts at
+	// or below its place (lifecycle.WaveAt): width_bucket, with a last
+	// bound no place reaches.
+	rows, err := q.Query(ctx, `SELECT width_bucket(place, $2::int[]), status, classification, coalesce(reason, ''), count(*) FROM rollout_members
+WHERE rollout_id = $1 GROUP BY 1, 2, 3, 4`, r.ID, append(waveStarts(r.Waves), math.MaxInt32))
 	if err != nil {
 		return err
 	}
@@ -177,24 +180,54 @@ func (s *FleetStore) Rollouts(ctx context.Context, f fleet.RolloutFilter, after 
 	return rs, nil
 }
 
+// waveStarts are the places at which the waves after the first start
+// (lifecycle.WaveStarts of their resolved sizes).
+func waveStarts(ws []fleet.RolloutWave) []int {
+	sizes := make([]int, len(ws))
+	for i, w := range ws {
+		sizes[i] = w.ResolvedSize
+	}
+	return lifecycle.WaveStarts(sizes)
+}
+
+// rolloutWaveStarts reads the wave starts of rollout id (ENOTFOUND when
+// there is no such rollout).
+func rolloutWaveStarts(ctx context.Context, q reader, id string) ([]int, error) {
+	var waves string
+	err := q.QueryRow(ctx, `SELECT waves::text FROM rollouts WHERE id = $1`, id).Scan(&waves)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("There is no rollout %s.", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ws []fleet.RolloutWave
+	if err := json.Unmarshal([]byte(waves), &ws); err != nil {
+		return nil, fmt.Errorf("rollout %s: waves: %w", id, err)
+	}
+	return waveStarts(ws), nil
+}
+
 const sqlMemberColumns = `ord, client_id, device_id, coalesce(deployment_id::text, ''), classification, coalesce(reason, ''), reason_detail,
-supplier_reason, plan::text, wave, status, coalesce(operation_id::text, ''), from_version, from_revision, profile_id, restore_revision, result,
+supplier_reason, plan::text, place, status, coalesce(operation_id::text, ''), from_version, from_revision, profile_id, restore_revision, result,
 revert_outcome, revert_to, coalesce(revert_operation::text, ''), revert_detail, revert_forced, updated_at`
 
-func scanMember(row pgx.Row) (fleet.RolloutMember, error) {
+// scanMember reads sqlMemberColumns; the member's wave is the one of its
+// place among the wave starts (nil: Wave left 0).
+func scanMember(row pgx.Row, starts []int) (fleet.RolloutMember, error) {
 	var m fleet.RolloutMember
 	var reason, status string
 	var plan, outcome *string
-	var wave *int
+	var place *int
 	var rv fleet.MemberRevert
 	if err := row.Scan(&m.Ord, &m.ClientID, &m.DeviceID, &m.DeploymentID, &m.Classification, &reason, &m.ReasonDetail, &m.SupplierReason,
-		&plan, &wave, &status, &m.OperationID, &m.FromVersion, &m.FromRevision, &m.ProfileID, &m.RestoreRevision, &m.Result,
+		&plan, &place, &status, &m.OperationID, &m.FromVersion, &m.FromRevision, &m.ProfileID, &m.RestoreRevision, &m.Result,
 		&outcome, &rv.ToRevision, &rv.OperationID, &rv.Reason, &rv.Forced, &m.UpdatedAt); err != nil {
 		return m, err
 	}
 	m.Reason, m.Status = lifecycle.ExclusionReason(reason), lifecycle.MemberStatus(status)
-	if wave != nil {
-		m.Wave = *wave + 1
+	if place != nil && starts != nil {
+		m.Wave = lifecycle.WaveAt(starts, *place) + 1
 	}
 	if plan != nil {
 		m.Plan = &lifecycle.MemberPlan{}
@@ -214,11 +247,16 @@ func (s *FleetStore) RolloutMembers(ctx context.Context, id string, f fleet.Memb
 	if !validUUID(id) {
 		return nil, notFound("There is no rollout %s.", id)
 	}
+	starts, err := rolloutWaveStarts(ctx, s.pool, id)
+	if err != nil {
+		return nil, translate(err)
+	}
 	var w where
 	w.add("rollout_id = $?::uuid", id)
 	w.add("ord > $?", after)
 	if f.Wave > 0 {
-		w.add("wave = $?", f.Wave-1)
+		lo, hi := wavePlaces(starts, f.Wave-1)
+		w.add("place >= $? AND place < $?", lo, hi)
 	}
 	if f.Status != "" {
 		w.add("status = $?", string(f.Status))
@@ -245,20 +283,27 @@ func (s *FleetStore) RolloutMembers(ctx context.Context, id string, f fleet.Memb
 	if err != nil {
 		return nil, translate(err)
 	}
-	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutMember, error) { return scanMember(row) })
+	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutMember, error) { return scanMember(row, starts) })
 	if err != nil {
 		return nil, translate(err)
 	}
-	if len(ms) == 0 {
-		var exists bool
-		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rollouts WHERE id = $1)`, id).Scan(&exists); err != nil {
-			return nil, translate(err)
-		}
-		if !exists {
-			return nil, notFound("There is no rollout %s.", id)
-		}
-	}
 	return ms, nil
+}
+
+// wavePlaces returns the places [lo, hi) of wave k (from 0) given its
+// rollout's wave starts.
+func wavePlaces(starts []int, k int) (lo, hi int) {
+	lo, hi = 0, math.MaxInt32
+	if k > 0 && k-1 < len(starts) {
+		lo = starts[k-1]
+	}
+	if k < len(starts) {
+		hi = starts[k]
+	}
+	if k > len(starts) {
+		lo = hi // no such wave: no member
+	}
+	return lo, hi
 }
 
 // ---- candidates ----
@@ -481,14 +526,14 @@ func (s *FleetStore) candidateRevisions(ctx context.Context, cands []fleet.Rollo
 
 // ---- creation ----
 
-// stagedColumns are the columns of a member that resolving it decides;
-// InsertRollout stages them in a temporary table as they come, then adds
-// the rollout's own (id, application, install, wave, active, updated_at)
-// when it inserts them all at once.
-var stagedColumns = []string{"stage_id", "ord", "client_id", "device_id", "deployment_id", "classification", "reason", "reason_detail",
-	"supplier_reason", "plan", "status", "from_version", "from_revision", "profile_id", "restore_revision"}
+// memberColumns are the columns InsertRollout copies a member into.
+var memberColumns = []string{"rollout_id", "ord", "application_id", "install", "client_id", "device_id", "deployment_id", "classification",
+	"reason", "reason_detail", "supplier_reason", "plan", "place", "status", "from_version", "from_revision", "profile_id",
+	"restore_revision", "active", "updated_at"}
 
-func stagedRow(m fleet.RolloutMember) ([]any, error) {
+// memberRow is m's row of rollout r (memberColumns); place is m's place
+// among the eligible members (nil when excluded).
+func memberRow(r fleet.Rollout, m fleet.RolloutMember, place any) ([]any, error) {
 	var dep, reason, plan any
 	if m.DeploymentID != "" {
 		dep = m.DeploymentID
@@ -503,54 +548,74 @@ func stagedRow(m fleet.RolloutMember) ([]any, error) {
 		}
 		plan = string(b)
 	}
-	return []any{m.Ord, m.ClientID, m.DeviceID, dep, m.Classification, reason, m.ReasonDetail, m.SupplierReason, plan,
-		string(m.Status), m.FromVersion, m.FromRevision, m.ProfileID, m.RestoreRevision}, nil
+	return []any{r.ID, m.Ord, r.ApplicationID, r.Action == lifecycle.RolloutInstall, m.ClientID, m.DeviceID, dep, m.Classification,
+		reason, m.ReasonDetail, m.SupplierReason, plan, place, string(m.Status), m.FromVersion, m.FromRevision, m.ProfileID,
+		m.RestoreRevision, m.Classification == fleet.ClassEligible && m.Status != lifecycle.MemberExcluded, r.CreatedAt}, nil
 }
 
-// stageQueue is how many pages of members wait for their COPY into the
-// stage while the next ones are resolved.
-const stageQueue = 2
+// copyQueue is how many pages of members wait for their COPY while the
+// next ones are resolved.
+const copyQueue = 2
 
-// sqlStage is the temporary table of a rollout's members being resolved
-// (its session's; dropped when the creation ends).
-// sqlInsertStaged inserts the staged members of rollout $1: an eligible
-// member's wave is the number of wave starts ($5, lifecycle.WaveStarts
-// with a last bound no place reaches) at or below its place among the
-// eligible members, in order of ord.
-const sqlInsertStaged = `INSERT INTO rollout_members (rollout_id, ord, application_id, install, client_id, device_id, deployment_id,
-  classification, reason, reason_detail, supplier_reason, plan, wave, status, from_version, from_revision, profile_id, restore_revision,
-  active, updated_at)
-SELECT $1, ord, $2, $3, client_id, device_id, deployment_id, classification, reason, reason_detail, supplier_reason, plan,
-  CASE WHEN classification = 'eligible'
-    THEN width_bucket(row_number() OVER (PARTITION BY classification = 'eligible' ORDER BY ord) - 1, $5::bigint[]) END,
-  status, from_version, from_revision, profile_id, restore_revision, classification = 'eligible' AND status <> 'excluded', $4
-FROM rollout_stage WHERE stage_id = $6 ORDER BY ord`
+// maxCreating bounds the rollout creations writing at once, each on a
+// connection of its own (InsertRollout).
+const maxCreating = 2
 
-// InsertRollout implements fleet.RolloutStore. The members are staged, as
-// fill gives them, in the table rollout_stage under a stage id of their
-// own (each page's COPY its own short transaction on any pooled
-// connection: no transaction stays open, and no connection is held, while
-// the members are resolved, which needs connections of its own); the
-// rollout, its history, members (moved from the stage) and events are then
-// written in one transaction.
-func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]fleet.RolloutMember) error) (fleet.Rollout, []lifecycle.Event, error)) error {
-	stage := uuid.NewString()
-	// Stages a failed creation left behind (its cleanup below failed too).
-	if _, err := s.pool.Exec(ctx, `DELETE FROM rollout_stage WHERE staged_at < now() - interval '1 hour'`); err != nil {
+// InsertRollout implements fleet.RolloutStore. The rollout and its members
+// are written in one transaction, on a connection of its own outside the
+// pool (at most maxCreating at once): the resolution that gives the
+// members reads with pooled connections meanwhile, and a creation holding
+// a pooled connection while waiting for another could wait for ever on a
+// small pool. The members are copied into rollout_members as fill gives
+// them, by a writer goroutine one page behind the resolution (two
+// backends, two cores), after head's row (the rollout as known before its
+// members, so that the members' rollout exists: migration 00019's
+// trigger); the row is then updated to the rollout fill returns (its
+// waves, state, deadline), with its history and events.
+func (s *FleetStore) InsertRollout(ctx context.Context, head fleet.Rollout, fill func(write func([]fleet.RolloutMember) error) (fleet.Rollout, []lifecycle.Event, error)) error {
+	select {
+	case s.creating <- struct{}{}:
+		defer func() { <-s.creating }()
+	case <-ctx.Done():
+		return translate(ctx.Err())
+	}
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
 		return translate(err)
 	}
 	defer func() {
-		// Committed creations deleted their stage; this one's is deleted
-		// whatever happened.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_, _ = s.pool.Exec(dctx, `DELETE FROM rollout_stage WHERE stage_id = $1`, stage)
+		_ = conn.Close(cctx)
 	}()
-	// The pages are copied by a writer of their own, one page behind the
-	// resolution: the database stages a page while the next one is read
-	// and classified (two backends, two cores), at most stageQueue pages
-	// held in between.
-	pages := make(chan [][]any, stageQueue)
+	err = inTx(ctx, conn, func(tx pgx.Tx) error { return insertRollout(ctx, tx, head, fill) })
+	if id := busyConstraint(err); id != "" {
+		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: fleet.ProblemRolloutMember,
+			Message: "A member of this rollout became a member of another active rollout meanwhile; plan it again."}
+	}
+	return translate(err)
+}
+
+func insertRollout(ctx context.Context, tx pgx.Tx, head fleet.Rollout, fill func(write func([]fleet.RolloutMember) error) (fleet.Rollout, []lifecycle.Event, error)) error {
+	request, err := json.Marshal(head.Request)
+	if err != nil {
+		return err
+	}
+	inserted := false
+	insertHead := func() error {
+		if inserted {
+			return nil
+		}
+		inserted = true
+		_, err := tx.Exec(ctx, `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at, current_wave,
+  revert_on_abort, deadline_at, generation, created_by, created_at, updated_at)
+VALUES ($1, $2, $3, $4::jsonb, '[]', $5, $6, $7, 0, $8, $7, 1, $9, $7, $7)`,
+			head.ID, head.ApplicationID, string(head.Action), string(request), string(head.State), string(head.Cause), head.CreatedAt,
+			head.Request.RevertOnAbort, head.CreatedBy)
+		return err
+	}
+	// The writer: the transaction is its own while fill runs.
+	pages := make(chan [][]any, copyQueue)
 	failed := make(chan struct{}) // closed when the writer failed (copyErr set)
 	done := make(chan struct{})   // closed when the writer ended
 	var copyErr error
@@ -560,8 +625,12 @@ func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]f
 			if copyErr != nil {
 				continue // drained: the resolution stops at its next page
 			}
-			if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{"rollout_stage"}, stagedColumns, pgx.CopyFromRows(rows)); err != nil {
-				copyErr = translate(err)
+			err := insertHead()
+			if err == nil {
+				_, err = tx.CopyFrom(ctx, pgx.Identifier{"rollout_members"}, memberColumns, pgx.CopyFromRows(rows))
+			}
+			if err != nil {
+				copyErr = err
 				close(failed)
 			}
 		}
@@ -569,14 +638,19 @@ func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]f
 	var closeOnce sync.Once
 	stopWriter := func() { closeOnce.Do(func() { close(pages); <-done }) }
 	defer stopWriter() // also when fill panics: the writer is not left waiting
+	eligible := 0
 	r, events, err := fill(func(ms []fleet.RolloutMember) error {
 		rows := make([][]any, 0, len(ms))
 		for _, m := range ms {
-			row, err := stagedRow(m)
+			var place any
+			if m.Classification == fleet.ClassEligible {
+				place, eligible = eligible, eligible+1
+			}
+			row, err := memberRow(head, m, place)
 			if err != nil {
 				return err
 			}
-			rows = append(rows, append([]any{stage}, row...))
+			rows = append(rows, row)
 		}
 		select {
 		case pages <- rows:
@@ -592,73 +666,44 @@ func (s *FleetStore) InsertRollout(ctx context.Context, fill func(write func([]f
 	if err != nil {
 		return err
 	}
-	request, err := json.Marshal(r.Request)
-	if err != nil {
+	if err := insertHead(); err != nil {
 		return err
 	}
 	waves, err := wavesJSON(r.Waves)
 	if err != nil {
 		return err
 	}
-	sizes := make([]int, len(r.Waves))
-	for i, w := range r.Waves {
-		sizes[i] = w.ResolvedSize
+	var waiting any
+	if r.Waiting != nil {
+		b, err := json.Marshal(r.Waiting)
+		if err != nil {
+			return err
+		}
+		waiting = string(b)
 	}
-	starts := append(lifecycle.WaveStarts(sizes), math.MaxInt32)
-	err = inTx(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at, current_wave,
-  revert_on_abort, deadline_at, generation, created_by, created_at, updated_at)
-VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 0, $9, $10, 1, $11, $8, $8)`,
-			r.ID, r.ApplicationID, string(r.Action), string(request), waves, string(r.State), string(r.Cause), r.CreatedAt,
-			r.Request.RevertOnAbort, r.DeadlineAt, r.CreatedBy); err != nil {
-			return err
-		}
-		history := r.History
-		if len(history) == 0 {
-			history = []fleet.RolloutTransition{{To: r.State, Cause: r.Cause, At: r.CreatedAt, Actor: r.CreatedBy}}
-		}
-		for _, h := range history {
-			var from *string
-			if h.From != "" {
-				f := string(h.From)
-				from = &f
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO rollout_history (rollout_id, from_state, to_state, cause, at, actor, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-				r.ID, from, string(h.To), string(h.Cause), h.At, h.Actor, h.Detail); err != nil {
-				return err
-			}
-		}
-		if r.Waiting != nil {
-			b, err := json.Marshal(r.Waiting)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `UPDATE rollouts SET waiting = $2::jsonb WHERE id = $1`, r.ID, string(b)); err != nil {
-				return err
-			}
-		}
-		// Its two sorts of the members (by place among the eligible, then
-		// by ord) in memory: 100,000 members are ~12 MB each, which the
-		// default work_mem (4 MB) sent to disk.
-		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '32MB'`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, sqlInsertStaged, r.ID, r.ApplicationID, r.Action == lifecycle.RolloutInstall, r.CreatedAt, starts, stage); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM rollout_stage WHERE stage_id = $1`, stage); err != nil {
-			return err
-		}
-		if err := AppendEvents(ctx, tx, events); err != nil {
-			return err
-		}
-		return auditChange(ctx, tx, r.CreatedAt, true)
-	})
-	if id := busyConstraint(err); id != "" {
-		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: fleet.ProblemRolloutMember,
-			Message: "A member of this rollout became a member of another active rollout meanwhile; plan it again."}
+	if _, err := tx.Exec(ctx, `UPDATE rollouts SET action = $2, waves = $3::jsonb, state = $4, cause = $5, deadline_at = $6, waiting = $7::jsonb
+WHERE id = $1`, r.ID, string(r.Action), waves, string(r.State), string(r.Cause), r.DeadlineAt, waiting); err != nil {
+		return err
 	}
-	return translate(err)
+	history := r.History
+	if len(history) == 0 {
+		history = []fleet.RolloutTransition{{To: r.State, Cause: r.Cause, At: r.CreatedAt, Actor: r.CreatedBy}}
+	}
+	for _, h := range history {
+		var from *string
+		if h.From != "" {
+			f := string(h.From)
+			from = &f
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO rollout_history (rollout_id, from_state, to_state, cause, at, actor, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			r.ID, from, string(h.To), string(h.Cause), h.At, h.Actor, h.Detail); err != nil {
+			return err
+		}
+	}
+	if err := AppendEvents(ctx, tx, events); err != nil {
+		return err
+	}
+	return auditChange(ctx, tx, r.CreatedAt, true)
 }
 
 // busyConstraint returns the name of the active-membership index err
@@ -801,25 +846,36 @@ FROM operations o WHERE m.rollout_id = $1 AND m.revert_outcome IN ('pending', 'i
 		if err != nil {
 			return err
 		}
-		unpublished, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutMember, error) { return scanMember(row) })
+		unpublished, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutMember, error) { return scanMember(row, nil) })
 		return err
 	})
 	return moved, unpublished, translate(err)
 }
 
 // ReserveRolloutMembers implements fleet.RolloutStore.
+// The members of the wave are those whose places are in its range, taken
+// in order of place (the order of ord among the eligible) through
+// rollout_members_place.
 func (s *FleetStore) ReserveRolloutMembers(ctx context.Context, id, owner string, gen int64, wave, n int, now time.Time) ([]fleet.RolloutMember, error) {
-	rows, err := s.pool.Query(ctx, `WITH r AS (SELECT id FROM rollouts WHERE id = $1 AND generation = $2 AND state = 'running' AND lease_owner = $6 FOR UPDATE),
-picked AS (SELECT ord AS pick FROM rollout_members WHERE rollout_id = $1 AND wave = $3 AND status = 'pending' AND EXISTS (SELECT 1 FROM r)
-  ORDER BY ord LIMIT $4 FOR UPDATE)
-UPDATE rollout_members m SET status = 'in-progress', operation_id = gen_random_uuid(),
-  deployment_id = CASE WHEN m.install THEN gen_random_uuid() ELSE m.deployment_id END, updated_at = $5
-FROM picked WHERE m.rollout_id = $1 AND m.ord = picked.pick
-RETURNING `+sqlMemberColumns, id, gen, wave, n, now, owner)
+	if !validUUID(id) {
+		return nil, notFound("There is no rollout %s.", id)
+	}
+	starts, err := rolloutWaveStarts(ctx, s.pool, id)
 	if err != nil {
 		return nil, translate(err)
 	}
-	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutMember, error) { return scanMember(row) })
+	lo, hi := wavePlaces(starts, wave)
+	rows, err := s.pool.Query(ctx, `WITH r AS (SELECT id FROM rollouts WHERE id = $1 AND generation = $2 AND state = 'running' AND lease_owner = $6 FOR UPDATE),
+picked AS (SELECT ord AS pick FROM rollout_members WHERE rollout_id = $1 AND status = 'pending' AND place >= $3 AND place < $7
+  AND EXISTS (SELECT 1 FROM r) ORDER BY place LIMIT $4 FOR UPDATE)
+UPDATE rollout_members m SET status = 'in-progress', operation_id = gen_random_uuid(),
+  deployment_id = CASE WHEN m.install THEN gen_random_uuid() ELSE m.deployment_id END, updated_at = $5
+FROM picked WHERE m.rollout_id = $1 AND m.ord = picked.pick
+RETURNING `+sqlMemberColumns, id, gen, lo, n, now, owner, hi)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutMember, error) { return scanMember(row, starts) })
 	return ms, translate(err)
 }
 

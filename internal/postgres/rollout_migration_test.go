@@ -5,12 +5,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/pgtest"
+	"github.com/wfm-dev/wfm/internal/postgres"
 )
 
 // TestMigrationMirrorsRolloutTables keeps the triggers of migration 00009
@@ -128,4 +130,37 @@ FROM unnest($1::int[]) WITH ORDINALITY AS x(r, ord)`, rollouts)
 	_, err = pool.Exec(ctx, `DELETE FROM rollouts WHERE id = '00000000-0000-0000-0000-000000000001'`)
 	require.NoError(t, err)
 	assert.Equal(t, 1, count(), "the deleted rollout's members went with it")
+}
+
+// TestMigrateMemberPlaces: migration 00019 turns each member's stored wave
+// into its place among the eligible members (the waves then follow from
+// the places), and back when rolled back.
+func TestMigrateMemberPlaces(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := open(t, pgtest.EmptyURL(t))
+	require.NoError(t, postgres.MigrateTo(ctx, pool, 17))
+	_, err := pool.Exec(ctx, `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at,
+  deadline_at, created_by, created_at, updated_at) VALUES ('00000000-0000-0000-0000-0000000000a1', 'app', 'upgrade', '{}',
+  '[{"ResolvedSize": 1}, {"ResolvedSize": 2}, {"ResolvedSize": 2}]', 'running', 'started', now(), now(), 't', now(), now())`)
+	require.NoError(t, err)
+	// ord: 0 eligible wave 0; 1 excluded; 2, 3 wave 1; 4 excluded; 5, 6 wave 2.
+	_, err = pool.Exec(ctx, `INSERT INTO rollout_members (rollout_id, ord, application_id, install, client_id, device_id,
+  classification, reason, status, wave, active, updated_at)
+SELECT '00000000-0000-0000-0000-0000000000a1', ord::int - 1, 'app', false, 'c', 'd'||ord, CASE WHEN w IS NULL THEN 'excluded' ELSE 'eligible' END,
+  CASE WHEN w IS NULL THEN 'busy' END, CASE WHEN w IS NULL THEN 'excluded' ELSE 'pending' END, w, false, now()
+FROM unnest('{0,NULL,1,1,NULL,2,2}'::int[]) WITH ORDINALITY AS x(w, ord)`)
+	require.NoError(t, err)
+	column := func(name string) []*int {
+		rows, err := pool.Query(ctx, `SELECT `+name+` FROM rollout_members ORDER BY ord`)
+		require.NoError(t, err)
+		vs, err := pgx.CollectRows(rows, pgx.RowTo[*int])
+		require.NoError(t, err)
+		return vs
+	}
+	p := func(v int) *int { return &v }
+	require.NoError(t, postgres.MigrateTo(ctx, pool, 19))
+	assert.Equal(t, []*int{p(0), nil, p(1), p(2), nil, p(3), p(4)}, column("place"))
+	require.NoError(t, postgres.MigrateDownTo(ctx, pool, 17))
+	assert.Equal(t, []*int{p(0), nil, p(1), p(1), nil, p(2), p(2)}, column("wave"))
 }
