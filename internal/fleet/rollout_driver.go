@@ -36,8 +36,11 @@ const publishConcurrency = 8
 // maxPublishPerVisit bounds the members one visit publishes: then the
 // visit ends, and the scheduler's next pass (woken at once) visits the
 // operations just created before the rollout publishes more, so a large
-// wave gets going while it is still being published.
-const maxPublishPerVisit = 200
+// wave gets going while it is still being published. A first wave of 1%
+// of 100,000 is published in one visit (their deployments and active
+// operations are read at once; their operations are created 250 per
+// transaction).
+const maxPublishPerVisit = 1000
 
 // maxStepsPerVisit bounds the decisions one visit applies (publish, next
 // wave, publish...); the next pass goes on.
