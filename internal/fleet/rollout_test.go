@@ -150,7 +150,52 @@ func (e *rolloutEnv) rollout(id string) fleet.Rollout {
 	e.t.Helper()
 	r, err := e.s.Rollout(e.ctx, id)
 	require.NoError(e.t, err)
+	e.checkCounts(r)
 	return r
+}
+
+// checkCounts compares r's counts, which the store keeps from its
+// members' changes, with its members counted now (each eligible member's
+// wave from its place, lifecycle.WaveAt).
+func (e *rolloutEnv) checkCounts(r fleet.Rollout) {
+	e.t.Helper()
+	sizes := make([]int, len(r.Waves))
+	for i, w := range r.Waves {
+		sizes[i] = w.ResolvedSize
+	}
+	starts := lifecycle.WaveStarts(sizes)
+	want := fleet.RolloutCounts{ExcludedByReason: map[lifecycle.ExclusionReason]int{}}
+	waves := make([]lifecycle.WaveCounts, len(r.Waves))
+	rows, err := e.pool.Query(e.ctx, `SELECT place, status, classification, coalesce(reason, '') FROM rollout_members WHERE rollout_id = $1`, r.ID)
+	require.NoError(e.t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var place *int
+		var status, class, reason string
+		require.NoError(e.t, rows.Scan(&place, &status, &class, &reason))
+		st := lifecycle.MemberStatus(status)
+		want.Total++
+		if class == fleet.ClassEligible {
+			want.Eligible++
+		}
+		if st == lifecycle.MemberExcluded {
+			want.Excluded++
+			want.ExcludedByReason[lifecycle.ExclusionReason(reason)]++
+		}
+		want.ByStatus.AddN(st, 1)
+		if place != nil {
+			waves[lifecycle.WaveAt(starts, *place)].AddN(st, 1)
+		}
+	}
+	require.NoError(e.t, rows.Err())
+	got := r.Counts
+	if len(got.ExcludedByReason) == 0 && len(want.ExcludedByReason) == 0 {
+		got.ExcludedByReason, want.ExcludedByReason = nil, nil
+	}
+	assert.Equal(e.t, want, got, "rollout %s: the counts kept are the members counted", r.ID)
+	for i, w := range r.Waves {
+		assert.Equal(e.t, waves[i], w.Counts, "rollout %s: wave %d: the counts kept are the members counted", r.ID, i+1)
+	}
 }
 
 func (e *rolloutEnv) members(id string, f fleet.MemberFilter) []fleet.RolloutMember {

@@ -28,8 +28,8 @@ import (
 // fleet), operations only in flight (the partial index operations_due; the
 // outcomes are counted from the event log instead, see
 // telemetry.DomainCollector.ObserveEvent), rollouts whole (one row per
-// rollout), members only those of the newest active rollouts (index
-// rollout_members_wave), the webhook backlog at most
+// rollout), members only those of the newest active rollouts, from their
+// counts (rollout_count_deltas, migration 00020), the webhook backlog at most
 // telemetry.MaxWebhookBacklog events by primary key.
 // The due conditions are the scheduler's (sqlOperationDue, sqlRolloutDue).
 var sqlMetricsSnapshot = `
@@ -52,7 +52,8 @@ SELECT 'deployment', state, '', count(*), 0::float8 FROM deployments GROUP BY st
 UNION ALL SELECT 'operation', type, state, count(*), 0 FROM operations WHERE state IN ('queued', 'running') GROUP BY type, state
 UNION ALL SELECT 'rollout', state, '', count(*), 0 FROM rollouts GROUP BY state
 UNION ALL SELECT 'active', id::text, application_id || '|' || state, current_wave, waves FROM active
-UNION ALL SELECT 'member', m.rollout_id::text, m.status, count(*), 0 FROM rollout_members m JOIN active a ON a.id = m.rollout_id GROUP BY m.rollout_id, m.status
+UNION ALL SELECT 'member', c.rollout_id::text, c.status, sum(c.n), 0 FROM rollout_count_deltas c JOIN active a ON a.id = c.rollout_id
+  GROUP BY c.rollout_id, c.status HAVING sum(c.n) <> 0
 UNION ALL SELECT 'due', 'operation', '', count(*), coalesce(extract(epoch FROM $1 - min(since)), 0)::float8 FROM due_ops
 UNION ALL SELECT 'due', 'rollout', '', count(*), coalesce(extract(epoch FROM $1 - min(since)), 0)::float8 FROM due_rollouts
 UNION ALL SELECT 'webhook', '', '', count(*), coalesce(extract(epoch FROM $1 - min(at)), 0)::float8 FROM backlog`

@@ -77,11 +77,9 @@ func wavesJSON(ws []fleet.RolloutWave) (string, error) {
 
 // readCounts fills r's counts, overall and per wave, from its members.
 func readCounts(ctx context.Context, q reader, r *fleet.Rollout) error {
-	// An eligible member's wave (from 0) is the number of wave starts at
-	// or below its place (lifecycle.WaveAt): width_bucket, with a last
-	// bound no place reaches.
-	rows, err := q.Query(ctx, `SELECT width_bucket(place, $2::int[]), status, classification, coalesce(reason, ''), count(*) FROM rollout_members
-WHERE rollout_id = $1 GROUP BY 1, 2, 3, 4`, r.ID, append(waveStarts(r.Waves), math.MaxInt32))
+	// The deltas the members' triggers append (migration 00020), summed.
+	rows, err := q.Query(ctx, `SELECT wave, status, classification, reason, sum(n) FROM rollout_count_deltas
+WHERE rollout_id = $1 GROUP BY 1, 2, 3, 4 HAVING sum(n) <> 0`, r.ID)
 	if err != nil {
 		return err
 	}
@@ -91,9 +89,8 @@ WHERE rollout_id = $1 GROUP BY 1, 2, 3, 4`, r.ID, append(waveStarts(r.Waves), ma
 		r.Waves[i].Counts = lifecycle.WaveCounts{}
 	}
 	for rows.Next() {
-		var wave *int
+		var wave, n int
 		var status, class, reason string
-		var n int
 		if err := rows.Scan(&wave, &status, &class, &reason, &n); err != nil {
 			return err
 		}
@@ -107,8 +104,8 @@ WHERE rollout_id = $1 GROUP BY 1, 2, 3, 4`, r.ID, append(waveStarts(r.Waves), ma
 			r.Counts.ExcludedByReason[lifecycle.ExclusionReason(reason)] += n
 		}
 		r.Counts.ByStatus.AddN(s, n)
-		if wave != nil && *wave >= 0 && *wave < len(r.Waves) {
-			r.Waves[*wave].Counts.AddN(s, n)
+		if wave >= 0 && wave < len(r.Waves) {
+			r.Waves[wave].Counts.AddN(s, n)
 		}
 	}
 	return rows.Err()
@@ -841,6 +838,13 @@ FROM operations o WHERE m.rollout_id = $1 AND m.revert_outcome IN ('pending', 'i
 			return err
 		}
 		moved += int(tag.RowsAffected())
+		// The rollout's count deltas (migration 00020), compacted: one row
+		// per count.
+		if _, err := tx.Exec(ctx, `WITH d AS (DELETE FROM rollout_count_deltas WHERE rollout_id = $1 RETURNING *)
+INSERT INTO rollout_count_deltas (rollout_id, wave, status, classification, reason, n)
+SELECT rollout_id, wave, status, classification, reason, sum(n) FROM d GROUP BY 1, 2, 3, 4, 5 HAVING sum(n) <> 0`, id); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `SELECT `+sqlMemberColumns+` FROM rollout_members m WHERE rollout_id = $1 AND status = 'in-progress'
   AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.id = m.operation_id) ORDER BY ord`, id)
 		if err != nil {

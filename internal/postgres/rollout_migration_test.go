@@ -134,7 +134,7 @@ FROM unnest($1::int[]) WITH ORDINALITY AS x(r, ord)`, rollouts)
 
 // TestMigrateMemberPlaces: migration 00019 turns each member's stored wave
 // into its place among the eligible members (the waves then follow from
-// the places), and back when rolled back.
+// the places), and back when rolled back; 00020 counts them by wave.
 func TestMigrateMemberPlaces(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -161,6 +161,13 @@ FROM unnest('{0,NULL,1,1,NULL,2,2}'::int[]) WITH ORDINALITY AS x(w, ord)`)
 	p := func(v int) *int { return &v }
 	require.NoError(t, postgres.MigrateTo(ctx, pool, 19))
 	assert.Equal(t, []*int{p(0), nil, p(1), p(2), nil, p(3), p(4)}, column("place"))
+	// 00020 counts the members of the rollouts there are.
+	require.NoError(t, postgres.MigrateTo(ctx, pool, 20))
+	rows, err := pool.Query(ctx, `SELECT wave || ' ' || status || ' ' || sum(n) FROM rollout_count_deltas GROUP BY wave, status ORDER BY wave, status`)
+	require.NoError(t, err)
+	counts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	assert.Equal(t, []string{"-1 excluded 2", "0 pending 1", "1 pending 2", "2 pending 2"}, counts)
 	require.NoError(t, postgres.MigrateDownTo(ctx, pool, 17))
 	assert.Equal(t, []*int{p(0), nil, p(1), p(1), nil, p(2), p(2)}, column("wave"))
 }
