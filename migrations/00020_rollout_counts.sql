@@ -36,10 +36,12 @@ CREATE INDEX rollout_count_deltas_rollout ON rollout_count_deltas (rollout_id);
 CREATE FUNCTION rollout_members_count() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
+        -- The members of a rollout being created (its waves not sized yet)
+        -- are counted when its waves are sized (rollouts_wave_sizes).
         INSERT INTO rollout_count_deltas (rollout_id, wave, status, classification, reason, n)
         SELECT m.rollout_id, coalesce(width_bucket(m.place, s.starts), -1), m.status, m.classification, coalesce(m.reason, ''), count(*)
         FROM new_members m JOIN (SELECT id, rollout_wave_starts(waves) AS starts FROM rollouts
-                                 WHERE id IN (SELECT DISTINCT rollout_id FROM new_members)) s ON s.id = m.rollout_id
+                                 WHERE id IN (SELECT DISTINCT rollout_id FROM new_members) AND waves <> '[]') s ON s.id = m.rollout_id
         GROUP BY 1, 2, 3, 4, 5;
     ELSIF TG_OP = 'DELETE' THEN
         -- The rollout's own deletion deletes its deltas (rollouts_delete_members).
