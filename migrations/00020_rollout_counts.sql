@@ -87,8 +87,11 @@ BEGIN
     RETURN NULL;
 END $$;
 -- +goose StatementEnd
+-- Waves are sized when they are set ('[]': a rollout being created) and
+-- when their sizes change.
 CREATE TRIGGER rollouts_wave_sizes AFTER UPDATE OF waves ON rollouts FOR EACH ROW
-    WHEN (rollout_wave_starts(OLD.waves) IS DISTINCT FROM rollout_wave_starts(NEW.waves)) EXECUTE FUNCTION rollouts_recount();
+    WHEN ((OLD.waves = '[]') IS DISTINCT FROM (NEW.waves = '[]')
+          OR rollout_wave_starts(OLD.waves) IS DISTINCT FROM rollout_wave_starts(NEW.waves)) EXECUTE FUNCTION rollouts_recount();
 
 -- Deleting a rollout deletes its members (00019) and its counts.
 -- +goose StatementBegin
