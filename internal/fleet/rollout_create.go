@@ -314,21 +314,19 @@ func (s *Service) candidatePages(ctx context.Context, q CandidateQuery, install 
 		go func() {
 			defer close(done)
 			defer close(pages)
-			var after lifecycle.MemberKey
-			for {
-				cands, err := s.store.RolloutCandidates(ctx, q, after, s.candidatePage)
-				if err == nil && len(cands) == 0 {
-					return
-				}
+			err := s.store.RolloutCandidates(ctx, q, s.candidatePage, func(cands []RolloutCandidate) error {
 				select {
-				case pages <- candidatePageRead{cands: cands, err: err}:
+				case pages <- candidatePageRead{cands: cands}:
+					return nil
 				case <-ctx.Done():
-					return
+					return ctx.Err()
 				}
-				if err != nil || len(cands) < s.candidatePage {
-					return
+			})
+			if err != nil && ctx.Err() == nil {
+				select {
+				case pages <- candidatePageRead{err: err}:
+				case <-ctx.Done():
 				}
-				after = cands[len(cands)-1].key(install)
 			}
 		}()
 		defer func() {

@@ -12,16 +12,17 @@ import (
 // RolloutStore is what rollouts need of storage (part of Store). Each
 // method is one transaction.
 type RolloutStore interface {
-	// RolloutCandidates returns up to limit candidate members of a
-	// rollout whose keys come after after (the zero key: from the first),
-	// in their stable order (client id, device id, deployment id; the
-	// order of lifecycle.CompareMemberKeys), read set-based: for install,
-	// the registered devices matching q with the application's deployment
-	// on each (if any); otherwise the application's deployments (not
-	// removed) on devices matching q.
+	// RolloutCandidates reads the candidate members of a rollout, in one
+	// snapshot, in their stable order (client id, device id, deployment
+	// id; the order of lifecycle.CompareMemberKeys), set-based: for
+	// install, the registered devices matching q with the application's
+	// deployment on each (if any); otherwise the application's deployments
+	// (not removed) on devices matching q. It gives them to page pageSize
+	// at a time (the last page may be shorter), each page after page
+	// returned for the one before, and returns page's first error.
 	// A candidate's Capabilities are not read (see DeviceCapabilities); its
 	// FitKey is.
-	RolloutCandidates(ctx context.Context, q CandidateQuery, after lifecycle.MemberKey, limit int) ([]RolloutCandidate, error)
+	RolloutCandidates(ctx context.Context, q CandidateQuery, pageSize int, page func([]RolloutCandidate) error) error
 	// DeviceCapabilities returns the capabilities documents of these
 	// devices (client id, device id; unknown ones are left out).
 	DeviceCapabilities(ctx context.Context, devices [][2]string) (map[[2]string]json.RawMessage, error)

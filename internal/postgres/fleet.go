@@ -31,8 +31,9 @@ type FleetStore struct {
 	reports   reportCache
 	// copyMin, when not 0, replaces copyRowsMin in creations (tests).
 	copyMin int
-	// creating holds a token per rollout creation writing (maxCreating).
-	creating chan struct{}
+	// creating holds a token per rollout creation writing (maxCreating),
+	// resolving per candidate read (maxResolving).
+	creating, resolving chan struct{}
 }
 
 var _ fleet.Store = (*FleetStore)(nil)
@@ -43,7 +44,8 @@ func NewFleetStore(pool *pgxpool.Pool, retention int) *FleetStore {
 	if retention <= 0 {
 		retention = ReportRetention
 	}
-	return &FleetStore{pool: pool, retention: retention, creating: make(chan struct{}, maxCreating)}
+	return &FleetStore{pool: pool, retention: retention, creating: make(chan struct{}, maxCreating),
+		resolving: make(chan struct{}, maxResolving)}
 }
 
 func notFound(format string, args ...any) error {

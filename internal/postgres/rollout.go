@@ -305,13 +305,25 @@ func wavePlaces(starts []int, k int) (lo, hi int) {
 
 // ---- candidates ----
 
-// RolloutCandidates implements fleet.RolloutStore: one query for a page of
-// candidates (with their active operation; an install's with its active
-// rollout), keyset-paginated on the member key (index
-// deployments_rollout_order of migration 00013; the devices' primary key
-// for install), one for the page's active rollout memberships, one for the
-// revisions when asked.
-func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQuery, after lifecycle.MemberKey, limit int) ([]fleet.RolloutCandidate, error) {
+// maxResolving bounds the candidate reads (RolloutCandidates) running at
+// once, each on a connection of its own.
+const maxResolving = 4
+
+// RolloutCandidates implements fleet.RolloutStore: one query for all the
+// candidates (with their active operation and rollout membership; an
+// install's with its active rollout), read in one read-only transaction on
+// a connection of its own outside the pool (at most maxResolving at once):
+// its reader holds it while page runs, which reads with pooled connections
+// (and a creation's members are written on another connection of their
+// own). The candidates' order is the query's ORDER BY. Its plan joins the
+// deployments, their revisions and their devices by hash and sorts the
+// result once: at 100,000 deployments that took 0.8-1.0 s where pages of
+// 2,000 read by keyset, three index lookups per row, took 2.3-2.7 s
+// (measured alternately, one run, loaded machine). JIT is off (it compiled
+// the query for 1.4 s) and so are parallel workers (the reader competes
+// with the classification for two cores). The revisions (for a rollback)
+// are read a page at a time with a pooled connection.
+func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQuery, pageSize int, page func([]fleet.RolloutCandidate) error) error {
 	var w where
 	w.args = append(w.args, q.ApplicationID) // $1 in the queries below
 	w.add("dev.registered")
@@ -327,11 +339,7 @@ func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQue
 	}
 	selectorSQL(q.Selector, "dev.labels", &w)
 	var sql string
-	first := after == lifecycle.MemberKey{}
 	if q.Install {
-		if !first {
-			w.add(`(dev.client_id COLLATE "C", dev.id COLLATE "C") > ($?, $?)`, after.ClientID, after.DeviceID)
-		}
 		// The device, with the application's live deployment on it if any
 		// (the columns of the deployment are NULL otherwise).
 		sql = `SELECT dev.client_id, dev.id, dev.fit_key, ` + sqlLastSeen + `, d.id::text,
@@ -339,14 +347,8 @@ func (s *FleetStore) RolloutCandidates(ctx context.Context, q fleet.CandidateQue
      AND m.client_id = dev.client_id AND m.device_id = dev.id LIMIT 1)
 FROM devices dev LEFT JOIN LATERAL (SELECT d.id FROM deployments d WHERE d.client_id = dev.client_id AND d.device_id = dev.id
   AND d.application_id = $1 AND NOT d.removing LIMIT 1) d ON true
-WHERE ` + w.sql() + ` ORDER BY dev.client_id COLLATE "C", dev.id COLLATE "C" LIMIT ` + strconv.Itoa(limit)
+WHERE ` + w.sql() + ` ORDER BY dev.client_id COLLATE "C", dev.id COLLATE "C"`
 	} else {
-		if !first {
-			if !validUUID(after.DeploymentID) {
-				return nil, fmt.Errorf("rollout candidates after %v: not a deployment id", after)
-			}
-			w.add(`(d.client_id COLLATE "C", d.device_id COLLATE "C", d.id) > ($?, $?, $?::uuid)`, after.ClientID, after.DeviceID, after.DeploymentID)
-		}
 		if len(q.Versions) > 0 {
 			w.add("r.version = ANY($?)", q.Versions)
 		}
@@ -371,14 +373,38 @@ WHERE ` + w.sql() + ` ORDER BY dev.client_id COLLATE "C", dev.id COLLATE "C" LIM
   (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1),
   (SELECT m.rollout_id::text FROM rollout_members m WHERE m.active AND m.deployment_id = d.id)
 ` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id COLLATE "C" = d.client_id COLLATE "C" AND dev.id COLLATE "C" = d.device_id COLLATE "C"
-WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C", d.device_id COLLATE "C", d.id LIMIT ` + strconv.Itoa(limit)
+WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C", d.device_id COLLATE "C", d.id`
 	}
-	rows, err := s.pool.Query(ctx, sql, w.args...)
+	select {
+	case s.resolving <- struct{}{}:
+		defer func() { <-s.resolving }()
+	case <-ctx.Done():
+		return translate(ctx.Err())
+	}
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return nil, translate(err)
+		return translate(err)
 	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return translate(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL work_mem = '64MB'`); err != nil {
+		return translate(err)
+	}
+	rows, err := tx.Query(ctx, sql, w.args...)
+	if err != nil {
+		return translate(err)
+	}
+	defer rows.Close()
 	versions := versionCache{}
-	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fleet.RolloutCandidate, error) {
+	scan := func(row pgx.Rows) (fleet.RolloutCandidate, error) {
 		var c fleet.RolloutCandidate
 		var seen *time.Time
 		var busy, active *string
@@ -428,16 +454,36 @@ WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C"
 			c.ActiveOperation = *active
 		}
 		return c, nil
-	})
-	if err != nil {
-		return nil, translate(err)
 	}
-	if q.Revisions && !q.Install && len(cands) > 0 {
-		if err := s.candidateRevisions(ctx, cands); err != nil {
-			return nil, translate(err)
+	cands := make([]fleet.RolloutCandidate, 0, pageSize)
+	flush := func() error {
+		if len(cands) == 0 {
+			return nil
+		}
+		if q.Revisions && !q.Install {
+			if err := s.candidateRevisions(ctx, cands); err != nil {
+				return translate(err)
+			}
+		}
+		err := page(cands)
+		cands = make([]fleet.RolloutCandidate, 0, pageSize) // page may keep the last one
+		return err
+	}
+	for rows.Next() {
+		c, err := scan(rows)
+		if err != nil {
+			return translate(err)
+		}
+		if cands = append(cands, c); len(cands) == pageSize {
+			if err := flush(); err != nil {
+				return err
+			}
 		}
 	}
-	return cands, nil
+	if err := rows.Err(); err != nil {
+		return translate(err)
+	}
+	return flush()
 }
 
 // versionCache parses each stored version once per read: a page of
