@@ -5,7 +5,8 @@
 -- row lock per member): 2-2.5 s of a 5-6.5 s start at 100,000 members
 -- (measured alternately in one run, internal/fleet service-level profile).
 -- A statement trigger checks all the rows one statement inserted with one
--- anti-join instead; a member's rollout never changes; deleting a rollout
+-- anti-join instead (locking them as the key's check did); a member's
+-- rollout and a rollout's id never change; deleting a rollout
 -- deletes its members (as ON DELETE CASCADE did; nothing deletes rollouts
 -- today). The constraint's name stays the one errors report.
 ALTER TABLE rollout_members DROP CONSTRAINT rollout_members_rollout_id_fkey;
@@ -14,6 +15,9 @@ CREATE FUNCTION rollout_members_check_rollout() RETURNS trigger LANGUAGE plpgsql
 DECLARE
     missing uuid;
 BEGIN
+    -- The rollouts, locked against deletion until the transaction ends, as
+    -- the foreign key's check locked them.
+    PERFORM 1 FROM rollouts WHERE id IN (SELECT DISTINCT rollout_id FROM new_members) FOR KEY SHARE;
     SELECT n.rollout_id INTO missing FROM new_members n
     WHERE NOT EXISTS (SELECT 1 FROM rollouts r WHERE r.id = n.rollout_id) LIMIT 1;
     IF FOUND THEN
@@ -28,12 +32,14 @@ CREATE TRIGGER rollout_members_rollout AFTER INSERT ON rollout_members
 -- +goose StatementBegin
 CREATE FUNCTION rollout_members_rollout_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'a rollout member''s rollout does not change'
+    RAISE EXCEPTION 'a rollout''s id and a rollout member''s rollout do not change'
         USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'rollout_members_rollout_id_fkey';
 END $$;
 -- +goose StatementEnd
 CREATE TRIGGER rollout_members_rollout_fixed BEFORE UPDATE OF rollout_id ON rollout_members
     FOR EACH ROW WHEN (OLD.rollout_id IS DISTINCT FROM NEW.rollout_id) EXECUTE FUNCTION rollout_members_rollout_fixed();
+CREATE TRIGGER rollouts_id_fixed BEFORE UPDATE OF id ON rollouts
+    FOR EACH ROW WHEN (OLD.id IS DISTINCT FROM NEW.id) EXECUTE FUNCTION rollout_members_rollout_fixed();
 -- +goose StatementBegin
 CREATE FUNCTION rollouts_delete_members() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -51,7 +57,9 @@ CREATE TRIGGER rollouts_delete_members AFTER DELETE ON rollouts
 -- place among the eligible members (from 0; NULL when excluded), known as
 -- it is classified, and its wave follows from the place and the waves'
 -- resolved sizes (lifecycle.WaveStarts, WaveAt), which are only known once
--- every member is classified.
+-- every member is classified. The rename makes this release a stop-all
+-- upgrade (docs/deploy.md): the previous release reads and writes wave
+-- (and rollout_stage), and filling both would cost what is saved here.
 ALTER TABLE rollout_members RENAME COLUMN wave TO place;
 UPDATE rollout_members m SET place = e.place
 FROM (SELECT rollout_id, ord, row_number() OVER (PARTITION BY rollout_id ORDER BY ord) - 1 AS place
@@ -82,6 +90,7 @@ WHERE m.wave IS NOT NULL;
 CREATE INDEX rollout_members_wave ON rollout_members (rollout_id, wave, status);
 DROP TRIGGER rollouts_delete_members ON rollouts;
 DROP FUNCTION rollouts_delete_members();
+DROP TRIGGER rollouts_id_fixed ON rollouts;
 DROP TRIGGER rollout_members_rollout_fixed ON rollout_members;
 DROP FUNCTION rollout_members_rollout_fixed();
 DROP TRIGGER rollout_members_rollout ON rollout_members;

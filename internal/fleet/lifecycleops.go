@@ -145,8 +145,9 @@ func (s *Service) run(ctx context.Context, p Plan, dryRun bool, expect Precondit
 
 // ready refuses operations on a deployment that has one running, or cannot
 // take a new revision now.
-// active, when not nil, is the id of d's active operation ("" none) as
-// read with d (a rollout wave's members are read at once): not read again.
+// knownActive, when not nil, is the id of d's active operation ("" none)
+// as read with d (a rollout wave's members are read at once): not read
+// again.
 func (s *Service) ready(ctx context.Context, d Deployment, knownActive *string, kind lifecycle.OperationKind) error {
 	var active string
 	if knownActive != nil {

@@ -12,8 +12,9 @@ import (
 // RolloutStore is what rollouts need of storage (part of Store). Each
 // method is one transaction.
 type RolloutStore interface {
-	// RolloutCandidates reads the candidate members of a rollout, in one
-	// snapshot, in their stable order (client id, device id, deployment
+	// RolloutCandidates reads the candidate members of a rollout (in one
+	// snapshot, but for the revisions, read a page at a time when asked),
+	// in their stable order (client id, device id, deployment
 	// id; the order of lifecycle.CompareMemberKeys), set-based: for
 	// install, the registered devices matching q with the application's
 	// deployment on each (if any); otherwise the application's deployments

@@ -1472,3 +1472,4 @@ func TestRolloutPagesAnyCollation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 8, r.Counts.Eligible)
 }
+

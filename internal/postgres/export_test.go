@@ -103,3 +103,6 @@ func CopyAllRows(s *FleetStore) *FleetStore {
 
 // SmallBundle is smallBundle, for this package's external tests.
 const SmallBundle = smallBundle
+
+// WavePlaces is wavePlaces.
+func WavePlaces(starts []int, k int) (lo, hi int) { return wavePlaces(starts, k) }

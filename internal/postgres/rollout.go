@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-
 	"strconv"
 	"strings"
 	"sync"
@@ -75,7 +74,8 @@ func wavesJSON(ws []fleet.RolloutWave) (string, error) {
 	return string(b), err
 }
 
-// readCounts fills r's counts, overall and per wave, from its members.
+// readCounts fills r's counts, overall and per wave, from the deltas its
+// members' changes appended (migration 00020).
 func readCounts(ctx context.Context, q reader, r *fleet.Rollout) error {
 	// The deltas the members' triggers append (migration 00020), summed.
 	rows, err := q.Query(ctx, `SELECT wave, status, classification, reason, sum(n) FROM rollout_count_deltas
@@ -190,19 +190,12 @@ func waveStarts(ws []fleet.RolloutWave) []int {
 // rolloutWaveStarts reads the wave starts of rollout id (ENOTFOUND when
 // there is no such rollout).
 func rolloutWaveStarts(ctx context.Context, q reader, id string) ([]int, error) {
-	var waves string
-	err := q.QueryRow(ctx, `SELECT waves::text FROM rollouts WHERE id = $1`, id).Scan(&waves)
+	var starts []int
+	err := q.QueryRow(ctx, `SELECT coalesce(wave_starts, '{}') FROM rollouts WHERE id = $1`, id).Scan(&starts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("There is no rollout %s.", id)
 	}
-	if err != nil {
-		return nil, err
-	}
-	var ws []fleet.RolloutWave
-	if err := json.Unmarshal([]byte(waves), &ws); err != nil {
-		return nil, fmt.Errorf("rollout %s: waves: %w", id, err)
-	}
-	return waveStarts(ws), nil
+	return starts, err
 }
 
 const sqlMemberColumns = `ord, client_id, device_id, coalesce(deployment_id::text, ''), classification, coalesce(reason, ''), reason_detail,
@@ -362,8 +355,8 @@ WHERE ` + w.sql() + ` ORDER BY dev.client_id COLLATE "C", dev.id COLLATE "C"`
 		w.add("NOT d.removing")
 		// The installed revision's version is the desired one's when they
 		// are the same revision (a fleet at rest): no second revision read.
-		// The device is found through devices_rollout_order, the index in
-		// the order of the pages (C collation: byte comparisons).
+		// The devices are joined on their keys compared as bytes (C
+		// collation), the order of the candidates.
 		// Only the deployment's columns a classification reads: a plan
 		// decodes every deployment of the fleet.
 		sql = `SELECT dev.client_id, dev.id, dev.fit_key, ` + sqlLastSeen + `, d.id::text, r.version, r.profile_id, d.state, d.revision,
@@ -375,34 +368,28 @@ WHERE ` + w.sql() + ` ORDER BY dev.client_id COLLATE "C", dev.id COLLATE "C"`
 ` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id COLLATE "C" = d.client_id COLLATE "C" AND dev.id COLLATE "C" = d.device_id COLLATE "C"
 WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C", d.device_id COLLATE "C", d.id`
 	}
-	select {
-	case s.resolving <- struct{}{}:
-		defer func() { <-s.resolving }()
-	case <-ctx.Done():
-		return translate(ctx.Err())
-	}
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	// The connection is closed when the read ends, however it ends: that
+	// ends its transaction and an unread rest of the rows (no drain).
+	conn, release, err := s.ownConn(ctx, s.resolving)
 	if err != nil {
 		return translate(err)
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
+	defer release()
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return translate(err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL work_mem = '64MB'`); err != nil {
+	// No statement timeout: the one statement runs while page runs (ctx
+	// bounds it). work_mem: the hash tables and the sort of 100,000
+	// candidates (about 15 MB) in memory.
+	if _, err := tx.Exec(ctx, `SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL work_mem = '32MB';
+SET LOCAL statement_timeout = 0`); err != nil {
 		return translate(err)
 	}
 	rows, err := tx.Query(ctx, sql, w.args...)
 	if err != nil {
 		return translate(err)
 	}
-	defer rows.Close()
 	versions := versionCache{}
 	scan := func(row pgx.Rows) (fleet.RolloutCandidate, error) {
 		var c fleet.RolloutCandidate
@@ -616,32 +603,53 @@ const maxCreating = 2
 // trigger); the row is then updated to the rollout fill returns (its
 // waves, state, deadline), with its history and events.
 func (s *FleetStore) InsertRollout(ctx context.Context, head fleet.Rollout, fill func(write func([]fleet.RolloutMember) error) (fleet.Rollout, []lifecycle.Event, error)) error {
-	select {
-	case s.creating <- struct{}{}:
-		defer func() { <-s.creating }()
-	case <-ctx.Done():
-		return translate(ctx.Err())
-	}
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	conn, release, err := s.ownConn(ctx, s.creating)
 	if err != nil {
 		return translate(err)
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
+	defer release()
 	err = inTx(ctx, conn, func(tx pgx.Tx) error { return insertRollout(ctx, tx, head, fill) })
-	if id := busyConstraint(err); id != "" {
+	var pe *pgconn.PgError
+	if id := busyConstraint(err); id != "" || errors.As(err, &pe) && pe.Code == "55P03" {
 		return &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: fleet.ProblemRolloutMember,
 			Message: "A member of this rollout became a member of another active rollout meanwhile; plan it again."}
 	}
 	return translate(err)
 }
 
+// ownConn opens a connection outside the pool once sem has room for it;
+// release closes it (bounded by 5 s) and frees its place.
+func (s *FleetStore) ownConn(ctx context.Context, sem chan struct{}) (*pgx.Conn, func(), error) {
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		<-sem
+		return nil, nil, err
+	}
+	return conn, func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+		<-sem
+	}, nil
+}
+
+// creationLockTimeout bounds the wait of a creation's member COPY for a
+// member another creation (not yet committed) holds: the creation is
+// refused as a conflict instead of waiting for the other's whole
+// resolution.
+const creationLockTimeout = "2s"
+
 func insertRollout(ctx context.Context, tx pgx.Tx, head fleet.Rollout, fill func(write func([]fleet.RolloutMember) error) (fleet.Rollout, []lifecycle.Event, error)) error {
 	request, err := json.Marshal(head.Request)
 	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+creationLockTimeout+`'`); err != nil {
 		return err
 	}
 	inserted := false
@@ -712,6 +720,9 @@ VALUES ($1, $2, $3, $4::jsonb, '[]', $5, $6, $7, 0, $8, $7, 1, $9, $7, $7)`,
 	if err := insertHead(); err != nil {
 		return err
 	}
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = DEFAULT`); err != nil {
+		return err
+	}
 	waves, err := wavesJSON(r.Waves)
 	if err != nil {
 		return err
@@ -724,8 +735,10 @@ VALUES ($1, $2, $3, $4::jsonb, '[]', $5, $6, $7, 0, $8, $7, 1, $9, $7, $7)`,
 		}
 		waiting = string(b)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE rollouts SET action = $2, waves = $3::jsonb, state = $4, cause = $5, deadline_at = $6, waiting = $7::jsonb
-WHERE id = $1`, r.ID, string(r.Action), waves, string(r.State), string(r.Cause), r.DeadlineAt, waiting); err != nil {
+	// Setting the wave starts counts the members (migration 00020).
+	starts := waveStarts(r.Waves)
+	if _, err := tx.Exec(ctx, `UPDATE rollouts SET action = $2, waves = $3::jsonb, state = $4, cause = $5, deadline_at = $6, waiting = $7::jsonb,
+  wave_starts = $8 WHERE id = $1`, r.ID, string(r.Action), waves, string(r.State), string(r.Cause), r.DeadlineAt, waiting, starts); err != nil {
 		return err
 	}
 	history := r.History

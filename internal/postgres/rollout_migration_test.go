@@ -94,8 +94,8 @@ FROM generate_series(1, 4) n`)
 
 // TestRolloutMembersReferTheirRollout: migration 00019's statement triggers
 // keep what the foreign key kept: no member of a missing rollout (in a
-// statement of many rows too), a member's rollout never changes, deleting a
-// rollout deletes its members.
+// statement of many rows too), a member's rollout and a rollout's id never
+// change, deleting a rollout deletes its members.
 func TestRolloutMembersReferTheirRollout(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
@@ -124,7 +124,9 @@ FROM unnest($1::int[]) WITH ORDINALITY AS x(r, ord)`, rollouts)
 	assert.Zero(t, count(), "nothing of the statement stays")
 	require.NoError(t, members(1, 1, 2))
 	_, err = pool.Exec(ctx, `UPDATE rollout_members SET rollout_id = '00000000-0000-0000-0000-000000000002' WHERE ord = 0`)
-	assert.ErrorContains(t, err, "does not change")
+	assert.ErrorContains(t, err, "do not change")
+	_, err = pool.Exec(ctx, `UPDATE rollouts SET id = '00000000-0000-0000-0000-000000000003' WHERE id = '00000000-0000-0000-0000-000000000002'`)
+	assert.ErrorContains(t, err, "do not change", "a rollout's id does not change either")
 	_, err = pool.Exec(ctx, `UPDATE rollout_members SET status = 'in-progress' WHERE ord = 0`)
 	require.NoError(t, err, "other columns change")
 	_, err = pool.Exec(ctx, `DELETE FROM rollouts WHERE id = '00000000-0000-0000-0000-000000000001'`)
@@ -170,4 +172,38 @@ FROM unnest('{0,NULL,1,1,NULL,2,2}'::int[]) WITH ORDINALITY AS x(w, ord)`)
 	assert.Equal(t, []string{"-1 excluded 2", "0 pending 1", "1 pending 2", "2 pending 2"}, counts)
 	require.NoError(t, postgres.MigrateDownTo(ctx, pool, 17))
 	assert.Equal(t, []*int{p(0), nil, p(1), p(1), nil, p(2), p(2)}, column("wave"))
+}
+
+// TestWaveStartsInSQL: the wave SQL derives from a member's place and its
+// rollout's wave starts (width_bucket with a last bound no place reaches,
+// migration 00020) is lifecycle.WaveAt's, and wavePlaces gives each wave's
+// places; single waves and waves of size 0 included.
+func TestWaveStartsInSQL(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	for _, sizes := range [][]int{{5}, {1, 4}, {1, 0, 3, 2}, {0, 2}, {2, 0}, {1, 1, 1}} {
+		starts := lifecycle.WaveStarts(sizes)
+		total := 0
+		for _, n := range sizes {
+			total += n
+		}
+		for p := range total {
+			var got int
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT width_bucket($1::int, $2::int[] || 2147483647)`, p, starts).Scan(&got))
+			want := lifecycle.WaveAt(starts, p)
+			assert.Equal(t, want, got, "sizes %v place %d", sizes, p)
+			lo, hi := postgres.WavePlaces(starts, want)
+			assert.True(t, lo <= p && p < hi, "sizes %v: place %d in wave %d's places [%d, %d)", sizes, p, want, lo, hi)
+		}
+		for k, n := range sizes {
+			lo, hi := postgres.WavePlaces(starts, k)
+			if k == len(sizes)-1 {
+				assert.Equal(t, total-lo, n, "sizes %v: the last wave starts at %d", sizes, lo)
+			} else {
+				assert.Equal(t, n, hi-lo, "sizes %v wave %d", sizes, k)
+			}
+		}
+		lo, hi := postgres.WavePlaces(starts, len(sizes))
+		assert.Equal(t, lo, hi, "sizes %v: no wave after the last", sizes)
+	}
 }
