@@ -1472,4 +1472,3 @@ func TestRolloutPagesAnyCollation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 8, r.Counts.Eligible)
 }
-
