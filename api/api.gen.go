@@ -13710,6 +13710,20 @@ func (response CreateRollout404ApplicationProblemPlusJSONResponse) VisitCreateRo
 	return err
 }
 
+type CreateRollout409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateRollout409ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateRollout422ApplicationProblemPlusJSONResponse Problem
 
 func (response CreateRollout422ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {

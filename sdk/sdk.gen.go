@@ -4079,6 +4079,8 @@ type ClientInterface interface {
 	//   version does not define (`/upgrade/parameters/<name>`).
 	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
 	//   the member.
+	// * A member taken meanwhile by another rollout created at the same moment: 409 `rollout-member`;
+	//   nothing is created (create it again: the overlap is then excluded `busy`).
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -4113,6 +4115,8 @@ type ClientInterface interface {
 	//   version does not define (`/upgrade/parameters/<name>`).
 	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
 	//   the member.
+	// * A member taken meanwhile by another rollout created at the same moment: 409 `rollout-member`;
+	//   nothing is created (create it again: the overlap is then excluded `busy`).
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -5668,6 +5672,8 @@ func (c *Client) ListRollouts(ctx context.Context, params *ListRolloutsParams, r
 //     version does not define (`/upgrade/parameters/<name>`).
 //   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
 //     the member.
+//   - A member taken meanwhile by another rollout created at the same moment: 409 `rollout-member`;
+//     nothing is created (create it again: the overlap is then excluded `busy`).
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -5712,6 +5718,8 @@ func (c *Client) CreateRolloutWithBody(ctx context.Context, params *CreateRollou
 //     version does not define (`/upgrade/parameters/<name>`).
 //   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
 //     the member.
+//   - A member taken meanwhile by another rollout created at the same moment: 409 `rollout-member`;
+//     nothing is created (create it again: the overlap is then excluded `busy`).
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -11079,6 +11087,8 @@ type ClientWithResponsesInterface interface {
 	//   version does not define (`/upgrade/parameters/<name>`).
 	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
 	//   the member.
+	// * A member taken meanwhile by another rollout created at the same moment: 409 `rollout-member`;
+	//   nothing is created (create it again: the overlap is then excluded `busy`).
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -11113,6 +11123,8 @@ type ClientWithResponsesInterface interface {
 	//   version does not define (`/upgrade/parameters/<name>`).
 	// * The options member of the action missing, or another action's given: 422 `invalid-request` naming
 	//   the member.
+	// * A member taken meanwhile by another rollout created at the same moment: 409 `rollout-member`;
+	//   nothing is created (create it again: the overlap is then excluded `busy`).
 	// * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 	//
 	// 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -16164,6 +16176,8 @@ type CreateRolloutResponse struct {
 	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -16203,6 +16217,11 @@ func (r CreateRolloutResponse) GetApplicationproblemJSON403() *Problem {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r CreateRolloutResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateRolloutResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -19840,6 +19859,8 @@ func (c *ClientWithResponses) ListRolloutsWithResponse(ctx context.Context, para
 //     version does not define (`/upgrade/parameters/<name>`).
 //   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
 //     the member.
+//   - A member taken meanwhile by another rollout created at the same moment: 409 `rollout-member`;
+//     nothing is created (create it again: the overlap is then excluded `busy`).
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -19880,6 +19901,8 @@ func (c *ClientWithResponses) CreateRolloutWithBodyWithResponse(ctx context.Cont
 //     version does not define (`/upgrade/parameters/<name>`).
 //   - The options member of the action missing, or another action's given: 422 `invalid-request` naming
 //     the member.
+//   - A member taken meanwhile by another rollout created at the same moment: 409 `rollout-member`;
+//     nothing is created (create it again: the overlap is then excluded `busy`).
 //   - `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
 //
 // 201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -24967,6 +24990,13 @@ func ParseCreateRolloutResponse(rsp *http.Response) (*CreateRolloutResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Problem

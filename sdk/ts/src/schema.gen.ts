@@ -922,6 +922,8 @@ export interface paths {
          *       version does not define (`/upgrade/parameters/<name>`).
          *     * The options member of the action missing, or another action's given: 422 `invalid-request` naming
          *       the member.
+         *     * A member taken meanwhile by another rollout created at the same moment: 409 `rollout-member`;
+         *       nothing is created (create it again: the overlap is then excluded `busy`).
          *     * `POST /mgmt/v1/rollouts/plan` answers what this request would do, and changes nothing.
          *
          *     201 with the rollout, its URL in `Location` and its `ETag`. See docs/rollouts.md.
@@ -4852,6 +4854,7 @@ export interface operations {
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
             422: components["responses"]["Problem"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
