@@ -223,17 +223,22 @@ func queuePublish(p *pipeline, versions map[string]uint64, changes []*lifecycle.
 const smallBundle = 16
 
 // sqlSmallBundles reads, in bundle order, the pieces of the open entries of
-// the clients $1 that have at most $2 of them.
+// the clients $1 that have at most $2 of them. Whether a client is small is
+// decided by counting at most $2+1 of its open entries (a gateway's
+// thousands are not counted at every publication), and every part is a
+// lookup by client, whatever the plan cache holds: the work is
+// proportional to the small clients' entries, not to the clients' size.
 const sqlSmallBundles = `
-WITH small AS (
-    SELECT client_id FROM manifest_entries
-    WHERE client_id = ANY($1) AND to_version IS NULL
-    GROUP BY client_id HAVING count(*) <= $2)
-SELECT e.client_id, d.piece, coalesce(d.piece_crc, 0), coalesce(d.piece_size, 0)
-FROM manifest_entries e JOIN small s ON s.client_id = e.client_id
-JOIN documents d ON d.deployment_id = e.deployment_id AND d.digest = e.digest
-WHERE e.to_version IS NULL
-ORDER BY e.client_id, e.deployment_id`
+SELECT s.id, p.piece, p.crc, p.size
+FROM unnest($1::text[]) AS s (id)
+CROSS JOIN LATERAL (SELECT count(*) AS n FROM (
+    SELECT FROM manifest_entries e WHERE e.client_id = s.id AND e.to_version IS NULL LIMIT $2 + 1) x) AS c
+CROSS JOIN LATERAL (
+    SELECT e.deployment_id, d.piece, coalesce(d.piece_crc, 0) AS crc, coalesce(d.piece_size, 0) AS size
+    FROM manifest_entries e JOIN documents d ON d.deployment_id = e.deployment_id AND d.digest = e.digest
+    WHERE e.client_id = s.id AND e.to_version IS NULL) AS p
+WHERE c.n <= $2
+ORDER BY s.id, p.deployment_id`
 
 // smallBundles is what queueSmallBundles reads: the pieces, in bundle
 // order, of the clients of versions with at most smallBundle documents.
