@@ -133,17 +133,18 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 			}
 			ids = append(ids, nd.ID)
 		}
-		if err := apply(ctx, tx, b); err != nil || len(ids) == 0 {
-			return err
-		}
 		// The created deployments as a read shows them, in the same
-		// transaction (no round trip after the commit).
-		rows, err := tx.Query(ctx, `SELECT `+sqlDeploymentColumns+sqlDeploymentFrom+` WHERE d.id = ANY($1::uuid[])`, ids)
-		if err != nil {
-			return err
+		// transaction, read at the end of the batch's pipeline (no round
+		// trip of its own, none after the commit).
+		var ds []fleet.Deployment
+		b.reads = func(q *pgx.Batch) {
+			q.Queue(`SELECT `+sqlDeploymentColumns+sqlDeploymentFrom+` WHERE d.id = ANY($1::uuid[])`, ids).Query(func(rows pgx.Rows) error {
+				var err error
+				ds, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Deployment, error) { return scanDeployment(r) })
+				return err
+			})
 		}
-		ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Deployment, error) { return scanDeployment(r) })
-		if err != nil {
+		if err := apply(ctx, tx, b); err != nil || len(ids) == 0 {
 			return err
 		}
 		byID := make(map[string]fleet.Deployment, len(ds))
