@@ -210,6 +210,15 @@ func TestConcurrentCreationsCoalesce(t *testing.T) {
 	assert.Equal(t, n, deployments)
 	assert.Equal(t, 0, c2, "neither the refused nor the cancelled call created anything")
 	assert.Equal(t, n, audits, "one row per call that changed something")
+	rows, err := pool.Query(ctx, `SELECT request_id FROM audit_log WHERE action = 'createDeployment' AND status = 201 AND outcome = 'success'`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	var want []string
+	for i := range n {
+		want = append(want, fmt.Sprint("req-", i))
+	}
+	assert.ElementsMatch(t, want, got, "each call's own audit row, the batched ones written by one statement")
 }
 
 // BenchmarkCreateBatch10000 times one Service.CreateDeployments of 10,000
