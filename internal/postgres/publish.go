@@ -331,7 +331,7 @@ func queueEntries(p *pipeline, clients, ids []string, vs []int64, ns []int32, cr
 	case len(ni) >= copyAt:
 		rows := make([][]any, len(ni))
 		for i := range ni {
-			rows[i] = []any{nc[i], ni[i], nd[i], nsz[i], nv[i]}
+			rows[i] = []any{nc[i], asUUID(ni[i]), nd[i], nsz[i], nv[i]}
 		}
 		p.copy("manifest_entries", []string{"client_id", "deployment_id", "digest", "size_bytes", "from_version"}, rows,
 			copyCount("manifest_entries", len(rows)))
@@ -417,7 +417,7 @@ func queueDocuments(p *pipeline, changes []*lifecycle.Change, pieces map[[2]stri
 	var crcs, sizes []int64
 	for _, r := range rows {
 		if byCopy && created[r.id] {
-			copied = append(copied, []any{r.id, r.digest, r.yaml, r.piece.Deflate, int64(r.piece.CRC32), r.piece.Size, at})
+			copied = append(copied, []any{asUUID(r.id), r.digest, r.yaml, r.piece.Deflate, int64(r.piece.CRC32), r.piece.Size, at})
 			continue
 		}
 		ids, digests, yamls = append(ids, r.id), append(digests, r.digest), append(yamls, r.yaml)
