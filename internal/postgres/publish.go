@@ -225,19 +225,26 @@ const smallBundle = 16
 // sqlSmallBundles reads, in bundle order, the pieces of the open entries of
 // the clients $1 that have at most $2 of them. Whether a client is small is
 // decided by counting at most $2+1 of its open entries (a gateway's
-// thousands are not counted at every publication), and every part is a
-// lookup by client, whatever the plan cache holds: the work is
-// proportional to the small clients' entries, not to the clients' size.
+// thousands are not counted at every publication), before any of its
+// entries is read; every part is a lookup by client, then by entry, in
+// whatever plan the statement's plan cache holds (the OFFSET 0 keeps each
+// lateral part from being flattened into a join that may scan a whole
+// table: a plan cached while the tables were small did, 23 ms a call for a
+// gateway of 4,000 devices). The work is proportional to the small
+// clients' entries, whatever the clients' size.
 const sqlSmallBundles = `
 SELECT s.id, p.piece, p.crc, p.size
 FROM unnest($1::text[]) AS s (id)
-CROSS JOIN LATERAL (SELECT count(*) AS n FROM (
-    SELECT FROM manifest_entries e WHERE e.client_id = s.id AND e.to_version IS NULL LIMIT $2 + 1) x) AS c
 CROSS JOIN LATERAL (
-    SELECT e.deployment_id, d.piece, coalesce(d.piece_crc, 0) AS crc, coalesce(d.piece_size, 0) AS size
-    FROM manifest_entries e JOIN documents d ON d.deployment_id = e.deployment_id AND d.digest = e.digest
-    WHERE e.client_id = s.id AND e.to_version IS NULL) AS p
-WHERE c.n <= $2
+    SELECT e.deployment_id, d.piece, d.crc, d.size
+    FROM manifest_entries e
+    CROSS JOIN LATERAL (
+        SELECT d.piece, coalesce(d.piece_crc, 0) AS crc, coalesce(d.piece_size, 0) AS size FROM documents d
+        WHERE d.deployment_id = e.deployment_id AND d.digest = e.digest OFFSET 0) AS d
+    WHERE e.client_id = s.id AND e.to_version IS NULL
+        AND (SELECT count(*) FROM (
+            SELECT FROM manifest_entries c WHERE c.client_id = s.id AND c.to_version IS NULL LIMIT $2 + 1) x) <= $2
+    OFFSET 0) AS p
 ORDER BY s.id, p.deployment_id`
 
 // smallBundles is what queueSmallBundles reads: the pieces, in bundle
