@@ -449,3 +449,29 @@ func TestCreatedPiecesMatchDocuments(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, margotest.BundleProblems(bundle))
 }
+
+// TestCreatedDeploymentIsAsRead: the deployment a creation answers (one
+// call, and each of a batch) is the one a later read of the store returns,
+// field for field: the store builds it from the rows it wrote.
+func TestCreatedDeploymentIsAsRead(t *testing.T) {
+	ctx := t.Context()
+	s, _ := newServiceAndPool(t)
+	for _, d := range []string{"d0", "d1", "d2"} {
+		_, err := s.PutCapabilities(ctx, "c", d, caps(d))
+		require.NoError(t, err)
+	}
+	timeout := "90s"
+	one, err := s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d0", Timeout: &timeout})
+	require.NoError(t, err)
+	rs, err := s.CreateDeployments(ctx, []fleet.CreateRequest{
+		{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d1"},
+		{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d2"},
+	})
+	require.NoError(t, err)
+	for i, created := range []fleet.Deployment{one, rs[0].Deployment, rs[1].Deployment} {
+		require.NotEmpty(t, created.ID, "creation %d", i)
+		read, err := s.Deployment(ctx, created.ID)
+		require.NoError(t, err)
+		assert.Equal(t, read, created, "creation %d answers the deployment as a read shows it", i)
+	}
+}

@@ -53,10 +53,9 @@ type batch struct {
 	// before the transaction (NewDeployment.Piece), by deployment id and
 	// document digest; publish computes the others.
 	pieces map[[2]string]*margo.BundlePiece
-	// reads, when not nil, queues reads of what the batch writes at the end
-	// of its pipeline, after every write (a read of the rows as stored,
-	// without a round trip of its own).
-	reads func(q *pgx.Batch)
+	// published, when not nil, is called with the clients' new manifest
+	// versions once apply has bumped them.
+	published func(versions map[string]uint64)
 	// copyMin, when not 0, replaces copyRowsMin (tests).
 	copyMin int
 }
@@ -128,6 +127,9 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 			return err
 		}
 	}
+	if b.published != nil {
+		b.published(versions)
+	}
 	// The events (JSON bodies: CPU only) are built while the rounds are
 	// queued, on another core; both only read the changes.
 	built := make(chan batchEventsResult, 1)
@@ -185,9 +187,6 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 	small, err := queuePublish(p, versions, b.changes, b.pieces, at, b.copyAt())
 	if err != nil {
 		return err
-	}
-	if b.reads != nil {
-		b.reads(p.q())
 	}
 	if err := p.run(ctx, tx); err != nil {
 		return err
