@@ -210,6 +210,15 @@ func TestConcurrentCreationsCoalesce(t *testing.T) {
 	assert.Equal(t, n, deployments)
 	assert.Equal(t, 0, c2, "neither the refused nor the cancelled call created anything")
 	assert.Equal(t, n, audits, "one row per call that changed something")
+	rows, err := pool.Query(ctx, `SELECT request_id FROM audit_log WHERE action = 'createDeployment' AND status = 201 AND outcome = 'success'`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	var want []string
+	for i := range n {
+		want = append(want, fmt.Sprint("req-", i))
+	}
+	assert.ElementsMatch(t, want, got, "each call's own audit row, the batched ones written by one statement")
 }
 
 // BenchmarkCreateBatch10000 times one Service.CreateDeployments of 10,000
@@ -439,4 +448,30 @@ func TestCreatedPiecesMatchDocuments(t *testing.T) {
 	bundle, err := margo.AssembleBundle(pieces)
 	require.NoError(t, err)
 	assert.Empty(t, margotest.BundleProblems(bundle))
+}
+
+// TestCreatedDeploymentIsAsRead: the deployment a creation answers (one
+// call, and each of a batch) is the one a later read of the store returns,
+// field for field: the store builds it from the rows it wrote.
+func TestCreatedDeploymentIsAsRead(t *testing.T) {
+	ctx := t.Context()
+	s, _ := newServiceAndPool(t)
+	for _, d := range []string{"d0", "d1", "d2"} {
+		_, err := s.PutCapabilities(ctx, "c", d, caps(d))
+		require.NoError(t, err)
+	}
+	timeout := "90s"
+	one, err := s.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d0", Timeout: &timeout})
+	require.NoError(t, err)
+	rs, err := s.CreateDeployments(ctx, []fleet.CreateRequest{
+		{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d1"},
+		{ApplicationID: "app", Version: "1.0.0", ClientID: "c", DeviceID: "d2"},
+	})
+	require.NoError(t, err)
+	for i, created := range []fleet.Deployment{one, rs[0].Deployment, rs[1].Deployment} {
+		require.NotEmpty(t, created.ID, "creation %d", i)
+		read, err := s.Deployment(ctx, created.ID)
+		require.NoError(t, err)
+		assert.Equal(t, read, created, "creation %d answers the deployment as a read shows it", i)
+	}
 }

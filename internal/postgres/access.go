@@ -157,6 +157,39 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)`,
 	return translate(err)
 }
 
+// sqlAppendAudits appends audit entries with one statement, their ids in
+// the order of the arrays.
+const sqlAppendAudits = `
+INSERT INTO audit_log (at, actor, role, action, method, target, status, outcome, request_id, detail)
+SELECT v.at, v.actor, v.role, v.action, v.method, v.target, v.status, v.outcome, v.request_id, v.detail::jsonb
+FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::text[], $9::text[], $10::text[])
+    WITH ORDINALITY AS v(at, actor, role, action, method, target, status, outcome, request_id, detail, ord)
+ORDER BY v.ord`
+
+// appendAudits appends es, in order, with one statement (appendAudit for
+// one entry): the entries of a batch of coalesced calls.
+func appendAudits(ctx context.Context, db execer, es []access.AuditEntry) error {
+	switch len(es) {
+	case 0:
+		return nil
+	case 1:
+		return appendAudit(ctx, db, es[0])
+	}
+	var a cols
+	for _, e := range es {
+		detail := []byte("{}")
+		if len(e.Detail) > 0 {
+			var err error
+			if detail, err = json.Marshal(e.Detail); err != nil {
+				return err
+			}
+		}
+		a.add(e.At, e.Actor, string(e.Role), e.Action, e.Method, e.Target, int32(e.Status), e.Outcome, e.RequestID, string(detail))
+	}
+	_, err := db.Exec(ctx, sqlAppendAudits, a.args()...)
+	return translate(err)
+}
+
 // Audit implements access.Store.
 func (s *AccessStore) Audit(ctx context.Context, f access.AuditFilter, before int64, limit int) ([]access.AuditEntry, error) {
 	var w where

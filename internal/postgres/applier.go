@@ -53,6 +53,9 @@ type batch struct {
 	// before the transaction (NewDeployment.Piece), by deployment id and
 	// document digest; publish computes the others.
 	pieces map[[2]string]*margo.BundlePiece
+	// published, when not nil, is called with the clients' new manifest
+	// versions once apply has bumped them.
+	published func(versions map[string]uint64)
 	// copyMin, when not 0, replaces copyRowsMin (tests).
 	copyMin int
 }
@@ -123,6 +126,9 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 		if versions, err = bumpManifests(ctx, tx, clients, at); err != nil {
 			return err
 		}
+	}
+	if b.published != nil {
+		b.published(versions)
 	}
 	// The events (JSON bodies: CPU only) are built while the rounds are
 	// queued, on another core; both only read the changes.
@@ -438,7 +444,7 @@ func queueRound(p *pipeline, round []*lifecycle.Change, versions map[string]uint
 		if a.n >= b.copyAt() {
 			p.copy("deployments", []string{"id", "client_id", "device_id", "application_id", "state", "state_reason", "state_changed_at", "revision",
 				"desired_since", "created_at", "updated_at"}, rowsOf(a, func(v []any) []any {
-				return []any{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[6], v[6]}
+				return []any{asUUID(v[0]), v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[6], v[6]}
 			}), copyCount("deployments", a.n))
 		} else if a.n > 0 {
 			queueExec(p.q(), a.n, fmt.Errorf("%d deployments inserted as %d rows", a.n, a.n), sqlInsertDeployments, a.args()...)
@@ -500,7 +506,7 @@ func queueRound(p *pipeline, round []*lifecycle.Change, versions map[string]uint
 			p.copy("operations", []string{"id", "deployment_id", "type", "state", "from_version", "to_version", "parameters", "profile_id", "strategy",
 				"drain", "on_failure", "step_timeout", "forced", "force_reason", "requested_by", "base_revision", "restore_revision", "deadline",
 				"created_at", "updated_at", "reason", "finished_at", "visited_generation", "recheck_at"}, rowsOf(ins, func(v []any) []any {
-				return []any{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], nullIf(v[9].(string)), v[10], secondsInterval(v[11].(float64)),
+				return []any{asUUID(v[0]), asUUID(v[1]), v[2], v[3], v[4], v[5], v[6], v[7], v[8], nullIf(v[9].(string)), v[10], secondsInterval(v[11].(float64)),
 					v[12], v[13], v[14], v[15], nullIf(v[16].(int32)), v[17], v[18], v[18], v[19], v[20], nullIf(v[21].(int64)), v[22]}
 			}), func(n int64, err error) error { return count(n, errOperationUnique(err, deployments)) })
 		} else if ins.n > 0 {
@@ -512,7 +518,7 @@ func queueRound(p *pipeline, round []*lifecycle.Change, versions map[string]uint
 		}
 		if steps.n >= b.copyAt() {
 			p.copy("operation_steps", []string{"operation_id", "n", "version", "state", "revision", "published_at", "finished_at"},
-				rowsOf(steps, func(v []any) []any { return []any{v[0], v[1], v[2], v[3], nullIf(v[4].(int32)), v[5], v[6]} }),
+				rowsOf(steps, func(v []any) []any { return []any{asUUID(v[0]), v[1], v[2], v[3], nullIf(v[4].(int32)), v[5], v[6]} }),
 				copyCount("operation_steps", steps.n))
 		} else if steps.n > 0 {
 			queueExec(p.q(), -1, nil, sqlInsertSteps, steps.args()...)
@@ -563,7 +569,7 @@ func queueRound(p *pipeline, round []*lifecycle.Change, versions map[string]uint
 			p.copy("revisions", []string{"deployment_id", "n", "application_id", "version", "profile_id", "parameters", "operation", "outcome",
 				"components", "digest", "manifest_version", "created_at", "operation_id", "forced", "force_reason", "strategy", "installed_at"},
 				rowsOf(a, func(v []any) []any {
-					return []any{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], components[v[0].(string)], v[9], v[10], v[11], nullIf(v[12].(string)),
+					return []any{asUUID(v[0]), v[1], v[2], v[3], v[4], v[5], v[6], v[7], components[v[0].(string)], v[9], v[10], v[11], asUUID(nullIf(v[12].(string))),
 						v[13], v[14], v[15], v[16]}
 				}), copyCount("revisions", a.n))
 		} else if a.n > 0 {
@@ -602,7 +608,7 @@ func queueRound(p *pipeline, round []*lifecycle.Change, versions map[string]uint
 		}
 		if a.n >= b.copyAt() {
 			p.copy("deployment_history", []string{"deployment_id", "at", "from_state", "to_state", "cause", "revision", "reason"},
-				rowsOf(a, func(v []any) []any { return []any{v[0], v[1], nullIf(v[2].(string)), v[3], v[4], v[5], v[6]} }),
+				rowsOf(a, func(v []any) []any { return []any{asUUID(v[0]), v[1], nullIf(v[2].(string)), v[3], v[4], v[5], v[6]} }),
 				copyCount("deployment_history", a.n))
 		} else if a.n > 0 {
 			queueExec(p.q(), a.n, fmt.Errorf("%d history rows inserted as other rows", a.n), sqlInsertHistory, a.args()...)

@@ -79,14 +79,13 @@ func auditBatch(ctx context.Context, db execer, b batch) error {
 		}
 		return appendAudit(ctx, db, e)
 	}
+	var es []access.AuditEntry
 	for _, a := range b.audits {
 		if e, ok := a.pending.TakeForTx(at, a.created); ok {
-			if err := appendAudit(ctx, db, e); err != nil {
-				return err
-			}
+			es = append(es, e)
 		}
 	}
-	return nil
+	return appendAudits(ctx, db, es)
 }
 
 // execer runs a statement (a transaction, a pool, or a pipeline being

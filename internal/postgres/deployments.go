@@ -80,6 +80,7 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 	var ids []string
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		results, ids = make([]fleet.CreateResult, len(nds)), ids[:0]
+		changes := make([]*lifecycle.Change, len(nds)) // the accepted items
 		registered, yanked, digests, status, members, err := readCreateInputs(ctx, tx, nds)
 		if err != nil {
 			return err
@@ -125,6 +126,7 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 				return err
 			}
 			b.changes, b.operations[op.ID] = append(b.changes, c), op
+			changes[i] = c
 			if nd.Piece != nil {
 				b.pieces[[2]string{nd.ID, margo.Digest(nd.YAML)}] = nd.Piece
 			}
@@ -133,26 +135,20 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 			}
 			ids = append(ids, nd.ID)
 		}
+		var versions map[string]uint64
+		b.published = func(v map[string]uint64) { versions = v }
 		if err := apply(ctx, tx, b); err != nil || len(ids) == 0 {
 			return err
 		}
-		// The created deployments as a read shows them, in the same
-		// transaction (no round trip after the commit).
-		rows, err := tx.Query(ctx, `SELECT `+sqlDeploymentColumns+sqlDeploymentFrom+` WHERE d.id = ANY($1::uuid[])`, ids)
-		if err != nil {
-			return err
-		}
-		ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fleet.Deployment, error) { return scanDeployment(r) })
-		if err != nil {
-			return err
-		}
-		byID := make(map[string]fleet.Deployment, len(ds))
-		for _, d := range ds {
-			byID[d.ID] = d
-		}
+		// The created deployments as a read would show them, from the rows
+		// apply wrote: no statement reads them back (a read of rows just
+		// inserted cost a round trip, and its cached plan, made while the
+		// tables were small, could scan them whole).
 		for i, nd := range nds {
-			if results[i].Err == nil {
-				results[i].Deployment = byID[nd.ID]
+			if c := changes[i]; c != nil && results[i].Err == nil {
+				if results[i].Deployment, err = createdDeployment(c, versions[nd.ClientID]); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -161,6 +157,32 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 		return nil, translate(err)
 	}
 	return results, nil
+}
+
+// createdDeployment is the deployment creation c wrote (its deployment and
+// revision rows, the manifest version since) as a read of those rows
+// (scanDeployment) shows it: times to the microsecond in the zone pgx reads
+// them in, the parameters as the stored JSON decodes, no installed
+// revision, generation 1, nothing reported.
+func createdDeployment(c *lifecycle.Change, since uint64) (fleet.Deployment, error) {
+	r, d := c.Revision, c.After
+	if r == nil || !c.Create {
+		return fleet.Deployment{}, fmt.Errorf("deployment %s: not a creation", d.ID)
+	}
+	v, err := lifecycle.ParseVersion(r.Version)
+	if err != nil {
+		return fleet.Deployment{}, fmt.Errorf("version %q: %w", r.Version, err)
+	}
+	params, err := json.Marshal(r.Parameters)
+	if err != nil {
+		return fleet.Deployment{}, err
+	}
+	out := fleet.Deployment{ID: d.ID, ClientID: d.ClientID, DeviceID: d.DeviceID, ApplicationID: d.ApplicationID, Version: v, ProfileID: r.ProfileID,
+		State: d.State, StateReason: c.Reason, Revision: d.Revision, DesiredSince: since,
+		Generation: 1, Operation: r.Kind, Strategy: r.Strategy, Components: append([]string{}, r.Components...)}
+	at := c.At.Truncate(time.Microsecond).Local()
+	out.StateChangedAt, out.CreatedAt, out.UpdatedAt = at, at, at
+	return out, json.Unmarshal(params, &out.Parameters)
 }
 
 // readCreateInputs reads, in one round trip, what deciding the creations
