@@ -323,7 +323,7 @@ const (
 	sqlInsertDeployments = `
 INSERT INTO deployments (id, client_id, device_id, application_id, state, state_reason, state_changed_at, revision, desired_since, created_at, updated_at)
 SELECT v.id, v.client_id, v.device_id, v.application_id, v.state, v.reason, v.at, v.revision, v.since, v.at, v.at
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::int[], $9::bigint[])
+FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::int[], $9::bigint[])
     AS v(id, client_id, device_id, application_id, state, reason, at, revision, since)`
 
 	sqlInsertOperations = `
@@ -333,7 +333,7 @@ INSERT INTO operations (id, deployment_id, type, state, from_version, to_version
 SELECT v.id, v.deployment_id, v.type, v.state, v.from_version, v.to_version, v.parameters::jsonb, v.profile_id, v.strategy,
     NULLIF(v.drain, '')::jsonb, v.on_failure, make_interval(secs => v.step_secs), v.forced, v.force_reason, v.requested_by, v.base,
     NULLIF(v.restore, 0), v.deadline, v.at, v.at, v.reason, v.finished, NULLIF(v.visited, 0), v.recheck
-FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
+FROM unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
     $11::text[], $12::float8[], $13::bool[], $14::text[], $15::text[], $16::int[], $17::int[], $18::timestamptz[], $19::timestamptz[],
     $20::text[], $21::timestamptz[], $22::bigint[], $23::timestamptz[])
     AS v(id, deployment_id, type, state, from_version, to_version, parameters, profile_id, strategy, drain, on_failure, step_secs, forced,
@@ -342,13 +342,13 @@ FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text
 	sqlInsertSteps = `
 INSERT INTO operation_steps (operation_id, n, version, state, revision, published_at, finished_at)
 SELECT v.operation_id, v.n, v.version, v.state, NULLIF(v.revision, 0), v.published_at, v.finished_at
-FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[])
+FROM unnest($1::text[]::uuid[], $2::int[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[])
     AS v(operation_id, n, version, state, revision, published_at, finished_at)`
 
 	sqlMoveOperations = `
 UPDATE operations o SET state = v.state_to, reason = CASE WHEN v.reason = '' THEN o.reason ELSE v.reason END, updated_at = v.at,
     finished_at = v.finished
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::text[]) AS v(id, state_to, reason, at, finished, state_from)
+FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::text[]) AS v(id, state_to, reason, at, finished, state_from)
 WHERE o.id = v.id AND o.state = v.state_from
 RETURNING o.id::text`
 
@@ -358,7 +358,7 @@ INSERT INTO revisions (deployment_id, n, application_id, version, profile_id, pa
 SELECT v.deployment_id, v.n, v.application_id, v.version, v.profile_id, v.parameters::jsonb, v.operation, v.outcome,
     ARRAY(SELECT jsonb_array_elements_text(v.components::jsonb)), v.digest, v.mv, v.at, NULLIF(v.operation_id, '')::uuid,
     v.forced, v.force_reason, v.strategy, v.installed_at
-FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+FROM unnest($1::text[]::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
     $10::text[], $11::bigint[], $12::timestamptz[], $13::text[], $14::bool[], $15::text[], $16::text[], $17::timestamptz[])
     AS v(deployment_id, n, application_id, version, profile_id, parameters, operation, outcome, components, digest, mv, at,
         operation_id, forced, force_reason, strategy, installed_at)`
@@ -376,7 +376,7 @@ UPDATE deployments d SET state = v.state, state_reason = CASE WHEN v.reason = ''
     installed_revision = NULLIF(v.installed, 0), removing = v.removing,
     removed_at = CASE WHEN v.removing AND NOT d.removing THEN v.at ELSE d.removed_at END,
     desired_since = CASE WHEN v.since > 0 THEN v.since ELSE d.desired_since END, updated_at = v.at, generation = d.generation + 1
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[], $5::timestamptz[], $6::int[], $7::int[], $8::bool[], $9::bigint[], $10::text[])
+FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::bool[], $5::timestamptz[], $6::int[], $7::int[], $8::bool[], $9::bigint[], $10::text[])
     AS v(id, state, reason, moved, at, revision, installed, removing, since, state_before)
 WHERE d.id = v.id AND d.state = v.state_before
 RETURNING d.id::text`
@@ -384,7 +384,7 @@ RETURNING d.id::text`
 	sqlInsertHistory = `
 INSERT INTO deployment_history (deployment_id, at, from_state, to_state, cause, revision, reason)
 SELECT v.deployment_id, v.at, NULLIF(v.from_state, ''), v.to_state, v.cause, v.revision, v.reason
-FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[]) WITH ORDINALITY
+FROM unnest($1::text[]::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[]) WITH ORDINALITY
     AS v(deployment_id, at, from_state, to_state, cause, revision, reason, ord)
 ORDER BY v.ord`
 
@@ -393,7 +393,7 @@ ORDER BY v.ord`
 	sqlMoveOutcomes = `
 UPDATE revisions r SET outcome = v.outcome_to,
     installed_at = CASE WHEN v.outcome_to = $7 THEN coalesce(r.installed_at, v.at) ELSE r.installed_at END
-FROM unnest($1::uuid[], $2::int[], $3::text[], $4::bool[], $5::timestamptz[], $6::text[]) AS v(deployment_id, n, outcome_to, others, at, outcome_from)
+FROM unnest($1::text[]::uuid[], $2::int[], $3::text[], $4::bool[], $5::timestamptz[], $6::text[]) AS v(deployment_id, n, outcome_to, others, at, outcome_from)
 WHERE r.deployment_id = v.deployment_id AND (r.n = v.n) <> v.others
     AND (v.outcome_from = '' OR r.outcome = ANY(string_to_array(v.outcome_from, ','))) AND r.outcome <> v.outcome_to`
 
@@ -401,7 +401,7 @@ WHERE r.deployment_id = v.deployment_id AND (r.n = v.n) <> v.others
 UPDATE operation_steps s SET state = v.state_to, revision = coalesce(NULLIF(v.revision, 0), s.revision),
     published_at = CASE WHEN v.state_to = $7 THEN v.at ELSE s.published_at END,
     finished_at = CASE WHEN v.terminal THEN coalesce(s.finished_at, v.at) ELSE s.finished_at END
-FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::timestamptz[], $6::bool[], $8::text[]) AS v(operation_id, n, state_to, revision, at, terminal, state_from)
+FROM unnest($1::text[]::uuid[], $2::int[], $3::text[], $4::int[], $5::timestamptz[], $6::bool[], $8::text[]) AS v(operation_id, n, state_to, revision, at, terminal, state_from)
 WHERE s.operation_id = v.operation_id AND (v.n = 0 OR s.n = v.n) AND s.state = ANY(string_to_array(v.state_from, ','))`
 )
 
@@ -981,7 +981,7 @@ const (
 	// deployments updated.
 	sqlRecordReports = `
 WITH v AS (
-    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bool[], $7::text[], $8::text[], $9::text[],
+    SELECT * FROM unnest($1::text[]::uuid[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bool[], $7::text[], $8::text[], $9::text[],
         $10::int[]) WITH ORDINALITY AS v(id, newest, at, adopted, reported, stale, report, to_state, reason, installed, ord)
 ),
 u AS (
@@ -1112,7 +1112,7 @@ func queueReports(q *pgx.Batch, ws []reportWrite) error {
 // not see it). It answers the ids of the deployments updated.
 var sqlRecordReportsGuarded = `
 WITH v AS (
-    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bool[], $7::text[], $8::bigint[])
+    SELECT * FROM unnest($1::text[]::uuid[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bool[], $7::text[], $8::bigint[])
         WITH ORDINALITY AS v(id, newest, at, adopted, reported, stale, report, generation, ord)
 ),
 u AS (

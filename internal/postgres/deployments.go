@@ -671,9 +671,9 @@ func lockReported(ctx context.Context, tx pgx.Tx, ids []string) (map[string]flee
 	}
 	b := &pgx.Batch{}
 	// Lock, then read in a second statement (see lockDeployment).
-	b.Queue(`SELECT 1 FROM deployments WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, ids)
+	b.Queue(`SELECT 1 FROM deployments WHERE id = ANY($1::text[]::uuid[]) ORDER BY id FOR UPDATE`, ids)
 	b.Queue(`SELECT `+sqlDeploymentColumns+`, c.manifest_version`+sqlDeploymentFrom+`
-JOIN clients c ON c.id = d.client_id WHERE d.id = ANY($1::uuid[])`, ids).Query(func(rows pgx.Rows) error {
+JOIN clients c ON c.id = d.client_id WHERE d.id = ANY($1::text[]::uuid[])`, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var published int64
 			d, err := scanDeployment(rows, &published)

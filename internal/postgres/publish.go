@@ -64,7 +64,7 @@ published AS (INSERT INTO manifest_versions (client_id, version, published_at)
 SELECT id, manifest_version FROM bumped`
 	sqlInsertDocuments = `
 INSERT INTO documents (deployment_id, digest, yaml, piece, piece_crc, piece_size, created_at)
-SELECT *, $7::timestamptz FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bytea[], $5::bigint[], $6::bigint[])
+SELECT *, $7::timestamptz FROM unnest($1::text[]::uuid[], $2::text[], $3::bytea[], $4::bytea[], $5::bigint[], $6::bigint[])
 ON CONFLICT DO NOTHING`
 	// sqlCloseEntries closes the open entries of the changed deployments
 	// whose document changes (or that leave the manifest): an entry opened
@@ -73,7 +73,7 @@ ON CONFLICT DO NOTHING`
 	sqlCloseEntries = `
 WITH x AS (
     SELECT x.client_id, x.deployment_id, x.v, r.digest
-    FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::int[]) AS x (client_id, deployment_id, v, n)
+    FROM unnest($1::text[], $2::text[]::uuid[], $3::bigint[], $4::int[]) AS x (client_id, deployment_id, v, n)
     LEFT JOIN revisions r ON r.deployment_id = x.deployment_id AND r.n = x.n),
 closed AS (UPDATE manifest_entries e SET to_version = x.v FROM x
     WHERE e.client_id = x.client_id AND e.deployment_id = x.deployment_id AND e.to_version IS NULL
@@ -87,7 +87,7 @@ WHERE e.client_id = x.client_id AND e.deployment_id = x.deployment_id AND e.to_v
 	sqlOpenEntries = `
 INSERT INTO manifest_entries (client_id, deployment_id, digest, size_bytes, from_version)
 SELECT x.client_id, x.deployment_id, r.digest, octet_length(d.yaml), x.v
-FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::int[]) AS x (client_id, deployment_id, v, n)
+FROM unnest($1::text[], $2::text[]::uuid[], $3::bigint[], $4::int[]) AS x (client_id, deployment_id, v, n)
 LEFT JOIN revisions r ON r.deployment_id = x.deployment_id AND r.n = x.n
 LEFT JOIN documents d ON d.deployment_id = r.deployment_id AND d.digest = r.digest
 ON CONFLICT (client_id, deployment_id) WHERE to_version IS NULL DO NOTHING`
@@ -95,7 +95,7 @@ ON CONFLICT (client_id, deployment_id) WHERE to_version IS NULL DO NOTHING`
 	// batch: none can have one, and their documents were just stored.
 	sqlInsertEntries = `
 INSERT INTO manifest_entries (client_id, deployment_id, digest, size_bytes, from_version)
-SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[], $5::bigint[])`
+SELECT * FROM unnest($1::text[], $2::text[]::uuid[], $3::text[], $4::bigint[], $5::bigint[])`
 	sqlNotifyClients = `SELECT pg_notify('` + NotifyChannel + `', c) FROM unnest($1::text[]) AS c`
 )
 
@@ -534,7 +534,7 @@ WHERE client_id = $1 AND version = $2 AND bundle_digest IS NULL`, clientID, int6
 
 const sqlLoadPieces = `
 SELECT d.piece, coalesce(d.piece_crc, 0), coalesce(d.piece_size, 0), CASE WHEN d.piece IS NULL THEN d.yaml END
-FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS x (deployment_id, digest, i)
+FROM unnest($1::text[]::uuid[], $2::text[]) WITH ORDINALITY AS x (deployment_id, digest, i)
 JOIN documents d ON d.deployment_id = x.deployment_id AND d.digest = x.digest
 ORDER BY x.i`
 
@@ -586,7 +586,7 @@ func (s *FleetStore) loadPieces(ctx context.Context, ids, digests []string) ([]m
 			mi, md, mp, mc, ms = append(mi, ids[i]), append(md, digests[i]), append(mp, np.Deflate), append(mc, int64(np.CRC32)), append(ms, np.Size)
 		}
 		if _, err := s.pool.Exec(ctx, `UPDATE documents d SET piece = x.piece, piece_crc = x.crc, piece_size = x.size
-FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) AS x (deployment_id, digest, piece, crc, size)
+FROM unnest($1::text[]::uuid[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) AS x (deployment_id, digest, piece, crc, size)
 WHERE d.deployment_id = x.deployment_id AND d.digest = x.digest AND d.piece IS NULL`, mi, md, mp, mc, ms); err != nil {
 			return nil, err
 		}
