@@ -358,14 +358,19 @@ WHERE ` + w.sql() + ` ORDER BY dev.client_id COLLATE "C", dev.id COLLATE "C"`
 		// The devices are joined on their keys compared as bytes (C
 		// collation), the order of the candidates.
 		// Only the deployment's columns a classification reads: a plan
-		// decodes every deployment of the fleet.
+		// decodes every deployment of the fleet. The active operation and
+		// the active membership are joined (at most one each: the unique
+		// indexes operations_one_active, rollout_members_active_deployment),
+		// hashed once rather than looked up per row (0.47-0.60 s against
+		// 0.64-1.01 s at 100,000, alternately in one run).
 		sql = `SELECT dev.client_id, dev.id, dev.fit_key, ` + sqlLastSeen + `, d.id::text, r.version, r.profile_id, d.state, d.revision,
   d.installed_revision, r.parameters::text, d.removing,
   CASE WHEN d.installed_revision IS NULL THEN '' WHEN d.installed_revision = d.revision THEN r.version
     ELSE coalesce((SELECT ir.version FROM revisions ir WHERE ir.deployment_id = d.id AND ir.n = d.installed_revision), '') END,
-  (SELECT o.id::text FROM operations o WHERE o.deployment_id = d.id AND o.state IN ('queued', 'running') LIMIT 1),
-  (SELECT m.rollout_id::text FROM rollout_members m WHERE m.active AND m.deployment_id = d.id)
+  o.id::text, m.rollout_id::text
 ` + sqlDeploymentFrom + ` JOIN devices dev ON dev.client_id COLLATE "C" = d.client_id COLLATE "C" AND dev.id COLLATE "C" = d.device_id COLLATE "C"
+LEFT JOIN operations o ON o.deployment_id = d.id AND o.state IN ('queued', 'running')
+LEFT JOIN rollout_members m ON m.deployment_id = d.id AND m.active
 WHERE d.application_id = $1 AND ` + w.sql() + ` ORDER BY d.client_id COLLATE "C", d.device_id COLLATE "C", d.id`
 	}
 	// The connection is closed when the read ends, however it ends: that
