@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -74,10 +75,7 @@ func TestRolloutMembershipIsADatabaseFact(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at, deadline_at, created_by, created_at, updated_at)
-SELECT ('00000000-0000-0000-0000-00000000000'||n)::uuid, 'app', 'upgrade', '{}', '[]', 'running', 'started', now(), now(), 't', now(), now()
-FROM generate_series(1, 4) n`)
-	require.NoError(t, err)
+	insertRollouts(t, pool, 4)
 	member := func(rollout int, install bool, deployment *string, active bool) error {
 		_, err := pool.Exec(ctx, `INSERT INTO rollout_members (rollout_id, ord, application_id, install, client_id, device_id, deployment_id,
   classification, status, active, updated_at) VALUES (('00000000-0000-0000-0000-00000000000'||$1::int)::uuid, 0, 'app', $2, 'c', 'd', $3::uuid,
@@ -100,10 +98,7 @@ func TestRolloutMembersReferTheirRollout(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at, deadline_at, created_by, created_at, updated_at)
-SELECT ('00000000-0000-0000-0000-00000000000'||n)::uuid, 'app', 'upgrade', '{}', '[]', 'running', 'started', now(), now(), 't', now(), now()
-FROM generate_series(1, 2) n`)
-	require.NoError(t, err)
+	insertRollouts(t, pool, 2)
 	members := func(rollouts ...int) error {
 		_, err := pool.Exec(ctx, `INSERT INTO rollout_members (rollout_id, ord, application_id, install, client_id, device_id,
   classification, status, active, updated_at)
@@ -115,7 +110,7 @@ FROM unnest($1::int[]) WITH ORDINALITY AS x(r, ord)`, rollouts)
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM rollout_members`).Scan(&n))
 		return n
 	}
-	err = members(1, 1, 3)
+	err := members(1, 1, 3)
 	require.Error(t, err, "a member of no rollout, among members of one")
 	var pe *pgconn.PgError
 	require.ErrorAs(t, err, &pe)
@@ -206,4 +201,14 @@ func TestWaveStartsInSQL(t *testing.T) {
 		lo, hi := postgres.WavePlaces(starts, len(sizes))
 		assert.Equal(t, lo, hi, "sizes %v: no wave after the last", sizes)
 	}
+}
+
+// insertRollouts inserts n running rollouts, ids
+// 00000000-0000-0000-0000-00000000000<i> for i from 1 (n < 10).
+func insertRollouts(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `INSERT INTO rollouts (id, application_id, action, request, waves, state, cause, state_changed_at, deadline_at, created_by, created_at, updated_at)
+SELECT ('00000000-0000-0000-0000-00000000000'||n)::uuid, 'app', 'upgrade', '{}', '[]', 'running', 'started', now(), now(), 't', now(), now()
+FROM generate_series(1, $1::int) n`, n)
+	require.NoError(t, err)
 }
