@@ -761,12 +761,7 @@ func (s *FleetStore) Deployment(ctx context.Context, id string) (fleet.Deploymen
 
 // DeploymentsByID implements fleet.Store: one query.
 func (s *FleetStore) DeploymentsByID(ctx context.Context, ids []string) (map[string]fleet.Deployment, map[string]string, error) {
-	valid := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if validUUID(id) {
-			valid = append(valid, id)
-		}
-	}
+	valid := validUUIDs(ids)
 	deps, active := make(map[string]fleet.Deployment, len(valid)), map[string]string{}
 	if len(valid) == 0 {
 		return deps, active, nil
@@ -951,4 +946,15 @@ func validUUID(s string) bool {
 		}
 	}
 	return true
+}
+
+// validUUIDs returns the ids of ids that are UUIDs (the others name no row).
+func validUUIDs(ids []string) []string {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if validUUID(id) {
+			valid = append(valid, id)
+		}
+	}
+	return valid
 }

@@ -110,12 +110,7 @@ func operationsByID(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }, ids []string, lock string) (map[string]fleet.Operation, error) {
 	out := make(map[string]fleet.Operation, len(ids))
-	valid := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if validUUID(id) {
-			valid = append(valid, id)
-		}
-	}
+	valid := validUUIDs(ids)
 	if len(valid) == 0 {
 		return out, nil
 	}

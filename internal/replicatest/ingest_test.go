@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,8 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/wfm-dev/wfm/internal/pgtest"
 )
 
 // TestAcknowledgedReportsSurviveKill is the durability test of the status
@@ -31,13 +28,8 @@ func TestAcknowledgedReportsSurviveKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs a server process")
 	}
+	bin, dbURL, keyFile := replicaSetup(t)
 	began := time.Now()
-	bin := buildServer(t)
-	t.Logf("go build: %s", time.Since(began).Round(time.Millisecond))
-	began = time.Now()
-	dbURL := pgtest.EmptyURL(t)
-	keyFile := filepath.Join(t.TempDir(), "webhook-key")
-	require.NoError(t, os.WriteFile(keyFile, []byte("cmVwbGljYXRlc3Qtd2ViaG9vay1rZXktMDEyMzQ1Njc=\n"), 0o600))
 	r := startReplica(t, bin, "A", dbURL, keyFile)
 
 	desc, err := os.ReadFile("../margo/testdata/ApplicationDescription-001-hello_world.yaml")

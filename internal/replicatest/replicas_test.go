@@ -193,13 +193,8 @@ func TestThreeReplicasOneKilledMidOperation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs three server processes")
 	}
+	bin, dbURL, keyFile := replicaSetup(t)
 	began := time.Now()
-	bin := buildServer(t)
-	t.Logf("go build: %s", time.Since(began).Round(time.Millisecond))
-	began = time.Now()
-	dbURL := pgtest.EmptyURL(t)
-	keyFile := filepath.Join(t.TempDir(), "webhook-key")
-	require.NoError(t, os.WriteFile(keyFile, []byte("cmVwbGljYXRlc3Qtd2ViaG9vay1rZXktMDEyMzQ1Njc=\n"), 0o600))
 
 	// Three replicas start at once on the empty database.
 	replicas := make([]*replica, 3)
@@ -384,4 +379,17 @@ func waitConverged(t *testing.T, r *replica, deployments []string, version strin
 		}
 		return true, ""
 	})
+}
+
+// replicaSetup builds the server, and gives the URL of an empty database
+// and a webhook key file for the replicas a test starts.
+func replicaSetup(t *testing.T) (bin, dbURL, keyFile string) {
+	t.Helper()
+	began := time.Now()
+	bin = buildServer(t)
+	t.Logf("go build: %s", time.Since(began).Round(time.Millisecond))
+	dbURL = pgtest.EmptyURL(t)
+	keyFile = filepath.Join(t.TempDir(), "webhook-key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("cmVwbGljYXRlc3Qtd2ViaG9vay1rZXktMDEyMzQ1Njc=\n"), 0o600))
+	return bin, dbURL, keyFile
 }
