@@ -69,7 +69,7 @@ func (s *Service) createDeployment(ctx context.Context, req CreateRequest) (Depl
 		return Deployment{}, false, err
 	}
 	nd.Call = context.WithoutCancel(ctx)
-	r, err := s.batcher.do(ctx, nd)
+	r, err := s.creations.do(ctx, nd)
 	s.cache.invalidate(req.ClientID)
 	if err != nil {
 		return Deployment{}, false, err

@@ -276,7 +276,8 @@ type Service struct {
 	rolloutWakeups chan struct{}
 	// versions remembers the catalog versions of creations (versionCache).
 	versions *versionCache
-	batcher  *batcher[NewDeployment, CreateResult]
+	// creations coalesces concurrent creations (group commit).
+	creations *batcher[NewDeployment, CreateResult]
 	// reports coalesces concurrent status reports (group commit).
 	reports *batcher[ReportItem, ReportResult]
 	// specs keeps rendered specs (margo.SpecCache): a wave of creations or
@@ -299,7 +300,7 @@ func NewService(store Store, cat *catalog.Service, policy Policy, now func() tim
 	reports := newBatcher("report", store.RecordReports, now, log)
 	reports.key = func(it ReportItem) string { return it.Report.DeploymentID }
 	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1), rolloutWakeups: make(chan struct{}, 1),
-		batcher: newBatcher("creation", store.CreateDeployments, now, log), reports: reports, versions: newVersionCache(),
+		creations: newBatcher("creation", store.CreateDeployments, now, log), reports: reports, versions: newVersionCache(),
 		specs: margo.NewSpecCache(specCacheSize), leaseOwner: newUUID(), candidatePage: candidatePage}
 }
 
@@ -307,7 +308,7 @@ func NewService(store Store, cat *catalog.Service, policy Policy, now func() tim
 // ReportStatus then fail) and waits until those already queued are stored
 // and answered. Call it once the HTTP servers have finished their requests.
 func (s *Service) Close() {
-	s.batcher.close()
+	s.creations.close()
 	s.reports.close()
 }
 
