@@ -155,6 +155,12 @@ func New(cfg Config) *Hub {
 // passTimeout bounds one pass of the shared reader.
 const passTimeout = time.Minute
 
+// minWakeGap is how long a woken shared reader waits before its pass, so
+// that a burst of commits costs one read of the log rather than one each:
+// a fraction of the poll period, well within the 100 ms the docs give as
+// an event's typical delay.
+const minWakeGap = 20 * time.Millisecond
+
 // Start starts the shared reader, which runs until Stop. It starts at the
 // current end of the log: the lines it logs are those of events committed
 // from then on.
@@ -199,6 +205,16 @@ func (h *Hub) Start(ctx context.Context) error {
 				t.Stop()
 				return
 			case <-h.wake:
+				// Wake-ups come with every commit that changes a manifest
+				// (a hundred a second under load); passes at most every
+				// minWakeGap take what accumulated in one query.
+				t.Reset(minWakeGap)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
 			case <-t.C:
 			}
 			t.Stop()
@@ -321,6 +337,12 @@ func (h *Hub) RunOnce(ctx context.Context) (int, error) {
 	if len(events) == 0 {
 		return 0, nil
 	}
+	// Rendered only when a stream may take them: with none, the renderings
+	// were most of the reader's work. A stream that joins meanwhile renders
+	// what it gets unrendered itself (as after a failed rendering).
+	h.mu.Lock()
+	encode := h.cfg.Encode != nil && len(h.streams) > 0
+	h.mu.Unlock()
 	items := make([]Item, len(events))
 	for i, e := range events {
 		logLine(ctx, h.cfg.Logger, e)
@@ -328,7 +350,7 @@ func (h *Hub) RunOnce(ctx context.Context) (int, error) {
 			h.cfg.Observe(e)
 		}
 		items[i].Event = e
-		if h.cfg.Encode != nil {
+		if encode {
 			items[i].Encoded, _ = h.cfg.Encode(e) // nil on failure: the stream renders it (and reports the failure)
 		}
 	}
