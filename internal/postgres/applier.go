@@ -53,6 +53,11 @@ type batch struct {
 	// before the transaction (NewDeployment.Piece), by deployment id and
 	// document digest; publish computes the others.
 	pieces map[[2]string]*margo.BundlePiece
+	// locked, when not nil, holds the manifest versions of clients the
+	// transaction locked already (sqlLockClientVersions): apply bumps them
+	// with its other writes (bumpLocked) rather than in a round trip of
+	// their own (bumpManifests).
+	locked map[string]uint64
 	// published, when not nil, is called with the clients' new manifest
 	// versions once apply has bumped them.
 	published func(versions map[string]uint64)
@@ -121,9 +126,15 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 	}
 	slices.Sort(clients)
 	versions := map[string]uint64{}
+	p := &pipeline{}
 	if len(clients) > 0 {
 		var err error
-		if versions, err = bumpManifests(ctx, tx, clients, at); err != nil {
+		if b.locked != nil {
+			versions, err = bumpLocked(p, clients, b.locked, at)
+		} else {
+			versions, err = bumpManifests(ctx, tx, clients, at)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -137,7 +148,6 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 		evs, err := batchEvents(b.changes, versions)
 		built <- batchEventsResult{evs, err}
 	}()
-	p := &pipeline{}
 	var err error
 	for _, round := range rounds(b.changes) {
 		if err = queueRound(p, round, versions, b); err != nil {

@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wfm-dev/wfm/internal/access"
 )
@@ -40,9 +42,36 @@ func inTx(ctx context.Context, db beginner, fn func(pgx.Tx) error, calls ...*acc
 	return err
 }
 
-// beginner begins transactions: *pgxpool.Pool, *pgxpool.Conn.
+// beginner begins transactions: *pgxpool.Pool, *pgxpool.Conn, batchBegin.
 type beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// batchBegin begins a transaction on a connection of pool whose BEGIN
+// travels with the statements of first (made with Batch.BeginTx, the
+// transaction's first round trip): their results are read, and their
+// callbacks run, before Begin returns. A transaction that would begin by
+// reading saves a round trip.
+type batchBegin struct {
+	pool  *pgxpool.Pool
+	first *pgx.Batch
+}
+
+// Begin sends b.first and returns its transaction. If a statement of it
+// fails, the transaction is rolled back and that error returned.
+func (b batchBegin) Begin(ctx context.Context) (pgx.Tx, error) {
+	br := b.pool.SendBatch(ctx, b.first)
+	tx := br.Tx()
+	if err := br.Close(); err != nil {
+		if tx != nil {
+			_ = tx.Rollback(ctx) // already have an error to return; a broken connection is not reused
+		}
+		return nil, err
+	}
+	if tx == nil {
+		return nil, errors.New("postgres: a batch that begins no transaction (Batch.BeginTx) passed to batchBegin")
+	}
+	return tx, nil
 }
 
 // auditChange appends in tx the audit entry of the management call ctx

@@ -56,6 +56,10 @@ const (
 	// bundle's retention. One statement, one round trip.
 	// sqlLockClients locks the clients' rows in id order (the lock order).
 	sqlLockClients   = `SELECT 1 FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
+	// sqlLockClientVersions locks the clients' rows as sqlLockClients does
+	// and returns their status and manifest version: the version a bump by
+	// this transaction makes is that plus one (bumpLocked).
+	sqlLockClientVersions = `SELECT id, status, manifest_version FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
 	sqlBumpManifests = `
 WITH locked AS (SELECT id FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE),
 bumped AS (UPDATE clients c SET manifest_version = c.manifest_version + 1, manifest_json = NULL, manifest_etag = NULL,
@@ -148,6 +152,40 @@ func bumpManifests(ctx context.Context, tx pgx.Tx, clients []string, at time.Tim
 			return nil, notFound("There is no client %s.", id)
 		}
 	}
+	return versions, nil
+}
+
+// bumpLocked is bumpManifests for clients this transaction has locked
+// already (sqlLockClientVersions; locked holds their versions as read
+// then): their new versions are known without a round trip, and the bump
+// is queued on p, first, to run with the writes that name those versions.
+// The bump's own answer is checked against them when p runs.
+//
+// Returns an error if a client is not in locked.
+func bumpLocked(p *pipeline, clients []string, locked map[string]uint64, at time.Time) (map[string]uint64, error) {
+	clients = slices.Compact(slices.Sorted(slices.Values(clients)))
+	versions := make(map[string]uint64, len(clients))
+	for _, id := range clients {
+		v, ok := locked[id]
+		if !ok {
+			return nil, fmt.Errorf("client %s: its manifest was not locked by the transaction", id)
+		}
+		versions[id] = v + 1
+	}
+	p.q().Queue(sqlBumpManifests, clients, at).Query(func(rows pgx.Rows) error {
+		var id string
+		var v int64
+		n, err := pgx.ForEachRow(rows, []any{&id, &v}, func() error {
+			if want := versions[id]; uint64(v) != want {
+				return fmt.Errorf("client %s: manifest bumped to version %d, %d expected under the transaction's lock", id, v, want)
+			}
+			return nil
+		})
+		if err == nil && int(n.RowsAffected()) != len(clients) {
+			err = fmt.Errorf("%d of %d locked clients bumped", n.RowsAffected(), len(clients))
+		}
+		return err
+	})
 	return versions, nil
 }
 
