@@ -3,7 +3,7 @@ package margo
 import (
 	"archive/tar"
 	"bytes"
-	"compress/flate"
+	flate "github.com/klauspost/compress/flate"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,23 +37,28 @@ import (
 // publishing in proportion to the change; a device that fetches bundles
 // fetches one only when its digest changes.
 
-// bundlePieceLevel is the fixed DEFLATE level of pieces. A level is part of
-// the bytes, and so of every digest; it never changes silently. Chosen by
-// measurement on render-helm-upgrade.golden.yaml (a 4,608-byte tar entry),
-// with a reused compressor, least CPU time of 15 rounds of 2,000 pieces
-// (go1.26.8, this 2-core machine, 2026-12-01):
+// bundlePieceLevel is the fixed DEFLATE level of pieces, and
+// github.com/klauspost/compress/flate the fixed encoder. Both are part of
+// the bytes, and so of every digest; they never change silently (a change
+// changes the pieces of revisions published afterwards, never a stored
+// piece or bundle). Measured with BenchmarkNewBundlePiece (a realistic
+// 3,695-byte document, a reused compressor; go1.26.8, this 2-core machine,
+// 2026-12-02):
 //
-//	level                   piece      CPU per piece
-//	BestSpeed (1)           938 bytes   19 µs
-//	5                       874 bytes   37 µs
-//	DefaultCompression (6)  855 bytes   52 µs
-//	BestCompression (9)     845 bytes  156 µs
+//	encoder, level                    piece       CPU per piece
+//	compress/flate, 6                 841 bytes   80 µs
+//	klauspost/compress/flate, 9       841 bytes  165 µs
+//	klauspost/compress/flate, 6       866 bytes   24 µs
+//	klauspost/compress/flate, 5       878 bytes   23 µs
+//	klauspost/compress/flate, 1       969 bytes   18 µs
 //
-// Level 6 is 1% larger than level 9 for a third of its CPU, and 9% smaller
-// than level 1: pieces are compressed once per revision, on the publishing
-// path of a batch (10,000 pieces cost about 0.5 s of CPU at level 6, 1.6 s
-// at level 9), and served to every device of the client.
-const bundlePieceLevel = flate.DefaultCompression
+// The standard library's compressor clears 640 KB of hash tables at every
+// reset, most of its time for a piece of a few kilobytes (a profile of the
+// server creating deployments: a tenth of its CPU); klauspost's does not.
+// Level 6 of klauspost is 3% larger than the standard library's for a
+// third of its CPU: pieces are compressed once per revision, on the
+// publishing path, and served to every device of the client.
+const bundlePieceLevel = 6
 
 // bundleEndPiece is the constant last piece of every bundle: one final
 // DEFLATE block (fixed Huffman codes) holding the tar end-of-archive marker,
