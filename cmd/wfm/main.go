@@ -532,7 +532,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// of each important domain event. Streams end before HTTP drains; the
 	// reader stops after it.
 	eventLog := postgres.NewEventLog(pool)
-	hub := feed.New(feed.Config{Reader: eventLog, Logger: log, MaxStreams: c.eventStreams, Encode: httpapi.SSEFrame, Observe: domain.ObserveEvent})
+	// A token revoked by another process is forgotten here once its event
+	// is read (access.TokenCacheTTL bounds it otherwise).
+	observe := func(e lifecycle.Event) {
+		domain.ObserveEvent(e)
+		if e.Type == lifecycle.EventTokenRevoked {
+			acc.Forget(e.Subject.ID)
+		}
+	}
+	hub := feed.New(feed.Config{Reader: eventLog, Logger: log, MaxStreams: c.eventStreams, Encode: httpapi.SSEFrame, Observe: observe})
 	if err := hub.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -190,10 +191,65 @@ type Store interface {
 type Service struct {
 	store Store
 	now   func() time.Time
+
+	mu     sync.Mutex
+	tokens map[string]cachedToken // by id: tokens read from the store (Authenticate)
 }
 
+// cachedToken is a token as the store returned it, with its hash, and when.
+type cachedToken struct {
+	t    Token
+	hash string
+	read time.Time
+}
+
+// TokenCacheTTL is how long Authenticate trusts a token it read from the
+// store without reading it again. A call's token is otherwise one read per
+// call (a round trip, and a tenth of a deployment creation's database
+// work). A revocation takes effect at once in the process that revoked the
+// token (Revoke), in the others when they read its token.revoked event
+// (Forget, within the event feed's delay) and at the latest after this
+// long; an expiry takes effect at its instant (checked at every call).
+const TokenCacheTTL = time.Second
+
 // NewService returns the access service.
-func NewService(store Store, now func() time.Time) *Service { return &Service{store: store, now: now} }
+func NewService(store Store, now func() time.Time) *Service {
+	return &Service{store: store, now: now, tokens: map[string]cachedToken{}}
+}
+
+// Forget drops what the service remembers of token id: the next call with
+// it reads it from the store. The server calls it for every token.revoked
+// event, which is how another process's revocation reaches this one.
+func (s *Service) Forget(id string) {
+	s.mu.Lock()
+	delete(s.tokens, id)
+	s.mu.Unlock()
+}
+
+// token returns token id and its hash: as read at most TokenCacheTTL ago,
+// unless fresh, else from the store (and remembered). cached says whether
+// it was not read now. Returns ENOTFOUND if there is none.
+func (s *Service) token(ctx context.Context, id string, fresh bool) (t Token, hash string, cached bool, err error) {
+	now := s.now()
+	if !fresh {
+		s.mu.Lock()
+		c, ok := s.tokens[id]
+		s.mu.Unlock()
+		if ok && now.Sub(c.read) < TokenCacheTTL && !now.Before(c.read) {
+			return c.t, c.hash, true, nil
+		}
+	}
+	if t, hash, err = s.store.Token(ctx, id); err != nil {
+		if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
+			s.Forget(id)
+		}
+		return t, hash, false, err
+	}
+	s.mu.Lock()
+	s.tokens[id] = cachedToken{t: t, hash: hash, read: now}
+	s.mu.Unlock()
+	return t, hash, false, nil
+}
 
 // SystemActor is the audit actor of what the server does by itself (not on
 // a request), such as installing the bootstrap token from configuration.
@@ -263,6 +319,7 @@ func (s *Service) Bootstrap(ctx context.Context, secret string) (BootstrapOutcom
 				"previousRevoked": !stored.RevokedAt.IsZero()}
 		}
 		err = s.store.PutBootstrap(ctx, storedHash, hash, now, e)
+		s.Forget(BootstrapID)
 		if lifecycle.ErrorCode(err) == lifecycle.ECONFLICT {
 			continue
 		}
@@ -303,7 +360,14 @@ func (s *Service) Authenticate(ctx context.Context, header string) (Principal, e
 		return Anonymous, unauthorized("The API token expired at " + t.ExpiresAt.UTC().Format(time.RFC3339) + ".")
 	}
 	if now.Sub(t.LastUsedAt) > time.Minute { // at most one write a minute per token
-		_ = s.store.TouchToken(ctx, t.ID, now.UTC())
+		if s.store.TouchToken(ctx, t.ID, now.UTC()) == nil {
+			s.mu.Lock()
+			if c, ok := s.tokens[t.ID]; ok {
+				c.t.LastUsedAt = now
+				s.tokens[t.ID] = c
+			}
+			s.mu.Unlock()
+		}
 	}
 	return Principal{TokenID: t.ID, Name: t.Name, Role: t.Role}, nil
 }
@@ -316,15 +380,21 @@ func (s *Service) match(ctx context.Context, id, secret string) (Token, error) {
 	if id != BootstrapID {
 		ids = append(ids, BootstrapID)
 	}
+	want := []byte(Hash(secret))
 	for _, id := range ids {
-		t, hash, err := s.store.Token(ctx, id)
+		t, hash, cached, err := s.token(ctx, id, false)
+		if err == nil && cached && subtle.ConstantTimeCompare([]byte(hash), want) != 1 {
+			// The secret may be one that replaced the remembered one (a
+			// bootstrap token configured anew): read it again.
+			t, hash, _, err = s.token(ctx, id, true)
+		}
 		if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
 			continue
 		}
 		if err != nil {
 			return Token{}, err
 		}
-		if subtle.ConstantTimeCompare([]byte(hash), []byte(Hash(secret))) == 1 {
+		if subtle.ConstantTimeCompare([]byte(hash), want) == 1 {
 			return t, nil
 		}
 	}
@@ -402,7 +472,9 @@ func (s *Service) Tokens(ctx context.Context, limit int, cursor string) ([]Token
 
 // Revoke revokes a token. Returns ENOTFOUND if there is none.
 func (s *Service) Revoke(ctx context.Context, id string) (Token, error) {
-	return s.store.RevokeToken(ctx, id, s.now().UTC())
+	t, err := s.store.RevokeToken(ctx, id, s.now().UTC())
+	s.Forget(id) // whatever the outcome: the next call reads the store
+	return t, err
 }
 
 // Record appends an audit entry, stamped now. What a caller sent never makes

@@ -75,3 +75,53 @@ func TestBootstrapTokenRevocationSurvivesRestart(t *testing.T) {
 	_, err = svc.Authenticate(ctx, "Bearer "+first)
 	assert.NoError(t, err)
 }
+
+// TestTokenRevocationAcrossProcesses: a process remembers a token it read
+// for access.TokenCacheTTL. A revocation takes effect at once in the
+// process that revoked it; in another, when it forgets the token (the
+// server does so for every token.revoked event it reads) or at the latest
+// once the TTL passed, never later. A bootstrap secret that another
+// process configured anew works at once.
+func TestTokenRevocationAcrossProcesses(t *testing.T) {
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	a := access.NewService(postgres.NewAccessStore(pool), clock) // the process that revokes
+	b := access.NewService(postgres.NewAccessStore(pool), clock) // another process
+	_, err := a.Bootstrap(ctx, "bootstrap-secret-0123456789")
+	require.NoError(t, err)
+	admin, err := a.Authenticate(ctx, "Bearer bootstrap-secret-0123456789")
+	require.NoError(t, err)
+
+	for _, forget := range []bool{true, false} {
+		_, secret, err := a.CreateToken(ctx, admin, "ops", access.Operator, "")
+		require.NoError(t, err)
+		p, err := b.Authenticate(ctx, "Bearer "+secret) // b remembers it
+		require.NoError(t, err)
+		_, err = a.Revoke(ctx, p.TokenID)
+		require.NoError(t, err)
+		_, err = a.Authenticate(ctx, "Bearer "+secret)
+		assert.Equal(t, lifecycle.EUNAUTHORIZED, lifecycle.ErrorCode(err), "refused at once by the process that revoked it")
+		_, err = b.Authenticate(ctx, "Bearer "+secret)
+		assert.NoError(t, err, "another process within the TTL, before it read the event, still takes it")
+		if forget {
+			b.Forget(p.TokenID)
+		} else {
+			now = now.Add(access.TokenCacheTTL)
+		}
+		_, err = b.Authenticate(ctx, "Bearer "+secret)
+		assert.Equal(t, lifecycle.EUNAUTHORIZED, lifecycle.ErrorCode(err), "refused once forgotten (%v) or after the TTL", forget)
+	}
+
+	// A new bootstrap secret configured by a's restart works in b at once
+	// (b remembers the old one), and the old one no longer once b read
+	// the new.
+	out, err := a.Bootstrap(ctx, "bootstrap-secret-new-987654")
+	require.NoError(t, err)
+	require.Equal(t, access.BootstrapReplaced, out)
+	_, err = b.Authenticate(ctx, "Bearer bootstrap-secret-new-987654")
+	assert.NoError(t, err)
+	_, err = b.Authenticate(ctx, "Bearer bootstrap-secret-0123456789")
+	assert.Equal(t, lifecycle.EUNAUTHORIZED, lifecycle.ErrorCode(err))
+}
