@@ -58,6 +58,10 @@ type batch struct {
 	// with its other writes (bumpLocked) rather than in a round trip of
 	// their own (bumpManifests).
 	locked map[string]uint64
+	// bundles, with locked, holds the bundles of clients' next manifest
+	// versions computed before apply (creationBundles): the bump records
+	// them, and nothing reads those clients' pieces again.
+	bundles map[string]bundleSum
 	// published, when not nil, is called with the clients' new manifest
 	// versions once apply has bumped them.
 	published func(versions map[string]uint64)
@@ -130,7 +134,7 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 	if len(clients) > 0 {
 		var err error
 		if b.locked != nil {
-			versions, err = bumpLocked(p, clients, b.locked, at)
+			versions, err = bumpLocked(p, clients, b.locked, b.bundles, at)
 		} else {
 			versions, err = bumpManifests(ctx, tx, clients, at)
 		}
@@ -194,7 +198,11 @@ func apply(ctx context.Context, tx pgx.Tx, b batch) error {
 	}
 	// Documents of new revisions, manifest entries, the pieces of small
 	// bundles, notifications: after the revision rows (publish.go).
-	small, err := queuePublish(p, versions, b.changes, b.pieces, at, b.copyAt())
+	known := b.bundles
+	if b.locked == nil {
+		known = nil // bumped by bumpManifests, which records none
+	}
+	small, err := queuePublish(p, versions, b.changes, b.pieces, at, b.copyAt(), known)
 	if err != nil {
 		return err
 	}

@@ -140,6 +140,26 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 			}
 			ids = append(ids, nd.ID)
 		}
+		// The next bundle of each small client, from its current pieces
+		// (read under the lock) and the created ones: recorded by the bump.
+		created, pieceless := map[string][]idPiece{}, map[string]bool{}
+		for i, nd := range nds {
+			if changes[i] == nil || results[i].Err != nil {
+				continue
+			}
+			if nd.Piece == nil {
+				pieceless[nd.ClientID] = true
+				continue
+			}
+			created[nd.ClientID] = append(created[nd.ClientID], idPiece{id: nd.ID, piece: *nd.Piece})
+		}
+		for c := range pieceless {
+			delete(created, c)
+		}
+		var err error
+		if b.bundles, err = creationBundles(in.pieces, created); err != nil {
+			return err
+		}
 		var versions map[string]uint64
 		b.published = func(v map[string]uint64) { versions = v }
 		if err := apply(ctx, tx, b); err != nil || len(ids) == 0 {
@@ -214,6 +234,8 @@ type createInputs struct {
 	status             map[string]string
 	manifests          map[string]uint64
 	members            map[[3]string]string
+	// pieces are the current manifests of the small clients.
+	pieces *currentPieces
 }
 
 // queueCreateInputs queues on q the reads of what deciding the creations
@@ -278,6 +300,7 @@ WHERE (application_id, version) IN (SELECT * FROM unnest($1::text[], $2::text[])
 		_, err := pgx.ForEachRow(rows, []any{&id, &st, &v}, func() error { in.status[id], in.manifests[id] = st, uint64(v); return nil })
 		return err
 	})
+	in.pieces = queueCurrentPieces(q, clients)
 	return in
 }
 

@@ -23,6 +23,7 @@ package postgres
 // checked against its digest.
 
 import (
+	"strings"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -68,8 +69,9 @@ bumped AS (UPDATE clients c SET manifest_version = c.manifest_version + 1, manif
     RETURNING c.id, c.manifest_version),
 superseded AS (UPDATE manifest_versions m SET superseded_at = now()
     WHERE m.client_id = ANY($1::text[]) AND m.superseded_at IS NULL RETURNING 1),
-published AS (INSERT INTO manifest_versions (client_id, version, published_at)
-    SELECT bumped.id, bumped.manifest_version, now() FROM bumped CROSS JOIN (SELECT count(*) FROM superseded) AS done)
+published AS (INSERT INTO manifest_versions (client_id, version, published_at, bundle_digest, bundle_size)
+    SELECT bumped.id, bumped.manifest_version, now(), b.digest, b.size FROM bumped CROSS JOIN (SELECT count(*) FROM superseded) AS done
+    LEFT JOIN unnest($3::text[], $4::text[], $5::bigint[]) AS b (id, digest, size) ON b.id = bumped.id)
 SELECT id, manifest_version FROM bumped`
 	sqlInsertDocuments = `
 INSERT INTO documents (deployment_id, digest, yaml, piece, piece_crc, piece_size, created_at)
@@ -136,7 +138,7 @@ func bumpManifests(ctx context.Context, tx pgx.Tx, clients []string, at time.Tim
 	var bs []bumped
 	b := &pgx.Batch{}
 	b.Queue(sqlLockClients, clients).Exec(func(pgconn.CommandTag) error { return nil })
-	b.Queue(sqlBumpManifests, clients, at).Query(func(rows pgx.Rows) error {
+	b.Queue(sqlBumpManifests, clients, at, []string{}, []string{}, []int64{}).Query(func(rows pgx.Rows) error {
 		var err error
 		bs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[bumped])
 		return err
@@ -159,10 +161,12 @@ func bumpManifests(ctx context.Context, tx pgx.Tx, clients []string, at time.Tim
 // already (sqlLockClientVersions; locked holds their versions as read
 // then): their new versions are known without a round trip, and the bump
 // is queued on p, first, to run with the writes that name those versions.
-// The bump's own answer is checked against them when p runs.
+// The bump's own answer is checked against them when p runs. The new
+// versions of the clients of bundles are recorded with those bundles'
+// digests and sizes (creationBundles).
 //
 // Returns an error if a client is not in locked.
-func bumpLocked(p *pipeline, clients []string, locked map[string]uint64, at time.Time) (map[string]uint64, error) {
+func bumpLocked(p *pipeline, clients []string, locked map[string]uint64, bundles map[string]bundleSum, at time.Time) (map[string]uint64, error) {
 	clients = slices.Compact(slices.Sorted(slices.Values(clients)))
 	versions := make(map[string]uint64, len(clients))
 	for _, id := range clients {
@@ -172,7 +176,14 @@ func bumpLocked(p *pipeline, clients []string, locked map[string]uint64, at time
 		}
 		versions[id] = v + 1
 	}
-	p.q().Queue(sqlBumpManifests, clients, at).Query(func(rows pgx.Rows) error {
+	var ids, digests []string
+	var sizes []int64
+	for _, id := range clients {
+		if b, ok := bundles[id]; ok {
+			ids, digests, sizes = append(ids, id), append(digests, b.digest), append(sizes, b.size)
+		}
+	}
+	p.q().Queue(sqlBumpManifests, clients, at, ids, digests, sizes).Query(func(rows pgx.Rows) error {
 		var id string
 		var v int64
 		n, err := pgx.ForEachRow(rows, []any{&id, &v}, func() error {
@@ -209,7 +220,7 @@ func bumpLocked(p *pipeline, clients []string, locked map[string]uint64, at time
 // Returns an error if a change's client was not bumped or a piece cannot
 // be made.
 func queuePublish(p *pipeline, versions map[string]uint64, changes []*lifecycle.Change, pieces map[[2]string]*margo.BundlePiece,
-	at time.Time, copyAt int) (*smallBundles, error) {
+	at time.Time, copyAt int, known map[string]bundleSum) (*smallBundles, error) {
 	created := map[string]bool{}
 	for _, c := range changes {
 		if c.Create {
@@ -245,7 +256,7 @@ func queuePublish(p *pipeline, versions map[string]uint64, changes []*lifecycle.
 		clients, ids, vs, ns = append(clients, c.After.ClientID), append(ids, c.After.ID), append(vs, int64(v)), append(ns, n)
 	}
 	queueEntries(p, clients, ids, vs, ns, created, docs, copyAt)
-	small := queueSmallBundles(p, versions)
+	small := queueSmallBundles(p, versions, known)
 	notify := make([]string, 0, len(versions))
 	for id := range versions {
 		notify = append(notify, id)
@@ -300,15 +311,17 @@ type smallBundles struct {
 
 // queueSmallBundles queues the read of the pieces of the new version of
 // every client of versions with at most smallBundle documents, after the
-// entries are written.
-func queueSmallBundles(p *pipeline, versions map[string]uint64) *smallBundles {
+// entries are written, but those of known (their bundles are recorded).
+func queueSmallBundles(p *pipeline, versions map[string]uint64, known map[string]bundleSum) *smallBundles {
 	sb := &smallBundles{versions: versions, byClient: map[string][]margo.BundlePiece{}, incomplete: map[string]bool{}}
-	if len(versions) == 0 {
-		return sb
-	}
 	clients := make([]string, 0, len(versions))
 	for id := range versions {
-		clients = append(clients, id)
+		if _, ok := known[id]; !ok { // recorded by the bump already
+			clients = append(clients, id)
+		}
+	}
+	if len(clients) == 0 {
+		return sb
 	}
 	p.q().Queue(sqlSmallBundles, clients, smallBundle).Query(func(rows pgx.Rows) error {
 		var client string
@@ -325,6 +338,105 @@ func queueSmallBundles(p *pipeline, versions map[string]uint64) *smallBundles {
 		return err
 	})
 	return sb
+}
+
+// sqlCurrentPieces reads, for each client $1 with at most $2 open manifest
+// entries, the deployment id and piece of each of them, in bundle order, or
+// one row of NULLs when it has none; a client with more entries has no row.
+// Each part is a lookup by client, then by entry (see sqlSmallBundles).
+const sqlCurrentPieces = `
+SELECT s.id, p.deployment_id::text, p.piece, p.crc, p.size
+FROM unnest($1::text[]) AS s (id)
+CROSS JOIN LATERAL (SELECT count(*) AS n FROM (
+    SELECT FROM manifest_entries c WHERE c.client_id = s.id AND c.to_version IS NULL LIMIT $2 + 1) x) AS k
+LEFT JOIN LATERAL (
+    SELECT e.deployment_id, d.piece, d.crc, d.size
+    FROM manifest_entries e
+    CROSS JOIN LATERAL (
+        SELECT d.piece, coalesce(d.piece_crc, 0) AS crc, coalesce(d.piece_size, 0) AS size FROM documents d
+        WHERE d.deployment_id = e.deployment_id AND d.digest = e.digest OFFSET 0) AS d
+    WHERE e.client_id = s.id AND e.to_version IS NULL
+    OFFSET 0) AS p ON true
+WHERE k.n <= $2
+ORDER BY s.id, p.deployment_id`
+
+// idPiece is the bundle piece of a deployment's document.
+type idPiece struct {
+	id    string
+	piece margo.BundlePiece
+}
+
+// currentPieces is what queueCurrentPieces reads: by client with at most
+// smallBundle open entries, their pieces in bundle order; incomplete names
+// the clients with a document whose piece is not stored (stored before
+// migration 00007).
+type currentPieces struct {
+	byClient   map[string][]idPiece
+	incomplete map[string]bool
+}
+
+// queueCurrentPieces queues on q the read of the pieces of the current
+// manifests of clients, those with at most smallBundle documents. Queue it
+// after the clients are locked: it then reads the manifests no other
+// transaction can change before this one ends.
+func queueCurrentPieces(q *pgx.Batch, clients []string) *currentPieces {
+	cp := &currentPieces{byClient: map[string][]idPiece{}, incomplete: map[string]bool{}}
+	q.Queue(sqlCurrentPieces, clients, smallBundle).Query(func(rows pgx.Rows) error {
+		var client string
+		var id *string
+		var deflate []byte
+		var crc, size *int64
+		_, err := pgx.ForEachRow(rows, []any{&client, &id, &deflate, &crc, &size}, func() error {
+			ps := cp.byClient[client]
+			if id == nil { // no entry
+				cp.byClient[client] = ps
+				return nil
+			}
+			if deflate == nil {
+				cp.incomplete[client] = true
+			}
+			cp.byClient[client] = append(ps, idPiece{id: *id, piece: margo.BundlePiece{Deflate: deflate, CRC32: uint32(*crc), Size: *size}})
+			return nil
+		})
+		return err
+	})
+	return cp
+}
+
+// bundleSum is a bundle's digest and size.
+type bundleSum struct {
+	digest string
+	size   int64
+}
+
+// creationBundles returns, for each client of created whose current
+// manifest cp read (a small one, all of its pieces stored), the digest and
+// size of the bundle of its next version: its current documents and the
+// created deployments' (created, by client), when they are at most
+// smallBundle. A creation adds an entry and removes none, so that next
+// version holds exactly those. The others are left to queueSmallBundles or
+// to the first read.
+func creationBundles(cp *currentPieces, created map[string][]idPiece) (map[string]bundleSum, error) {
+	out := map[string]bundleSum{}
+	for client, added := range created {
+		cur, ok := cp.byClient[client]
+		if !ok || cp.incomplete[client] || len(cur)+len(added) > smallBundle {
+			continue
+		}
+		all := slices.Concat(cur, added)
+		slices.SortFunc(all, func(a, b idPiece) int { return strings.Compare(a.id, b.id) })
+		pieces := make([]margo.BundlePiece, len(all))
+		for i, p := range all {
+			pieces[i] = p.piece
+		}
+		h := sha256.New()
+		size, err := margo.WriteBundle(h, pieces)
+		if err != nil {
+			return nil, fmt.Errorf("client %s: bundle: %w", client, err)
+		}
+		out[client] = bundleSum{digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), size: size}
+	}
+	return out, nil
 }
 
 // recordSmallBundles records the bundle digest and size of the new version

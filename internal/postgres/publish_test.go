@@ -616,3 +616,52 @@ ON c.id = m.client_id AND c.manifest_version = m.version WHERE c.id = $1`, clien
 	require.NotNil(t, d, "recorded by the first read")
 	require.Equal(t, *d, doc.Bundle.Digest)
 }
+
+// TestSmallClientBundleOfCreations: creations compute the next bundle of a
+// small client from its current pieces and the created ones, and the bump
+// records it; at every size up to SmallBundle documents, created one by one
+// or several in one batch, the recorded digest is that of the bundle then
+// served (published checks the bytes); past SmallBundle it is left to the
+// first read.
+func TestSmallClientBundleOfCreations(t *testing.T) {
+	ctx := t.Context()
+	f := newPubFleet(t)
+	recorded := func(client string) *string {
+		t.Helper()
+		var digest *string
+		require.NoError(t, f.pool.QueryRow(ctx, `SELECT m.bundle_digest FROM manifest_versions m JOIN clients c
+ON c.id = m.client_id AND c.manifest_version = m.version WHERE c.id = $1`, client).Scan(&digest))
+		return digest
+	}
+	for i := range postgres.SmallBundle {
+		f.deploy(t, "grow", fmt.Sprint("d", i))
+		d := recorded("grow")
+		require.NotNil(t, d, "%d documents: recorded by the creation", i+1)
+		require.Equal(t, *d, published(t, ctx, f.store, "grow").Bundle.Digest, "%d documents", i+1)
+	}
+	f.deploy(t, "grow", "one-more")
+	require.Nil(t, recorded("grow"), "more than SmallBundle documents: left to the first read")
+	published(t, ctx, f.store, "grow")
+
+	total := 0
+	for round, n := range []int{3, 5} { // several creations of one client in one batch
+		total += n
+		var reqs []fleet.CreateRequest
+		for j := range n {
+			dev := fmt.Sprintf("r%d-%d", round, j)
+			_, err := f.svc.PutCapabilities(ctx, "batch", dev, pubCaps(dev))
+			require.NoError(t, err)
+			reqs = append(reqs, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "batch", DeviceID: dev})
+		}
+		rs, err := f.svc.CreateDeployments(ctx, reqs)
+		require.NoError(t, err)
+		for _, r := range rs {
+			require.NoError(t, r.Err)
+		}
+		d := recorded("batch")
+		require.NotNil(t, d, "round %d", round)
+		doc := published(t, ctx, f.store, "batch")
+		require.Equal(t, *d, doc.Bundle.Digest, "round %d", round)
+		require.Len(t, doc.Deployments, total, "round %d", round)
+	}
+}
