@@ -336,16 +336,18 @@ func (s *WebhookStore) Dispatch(ctx context.Context, limit int, match func([]lif
 			return err
 		}
 		var after int64
-		var enabled bool
-		if err := tx.QueryRow(ctx, `SELECT after, EXISTS (SELECT FROM webhooks WHERE enabled) FROM webhook_dispatch`).Scan(&after, &enabled); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT after FROM webhook_dispatch`).Scan(&after); err != nil {
 			return err
 		}
-		if !enabled {
-			// No subscription: every event matches none. The position moves
-			// past what a pass would have read (the same gate), without
-			// reading the events' bodies.
-			_, err := tx.Exec(ctx, `UPDATE webhook_dispatch SET after = coalesce((SELECT max(id) FROM events WHERE id > $1 AND id < `+sqlEventGate+`), $1)
-WHERE after = $1`, after)
+		// No subscription: every event matches none. The position moves past
+		// what a pass would read (the same gate) without reading the events'
+		// bodies. The check and the move are one statement, one snapshot: a
+		// subscription committed before it sees every event the move skips
+		// (it stops the move), and one committed after gets the events
+		// committed after it.
+		tag, err := tx.Exec(ctx, `UPDATE webhook_dispatch SET after = coalesce((SELECT max(id) FROM events WHERE id > $1 AND id < `+sqlEventGate+`), $1)
+WHERE after = $1 AND NOT EXISTS (SELECT FROM webhooks WHERE enabled)`, after)
+		if err != nil || tag.RowsAffected() == 1 {
 			return err
 		}
 		events, err := eventsAfter(ctx, tx, after, EventFilter{}, limit)
