@@ -536,9 +536,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// is read (access.TokenCacheTTL bounds it otherwise).
 	observe := func(e lifecycle.Event) {
 		domain.ObserveEvent(e)
-		if e.Type == lifecycle.EventTokenRevoked {
-			acc.Forget(e.Subject.ID)
-		}
+		acc.ObserveEvent(e)
 	}
 	hub := feed.New(feed.Config{Reader: eventLog, Logger: log, MaxStreams: c.eventStreams, Encode: httpapi.SSEFrame, Observe: observe})
 	if err := hub.Start(context.WithoutCancel(ctx)); err != nil {

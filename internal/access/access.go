@@ -194,6 +194,9 @@ type Service struct {
 
 	mu     sync.Mutex
 	tokens map[string]cachedToken // by id: tokens read from the store (Authenticate)
+	// forgets counts Forget calls: a read that began before one is not
+	// remembered (it may hold what the forgotten change replaced).
+	forgets uint64
 }
 
 // cachedToken is a token as the store returned it, with its hash, and when.
@@ -223,7 +226,16 @@ func NewService(store Store, now func() time.Time) *Service {
 func (s *Service) Forget(id string) {
 	s.mu.Lock()
 	delete(s.tokens, id)
+	s.forgets++
 	s.mu.Unlock()
+}
+
+// ObserveEvent forgets the token of a token.revoked event (the event
+// feed's observer): a revocation made by another server process.
+func (s *Service) ObserveEvent(e lifecycle.Event) {
+	if e.Type == lifecycle.EventTokenRevoked {
+		s.Forget(e.Subject.ID)
+	}
 }
 
 // token returns token id and its hash: as read at most TokenCacheTTL ago,
@@ -231,13 +243,12 @@ func (s *Service) Forget(id string) {
 // it was not read now. Returns ENOTFOUND if there is none.
 func (s *Service) token(ctx context.Context, id string, fresh bool) (t Token, hash string, cached bool, err error) {
 	now := s.now()
-	if !fresh {
-		s.mu.Lock()
-		c, ok := s.tokens[id]
-		s.mu.Unlock()
-		if ok && now.Sub(c.read) < TokenCacheTTL && !now.Before(c.read) {
-			return c.t, c.hash, true, nil
-		}
+	s.mu.Lock()
+	c, ok := s.tokens[id]
+	forgets := s.forgets
+	s.mu.Unlock()
+	if !fresh && ok && now.Sub(c.read) < TokenCacheTTL && !now.Before(c.read) {
+		return c.t, c.hash, true, nil
 	}
 	if t, hash, err = s.store.Token(ctx, id); err != nil {
 		if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
@@ -246,10 +257,27 @@ func (s *Service) token(ctx context.Context, id string, fresh bool) (t Token, ha
 		return t, hash, false, err
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.forgets != forgets {
+		// Something was forgotten while this read was under way (a
+		// revocation that committed after it, perhaps): what it read is
+		// used by this call, not remembered.
+		return t, hash, false, nil
+	}
+	if len(s.tokens) >= maxCachedTokens {
+		for id, c := range s.tokens {
+			if now.Sub(c.read) >= TokenCacheTTL || now.Before(c.read) {
+				delete(s.tokens, id)
+			}
+		}
+	}
 	s.tokens[id] = cachedToken{t: t, hash: hash, read: now}
-	s.mu.Unlock()
 	return t, hash, false, nil
 }
+
+// maxCachedTokens is the size from which remembering a token first drops
+// the entries too old to be used (the others are at most a second old).
+const maxCachedTokens = 256
 
 // SystemActor is the audit actor of what the server does by itself (not on
 // a request), such as installing the bootstrap token from configuration.

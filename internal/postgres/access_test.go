@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -124,4 +125,63 @@ func TestTokenRevocationAcrossProcesses(t *testing.T) {
 	assert.NoError(t, err)
 	_, err = b.Authenticate(ctx, "Bearer bootstrap-secret-0123456789")
 	assert.Equal(t, lifecycle.EUNAUTHORIZED, lifecycle.ErrorCode(err))
+}
+
+// heldTokenStore holds one Token read of id, after it read the row, until
+// release is closed (read is closed then).
+type heldTokenStore struct {
+	*postgres.AccessStore
+	id            string
+	read, release chan struct{}
+}
+
+func (s *heldTokenStore) Token(ctx context.Context, id string) (access.Token, string, error) {
+	t, h, err := s.AccessStore.Token(ctx, id)
+	if id == s.id && s.read != nil {
+		r := s.read
+		s.read = nil
+		close(r)
+		<-s.release
+	}
+	return t, h, err
+}
+
+// TestRevocationDuringACall: a call that read its token before the
+// revocation committed is answered as before it; it does not leave its
+// read behind, so that every call after the revocation, in the process
+// that revoked it, is refused. The same for a token.revoked event observed
+// (another process's revocation). (Found by review: the call's read was
+// remembered after the revocation forgot the token.)
+func TestRevocationDuringACall(t *testing.T) {
+	for _, byEvent := range []bool{false, true} {
+		ctx := t.Context()
+		pool := pgtest.New(t)
+		st := &heldTokenStore{AccessStore: postgres.NewAccessStore(pool)}
+		svc := access.NewService(st, time.Now)
+		other := access.NewService(postgres.NewAccessStore(pool), time.Now)
+		_, err := svc.Bootstrap(ctx, "bootstrap-secret-0123456789")
+		require.NoError(t, err)
+		admin, err := svc.Authenticate(ctx, "Bearer bootstrap-secret-0123456789")
+		require.NoError(t, err)
+		tok, secret, err := svc.CreateToken(ctx, admin, "ops", access.Operator, "")
+		require.NoError(t, err)
+
+		st.id, st.read, st.release = tok.ID, make(chan struct{}), make(chan struct{})
+		read := st.read
+		done := make(chan error, 1)
+		go func() { _, err := svc.Authenticate(ctx, "Bearer "+secret); done <- err }() // a call in flight
+		<-read
+		if byEvent {
+			_, err = other.Revoke(ctx, tok.ID)
+			require.NoError(t, err)
+			svc.ObserveEvent(lifecycle.Event{Type: lifecycle.EventTokenRevoked, Subject: lifecycle.Ref{Kind: lifecycle.SubjectToken, ID: tok.ID}})
+		} else {
+			_, err = svc.Revoke(ctx, tok.ID)
+			require.NoError(t, err)
+		}
+		close(st.release)
+		require.NoError(t, <-done, "the call in flight began before the revocation")
+		_, err = svc.Authenticate(ctx, "Bearer "+secret)
+		assert.Equal(t, lifecycle.EUNAUTHORIZED, lifecycle.ErrorCode(err), "a call after the revocation (by event: %v)", byEvent)
+	}
 }
