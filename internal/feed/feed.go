@@ -76,8 +76,9 @@ type Config struct {
 	// answers ErrTokenFull beyond), so that one token cannot take every
 	// place; 0 means an eighth of MaxStreams, at least 1.
 	MaxStreamsPerToken int
-	// Encode, when not nil, renders an event as its streams write it; the
-	// shared reader renders each event once for all streams (Item.Encoded).
+	// Encode, when not nil, renders an event as its streams write it; while
+	// a stream is open, the shared reader renders each event once for all
+	// streams (Item.Encoded).
 	Encode func(lifecycle.Event) ([]byte, error)
 	// Observe, when not nil, is called by the shared reader with every
 	// event it reads, in log order (the metrics count operation outcomes

@@ -3,10 +3,10 @@ package margo
 import (
 	"archive/tar"
 	"bytes"
-	flate "github.com/klauspost/compress/flate"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	flate "github.com/klauspost/compress/flate"
 	"hash/crc32"
 	"io"
 	"sync"
@@ -82,9 +82,9 @@ var bundleGzipHeader = [10]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255}
 // writes (BFINAL 0, then LEN 0 and NLEN 0xffff once byte-aligned).
 var syncFlushMarker = []byte{0x00, 0x00, 0xff, 0xff}
 
-// flateWriters keeps compressors between pieces: a compressor holds about
-// 800 KB of state, and allocating one per piece would dominate a batch of
-// thousands of pieces. Reset makes a writer equivalent to a fresh one, so
+// flateWriters keeps compressors between pieces: a compressor holds
+// hundreds of kilobytes of state, and allocating one per piece would
+// dominate a batch of thousands of pieces. Reset makes a writer equivalent to a fresh one, so
 // reuse does not change the bytes. It holds *flate.Writer values.
 var flateWriters sync.Pool
 
@@ -117,11 +117,11 @@ func checkBundleFileName(name string) error {
 // NewBundlePiece returns the piece of one file: its tar entry, a regular
 // file at the archive root in USTAR format, mode 0644, uid and gid 0, no
 // user or group name, modification time the Unix epoch, exactly as
-// archive/tar writes it, compressed at a fixed level (bundlePieceLevel:
-// DefaultCompression, chosen by measurement). The bytes are deterministic
-// for one Go toolchain; a newer compress/flate may compress differently,
-// which changes the digests of bundles built afterwards but never a stored
-// piece or bundle.
+// archive/tar writes it, compressed at a fixed level (bundlePieceLevel,
+// chosen by measurement) by github.com/klauspost/compress/flate. The bytes
+// are deterministic for one version of that module (go.mod pins it); a
+// newer one may compress differently, which changes the digests of bundles
+// built afterwards but never a stored piece or bundle.
 //
 // Returns EINVALID with type ProblemInvalidBundle if name is unusable (see
 // BundleFile.Name).

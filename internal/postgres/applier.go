@@ -107,7 +107,9 @@ type callAudit struct {
 // events. The caller holds the deployments' row locks and commits.
 //
 // Its cost is a constant number of round trips per batch, not per change:
-// the manifest versions (bumpManifests); then every row of every change in
+// the manifest versions (bumpManifests; or, for clients the transaction
+// locked already, b.locked, queued first in the pipeline: bumpLocked);
+// then every row of every change in
 // one pipeline (pgx.Batch), rows of one table and kind written by one
 // set-based statement (unnest arrays), in the order a change needs them
 // (see phases; a round's inserts of copyRowsMin rows or more of one table

@@ -104,5 +104,8 @@ func CopyAllRows(s *FleetStore) *FleetStore {
 // SmallBundle is smallBundle, for this package's external tests.
 const SmallBundle = smallBundle
 
+// SQLSmallBundles is sqlSmallBundles (tests count its runs).
+const SQLSmallBundles = sqlSmallBundles
+
 // WavePlaces is wavePlaces.
 func WavePlaces(starts []int, k int) (lo, hi int) { return wavePlaces(starts, k) }

@@ -23,13 +23,13 @@ package postgres
 // checked against its digest.
 
 import (
-	"strings"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,12 +56,12 @@ const (
 	// replicas' clocks may disagree, and a skewed one must not shorten a
 	// bundle's retention. One statement, one round trip.
 	// sqlLockClients locks the clients' rows in id order (the lock order).
-	sqlLockClients   = `SELECT 1 FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
+	sqlLockClients = `SELECT 1 FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
 	// sqlLockClientVersions locks the clients' rows as sqlLockClients does
 	// and returns their status and manifest version: the version a bump by
 	// this transaction makes is that plus one (bumpLocked).
 	sqlLockClientVersions = `SELECT id, status, manifest_version FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
-	sqlBumpManifests = `
+	sqlBumpManifests      = `
 WITH locked AS (SELECT id FROM clients WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE),
 bumped AS (UPDATE clients c SET manifest_version = c.manifest_version + 1, manifest_json = NULL, manifest_etag = NULL,
     bundle_digest = NULL, updated_at = $2
@@ -409,6 +409,17 @@ type bundleSum struct {
 	size   int64
 }
 
+// bundleSumOf is the digest and size of the bundle of pieces (in bundle
+// order), streamed through sha256: nothing is compressed.
+func bundleSumOf(pieces []margo.BundlePiece) (bundleSum, error) {
+	h := sha256.New()
+	size, err := margo.WriteBundle(h, pieces)
+	if err != nil {
+		return bundleSum{}, err
+	}
+	return bundleSum{digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), size: size}, nil
+}
+
 // creationBundles returns, for each client of created whose current
 // manifest cp read (a small one, all of its pieces stored), the digest and
 // size of the bundle of its next version: its current documents and the
@@ -429,12 +440,11 @@ func creationBundles(cp *currentPieces, created map[string][]idPiece) (map[strin
 		for i, p := range all {
 			pieces[i] = p.piece
 		}
-		h := sha256.New()
-		size, err := margo.WriteBundle(h, pieces)
+		sum, err := bundleSumOf(pieces)
 		if err != nil {
 			return nil, fmt.Errorf("client %s: bundle: %w", client, err)
 		}
-		out[client] = bundleSum{digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), size: size}
+		out[client] = sum
 	}
 	return out, nil
 }
@@ -450,13 +460,12 @@ func recordSmallBundles(ctx context.Context, tx pgx.Tx, sb *smallBundles) error 
 		if sb.incomplete[id] {
 			continue
 		}
-		h := sha256.New()
-		size, err := margo.WriteBundle(h, pieces)
+		sum, err := bundleSumOf(pieces)
 		if err != nil {
 			return fmt.Errorf("client %s manifest %d: bundle: %w", id, sb.versions[id], err)
 		}
 		ids, vs = append(ids, id), append(vs, int64(sb.versions[id]))
-		digests, sizes = append(digests, "sha256:"+hex.EncodeToString(h.Sum(nil))), append(sizes, size)
+		digests, sizes = append(digests, sum.digest), append(sizes, sum.size)
 	}
 	if len(ids) == 0 {
 		return nil

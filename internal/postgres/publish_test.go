@@ -79,16 +79,24 @@ type pubFleet struct {
 	clock *clock
 }
 
-func newPubFleet(t *testing.T) *pubFleet {
+func newPubFleet(t *testing.T) *pubFleet { return newTracedPubFleet(t, nil) }
+
+// newTracedPubFleet is newPubFleet whose store reports every statement it
+// runs to after (when not nil).
+func newTracedPubFleet(t *testing.T, after func(sql string)) *pubFleet {
 	t.Helper()
 	pool := pgtest.New(t)
+	storePool := pool
+	if after != nil {
+		storePool = tracedPool(t, pool, after)
+	}
 	clk := newClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), clk.now)
 	for _, v := range []string{"1.0.0", "2.0.0"} {
 		_, _, err := cat.Add(t.Context(), []byte(strings.ReplaceAll(pubDescription, `"1.0.0"`, `"`+v+`"`)), catalog.MediaYAML)
 		require.NoError(t, err)
 	}
-	store := postgres.NewFleetStore(pool, 5)
+	store := postgres.NewFleetStore(storePool, 5)
 	svc := fleet.NewService(store, cat, fleet.Policy{AcceptAll: true, AllowOverrides: true}, clk.now, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return &pubFleet{pool: pool, store: store, svc: svc, sched: fleet.NewScheduler(svc, time.Hour), clock: clk}
 }
@@ -625,7 +633,23 @@ ON c.id = m.client_id AND c.manifest_version = m.version WHERE c.id = $1`, clien
 // first read.
 func TestSmallClientBundleOfCreations(t *testing.T) {
 	ctx := t.Context()
-	f := newPubFleet(t)
+	var mu sync.Mutex
+	counting, smallReads := false, 0 // reads of the pieces after the writes (queueSmallBundles)
+	f := newTracedPubFleet(t, func(sql string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if counting && strings.Contains(sql, postgres.SQLSmallBundles) {
+			smallReads++
+		}
+	})
+	count := func(on bool) int {
+		mu.Lock()
+		defer mu.Unlock()
+		counting = on
+		n := smallReads
+		smallReads = 0
+		return n
+	}
 	recorded := func(client string) *string {
 		t.Helper()
 		var digest *string
@@ -634,7 +658,12 @@ ON c.id = m.client_id AND c.manifest_version = m.version WHERE c.id = $1`, clien
 		return digest
 	}
 	for i := range postgres.SmallBundle {
-		f.deploy(t, "grow", fmt.Sprint("d", i))
+		_, err := f.svc.PutCapabilities(ctx, "grow", fmt.Sprint("d", i), pubCaps(fmt.Sprint("d", i)))
+		require.NoError(t, err)
+		count(true)
+		_, err = f.svc.CreateDeployment(ctx, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "grow", DeviceID: fmt.Sprint("d", i)})
+		require.NoError(t, err)
+		require.Zero(t, count(false), "the creation computed the bundle before its writes: no read of the pieces after them")
 		d := recorded("grow")
 		require.NotNil(t, d, "%d documents: recorded by the creation", i+1)
 		require.Equal(t, *d, published(t, ctx, f.store, "grow").Bundle.Digest, "%d documents", i+1)
@@ -653,8 +682,10 @@ ON c.id = m.client_id AND c.manifest_version = m.version WHERE c.id = $1`, clien
 			require.NoError(t, err)
 			reqs = append(reqs, fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: "batch", DeviceID: dev})
 		}
+		count(true)
 		rs, err := f.svc.CreateDeployments(ctx, reqs)
 		require.NoError(t, err)
+		require.Zero(t, count(false), "round %d: no read of the pieces after the writes", round)
 		for _, r := range rs {
 			require.NoError(t, r.Err)
 		}
