@@ -594,6 +594,16 @@ VALUES ('app', '1.0.0', '1.0.0', 'app', 'sha256:`+strings.Repeat("0", 64)+`', 'a
 		State: lifecycle.StatePending, Revision: 1, LastRevision: 1, Version: "1.0.0"}
 }
 
+// recordedBundle returns the bundle digest recorded for client's current
+// manifest version, nil when none is.
+func recordedBundle(t *testing.T, pool *pgxpool.Pool, client string) *string {
+	t.Helper()
+	var digest *string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT m.bundle_digest FROM manifest_versions m JOIN clients c
+ON c.id = m.client_id AND c.manifest_version = m.version WHERE c.id = $1`, client).Scan(&digest))
+	return digest
+}
+
 // TestSmallClientBundleRecordedAtPublication: a client with at most a few
 // documents gets its new bundle digest recorded by the publication itself
 // (so the first poll only reads), equal to the bundle then served; a client
@@ -602,13 +612,7 @@ VALUES ('app', '1.0.0', '1.0.0', 'app', 'sha256:`+strings.Repeat("0", 64)+`', 'a
 func TestSmallClientBundleRecordedAtPublication(t *testing.T) {
 	ctx := t.Context()
 	f := newPubFleet(t)
-	recorded := func(client string) *string {
-		t.Helper()
-		var digest *string
-		require.NoError(t, f.pool.QueryRow(ctx, `SELECT m.bundle_digest FROM manifest_versions m JOIN clients c
-ON c.id = m.client_id AND c.manifest_version = m.version WHERE c.id = $1`, client).Scan(&digest))
-		return digest
-	}
+	recorded := func(client string) *string { return recordedBundle(t, f.pool, client) }
 	f.deploy(t, "small", "d0")
 	d := recorded("small")
 	require.NotNil(t, d, "recorded by the publication, before any read")
@@ -650,13 +654,7 @@ func TestSmallClientBundleOfCreations(t *testing.T) {
 		smallReads = 0
 		return n
 	}
-	recorded := func(client string) *string {
-		t.Helper()
-		var digest *string
-		require.NoError(t, f.pool.QueryRow(ctx, `SELECT m.bundle_digest FROM manifest_versions m JOIN clients c
-ON c.id = m.client_id AND c.manifest_version = m.version WHERE c.id = $1`, client).Scan(&digest))
-		return digest
-	}
+	recorded := func(client string) *string { return recordedBundle(t, f.pool, client) }
 	for i := range postgres.SmallBundle {
 		_, err := f.svc.PutCapabilities(ctx, "grow", fmt.Sprint("d", i), pubCaps(fmt.Sprint("d", i)))
 		require.NoError(t, err)
