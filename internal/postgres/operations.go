@@ -174,7 +174,22 @@ func scanStep(r pgx.Row) (fleet.Step, error) {
 
 // CreateOperation implements fleet.Store.
 func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, check func(fleet.Deployment, fleet.RolloutHold) error, now time.Time) (fleet.Operation, error) {
-	errs, err := s.CreateOperations(ctx, []fleet.Operation{op}, check, now)
+	var errs []error
+	var skipped []bool
+	var err error
+	for attempt := 0; ; attempt++ {
+		errs, skipped, err = s.createOperations(ctx, []fleet.Operation{op}, check, now)
+		if err != nil || !skipped[0] || attempt == lockedActiveTries-1 {
+			break
+		}
+		// The active operation was locked by a scheduler settling it (a
+		// transaction of milliseconds): look again rather than answer 409.
+		select {
+		case <-ctx.Done():
+			return fleet.Operation{}, ctx.Err()
+		case <-time.After(lockedActiveWait):
+		}
+	}
 	if err == nil {
 		err = errs[0]
 	}
@@ -192,6 +207,24 @@ func (s *FleetStore) CreateOperation(ctx context.Context, op fleet.Operation, ch
 // another in progress or is gone) gets its error at its index and is not
 // created; the others are. The error is for the whole: nothing was created.
 func (s *FleetStore) CreateOperations(ctx context.Context, ops []fleet.Operation, check func(fleet.Deployment, fleet.RolloutHold) error, now time.Time) ([]error, error) {
+	errs, _, err := s.createOperations(ctx, ops, check, now)
+	return errs, err
+}
+
+// How CreateOperation looks again when the deployment's active operation
+// was locked by another transaction (a scheduler settling it): a single
+// call (an upgrade right after the install's report) is not refused for
+// the moment of that settlement.
+const (
+	lockedActiveTries = 4
+	lockedActiveWait  = 25 * time.Millisecond
+)
+
+// createOperations is CreateOperations; skipped[i] says whether ops[i]
+// was refused as in progress because its deployment's active operation
+// was locked by another transaction (not waited for).
+func (s *FleetStore) createOperations(ctx context.Context, ops []fleet.Operation, check func(fleet.Deployment, fleet.RolloutHold) error, now time.Time) ([]error, []bool, error) {
+	skipped := make([]bool, len(ops))
 	errs := make([]error, len(ops))
 	ids := make([]string, 0, len(ops))
 	seen := make(map[string]bool, len(ops))
@@ -200,14 +233,14 @@ func (s *FleetStore) CreateOperations(ctx context.Context, ops []fleet.Operation
 		case !validUUID(op.DeploymentID):
 			errs[i] = notFound("There is no deployment %s.", op.DeploymentID)
 		case seen[op.DeploymentID]:
-			return nil, fmt.Errorf("create operations: deployment %s twice in one batch", op.DeploymentID)
+			return nil, nil, fmt.Errorf("create operations: deployment %s twice in one batch", op.DeploymentID)
 		default:
 			seen[op.DeploymentID] = true
 			ids = append(ids, op.DeploymentID)
 		}
 	}
 	if len(ids) == 0 {
-		return errs, nil
+		return errs, skipped, nil
 	}
 	err := inTx(ctx, s.pool, func(tx pgx.Tx) error {
 		clear(errs)
@@ -297,7 +330,7 @@ func (s *FleetStore) CreateOperations(ctx context.Context, ops []fleet.Operation
 			if a := active[l.d.ID]; a != "" {
 				o, ok := settle[a]
 				if !ok {
-					errs[i] = operationInProgress(l.d.ID, a)
+					errs[i], skipped[i] = operationInProgress(l.d.ID, a), true
 					continue
 				}
 				agg := opAggregate(o)
@@ -324,12 +357,12 @@ func (s *FleetStore) CreateOperations(ctx context.Context, ops []fleet.Operation
 		return apply(ctx, tx, b)
 	})
 	if err != nil {
-		return nil, translate(err)
+		return nil, nil, translate(err)
 	}
 	for i := range errs {
 		errs[i] = translate(errs[i])
 	}
-	return errs, nil
+	return errs, skipped, nil
 }
 
 func createdBody(op fleet.Operation) lifecycle.OperationCreatedBody {
