@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -470,4 +471,31 @@ func FuzzParseCapabilities(f *testing.F) {
 			check(t, raw, doc.Properties.ID)
 		}
 	})
+}
+
+// BenchmarkParseCapabilities parses a full capabilities document (as stored
+// and read back at every creation) and a small one such as devices send.
+func BenchmarkParseCapabilities(b *testing.B) {
+	full, err := os.ReadFile("testdata/capabilities-full.json")
+	require.NoError(b, err)
+	var id struct {
+		Properties struct {
+			ID string `json:"id"`
+		} `json:"properties"`
+	}
+	require.NoError(b, json.Unmarshal(full, &id))
+	small := []byte(`{"properties": {"id": "d1", "cpus": [{"cores": 2, "architecture": "amd64"}], "memory": "1Gi", "model": "m", "storage": "1Gi", "vendor": "v", "modelNumber": "m", "serialNumber": "s", "supportedRuntimes": ["oci"], "supportedDeploymentTypes": ["compose"]}}`)
+	for _, c := range []struct {
+		name, id string
+		doc      []byte
+	}{{"full", id.Properties.ID, full}, {"small", "d1", small}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ParseCapabilities(c.doc, c.id); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -308,12 +308,28 @@ func TestParseJSONStrict(t *testing.T) {
 		{"array top", `[1]`},
 		{"null top", `null`},
 		{"string top", `"x"`},
+		{"leading zero", `{"a":01}`},
+		{"name not a string", `{1:2}`},
+		{"missing colon", `{"a" 1}`},
+		{"unterminated string", `{"a":"x}`},
+		{"bad literal", `{"a":tru}`},
+		{"extra close", `{"a":{}}}`},
+		{"control character in string", "{\"a\":\"x\ny\"}"},
 	} {
 		_, err := ParseDescription([]byte(tt.raw), MediaTypeJSON)
 		if lifecycle.ErrorCode(err) != lifecycle.EMALFORMED {
 			t.Errorf("%s: ParseDescription(%q) = %v, want %s", tt.name, tt.raw, err, lifecycle.EMALFORMED)
 		}
 	}
+}
+
+// TestReadJSONLoneSurrogate: an escaped lone surrogate is valid JSON
+// syntax (RFC 8259 section 8.2) and is read as U+FFFD, as encoding/json
+// read it before the reader moved to jsontext.
+func TestReadJSONLoneSurrogate(t *testing.T) {
+	doc, err := readJSON([]byte(`{"a":"x\ud800y"}`))
+	require.NoError(t, err)
+	require.Equal(t, "x\uFFFDy", doc.m["a"])
 }
 
 func TestParseMalformedYAML(t *testing.T) {
