@@ -410,11 +410,16 @@ ORDER BY v.ord`
 
 	// Outcome and step moves select rows by a set of states, passed as one
 	// comma-separated string per move (unnest flattens arrays of arrays).
+	// Their rows are found by the first column of a two-column key alone;
+	// the "= ANY" on it keeps the plan an index lookup when the table has
+	// no statistics yet (filled in bulk moments before, as a fleet's
+	// installs are): joined to unnest alone, the planner then hashed the
+	// whole table (8-10 ms a batch of reports at 20,000 revisions).
 	sqlMoveOutcomes = `
 UPDATE revisions r SET outcome = v.outcome_to,
     installed_at = CASE WHEN v.outcome_to = $7 THEN coalesce(r.installed_at, v.at) ELSE r.installed_at END
 FROM unnest($1::text[]::uuid[], $2::int[], $3::text[], $4::bool[], $5::timestamptz[], $6::text[]) AS v(deployment_id, n, outcome_to, others, at, outcome_from)
-WHERE r.deployment_id = v.deployment_id AND (r.n = v.n) <> v.others
+WHERE r.deployment_id = ANY($1::text[]::uuid[]) AND r.deployment_id = v.deployment_id AND (r.n = v.n) <> v.others
     AND (v.outcome_from = '' OR r.outcome = ANY(string_to_array(v.outcome_from, ','))) AND r.outcome <> v.outcome_to`
 
 	sqlMoveSteps = `
@@ -422,7 +427,7 @@ UPDATE operation_steps s SET state = v.state_to, revision = coalesce(NULLIF(v.re
     published_at = CASE WHEN v.state_to = $7 THEN v.at ELSE s.published_at END,
     finished_at = CASE WHEN v.terminal THEN coalesce(s.finished_at, v.at) ELSE s.finished_at END
 FROM unnest($1::text[]::uuid[], $2::int[], $3::text[], $4::int[], $5::timestamptz[], $6::bool[], $8::text[]) AS v(operation_id, n, state_to, revision, at, terminal, state_from)
-WHERE s.operation_id = v.operation_id AND (v.n = 0 OR s.n = v.n) AND s.state = ANY(string_to_array(v.state_from, ','))`
+WHERE s.operation_id = ANY($1::text[]::uuid[]) AND s.operation_id = v.operation_id AND (v.n = 0 OR s.n = v.n) AND s.state = ANY(string_to_array(v.state_from, ','))`
 )
 
 // queueRound queues the statements of one round (see the phases above).

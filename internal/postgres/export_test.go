@@ -109,3 +109,10 @@ const SQLSmallBundles = sqlSmallBundles
 
 // WavePlaces is wavePlaces.
 func WavePlaces(starts []int, k int) (lo, hi int) { return wavePlaces(starts, k) }
+
+// SQLMoveOutcomes and SQLMoveSteps expose the move statements to the plan
+// tests.
+const (
+	SQLMoveOutcomes = sqlMoveOutcomes
+	SQLMoveSteps    = sqlMoveSteps
+)
