@@ -323,6 +323,18 @@ func TestParseJSONStrict(t *testing.T) {
 	}
 }
 
+// TestReadJSONTrailingComma: a trailing comma is named as such, at the
+// comma's position.
+func TestReadJSONTrailingComma(t *testing.T) {
+	for _, raw := range []string{`{"a":1,}`, `{"a":[1,2,]}`, "{\"a\":1,\n}"} {
+		_, err := readJSON([]byte(raw))
+		require.Equal(t, lifecycle.EMALFORMED, lifecycle.ErrorCode(err), raw)
+		require.Contains(t, err.Error(), "trailing comma", raw)
+	}
+	_, err := readJSON([]byte(`{"a":1,}`))
+	require.Contains(t, err.Error(), "line 1, column 7: trailing comma before '}'")
+}
+
 // TestReadJSONLoneSurrogate: an escaped lone surrogate is valid JSON
 // syntax (RFC 8259 section 8.2) and is read as U+FFFD, as encoding/json
 // read it before the reader moved to jsontext.

@@ -295,7 +295,7 @@ func readJSON(raw []byte) (*object, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) || isUnexpectedEOF(err) {
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
 		return nil, r.syntax(err, "unexpected data after the top-level object")
 	}
 	return v.(*object), nil
@@ -332,11 +332,28 @@ func (r *jsonReader) syntax(err error, fallback string) error {
 		if se.Err != nil {
 			msg = se.Err.Error()
 		}
+		if c, ok := trailingComma(r.raw, se.ByteOffset); ok {
+			msg = fmt.Sprintf("trailing comma before %q", c)
+		}
 		return malformed("not valid JSON: line %d, column %d: %s", line, col, msg)
 	case err == nil:
 		return malformed("not valid JSON: %s", fallback)
 	}
 	return malformed("not valid JSON: %s", err)
+}
+
+// trailingComma reports whether raw has a comma at off followed (after
+// white space) by the end of an object or array, and which: jsontext
+// reports it as a comma where a value should start.
+func trailingComma(raw []byte, off int64) (byte, bool) {
+	if off < 0 || off >= int64(len(raw)) || raw[off] != ',' {
+		return 0, false
+	}
+	rest := bytes.TrimLeft(raw[off+1:], " \t\r\n")
+	if len(rest) > 0 && (rest[0] == '}' || rest[0] == ']') {
+		return rest[0], true
+	}
+	return 0, false
 }
 
 // where describes the decoder's position for a message. It costs a scan of

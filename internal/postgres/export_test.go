@@ -110,9 +110,15 @@ const SQLSmallBundles = sqlSmallBundles
 // WavePlaces is wavePlaces.
 func WavePlaces(starts []int, k int) (lo, hi int) { return wavePlaces(starts, k) }
 
-// SQLMoveOutcomes and SQLMoveSteps expose the move statements to the plan
+// The move statements for up to KeyedMovesMax moves, exposed to the plan
 // tests.
-const (
-	SQLMoveOutcomes = sqlMoveOutcomes
-	SQLMoveSteps    = sqlMoveSteps
+var (
+	SQLMoveOutcomesKeyed = sqlMoveOutcomesKeyed
+	SQLMoveStepsKeyed    = sqlMoveStepsKeyed
 )
+
+// KeyedMovesMax is keyedMovesMax.
+const KeyedMovesMax = keyedMovesMax
+
+// MoveStatement is moveStatement.
+var MoveStatement = moveStatement
