@@ -323,6 +323,18 @@ func TestThreeReplicasOneKilledMidOperation(t *testing.T) {
 
 	t.Logf("devices, installs, upgrades and the kill: %s", time.Since(began).Round(time.Millisecond))
 
+	// An operation ends at the scheduler's visit after the report that
+	// reached its goal: wait for that, bounded, rather than catch it still
+	// running (seen under load in CI).
+	waitFor(t, 30*time.Second, "operations ended", func() (bool, string) {
+		var active int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM operations WHERE deployment_id = ANY($1::text[]::uuid[]) AND state IN ('queued', 'running')`,
+			deployments).Scan(&active); err != nil {
+			return false, err.Error()
+		}
+		return active == 0, fmt.Sprintf("%d operations still active", active)
+	})
+
 	// Nothing lost, nothing applied twice.
 	for _, id := range deployments {
 		var revisions []int
