@@ -315,16 +315,11 @@ func (r *jsonReader) token() (jsontext.Token, error) {
 	return tok, nil
 }
 
-// isUnexpectedEOF reports whether err is the end of input inside a value.
-func isUnexpectedEOF(err error) bool {
-	return errors.Is(err, io.ErrUnexpectedEOF)
-}
-
 // syntax turns a decoder error into EMALFORMED with line and column.
 func (r *jsonReader) syntax(err error, fallback string) error {
 	var se *jsontext.SyntacticError
 	switch {
-	case isUnexpectedEOF(err) || errors.Is(err, io.EOF):
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return malformed("not valid JSON: unexpected end of input")
 	case errors.As(err, &se):
 		line, col := lineCol(r.raw, se.ByteOffset)
@@ -439,10 +434,7 @@ func (r *jsonReader) value(tok jsontext.Token, depth int) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			if tok.Kind() != '"' {
-				return nil, malformed("not valid JSON: %sobject member name is not a string", r.whereAt(off))
-			}
-			k := tok.String()
+			k := tok.String() // a string: jsontext refuses any other member name
 			if err := r.node(); err != nil {
 				return nil, err
 			}
