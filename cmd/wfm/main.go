@@ -624,6 +624,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	collector.Start(context.WithoutCancel(ctx))
 	defer collector.Stop()
 
+	// Tables that doubled since their statistics are analyzed within
+	// seconds, so sessions drop plans made while they were nearly empty.
+	stats := postgres.NewStatsKeeper(pool, postgres.DefaultStatsInterval, log)
+	stats.Start(context.WithoutCancel(ctx))
+	defer stats.Stop()
+
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.listen, err)

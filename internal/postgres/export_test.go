@@ -122,3 +122,10 @@ const KeyedMovesMax = keyedMovesMax
 
 // MoveStatement is moveStatement.
 var MoveStatement = moveStatement
+
+// RunOnce exposes one pass of the statistics keeper to this package's
+// external tests.
+func (k *StatsKeeper) RunOnce(ctx context.Context) ([]string, error) { return k.runOnce(ctx) }
+
+// StatsLockID is the advisory lock the statistics keeper takes.
+const StatsLockID = statsLockID

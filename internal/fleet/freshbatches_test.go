@@ -1,0 +1,80 @@
+package fleet_test
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/margo"
+	"github.com/wfm-dev/wfm/internal/postgres"
+)
+
+// BenchmarkCreateBatches8FreshDatabase times serial batches of 8 creations
+// (Service.CreateDeployments, each install for its own client of one
+// device: the lane's usual batch under 16 concurrent calls) into a fresh
+// database whose tables hold the first 96 deployments and were analyzed
+// then (as autovacuum analyzes a table after its first 50 changes), as on
+// a new installation's first large rollout. With the statistics keeper the
+// server runs, and without it (autovacuum alone, which looks once a
+// minute; not within this run): plans made while the tables were small
+// stay in use until the tables are analyzed again. It reports milliseconds
+// per batch; run with -benchtime 1400x (the seeded clients allow up to
+// 1,488 timed batches).
+func BenchmarkCreateBatches8FreshDatabase(b *testing.B) {
+	for _, keeper := range []bool{true, false} {
+		b.Run(fmt.Sprintf("keeper=%v", keeper), func(b *testing.B) {
+			const n, clients = 8, 12_000
+			s, pool := newServiceAndPool(b)
+			parsed, err := margo.ParseCapabilities(caps("DEVICE"), "DEVICE")
+			require.NoError(b, err)
+			_, err = pool.Exec(b.Context(), `
+WITH c AS (INSERT INTO clients (id, status, manifest_version, created_at, updated_at)
+  SELECT 'c' || i, 'accepted', 1, now(), now() FROM generate_series(0, $1 - 1) i RETURNING id),
+v AS (INSERT INTO manifest_versions (client_id, version, published_at) SELECT id, 1, now() FROM c RETURNING client_id)
+INSERT INTO devices (client_id, id, registered, capabilities, created_at, updated_at)
+SELECT client_id, 'd', true, replace($2, 'DEVICE', 'd')::jsonb, now(), now() FROM v`, clients, string(parsed.JSON))
+			require.NoError(b, err)
+			next := 0
+			batch := func() {
+				if next+n > clients {
+					b.Fatalf("more batches than the %d seeded clients allow", clients/n)
+				}
+				reqs := make([]fleet.CreateRequest, n)
+				for j := range reqs {
+					reqs[j] = fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: fmt.Sprint("c", next), DeviceID: "d"}
+					next++
+				}
+				rs, err := s.CreateDeployments(b.Context(), reqs)
+				require.NoError(b, err)
+				for _, r := range rs {
+					require.NoError(b, r.Err)
+				}
+			}
+			// The first dozen batches, analyzed as autovacuum analyzes a
+			// table after its first 50 changes.
+			for range 12 {
+				batch()
+			}
+			_, err = pool.Exec(b.Context(), `ANALYZE`)
+			require.NoError(b, err)
+			if keeper {
+				k := postgres.NewStatsKeeper(pool, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+				k.Start(b.Context())
+				defer k.Stop()
+			}
+			var total time.Duration
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				batch()
+				total += time.Since(start)
+			}
+			b.ReportMetric(total.Seconds()*1000/float64(b.N), "ms/batch")
+		})
+	}
+}
