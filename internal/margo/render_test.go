@@ -555,3 +555,35 @@ func checkRC3Shape(t *testing.T, doc map[string]any) {
 		}
 	}
 }
+
+// TestYAML11SpecialIsTheRegexp: yaml11Special's shortcut changes no answer
+// of renderYAML11Special, on the strings it is about (every word and number
+// form, with signs, dots and underscores) and on random strings of its
+// alphabet and beyond, of every length around the shortcut's bound.
+func TestYAML11SpecialIsTheRegexp(t *testing.T) {
+	t.Parallel()
+	cases := []string{"", "y", "Yes", "NO", "false", "FALSE", "False", "off", "~", "=", "<<", "null", "Null", "0b101", "-0b1_0",
+		"0777", "+0_7", "12", "1_000", "0x1F", "-0xff_ff", "1:30", "190:20:30", "1.5", ".5", "-.5e+3", "1_0.2_5", "1:20.5",
+		"6e7", "-1E-09", ".inf", "-.Inf", "+.INF", ".nan", ".NaN", "falsey", "yess", "nginx", "example.com/web:1.0", "1.0.0",
+		"-", "+", ".", "..", "-.inf.", "1:60", "0.0.0.0", "12345678901", "TRUE ", " true"}
+	r := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "yYnNesoOfFaAlLtTrRuUuxXbB0123456789._:-+~=<>ie \n\"'#a"
+	for range 200_000 {
+		b := make([]byte, r.IntN(9))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		cases = append(cases, string(b))
+	}
+	matched := 0
+	for _, s := range cases {
+		want := renderYAML11Special.MatchString(s)
+		if got := yaml11Special(s); got != want {
+			t.Fatalf("yaml11Special(%q) = %v, want %v (the regexp)", s, got, want)
+		}
+		if want {
+			matched++
+		}
+	}
+	require.Greater(t, matched, 1000, "the random strings include matches")
+}
