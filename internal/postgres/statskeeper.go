@@ -12,44 +12,48 @@ import (
 )
 
 // Bounds of the statistics keeper: how often it looks, how long one pass
-// may take, and the least number of changed rows that makes a table's
-// statistics stale.
+// may take, and the least number of rows that makes a table worth a look.
 const (
 	DefaultStatsInterval = 2 * time.Second
 	statsTimeout         = time.Minute
-	statsMinChanged      = 1000
+	statsMinRows         = 1000
 )
 
-// statsLockID names the transaction advisory lock that lets one replica at a time
-// analyze (arbitrary, fixed: "wfmstats" in ASCII).
+// statsLockID names the session advisory lock that lets one replica at a
+// time analyze (arbitrary, fixed: "wfmstats" in ASCII).
 const statsLockID int64 = 0x77666d7374617473
 
-// sqlStaleTables lists the tables of the current schema, owned by the
-// connected role (or any when it is a superuser: ANALYZE skips the others
-// with a warning), that changed since their last analysis by at least as
-// many rows as they had then, and by at least $1.
-const sqlStaleTables = `
-SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
-WHERE s.schemaname = current_schema() AND s.n_mod_since_analyze >= greatest($1::bigint, c.reltuples::bigint)
+// sqlGrownTables lists, schema-qualified, the tables of the current schema
+// that the connected role may analyze (it owns them, or is a superuser)
+// and whose live rows, as the statistics system counts them, are at least
+// $1 and at least twice what their last analysis (or vacuum) found; a
+// table never analyzed has found -1.
+const sqlGrownTables = `
+SELECT s.schemaname, s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.schemaname = current_schema() AND s.n_live_tup >= greatest($1::bigint, 2 * c.reltuples::bigint)
   AND (pg_has_role(c.relowner, 'USAGE') OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user))
 ORDER BY s.relname`
 
-// StatsKeeper analyzes the tables whose size has at least doubled since
-// their statistics were taken (and changed by at least 1,000 rows), every
-// interval. Sessions keep the plans of their prepared statements (every
-// statement of wfm's pool is prepared, and the triggers' statements too)
-// until a table's statistics change: a plan made while a table was nearly
-// empty (a fresh database, the first thousands of creations) scans it whole
-// and stays in use while it grows to tens of thousands of rows. Autovacuum
-// analyzes after 10% more rows, but looks once a minute (autovacuum_naptime)
-// and may be configured otherwise or off. BenchmarkCreateBatches8FreshDatabase
-// (serial batches of 8 creations, tables analyzed at the first 96
-// deployments): 5.4-6.7 ms a batch with the keeper, 13.1-14.3 ms without;
-// with the tables analyzed while empty, 7.1-7.7 against 25.6-29 ms (the
-// foreign-key checks and the events' append planned as scans). ANALYZE samples a bounded number
-// of rows, and a table is analyzed again only after it doubled (or turned
-// over), so this costs little. Several replicas may run one each: an
-// advisory lock lets one analyze at a time, the others skip that pass.
+// StatsKeeper analyzes the tables whose live rows at least doubled since
+// their statistics were taken (and number at least 1,000), every interval.
+// Sessions keep the plans of their prepared statements (every statement of
+// wfm's pool is prepared) until a table's statistics change: a plan made
+// while a table was small (a fresh installation's first deployments) may
+// scan it whole and stays in use while it grows to tens of thousands of
+// rows. Autovacuum analyzes after 10% more changed rows, but looks once a
+// minute (autovacuum_naptime) and may be configured otherwise or off.
+// BenchmarkCreateBatches8FreshDatabase (serial batches of 8 creations,
+// tables analyzed at the first 96 deployments, autovacuum off): see
+// docs/architecture.md. Tables that only churn (updates, inserts and
+// deletes in balance) are left to autovacuum: growth is what outdates a
+// plan's choice between an index and a scan. ANALYZE samples a bounded
+// number of rows and a table is analyzed again only once it doubled, so
+// this costs little. Each table is analyzed by a statement of its own that
+// skips a table another session holds (SKIP_LOCKED; it is retried at the
+// next pass), so a failure loses no other table's statistics and no lock
+// is held longer than one ANALYZE. Several replicas may run one each: a
+// session advisory lock lets one analyze at a time, the others skip the
+// pass.
 type StatsKeeper struct {
 	pool     *pgxpool.Pool
 	interval time.Duration
@@ -67,36 +71,49 @@ func NewStatsKeeper(pool *pgxpool.Pool, interval time.Duration, logger *slog.Log
 	return &StatsKeeper{pool: pool, interval: interval, logger: logger}
 }
 
-// runOnce analyzes the stale tables, within statsTimeout, in one
-// transaction holding the advisory lock, and returns their names (none when
+// runOnce analyzes the grown tables, within statsTimeout, on one
+// connection holding the advisory lock, and returns their names (none when
 // another replica holds the lock). Returns an error if the database fails or
-// the pass times out.
+// the pass times out; the tables not analyzed yet are looked at again at the
+// next pass.
 func (k *StatsKeeper) runOnce(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
-	var analyzed []string
-	err := pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
-		var locked bool
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, statsLockID).Scan(&locked); err != nil || !locked {
-			return err
+	conn, err := k.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, statsLockID).Scan(&locked); err != nil || !locked {
+		return nil, err
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, statsLockID); err != nil {
+			// The session keeps the lock: end it rather than pool it.
+			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
 		}
-		rows, err := tx.Query(ctx, sqlStaleTables, statsMinChanged)
-		if err != nil {
-			return err
-		}
-		tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		for _, t := range tables {
-			if _, err := tx.Exec(ctx, `ANALYZE `+pgx.Identifier{t}.Sanitize()); err != nil {
-				return err
-			}
-		}
-		analyzed = tables
-		return nil
+	}()
+	rows, err := conn.Query(ctx, sqlGrownTables, statsMinRows)
+	if err != nil {
+		return nil, err
+	}
+	tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pgx.Identifier, error) {
+		var schema, table string
+		err := row.Scan(&schema, &table)
+		return pgx.Identifier{schema, table}, err
 	})
-	return analyzed, err
+	if err != nil {
+		return nil, err
+	}
+	var analyzed []string
+	for _, t := range tables {
+		if _, err := conn.Exec(ctx, `ANALYZE (SKIP_LOCKED) `+t.Sanitize()); err != nil {
+			return analyzed, err
+		}
+		analyzed = append(analyzed, t[1])
+	}
+	return analyzed, nil
 }
 
 // Start runs the keeper until Stop or ctx ends: a pass now, then one every

@@ -1,11 +1,15 @@
 package postgres_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -13,65 +17,105 @@ import (
 	"github.com/wfm-dev/wfm/internal/postgres"
 )
 
-// TestStatsKeeperAnalyzesGrownTables: a pass analyzes the tables that
-// changed by at least 1,000 rows and by as many as they had when last
-// analyzed, and only those; a table analyzed is not analyzed again until
-// it doubles; a pass skips while another replica holds the lock.
+// addRows inserts n rows into table (a table of one text column named id,
+// or clients or applications) and has the statistics count them (a
+// backend reports its counts when it goes idle; autovacuum is off for the
+// tables of these tests, so nothing else analyzes them meanwhile).
+func addRows(t *testing.T, pool *pgxpool.Pool, table string, n int) {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	cols, vals := "id", "gen_random_uuid()::text"
+	if table == "clients" {
+		cols, vals = "id, status, manifest_version, created_at, updated_at", "gen_random_uuid()::text, 'accepted', 1, now(), now()"
+	}
+	_, err = conn.Exec(ctx, `INSERT INTO `+table+` (`+cols+`) SELECT `+vals+` FROM generate_series(1, $1)`, n)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SELECT 1`)
+	require.NoError(t, err)
+}
+
+func newKeeper(pool *pgxpool.Pool) *postgres.StatsKeeper {
+	return postgres.NewStatsKeeper(pool, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// TestStatsKeeperAnalyzesGrownTables: a pass analyzes the tables whose live
+// rows number at least 1,000 and at least twice what their last analysis
+// found, and only those; rows updated (churn) do not count; a pass skips
+// while another replica holds the lock.
 func TestStatsKeeperAnalyzesGrownTables(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.New(t)
-	k := postgres.NewStatsKeeper(pool, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	// insert adds clients and applications, and has the statistics count
-	// them (the backend reports its counts when it goes idle).
-	round := 0
-	insert := func(clients, apps int) {
+	_, err := pool.Exec(ctx, `ALTER TABLE clients SET (autovacuum_enabled = off); ALTER TABLE applications SET (autovacuum_enabled = off)`)
+	require.NoError(t, err)
+	k := newKeeper(pool)
+	pass := func() []string {
 		t.Helper()
-		round++
-		conn, err := pool.Acquire(ctx)
+		tables, err := k.RunOnce(ctx)
 		require.NoError(t, err)
-		defer conn.Release()
-		_, err = conn.Exec(ctx, `INSERT INTO clients (id, status, manifest_version, created_at, updated_at)
-SELECT 'c' || i || '-' || $2, 'accepted', 1, now(), now() FROM generate_series(1, $1) i`, clients, fmt.Sprint(round))
-		require.NoError(t, err)
-		_, err = conn.Exec(ctx, `INSERT INTO applications (id) SELECT 'a' || i || '-' || $2 FROM generate_series(1, $1) i`, apps, fmt.Sprint(round))
-		require.NoError(t, err)
-		_, err = conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
-		require.NoError(t, err)
-		_, err = conn.Exec(ctx, `SELECT 1`) // the backend flushed its counts when it went idle
-		require.NoError(t, err)
+		return tables
 	}
-	changed := func(table string) (n int64) {
-		require.NoError(t, pool.QueryRow(ctx, `SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = $1`, table).Scan(&n))
-		return n
-	}
-	insert(1500, 900)
-	require.Equal(t, int64(1500), changed("clients"))
-	require.Equal(t, int64(900), changed("applications"))
+	addRows(t, pool, "clients", 1500)
+	addRows(t, pool, "applications", 900)
 
-	held, err := pool.Begin(ctx)
+	held, err := pool.Acquire(ctx)
 	require.NoError(t, err)
-	_, err = held.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, postgres.StatsLockID)
+	_, err = held.Exec(ctx, `SELECT pg_advisory_lock($1)`, postgres.StatsLockID)
 	require.NoError(t, err)
-	tables, err := k.RunOnce(ctx)
+	assert.Empty(t, pass(), "another replica analyzes")
+	_, err = held.Exec(ctx, `SELECT pg_advisory_unlock($1)`, postgres.StatsLockID)
 	require.NoError(t, err)
-	assert.Empty(t, tables, "another replica analyzes")
-	require.NoError(t, held.Rollback(ctx))
+	held.Release()
 
-	tables, err = k.RunOnce(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, []string{"clients"}, tables, "changed by 1,000 rows or more")
-	assert.Zero(t, changed("clients"))
+	assert.Equal(t, []string{"clients"}, pass(), "1,000 rows or more")
 	var reltuples float64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE relname = 'clients'`).Scan(&reltuples))
 	assert.Equal(t, 1500.0, reltuples)
+	assert.Empty(t, pass(), "analyzed: not again until it doubles")
 
-	insert(1200, 200)
-	tables, err = k.RunOnce(ctx)
+	addRows(t, pool, "clients", 1200)
+	addRows(t, pool, "applications", 200)
+	assert.Equal(t, []string{"applications"}, pass(), "clients has 2,700 rows (not twice 1,500); applications 1,100")
+	_, err = pool.Exec(ctx, `UPDATE clients SET updated_at = now()`)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"applications"}, tables, "clients grew by less than it had (1,200 of 1,500); applications by 1,100")
-	insert(300, 0)
-	tables, err = k.RunOnce(ctx)
+	addRows(t, pool, "applications", 0) // flushes the update's counts
+	assert.Empty(t, pass(), "2,700 rows changed, but the table did not grow")
+	addRows(t, pool, "clients", 300)
+	assert.Equal(t, []string{"clients"}, pass(), "clients doubled")
+}
+
+// TestStatsKeeperAnalyzesWhatItsRoleOwns: run by a role that is not a
+// superuser, the keeper analyzes the grown tables that role owns and leaves
+// the others alone.
+func TestStatsKeeperAnalyzesWhatItsRoleOwns(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.URL(t)
+	admin := open(t, url)
+	role := fmt.Sprintf("keeper_%d", time.Now().UnixNano())
+	_, err := admin.Exec(ctx, `CREATE ROLE `+role+` NOLOGIN; CREATE TABLE owned (id text); ALTER TABLE owned OWNER TO `+role+`;
+ALTER TABLE owned SET (autovacuum_enabled = off); ALTER TABLE applications SET (autovacuum_enabled = off)`)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"clients"}, tables, "clients doubled")
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), `DROP OWNED BY `+role+`; DROP ROLE `+role)
+	})
+	addRows(t, admin, "owned", 1200)
+	addRows(t, admin, "applications", 1200)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SET ROLE `+role)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	tables, err := newKeeper(pool).RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"owned"}, tables)
 }
