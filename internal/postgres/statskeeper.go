@@ -17,6 +17,9 @@ const (
 	DefaultStatsInterval = 2 * time.Second
 	statsTimeout         = time.Minute
 	statsMinRows         = 1000
+	// statsLockTimeout bounds each wait of an ANALYZE for a lock that
+	// SKIP_LOCKED does not skip (an index's, behind a REINDEX).
+	statsLockTimeout = "'1s'"
 )
 
 // statsLockID names the session advisory lock that lets one replica at a
@@ -72,10 +75,13 @@ func NewStatsKeeper(pool *pgxpool.Pool, interval time.Duration, logger *slog.Log
 }
 
 // runOnce analyzes the grown tables, within statsTimeout, on one
-// connection holding the advisory lock, and returns their names (none when
-// another replica holds the lock). Returns an error if the database fails or
-// the pass times out; the tables not analyzed yet are looked at again at the
-// next pass.
+// connection holding the advisory lock, each ANALYZE waiting at most
+// statsLockTimeout for a lock, and returns the names of the tables it asked
+// to analyze (none when another replica holds the lock; ANALYZE skips, with
+// a warning, a table another session holds, which the next pass looks at
+// again). Returns an error if the database fails or the pass times out; the
+// tables not analyzed yet are looked at again at the next pass. The
+// connection goes back to the pool as it came, or is closed.
 func (k *StatsKeeper) runOnce(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
@@ -89,11 +95,22 @@ func (k *StatsKeeper) runOnce(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, statsLockID); err != nil {
-			// The session keeps the lock: end it rather than pool it.
-			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+		// Bounded, also when ctx ended: Stop waits for this.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, err := conn.Exec(rctx, `RESET lock_timeout`)
+		if err == nil {
+			_, err = conn.Exec(rctx, `SELECT pg_advisory_unlock($1)`, statsLockID)
+		}
+		if err != nil {
+			// The session may keep the lock or the setting: end it rather
+			// than pool it.
+			_ = conn.Hijack().Close(rctx)
 		}
 	}()
+	if _, err := conn.Exec(ctx, `SET lock_timeout = `+statsLockTimeout); err != nil {
+		return nil, err
+	}
 	rows, err := conn.Query(ctx, sqlGrownTables, statsMinRows)
 	if err != nil {
 		return nil, err
@@ -127,7 +144,7 @@ func (k *StatsKeeper) Start(ctx context.Context) {
 			// Plans stay what they are until the next pass succeeds.
 			k.logger.WarnContext(ctx, "statistics: analyzing grown tables failed; retrying at the next pass", "error", err)
 		case len(tables) > 0:
-			k.logger.DebugContext(ctx, "statistics: analyzed grown tables", "tables", tables)
+			k.logger.DebugContext(ctx, "statistics: analyzed grown tables (a table another session held is skipped)", "tables", tables)
 		}
 	})
 }
