@@ -129,3 +129,8 @@ func (k *StatsKeeper) RunOnce(ctx context.Context) ([]string, error) { return k.
 
 // StatsLockID is the advisory lock the statistics keeper takes.
 const StatsLockID = statsLockID
+
+// LogPass exposes the statistics keeper's logging of a pass's outcome.
+func (k *StatsKeeper) LogPass(ctx context.Context, tables []string, err error) {
+	k.logPass(ctx, tables, err)
+}

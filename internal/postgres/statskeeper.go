@@ -61,6 +61,8 @@ type StatsKeeper struct {
 	pool     *pgxpool.Pool
 	interval time.Duration
 	logger   *slog.Logger
+	// failing is set while passes fail (owned by the loop's goroutine).
+	failing bool
 
 	loop loop.Loop
 }
@@ -138,15 +140,30 @@ func (k *StatsKeeper) runOnce(ctx context.Context) ([]string, error) {
 func (k *StatsKeeper) Start(ctx context.Context) {
 	k.loop.Start(ctx, k.interval, func(ctx context.Context) {
 		tables, err := k.runOnce(ctx)
-		switch {
-		case ctx.Err() != nil:
-		case err != nil:
-			// Plans stay what they are until the next pass succeeds.
-			k.logger.WarnContext(ctx, "statistics: analyzing grown tables failed; retrying at the next pass", "error", err)
-		case len(tables) > 0:
-			k.logger.DebugContext(ctx, "statistics: analyzed grown tables (a table another session held is skipped)", "tables", tables)
+		if ctx.Err() == nil {
+			k.logPass(ctx, tables, err)
 		}
 	})
+}
+
+// logPass logs a pass's outcome: one WARN when passes start failing (a
+// database outage fails one every interval; plans stay what they are
+// meanwhile) and one INFO when one succeeds again, not a line per pass;
+// the tables analyzed at DEBUG.
+func (k *StatsKeeper) logPass(ctx context.Context, tables []string, err error) {
+	switch {
+	case err != nil:
+		if !k.failing {
+			k.logger.WarnContext(ctx, "statistics: analyzing grown tables failed; retrying every pass", "error", err)
+		}
+		k.failing = true
+	case k.failing:
+		k.logger.InfoContext(ctx, "statistics: analyzing grown tables again")
+		k.failing = false
+	}
+	if len(tables) > 0 {
+		k.logger.DebugContext(ctx, "statistics: analyzed grown tables (a table another session held is skipped)", "tables", tables)
+	}
 }
 
 // Stop ends the keeper and waits for its current pass.

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -137,3 +138,36 @@ ALTER TABLE owned SET (autovacuum_enabled = off); ALTER TABLE applications SET (
 	require.NoError(t, admin.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE relname = 'owned'`).Scan(&reltuples))
 	assert.Equal(t, 1200.0, reltuples, "analyzed")
 }
+
+// TestStatsKeeperLogsOncePerOutage: failing passes log one WARN, the pass
+// that succeeds after them one INFO, the passes in between nothing above
+// DEBUG.
+func TestStatsKeeperLogsOncePerOutage(t *testing.T) {
+	t.Parallel()
+	var logged []string
+	h := &recordHandler{add: func(r slog.Record) { logged = append(logged, r.Level.String()+" "+r.Message) }}
+	k := postgres.NewStatsKeeper(nil, 0, slog.New(h))
+	down := errors.New("database unavailable")
+	for range 3 {
+		k.LogPass(t.Context(), nil, down)
+	}
+	k.LogPass(t.Context(), []string{"clients"}, nil)
+	k.LogPass(t.Context(), nil, nil)
+	k.LogPass(t.Context(), nil, down)
+	assert.Equal(t, []string{
+		"WARN statistics: analyzing grown tables failed; retrying every pass",
+		"INFO statistics: analyzing grown tables again",
+		"WARN statistics: analyzing grown tables failed; retrying every pass",
+	}, logged)
+}
+
+// recordHandler hands every record at INFO or above to add.
+type recordHandler struct{ add func(slog.Record) }
+
+func (h *recordHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.add(r)
+	return nil
+}
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
