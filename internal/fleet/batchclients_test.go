@@ -2,10 +2,10 @@ package fleet_test
 
 import (
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wfm-dev/wfm/internal/fleet"
@@ -20,31 +20,11 @@ import (
 func BenchmarkCreateBatchClients1000(b *testing.B) {
 	const n = 1000
 	s, pool := newServiceAndPool(b)
-	parsed, err := margo.ParseCapabilities(caps("DEVICE"), "DEVICE")
-	require.NoError(b, err)
 	var total time.Duration
-	if os.Getenv("ZZ_SLOW") != "" {
-		_, err = pool.Exec(b.Context(), `ALTER SYSTEM SET log_min_duration_statement = `+os.Getenv("ZZ_SLOW"))
-		require.NoError(b, err)
-		_, err = pool.Exec(b.Context(), `SELECT pg_reload_conf()`)
-		require.NoError(b, err)
-		var dir string
-		require.NoError(b, pool.QueryRow(b.Context(), `SHOW data_directory`).Scan(&dir))
-		defer func() {
-			out, _ := os.ReadFile(dir + "/postgres.log")
-			_ = os.WriteFile("/tmp/cb-slow.log", out, 0o644)
-		}()
-	}
 	for i := range b.N {
 		b.StopTimer()
 		prefix := fmt.Sprintf("b%d-", i)
-		_, err = pool.Exec(b.Context(), `
-WITH c AS (INSERT INTO clients (id, status, manifest_version, created_at, updated_at)
-  SELECT $1 || i, 'accepted', 1, now(), now() FROM generate_series(0, $2 - 1) i RETURNING id),
-v AS (INSERT INTO manifest_versions (client_id, version, published_at) SELECT id, 1, now() FROM c RETURNING client_id)
-INSERT INTO devices (client_id, id, registered, capabilities, created_at, updated_at)
-SELECT client_id, 'd', true, replace($3, 'DEVICE', 'd')::jsonb, now(), now() FROM v`, prefix, n, string(parsed.JSON))
-		require.NoError(b, err)
+		seedClientsOfOneDevice(b, pool, prefix, n)
 		reqs := make([]fleet.CreateRequest, n)
 		for j := range reqs {
 			reqs[j] = fleet.CreateRequest{ApplicationID: "app", Version: "1.0.0", ClientID: fmt.Sprint(prefix, j), DeviceID: "d"}
@@ -62,4 +42,20 @@ SELECT client_id, 'd', true, replace($3, 'DEVICE', 'd')::jsonb, now(), now() FRO
 	}
 	b.ReportMetric(total.Seconds()/float64(b.N), "s/batch")
 	b.ReportMetric(float64(n*b.N)/total.Seconds(), "deployments/s")
+}
+
+// seedClientsOfOneDevice inserts n accepted clients, prefix followed by 0
+// to n-1, each at manifest version 1 with one registered device "d" (the
+// capabilities of caps), by SQL.
+func seedClientsOfOneDevice(tb testing.TB, pool *pgxpool.Pool, prefix string, n int) {
+	tb.Helper()
+	parsed, err := margo.ParseCapabilities(caps("DEVICE"), "DEVICE")
+	require.NoError(tb, err)
+	_, err = pool.Exec(tb.Context(), `
+WITH c AS (INSERT INTO clients (id, status, manifest_version, created_at, updated_at)
+  SELECT $1 || i, 'accepted', 1, now(), now() FROM generate_series(0, $2 - 1) i RETURNING id),
+v AS (INSERT INTO manifest_versions (client_id, version, published_at) SELECT id, 1, now() FROM c RETURNING client_id)
+INSERT INTO devices (client_id, id, registered, capabilities, created_at, updated_at)
+SELECT client_id, 'd', true, replace($3, 'DEVICE', 'd')::jsonb, now(), now() FROM v`, prefix, n, string(parsed.JSON))
+	require.NoError(tb, err)
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wfm-dev/wfm/internal/fleet"
-	"github.com/wfm-dev/wfm/internal/margo"
 	"github.com/wfm-dev/wfm/internal/postgres"
 )
 
@@ -30,15 +29,7 @@ func BenchmarkCreateBatches8FreshDatabase(b *testing.B) {
 		b.Run(fmt.Sprintf("keeper=%v", keeper), func(b *testing.B) {
 			const n, clients = 8, 12_000
 			s, pool := newServiceAndPool(b)
-			parsed, err := margo.ParseCapabilities(caps("DEVICE"), "DEVICE")
-			require.NoError(b, err)
-			_, err = pool.Exec(b.Context(), `
-WITH c AS (INSERT INTO clients (id, status, manifest_version, created_at, updated_at)
-  SELECT 'c' || i, 'accepted', 1, now(), now() FROM generate_series(0, $1 - 1) i RETURNING id),
-v AS (INSERT INTO manifest_versions (client_id, version, published_at) SELECT id, 1, now() FROM c RETURNING client_id)
-INSERT INTO devices (client_id, id, registered, capabilities, created_at, updated_at)
-SELECT client_id, 'd', true, replace($2, 'DEVICE', 'd')::jsonb, now(), now() FROM v`, clients, string(parsed.JSON))
-			require.NoError(b, err)
+			seedClientsOfOneDevice(b, pool, "c", clients)
 			next := 0
 			batch := func() {
 				if next+n > clients {
@@ -56,7 +47,7 @@ SELECT client_id, 'd', true, replace($2, 'DEVICE', 'd')::jsonb, now(), now() FRO
 				}
 			}
 			// Autovacuum off, so that only the keeper analyzes in the run.
-			_, err = pool.Exec(b.Context(), `DO $$ DECLARE t text; BEGIN
+			_, err := pool.Exec(b.Context(), `DO $$ DECLARE t text; BEGIN
   FOR t IN SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = current_schema() LOOP
     EXECUTE 'ALTER TABLE ' || t || ' SET (autovacuum_enabled = off)';
   END LOOP; END $$`)

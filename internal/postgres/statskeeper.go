@@ -17,10 +17,11 @@ const (
 	DefaultStatsInterval = 2 * time.Second
 	statsTimeout         = time.Minute
 	statsMinRows         = 1000
-	// statsLockTimeout bounds each wait of an ANALYZE for a lock that
-	// SKIP_LOCKED does not skip (an index's, behind a REINDEX).
-	statsLockTimeout = "'1s'"
 )
+
+// sqlStatsLockTimeout bounds each wait of an ANALYZE for a lock that
+// SKIP_LOCKED does not skip (an index's, behind a REINDEX).
+const sqlStatsLockTimeout = `SET lock_timeout = '1s'`
 
 // statsLockID names the session advisory lock that lets one replica at a
 // time analyze (arbitrary, fixed: "wfmstats" in ASCII).
@@ -78,7 +79,7 @@ func NewStatsKeeper(pool *pgxpool.Pool, interval time.Duration, logger *slog.Log
 
 // runOnce analyzes the grown tables, within statsTimeout, on one
 // connection holding the advisory lock, each ANALYZE waiting at most
-// statsLockTimeout for a lock, and returns the names of the tables it asked
+// 1 s for a lock (sqlStatsLockTimeout), and returns the names of the tables it asked
 // to analyze (none when another replica holds the lock; ANALYZE skips, with
 // a warning, a table another session holds, which the next pass looks at
 // again). Returns an error if the database fails or the pass times out; the
@@ -110,7 +111,7 @@ func (k *StatsKeeper) runOnce(ctx context.Context) ([]string, error) {
 			_ = conn.Hijack().Close(rctx)
 		}
 	}()
-	if _, err := conn.Exec(ctx, `SET lock_timeout = `+statsLockTimeout); err != nil {
+	if _, err := conn.Exec(ctx, sqlStatsLockTimeout); err != nil {
 		return nil, err
 	}
 	rows, err := conn.Query(ctx, sqlGrownTables, statsMinRows)
