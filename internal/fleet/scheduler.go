@@ -84,6 +84,7 @@ func (sc *Scheduler) loop(ctx context.Context, name string, pass func(context.Co
 	defer t.Stop()
 	down := false // the database was unavailable at the last pass
 	for {
+		started := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, passTimeout)
 		err := pass(pctx)
 		cancel()
@@ -110,9 +111,28 @@ func (sc *Scheduler) loop(ctx context.Context, name string, pass func(context.Co
 			return
 		case <-t.C:
 		case <-wakeups:
+			// A burst of wake-ups (every status report sends one) makes
+			// one pass per wakePacing, not one per wake-up.
+			if wait := wakePacing - time.Since(started); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
 		}
 	}
 }
+
+// wakePacing is the least time between the starts of two passes of a loop
+// when the second is woken rather than due by the interval: wake-ups that
+// arrive meanwhile are served by one pass. Without it, a fleet reporting
+// thousands of times a second kept both loops passing back to back, each
+// pass a query or two: measured with wfm-bench -only status (2 cores,
+// 8 connections), 1,144 operation passes and as many rollout passes a
+// second, a sixth of the server's CPU. An operation waits at most this
+// long more for the pass that a report made due.
+const wakePacing = 10 * time.Millisecond
 
 // passTimeout bounds one scheduler pass, visitTimeout one visit of an
 // operation (its reads, its decision and its transaction): a database that
