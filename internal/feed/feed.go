@@ -517,6 +517,9 @@ func (s *Stream) Err() error {
 // gate (the oldest running transaction, which never moves back) is above
 // that head, so the read covers them; every event after the join is queued.
 // Overlap is dropped by id (the cursor), so nothing is skipped or repeated.
+// A stream whose own read went past the head joins ahead of the shared
+// reader, which then queues it events it delivered already: dropped too,
+// and when they overflow its queue, it reads on its own again.
 func (s *Stream) Next(ctx context.Context, wait time.Duration) ([]Item, error) {
 	if len(s.pending) > 0 {
 		evs := s.pending
@@ -526,15 +529,15 @@ func (s *Stream) Next(ctx context.Context, wait time.Duration) ([]Item, error) {
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
-	if !s.isLive() {
-		evs, err := s.catchUp(ctx)
-		if err != nil || len(evs) > 0 {
-			return evs, err
-		}
-	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
+		if !s.isLive() {
+			evs, err := s.catchUp(ctx)
+			if err != nil || len(evs) > 0 {
+				return evs, err
+			}
+		}
 		select {
 		case it := <-s.ch:
 			evs := s.keep(nil, it)
@@ -553,6 +556,11 @@ func (s *Stream) Next(ctx context.Context, wait time.Duration) ([]Item, error) {
 			if len(evs) > 0 {
 				return evs, nil
 			}
+			// Only events it had delivered: it joined ahead of the shared
+			// reader, which queued them. If they filled its queue, the
+			// shared reader no longer queues it anything (overflowed), and
+			// the next pass of the loop reads on its own. A queue overflows
+			// only when full, so this receive always sees it.
 		case <-s.done:
 			return nil, s.Err()
 		case <-ctx.Done():

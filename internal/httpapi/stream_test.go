@@ -524,9 +524,11 @@ func TestEventStreamBeyondRetentionIsGone(t *testing.T) {
 }
 
 func TestSlowConsumerIsDisconnected(t *testing.T) {
-	// Not parallel: run next to the other stream tests it was seen, once in
-	// a few runs, not to end within 30 s (not understood yet; see the
-	// stream helper's report).
+	// Not parallel: it writes megabytes. Under load it once failed one run
+	// in two: its stream, having caught up ahead of the shared reader,
+	// overflowed with events it had delivered and waited for its heartbeat
+	// (an hour here) instead of reading on (see
+	// TestStreamJoinedAheadOfTheSharedReaderKeepsDelivering).
 	const buffer = 8
 	e := streamEnv(t, feed.Config{Buffer: buffer}, envOptions{writeTimeout: 200 * time.Millisecond})
 	// A consumer that reads the answer's head, then nothing, with a small
@@ -763,6 +765,46 @@ func TestBurstBeyondTheQueueIsReadFromTheLog(t *testing.T) {
 	pump(t, e.hub, more[0].ID)
 	assert.Equal(t, strconv.FormatInt(more[0].ID, 10), s.next(t).id)
 	assert.Equal(t, 1, e.hub.Stats().Streams, "still connected")
+}
+
+// TestStreamJoinedAheadOfTheSharedReaderKeepsDelivering: a stream whose own
+// read went past the shared reader joins the fan-out ahead of it, so the
+// shared reader then queues it events it has delivered already. When those
+// overflow its queue, it must read the log on its own again, not wait for
+// its next heartbeat on a queue that no longer receives anything.
+func TestStreamJoinedAheadOfTheSharedReaderKeepsDelivering(t *testing.T) {
+	t.Parallel()
+	// A queue of 1 and batches of 10: one pass of the shared reader over
+	// the events below overflows it. Heartbeats are an hour apart.
+	e := streamEnv(t, feed.Config{Buffer: 1, Batch: 10}, envOptions{})
+	start := e.hub.Stats().Head
+	evs := make([]lifecycle.Event, 10)
+	for i := range evs {
+		evs[i] = event(t, dep1, lifecycle.DeploymentStateChangedBody{To: lifecycle.StateInstalling, Cause: "report", Revision: i})
+	}
+	commit(t, e.pool, evs...)
+	// Readable (past the log's gate) but not read by the shared reader: the
+	// stream reads them on its own when it opens, and joins ahead of it.
+	log := postgres.NewEventLog(e.pool)
+	waitFor(t, "the events are readable", func() bool {
+		got, err := log.EventsAfter(t.Context(), start, lifecycle.EventFilter{}, 100)
+		return err == nil && len(got) == len(evs)
+	})
+	s := openSSE(t, e.mgmtURL, adminToken, "?after="+strconv.FormatInt(start, 10))
+	for i, f := range s.events(t, len(evs)) {
+		require.Equal(t, strconv.FormatInt(evs[i].ID, 10), f.id, "event %d", i)
+	}
+	st := e.hub.Stats()
+	require.Equal(t, 1, st.Live, "the stream joined")
+	require.Equal(t, start, st.Head, "ahead of the shared reader")
+
+	// The shared reader reads them: duplicates for the stream, more than its
+	// queue holds. Then a new event, which the shared reader no longer
+	// queues for the overflowed stream.
+	pump(t, e.hub, evs[len(evs)-1].ID)
+	more := commit(t, e.pool, event(t, dep2, lifecycle.DeploymentStateChangedBody{To: lifecycle.StatePending, Cause: "operator"}))
+	pump(t, e.hub, more[0].ID)
+	assert.Equal(t, strconv.FormatInt(more[0].ID, 10), s.next(t).id, "delivered long before the next heartbeat")
 }
 
 func TestImportantEventsAreLoggedFromTheLog(t *testing.T) {
