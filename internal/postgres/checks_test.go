@@ -23,6 +23,10 @@ func TestCheaperChecksAcceptWhatTheRegexpsDid(t *testing.T) {
 	type check struct {
 		table, name, column, pattern string
 		valid                        func(r *rand.Rand) string
+		// alphabet and max, for an id: its characters and its longest
+		// length (the lengths 1, max and max+1 are always tried).
+		alphabet string
+		max      int
 	}
 	hex := func(n int) func(r *rand.Rand) string {
 		return func(r *rand.Rand) string { return randomOf(r, "0123456789abcdef", n) }
@@ -31,18 +35,22 @@ func TestCheaperChecksAcceptWhatTheRegexpsDid(t *testing.T) {
 	id := func(alphabet string, max int) func(r *rand.Rand) string {
 		return func(r *rand.Rand) string { return randomOf(r, alphabet, 1+r.IntN(max)) }
 	}
-	const clientChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+	const (
+		clientChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+		appChars    = "abcdefghijklmnopqrstuvwxyz0123456789-"
+		tokenChars  = "abcdefghijklmnopqrstuvwxyz0123456789"
+	)
 	checks := []check{
-		{"applications", "applications_id_check", "id", `^[a-z0-9-]{1,200}$`, id("abcdefghijklmnopqrstuvwxyz0123456789-", 200)},
-		{"application_versions", "application_versions_digest_check", "digest", `^sha256:[0-9a-f]{64}$`, digest},
-		{"clients", "clients_id_check", "id", `^[A-Za-z0-9._-]{1,128}$`, id(clientChars, 128)},
-		{"clients", "clients_bundle_digest_check", "bundle_digest", `^sha256:[0-9a-f]{64}$`, digest},
-		{"bundles", "bundles_digest_check", "digest", `^sha256:[0-9a-f]{64}$`, digest},
-		{"revisions", "revisions_digest_check", "digest", `^sha256:[0-9a-f]{64}$`, digest},
-		{"documents", "documents_digest_check", "digest", `^sha256:[0-9a-f]{64}$`, digest},
-		{"manifest_versions", "manifest_versions_bundle_digest_check", "bundle_digest", `^sha256:[0-9a-f]{64}$`, digest},
-		{"api_tokens", "api_tokens_id_check", "id", `^[a-z0-9]{1,32}$`, id("abcdefghijklmnopqrstuvwxyz0123456789", 32)},
-		{"api_tokens", "api_tokens_secret_hash_check", "secret_hash", `^[0-9a-f]{64}$`, hex(64)},
+		{"applications", "applications_id_check", "id", `^[a-z0-9-]{1,200}$`, id(appChars, 200), appChars, 200},
+		{"application_versions", "application_versions_digest_check", "digest", `^sha256:[0-9a-f]{64}$`, digest, "", 0},
+		{"clients", "clients_id_check", "id", `^[A-Za-z0-9._-]{1,128}$`, id(clientChars, 128), clientChars, 128},
+		{"clients", "clients_bundle_digest_check", "bundle_digest", `^sha256:[0-9a-f]{64}$`, digest, "", 0},
+		{"bundles", "bundles_digest_check", "digest", `^sha256:[0-9a-f]{64}$`, digest, "", 0},
+		{"revisions", "revisions_digest_check", "digest", `^sha256:[0-9a-f]{64}$`, digest, "", 0},
+		{"documents", "documents_digest_check", "digest", `^sha256:[0-9a-f]{64}$`, digest, "", 0},
+		{"manifest_versions", "manifest_versions_bundle_digest_check", "bundle_digest", `^sha256:[0-9a-f]{64}$`, digest, "", 0},
+		{"api_tokens", "api_tokens_id_check", "id", `^[a-z0-9]{1,32}$`, id(tokenChars, 32), tokenChars, 32},
+		{"api_tokens", "api_tokens_secret_hash_check", "secret_hash", `^[0-9a-f]{64}$`, hex(64), "", 0},
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, c := range checks {
@@ -70,6 +78,12 @@ WHERE conrelid = $1::regclass AND conname = $2`, c.table, c.name).Scan(&def))
 				inputs = append(inputs, randomOf(r, "0123456789abcdefABCDEF-._sha:é", n))
 			}
 			inputs = append(inputs, "", "sha256:", "sha256")
+			if c.max > 0 {
+				for _, n := range []int{1, c.max - 1, c.max, c.max + 1} {
+					v := randomOf(r, c.alphabet, n)
+					inputs = append(inputs, v, v[:len(v)-1]+"é")
+				}
+			}
 			var mismatches []string
 			rows, err := pool.Query(ctx, `SELECT x.v FROM unnest($1::text[]) AS x (v)
 CROSS JOIN LATERAL (SELECT `+expr+` IS NOT FALSE AS now FROM (SELECT x.v AS `+c.column+`) AS col) AS n
