@@ -371,3 +371,44 @@ FROM deployments WHERE id = $1`, d.ID).Scan(&n, &kept))
 		assert.Equal(t, int64(5+reports-16), kept, "d%d: pruned to the newest 5 at the 16th report, 4 more since", i)
 	}
 }
+
+// TestGuardedReportsUseTheGenericPlan: the statement that stores a batch of
+// reports moving no state runs its generic plan from its first execution
+// on a connection. Left to choose, PostgreSQL plans it anew for the first
+// five (here: 5 custom plans, then generic ones) and, when it judges a
+// custom plan for the arrays at hand cheaper, for every later one too
+// (under load, most of the database's CPU). Seen through
+// pg_prepared_statements on the one connection of the store's pool.
+func TestGuardedReportsUseTheGenericPlan(t *testing.T) {
+	ctx := t.Context()
+	s, pool := newServiceAndPool(t)
+	ds := deployFor(t, s, "d0", "d1", "d2")
+	v := ds[len(ds)-1].DesiredSince
+	cfg := pool.Config().Copy()
+	cfg.MinConns, cfg.MaxConns = 0, 1
+	one, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(one.Close)
+	store := postgres.NewFleetStore(one, 5)
+	const batches = 12
+	for range batches {
+		items := make([]fleet.ReportItem, len(ds))
+		for i, d := range ds {
+			r, err := margo.ParseStatusReport(report(d.ID, v, "pending"), d.ID)
+			require.NoError(t, err)
+			items[i] = fleet.ReportItem{ClientID: "c", Report: r, Decide: func(fleet.Deployment) (lifecycle.Decision, error) {
+				return lifecycle.Decision{}, nil // no state move: the guarded statement, after the first batch
+			}}
+		}
+		rs, err := store.RecordReports(ctx, items, time.Now())
+		require.NoError(t, err)
+		for _, r := range rs {
+			require.NoError(t, r.Err)
+		}
+	}
+	var generic, custom int64
+	require.NoError(t, one.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+WHERE statement LIKE '%INSERT INTO status_reports%' AND statement LIKE '%d.generation = v.generation%'`).Scan(&generic, &custom))
+	assert.Equal(t, int64(0), custom, "custom plans of the guarded statement")
+	assert.Equal(t, int64(batches-1), generic, "generic plans of the guarded statement (every batch but the first)")
+}
