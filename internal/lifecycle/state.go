@@ -158,13 +158,15 @@ func CanTransition(from, to State) bool { return transitions.can(from, to) }
 func Transitions() [][2]State { return transitions.pairs() }
 
 // TransitionsSQL returns the transition table as a SQL boolean expression
-// over the columns from_state and to_state, for a CHECK constraint:
+// over the columns from_state and to_state, for the CHECK constraint of
+// deployment_history (migration 00023): true for an allowed pair, false for
+// any other, a NULL from_state included:
 //
-//	(from_state, to_state) IN (('draining','failed'), …)
+//	coalesce(('{"draining": ["failed", …], …}'::jsonb -> from_state) ? to_state, false)
 //
 // The pairs are in Transitions order, so a migration can embed the text and a
 // test can compare it byte for byte.
-func TransitionsSQL() string { return transitions.sql("from_state", "to_state") }
+func TransitionsSQL() string { return transitions.jsonSQL("from_state", "to_state") }
 
 // StatesSQL returns the states as a SQL list for a CHECK constraint on a
 // state column: ('pending', 'installing', …) in AllStates order.
