@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,28 @@ func main() {
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "wfm:", err)
 		os.Exit(1)
+	}
+}
+
+// defaultGCPercent is the Go garbage collector's target (GOGC) when the
+// environment sets none: the heap may grow to three times what is live
+// between collections, rather than twice. On 2 cores a collection takes one
+// of the two processors for its marking while it runs, and the creation
+// lane's one goroutine waits behind it: 16 concurrent creations over
+// 10,000 clients, four alternated pairs (wfm-bench -only fleet
+// -fleet-clients 10000): 757/711, 910/878, 864/851, 738/804 creations/s
+// (10,000 x 1 / 1 x 10,000) with GOGC 100, 973/869, 1,144/1,052,
+// 921/1,051, 810/852 with 200. The price is memory: rss-fleet (design §11
+// scenario) 154 -> 203 MiB, its peak while seeding 389 -> 555 MiB
+// (docs/benchmarks.md). GOGC=100 (or any value) in the environment wins;
+// GOMEMLIMIT bounds the heap where memory is tight.
+const defaultGCPercent = 200
+
+// tuneGC sets the collector's target to defaultGCPercent unless GOGC is
+// set.
+func tuneGC(getenv func(string) string) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
 	}
 }
 
@@ -413,6 +436,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := newLogger(c, stderr)
+	tuneGC(getenv)
 
 	dbURL := c.databaseURL
 	var pg *pglaunch.Supervisor // the private PostgreSQL, nil with DATABASE_URL
