@@ -599,14 +599,10 @@ func readVisit(ctx context.Context, q reader, tx pgx.Tx, id string) (fleet.Visit
 	}
 	b := &pgx.Batch{}
 	finish := queueVisit(b, id, tx != nil)
-	var sender interface {
-		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	}
+	var sender batchSender
 	if tx != nil {
 		sender = tx
-	} else if p, isPool := q.(interface {
-		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	}); isPool {
+	} else if p, isPool := q.(batchSender); isPool {
 		sender = p
 	} else {
 		return fleet.Visit{}, false, fmt.Errorf("read visit: %T cannot send a batch", q)
