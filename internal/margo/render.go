@@ -189,23 +189,30 @@ func render(in DeploymentInput, specs *SpecCache) ([]byte, error) {
 	if spec == nil {
 		specNode = r.spec(in)
 	}
-	metadata := r.mapping(
-		"name", r.str(name, "/name"),
-		"namespace", r.str(namespace, "/namespace"),
-		"deviceId", r.str(in.DeviceID, "/deviceId"),
-	)
-	head := r.mapping(
-		"id", r.str(in.DeploymentID, "/deploymentId"),
-		"metadata", metadata,
-	)
-	if len(r.problems) > 0 {
-		return nil, r.err()
+	out, plain := []byte(nil), len(r.problems) == 0
+	if plain {
+		out, plain = appendPlainHead(make([]byte, 0, 128+len(spec)), in.DeploymentID, name, namespace, in.DeviceID)
 	}
-	out, err := encodeDocument(head, 0)
-	if err != nil {
-		return nil, err
+	if !plain {
+		metadata := r.mapping(
+			"name", r.str(name, "/name"),
+			"namespace", r.str(namespace, "/namespace"),
+			"deviceId", r.str(in.DeviceID, "/deviceId"),
+		)
+		head := r.mapping(
+			"id", r.str(in.DeploymentID, "/deploymentId"),
+			"metadata", metadata,
+		)
+		if len(r.problems) > 0 {
+			return nil, r.err()
+		}
+		var err error
+		if out, err = encodeDocument(head, 0); err != nil {
+			return nil, err
+		}
 	}
 	if spec == nil {
+		var err error
 		if spec, err = encodeDocument(r.mapping("spec", specNode), 0); err != nil {
 			return nil, err
 		}
@@ -214,6 +221,50 @@ func render(in DeploymentInput, specs *SpecCache) ([]byte, error) {
 		}
 	}
 	return append(out, spec...), nil
+}
+
+// appendPlainHead appends the document's head (id and metadata) as
+// encodeDocument writes it, when each of its four strings is one that the
+// YAML encoder writes plain, as itself: a canonical UUID (the deployment id,
+// which check has validated), or a string that starts with a letter, holds
+// only letters, digits, '-', '.', '_' and '/', and is no YAML 1.1 word
+// (yaml11Special). It reports false, having appended nothing, otherwise;
+// the caller then encodes the head. The encoder's setup and emitter cost a
+// document about 20 µs and 19 KB of allocations, a third of what preparing
+// a creation allocates (BenchmarkCreateBatch10000's memory profile), for
+// five short lines. TestPlainHeadIsTheEncoders compares both.
+func appendPlainHead(dst []byte, id, name, namespace, deviceID string) ([]byte, bool) {
+	if !renderUUIDPattern.MatchString(id) || !plainWord(name) || !plainWord(namespace) || !plainWord(deviceID) {
+		return dst, false
+	}
+	dst = append(dst, "id: "...)
+	dst = append(dst, id...)
+	dst = append(dst, "\nmetadata:\n    name: "...)
+	dst = append(dst, name...)
+	dst = append(dst, "\n    namespace: "...)
+	dst = append(dst, namespace...)
+	dst = append(dst, "\n    deviceId: "...)
+	dst = append(dst, deviceID...)
+	return append(dst, '\n'), true
+}
+
+// plainWord reports whether s is a string appendPlainHead writes as itself
+// (see there).
+func plainWord(s string) bool {
+	if s == "" || yaml11Special(s) {
+		return false
+	}
+	if c := s[0] | 0x20; c < 'a' || c > 'z' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '.', c == '_', c == '/':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // encodeDocument encodes the mapping root as one YAML document, 4-space

@@ -587,3 +587,71 @@ func TestYAML11SpecialIsTheRegexp(t *testing.T) {
 	}
 	require.Greater(t, matched, 1000, "the random strings include matches")
 }
+
+// TestPlainHeadIsTheEncoders: whenever appendPlainHead writes a document's
+// head, its bytes are those of the YAML encoder given the head's nodes as
+// render builds them; and it does write the heads of ordinary deployments
+// (generated names, Margo-style device ids), so the comparison is not
+// vacuous. The strings tried: every YAML 1.1 word and number form, dates,
+// document markers, indicators, and random strings of the alphabets of
+// device ids, Kubernetes names and UUIDs, with characters beyond them.
+func TestPlainHeadIsTheEncoders(t *testing.T) {
+	t.Parallel()
+	encoded := func(id, name, namespace, deviceID string) []byte {
+		r := renderer{}
+		head := r.mapping("id", r.str(id, "/deploymentId"),
+			"metadata", r.mapping("name", r.str(name, "/name"), "namespace", r.str(namespace, "/namespace"), "deviceId", r.str(deviceID, "/deviceId")))
+		b, err := encodeDocument(head, 0)
+		require.NoError(t, err)
+		return b
+	}
+	words := []string{"", "y", "Y", "n", "No", "yes", "YES", "on", "Off", "true", "False", "null", "NULL", "~", "=", "<<", "-", ".", "..", "...", "---",
+		"-a", "a-", ".a", "a.", "_a", "a_", "/a", "a/", "a//b", "a/*", "0", "12", "0x1F", "0o17", "0b101", "1_000", "1e3", "6E7", "1.5", "1:20", "190:20:30",
+		".inf", "-.Inf", ".nan", "2001-12-14", "2001-12-14t21:59:43.10-05:00", "2001-12-14 21:59:43.10 -5", "1.0.0", "v1.0", "nginx", "default",
+		"app-0f8c1234", "d000123", "gw000042", "Device_7", "site-a/line-3/robot-1", "a~b", "a b", "a:b", "a#b", "a,b", "a[b", "é", "A", "Z9"}
+	r := rand.New(rand.NewPCG(3, 4))
+	pick := func(alphabet string, n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	const deviceAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._~-/ :#"
+	const nameAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789-.yYnNoOeEsS"
+	for range 20_000 {
+		words = append(words, pick(deviceAlphabet, 1+r.IntN(12)), pick(nameAlphabet, 1+r.IntN(8)))
+	}
+	uuid := func() string {
+		h := pick("0123456789abcdef", 32)
+		if r.IntN(4) == 0 {
+			h = pick("0123456789", 32) // digits only: numbers and dates must not be read into it
+		}
+		return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	}
+	ids := []string{"00000000-0000-0000-0000-000000000000", "12345678-1234-1234-1234-123456789012", "0f8c1234-aaaa-4bbb-8ccc-0123456789ab", "0F8C1234-AAAA-4BBB-8CCC-0123456789AB", "not-a-uuid"}
+	for range 2_000 {
+		ids = append(ids, uuid())
+	}
+	wrote := 0
+	for i, w := range words {
+		id := ids[i%len(ids)]
+		// each word in each position, the others ordinary
+		for _, h := range [][4]string{{id, w, "default", "d1"}, {id, "app-0f8c1234", w, "d1"}, {id, "app-0f8c1234", "default", w}} {
+			got, ok := appendPlainHead([]byte("x"), h[0], h[1], h[2], h[3])
+			if !ok {
+				require.Equal(t, "x", string(got), "appendPlainHead(%q) refused but appended", h)
+				continue
+			}
+			wrote++
+			if want := encoded(h[0], h[1], h[2], h[3]); string(got[1:]) != string(want) {
+				t.Fatalf("appendPlainHead(%q) = %q, want %q (the encoder)", h, got[1:], want)
+			}
+		}
+	}
+	require.Greater(t, wrote, 10_000, "appendPlainHead writes most heads tried")
+	for _, h := range [][4]string{{ids[2], "app-0f8c1234", "default", "d000123"}, {ids[1], "web.v2", "edge-1", "site-a/line-3/robot-1"}} {
+		_, ok := appendPlainHead(nil, h[0], h[1], h[2], h[3])
+		require.True(t, ok, "appendPlainHead(%q) writes an ordinary head", h)
+	}
+}
