@@ -47,8 +47,8 @@ func newKeeper(pool *pgxpool.Pool) *postgres.StatsKeeper {
 
 // TestStatsKeeperAnalyzesGrownTables: a pass analyzes the tables whose live
 // rows number at least 1,000 and at least twice what their last analysis
-// found, and only those; rows updated (churn) do not count; a pass skips
-// while another replica holds the lock.
+// found, when that found fewer than 10,000, and only those; rows updated
+// (churn) do not count; a pass skips while another replica holds the lock.
 func TestStatsKeeperAnalyzesGrownTables(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -104,6 +104,16 @@ func TestStatsKeeperAnalyzesGrownTables(t *testing.T) {
 	assert.Empty(t, pass(), "2,700 rows changed, but the table did not grow")
 	addRows(t, pool, "clients", 300)
 	assert.Equal(t, []string{"clients"}, pass(), "clients doubled")
+
+	// Statistics taken at 10,000 rows or more: growth is autovacuum's.
+	addRows(t, pool, "clients", 3000)
+	assert.Equal(t, []string{"clients"}, pass(), "6,000 rows: doubled")
+	addRows(t, pool, "clients", 6000)
+	assert.Equal(t, []string{"clients"}, pass(), "12,000 rows: doubled since statistics of 6,000 rows")
+	addRows(t, pool, "clients", 30000)
+	assert.Empty(t, pass(), "analyzed at 12,000 rows: 42,000 are left to autovacuum")
+	addRows(t, pool, "applications", 1100)
+	assert.Equal(t, []string{"applications"}, pass(), "a small table that doubled is still analyzed")
 }
 
 // TestStatsKeeperAnalyzesWhatItsRoleOwns: run by a role that is not a
