@@ -622,6 +622,8 @@ func TestPlainHeadIsTheEncoders(t *testing.T) {
 	for range 20_000 {
 		words = append(words, pick(deviceAlphabet, 1+r.IntN(12)), pick(nameAlphabet, 1+r.IntN(8)))
 	}
+	// Long strings: the encoder folds lines longer than 80 columns where it can.
+	words = append(words, "a"+strings.Repeat("b-", 126), "site/"+strings.Repeat("line.", 50), "a"+strings.Repeat(" b", 60))
 	uuid := func() string {
 		h := pick("0123456789abcdef", 32)
 		if r.IntN(4) == 0 {
