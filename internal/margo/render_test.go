@@ -622,7 +622,8 @@ func TestPlainHeadIsTheEncoders(t *testing.T) {
 	for range 20_000 {
 		words = append(words, pick(deviceAlphabet, 1+r.IntN(12)), pick(nameAlphabet, 1+r.IntN(8)))
 	}
-	// Long strings: the encoder folds lines longer than 80 columns where it can.
+	// Long strings (the encoder's width is unlimited, and plain words have
+	// no space to break at anyway).
 	words = append(words, "a"+strings.Repeat("b-", 126), "site/"+strings.Repeat("line.", 50), "a"+strings.Repeat(" b", 60))
 	uuid := func() string {
 		h := pick("0123456789abcdef", 32)
@@ -652,6 +653,8 @@ func TestPlainHeadIsTheEncoders(t *testing.T) {
 		}
 	}
 	require.Greater(t, wrote, 10_000, "appendPlainHead writes most heads tried")
+	_, ok := appendPlainHead(nil, "not-a-uuid", "app-0f8c1234", "default", "d1")
+	require.False(t, ok, "an id that is not a canonical UUID goes to the encoder")
 	for _, h := range [][4]string{{ids[2], "app-0f8c1234", "default", "d000123"}, {ids[1], "web.v2", "edge-1", "site-a/line-3/robot-1"}} {
 		_, ok := appendPlainHead(nil, h[0], h[1], h[2], h[3])
 		require.True(t, ok, "appendPlainHead(%q) writes an ordinary head", h)

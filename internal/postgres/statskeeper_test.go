@@ -114,6 +114,17 @@ func TestStatsKeeperAnalyzesGrownTables(t *testing.T) {
 	assert.Empty(t, pass(), "analyzed at 12,000 rows: 42,000 are left to autovacuum")
 	addRows(t, pool, "applications", 1100)
 	assert.Equal(t, []string{"applications"}, pass(), "a small table that doubled is still analyzed")
+
+	// The bound, exactly: statistics of 9,999 rows still count as small.
+	_, err = pool.Exec(ctx, `CREATE TABLE below (id text) WITH (autovacuum_enabled = off); CREATE TABLE at (id text) WITH (autovacuum_enabled = off)`)
+	require.NoError(t, err)
+	addRows(t, pool, "below", 9999)
+	addRows(t, pool, "at", 10000)
+	_, err = pool.Exec(ctx, `ANALYZE below, at`)
+	require.NoError(t, err)
+	addRows(t, pool, "below", 9999)
+	addRows(t, pool, "at", 10000)
+	assert.Equal(t, []string{"below"}, pass(), "doubled from statistics of 9,999 rows, and of 10,000")
 }
 
 // TestStatsKeeperAnalyzesWhatItsRoleOwns: run by a role that is not a
