@@ -243,7 +243,7 @@ func (s *Service) prepareCreate(ctx context.Context, req CreateRequest, v catalo
 	}
 	return NewDeployment{
 		ID: id, ClientID: req.ClientID, DeviceID: req.DeviceID, ApplicationID: req.ApplicationID, RolloutID: req.rolloutID,
-		Version: v.Version, VersionDigest: v.Digest, ProfileID: profile.ID, Components: components, Parameters: values, YAML: yaml, Piece: &piece,
+		Version: v.Version, VersionDigest: v.Digest, ProfileID: profile.ID, Components: components, Parameters: values, YAML: yaml, Digest: margo.Digest(yaml), Piece: &piece,
 		Install: Operation{ID: opID, DeploymentID: id, Type: lifecycle.OperationInstall, State: lifecycle.OperationQueued,
 			FromVersion: v.Version, ToVersion: v.Version, Parameters: values, ProfileID: profile.ID, Strategy: lifecycle.StrategyRecreate,
 			OnFailure: OnFailureHalt, StepTimeout: timeout, RequestedBy: ActorOf(ctx), Deadline: now.Add(timeout),

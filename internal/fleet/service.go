@@ -178,6 +178,10 @@ type NewDeployment struct {
 	Parameters    map[string]any
 	// YAML is the revision's rendered ApplicationDeployment document.
 	YAML []byte
+	// Digest is YAML's digest (margo.Digest(YAML)), computed with the
+	// rendering, outside the store's transaction; "": the store computes
+	// it.
+	Digest string
 	// Piece, when not nil, is YAML's bundle piece
 	// (margo.NewBundlePiece(margo.BundleFileName(ID), YAML)), computed
 	// with the rendering, outside the store's transaction; nil: the store

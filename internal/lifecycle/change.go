@@ -66,13 +66,16 @@ type Step struct {
 
 // NewRevision is a revision to publish. N is assigned by the decision.
 type NewRevision struct {
-	N           int
-	Version     string
-	ProfileID   string
-	Parameters  map[string]any
-	Kind        OperationKind
-	Components  []string
-	YAML        []byte
+	N          int
+	Version    string
+	ProfileID  string
+	Parameters map[string]any
+	Kind       OperationKind
+	Components []string
+	YAML       []byte
+	// Digest, when set, is YAML's content digest as its renderer computed
+	// it (margo.Digest); "": the store computes it from YAML.
+	Digest      string
 	Strategy    Strategy
 	Forced      bool
 	ForceReason string

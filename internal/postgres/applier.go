@@ -625,7 +625,7 @@ func queueRound(p *pipeline, round []*lifecycle.Change, versions map[string]uint
 			}
 			components[d.ID] = append([]string{}, r.Components...)
 			a.add(d.ID, int32(r.N), d.ApplicationID, r.Version, r.ProfileID, string(params), string(r.Kind), string(outcome), string(comps),
-				margo.Digest(r.YAML), version(c), c.At, r.OperationID, r.Forced, r.ForceReason, string(r.Strategy), installed)
+				revisionDigest(&r), version(c), c.At, r.OperationID, r.Forced, r.ForceReason, string(r.Strategy), installed)
 		}
 		if a.n >= b.copyAt() {
 			p.copy("revisions", []string{"deployment_id", "n", "application_id", "version", "profile_id", "parameters", "operation", "outcome",

@@ -119,7 +119,7 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 			c, err := lifecycle.DecideCreate(lifecycle.CreateInput{
 				Deployment: lifecycle.Deployment{ID: nd.ID, ClientID: nd.ClientID, DeviceID: nd.DeviceID, ApplicationID: nd.ApplicationID},
 				Revision: lifecycle.NewRevision{Version: nd.Version.String(), ProfileID: nd.ProfileID, Parameters: nd.Parameters,
-					Components: nd.Components, YAML: nd.YAML},
+					Components: nd.Components, YAML: nd.YAML, Digest: nd.Digest},
 				Registered: reg, Yanked: y, ClientRetired: status[nd.ClientID] != string(fleet.ClientAccepted),
 				OperationID: op.ID, Deadline: op.Deadline,
 			}, now, fleet.ActorOf(call))
@@ -133,7 +133,7 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 			b.changes, b.operations[op.ID] = append(b.changes, c), op
 			changes[i] = c
 			if nd.Piece != nil {
-				b.pieces[[2]string{nd.ID, margo.Digest(nd.YAML)}] = nd.Piece
+				b.pieces[[2]string{nd.ID, revisionDigest(c.Revision)}] = nd.Piece
 			}
 			if nd.Call != nil {
 				b.audits = append(b.audits, callAudit{pending: access.PendingOf(nd.Call), created: true})

@@ -301,6 +301,18 @@ CROSS JOIN LATERAL (
     OFFSET 0) AS p
 ORDER BY s.id, p.deployment_id`
 
+// revisionDigest is the digest of r's document: the one its renderer
+// computed (NewRevision.Digest), else computed here. A creation's batch
+// names it three times (its piece, its revision row, its document row):
+// one sha256 of the document, in the preparation that renders it, rather
+// than three in the store's transaction.
+func revisionDigest(r *lifecycle.NewRevision) string {
+	if r.Digest != "" {
+		return r.Digest
+	}
+	return margo.Digest(r.YAML)
+}
+
 // smallBundles is what queueSmallBundles reads: the pieces, in bundle
 // order, of the clients of versions with at most smallBundle documents.
 type smallBundles struct {
@@ -562,7 +574,7 @@ func queueDocuments(p *pipeline, changes []*lifecycle.Change, pieces map[[2]stri
 		if c.Revision == nil || c.Revision.CopyOf != 0 || c.After.ID == "" {
 			continue
 		}
-		d := margo.Digest(c.Revision.YAML)
+		d := revisionDigest(c.Revision)
 		docs[docAt{c.After.ID, int32(c.Revision.N)}] = storedDoc{d, int64(len(c.Revision.YAML))}
 		if seen[[2]string{c.After.ID, d}] {
 			continue
