@@ -189,8 +189,11 @@ func render(in DeploymentInput, specs *SpecCache) ([]byte, error) {
 	if spec == nil {
 		specNode = r.spec(in)
 	}
-	out, plain := []byte(nil), len(r.problems) == 0
-	if plain {
+	// With problems already found, the encoder's path below adds those of
+	// the head's strings and reports them all.
+	var out []byte
+	plain := false
+	if len(r.problems) == 0 {
 		out, plain = appendPlainHead(make([]byte, 0, 128+len(spec)), in.DeploymentID, name, namespace, in.DeviceID)
 	}
 	if !plain {
