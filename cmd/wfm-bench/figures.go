@@ -67,6 +67,9 @@ func percent(r float64) string {
 type group struct {
 	name string
 	run  func(ctx context.Context, b *bench) ([]Figure, error)
+	// server: the group starts the server under test (bin/wfm, built
+	// unless -wfm names one).
+	server bool
 }
 
 // allGroups are run in this order. The Go benchmarks come first: they do not
@@ -74,15 +77,15 @@ type group struct {
 // (capped), comes last and gets what is left.
 func allGroups() []group {
 	return []group{
-		{"plan", planFigures},
-		{"batch", batchFigures},
-		{"poll", pollFigures},
-		{"poll-mtls", pollTLSFigures},
-		{"status", statusFigures},
-		{"webhooks", webhookFigures},
-		{"sse", sseFigures},
-		{"rollout", rolloutFigures},
-		{"fleet", fleetFigures},
+		{"plan", planFigures, false},
+		{"batch", batchFigures, false},
+		{"poll", pollFigures, true},
+		{"poll-mtls", pollTLSFigures, true},
+		{"status", statusFigures, true},
+		{"webhooks", webhookFigures, true},
+		{"sse", sseFigures, true},
+		{"rollout", rolloutFigures, true},
+		{"fleet", fleetFigures, true},
 	}
 }
 

@@ -50,9 +50,11 @@ func (b *bench) prepare(ctx context.Context) error {
 	return b.goCmd(ctx, "build", "-o", b.wfm, "./cmd/wfm").Run()
 }
 
+// needsServer reports whether a selected group starts the server under
+// test.
 func (b *bench) needsServer() bool {
-	for _, g := range []string{"poll", "poll-mtls", "status", "fleet", "webhooks"} {
-		if b.cfg.selected(g) {
+	for _, g := range allGroups() {
+		if g.server && b.cfg.selected(g.name) {
 			return true
 		}
 	}
