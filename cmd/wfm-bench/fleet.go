@@ -166,22 +166,32 @@ func fleetFigures(ctx context.Context, b *bench) ([]Figure, error) {
 	}
 	// The fleet dry run and the first rollout wave of 1% (the rest of the
 	// scenario), measured on the way.
-	rfigs, err := fleetRolloutFigures(ctx, b, a, reported)
+	rfigs, waveClients, err := fleetRolloutFigures(ctx, b, a, reported)
 	if err != nil {
 		// The memory figure is still taken; the rollout lines say why not.
 		fmt.Fprintf(b.cfg.log, "rollout figures: %v\n", err)
 		rfigs = []Figure{{Name: "rollout-plan", Absent: "error: " + err.Error()}, {Name: "rollout-start", Absent: "error: " + err.Error()}}
 	}
 	figs = append(figs, rfigs...)
+	// The wave changed its members' manifests, dropping them from the
+	// cache: their clients poll again, so that every client's current
+	// manifest is cached when the memory is read (design §11).
+	repolled, err := b.phase(ctx, fmt.Sprintf("poll the %d clients of the first wave again", len(waveClients)), len(waveClients), cfg.seedCap, func(ctx context.Context, k int) error {
+		_, _, err := a.poll(ctx, waveClients[k])
+		return err
+	})
+	if err != nil {
+		return figs, err
+	}
 	rss, hwm, err := s.memory()
 	if err != nil {
 		return figs, err
 	}
 	singles := cr1.done + restDone
-	scenario := fmt.Sprintf("%d clients × 1 + 1 client × %d deployments, %d clients polled once, after a fleet dry run (rollout plan) over all of them and a first rollout wave of 1%% (design §11 scenario)",
-		singles, crG.done, polled.done)
+	scenario := fmt.Sprintf("%d clients × 1 + 1 client × %d deployments, %d clients polled once, after a fleet dry run (rollout plan) over all of them and a first rollout wave of 1%% whose %d clients polled again (design §11 scenario)",
+		singles, crG.done, polled.done, repolled.done)
 	var incomplete string
-	if singles < cfg.fleet || crG.done < cfg.gateway || polled.done < len(pollers) {
+	if singles < cfg.fleet || crG.done < cfg.gateway || polled.done < len(pollers) || repolled.done < len(waveClients) {
 		incomplete = fmt.Sprintf("INCOMPLETE scenario (phases capped): %d of %d deployments", singles+crG.done, cfg.fleet+cfg.gateway)
 	}
 	const mib = 1 << 20

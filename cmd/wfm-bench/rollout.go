@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,9 +177,12 @@ func (a *api) waitRollout(ctx context.Context, id string, limit time.Duration, d
 // rollout until its membership is resolved and its first wave of 1% is
 // published (< 5 s). The rollout's first wave is what the memory scenario
 // includes; the second wave waits for an approval that never comes.
-func fleetRolloutFigures(ctx context.Context, b *bench, a *api, deployments int) ([]Figure, error) {
+//
+// It also returns the clients of the first wave's members: the wave
+// changed their manifests, which the memory scenario has polled again.
+func fleetRolloutFigures(ctx context.Context, b *bench, a *api, deployments int) ([]Figure, []string, error) {
 	if err := a.uploadTarget(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	body := upgradeRollout([]map[string]any{
 		{"size": map[string]any{"percent": 1}},
@@ -190,7 +194,7 @@ func fleetRolloutFigures(ctx context.Context, b *bench, a *api, deployments int)
 	// notes when cut).
 	settled, atRest, err := a.waitSettled(ctx, b.phaseCap(2*time.Minute))
 	if err != nil {
-		return figs, err
+		return figs, nil, err
 	}
 	fmt.Fprintf(b.cfg.log, "installs settled by the scheduler in %s (at rest: %v)\n", settled.Round(time.Millisecond), atRest)
 	rest := fmt.Sprintf("the fleet at rest: the installs its agents reported settled by the scheduler (waited %s)", settled.Round(time.Second))
@@ -201,7 +205,7 @@ func fleetRolloutFigures(ctx context.Context, b *bench, a *api, deployments int)
 	eligible, err := a.planRollout(ctx, body)
 	planned := time.Since(start)
 	if err != nil {
-		return figs, err
+		return figs, nil, err
 	}
 	fmt.Fprintf(b.cfg.log, "rollout plan over %d deployments: %d eligible in %s\n", deployments, eligible, planned.Round(time.Millisecond))
 	figs = append(figs, Figure{Name: "rollout-plan", Value: planned.Seconds(), Unit: "s", Ratio: planned.Seconds() / 2, Baseline: "the 2 s target",
@@ -210,7 +214,7 @@ func fleetRolloutFigures(ctx context.Context, b *bench, a *api, deployments int)
 	start = time.Now()
 	r, err := a.createRollout(ctx, body)
 	if err != nil {
-		return figs, err
+		return figs, nil, err
 	}
 	created := time.Since(start)
 	want := 0
@@ -220,7 +224,7 @@ func fleetRolloutFigures(ctx context.Context, b *bench, a *api, deployments int)
 	r, ok, err := a.waitRollout(ctx, r.ID, b.phaseCap(time.Minute), func(r rolloutView) bool { return want > 0 && r.published(0) >= want })
 	started := time.Since(start)
 	if err != nil {
-		return figs, err
+		return figs, nil, err
 	}
 	note := fmt.Sprintf("POST /mgmt/v1/rollouts (membership resolved in %s) until the first wave (1%%, %d members) is published, over %d deployments",
 		created.Round(time.Millisecond), want, deployments)
@@ -230,7 +234,45 @@ func fleetRolloutFigures(ctx context.Context, b *bench, a *api, deployments int)
 	fmt.Fprintf(b.cfg.log, "rollout start: %d of %d first-wave members published in %s\n", r.published(0), want, started.Round(time.Millisecond))
 	figs = append(figs, Figure{Name: "rollout-start", Value: started.Seconds(), Unit: "s", Ratio: started.Seconds() / 5, Baseline: "the 5 s target",
 		Target: "< 5 s", Notes: []string{note, rest}})
-	return figs, nil
+	clients, err := a.waveClients(ctx, r.ID, 1)
+	return figs, clients, err
+}
+
+// waveClients lists the distinct clients of a rollout's members in wave
+// (from 1), paging through GET /mgmt/v1/rollouts/{id}/members.
+func (a *api) waveClients(ctx context.Context, id string, wave int) ([]string, error) {
+	var clients []string
+	seen := map[string]bool{}
+	cursor := ""
+	for {
+		u := fmt.Sprintf("%s/mgmt/v1/rollouts/%s/members?wave=%d&limit=500", a.s.mgmt, id, wave)
+		if cursor != "" {
+			u += "&cursor=" + url.QueryEscape(cursor)
+		}
+		_, b, err := a.do(ctx, http.MethodGet, u, a.mgmtHeader("application/json"), nil, http.StatusOK)
+		if err != nil {
+			return nil, err
+		}
+		var page struct {
+			Items []struct {
+				ClientID string `json:"clientId"`
+			} `json:"items"`
+			NextCursor string `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(b, &page); err != nil {
+			return nil, fmt.Errorf("rollout members: %w", err)
+		}
+		for _, m := range page.Items {
+			if !seen[m.ClientID] {
+				seen[m.ClientID] = true
+				clients = append(clients, m.ClientID)
+			}
+		}
+		if page.NextCursor == "" {
+			return clients, nil
+		}
+		cursor = page.NextCursor
+	}
 }
 
 // rolloutFigures measures how fast the scheduler drives a rollout whose
