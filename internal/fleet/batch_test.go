@@ -200,7 +200,10 @@ func TestConcurrentCreationsCoalesce(t *testing.T) {
 		assert.True(t, written, "call %d: its audit row is written in the batch's transaction", i)
 		assert.Equal(t, 201, status)
 	}
-	assert.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(answers[n].err), "the unregistered device's call: %v", answers[n].err)
+	// Refused as the same call made after the unregistration is (422
+	// device-unregistered), though it passed that check before it queued.
+	assert.Equal(t, lifecycle.EINVALID, lifecycle.ErrorCode(answers[n].err), "the unregistered device's call: %v", answers[n].err)
+	assert.Equal(t, "device-unregistered", lifecycle.ErrorType(answers[n].err))
 	_, written := answers[n].pending.Written()
 	assert.False(t, written, "a refused call has no success row")
 	assert.ErrorIs(t, answers[n+1].err, context.Canceled)

@@ -202,8 +202,7 @@ func (s *Service) version(ctx context.Context, appID, version string) (catalog.V
 func (s *Service) prepareCreate(ctx context.Context, req CreateRequest, v catalog.Version, desc *margo.ApplicationDescription, dev Device,
 	timeout time.Duration, now time.Time) (NewDeployment, error) {
 	if !dev.Registered {
-		return NewDeployment{}, &lifecycle.Error{Code: lifecycle.EINVALID, Type: "device-unregistered",
-			Message: "Device " + req.DeviceID + " of client " + req.ClientID + " is unregistered; it must report its capabilities again first."}
+		return NewDeployment{}, lifecycle.DeviceUnregisteredError(req.ClientID, req.DeviceID)
 	}
 	caps, err := margo.ParseCapabilities(dev.Capabilities, dev.ID)
 	if err != nil {

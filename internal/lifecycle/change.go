@@ -240,14 +240,32 @@ func (c *Change) outcome(m OutcomeMove) { c.Outcomes = append(c.Outcomes, m) }
 type CreateInput struct {
 	Deployment Deployment // ids; the state is ignored
 	Revision   NewRevision
-	// Registered, Yanked and ClientRetired are read under the locks the
+	// Device, Yanked and ClientRetired are read under the locks the
 	// creation holds (the device, version and client rows).
-	Registered, Yanked, ClientRetired bool
+	Device                DevicePresence
+	Yanked, ClientRetired bool
 	// OperationID names the install operation the creation starts, and
 	// Deadline is when it fails if the device has not installed revision 1
 	// (design section 1.5: nothing waits forever on a silent device).
 	OperationID string
 	Deadline    time.Time
+}
+
+// DevicePresence is what a creation found of its device, under its lock.
+type DevicePresence int
+
+// The presences of a device.
+const (
+	DeviceMissing      DevicePresence = iota // the client has no device of that id
+	DeviceRegistered                         // it may be deployed to
+	DeviceUnregistered                       // known, but unregistered: it must report its capabilities again
+)
+
+// DeviceUnregisteredError is the refusal of a change to an unregistered
+// device's deployments (EINVALID, type device-unregistered).
+func DeviceUnregisteredError(clientID, deviceID string) error {
+	return &Error{Code: EINVALID, Type: "device-unregistered",
+		Message: "Device " + deviceID + " of client " + clientID + " is unregistered; it must report its capabilities again first."}
 }
 
 // DecideCreate decides a deployment's creation: an install operation of one
@@ -256,13 +274,18 @@ type CreateInput struct {
 // operation: succeeded when the device installs revision 1, failed at its
 // deadline.
 //
-// Returns ENOTFOUND if the device is not registered, EINVALID
-// (version-yanked) if the version was yanked, EINVALID (client-retired) if
-// the client is retired.
+// Returns ENOTFOUND if the client has no such device, EINVALID
+// (device-unregistered) if it is unregistered, EINVALID (version-yanked) if
+// the version was yanked, EINVALID (client-retired) if the client is
+// retired.
 func DecideCreate(in CreateInput, at time.Time, actor string) (*Change, error) {
 	d := in.Deployment
-	if !in.Registered {
-		return nil, &Error{Code: ENOTFOUND, Type: "not-found", Message: fmt.Sprintf("Client %s has no registered device %s.", d.ClientID, d.DeviceID)}
+	switch in.Device {
+	case DeviceRegistered:
+	case DeviceUnregistered:
+		return nil, DeviceUnregisteredError(d.ClientID, d.DeviceID)
+	default:
+		return nil, &Error{Code: ENOTFOUND, Type: "not-found", Message: fmt.Sprintf("Client %s has no device %s.", d.ClientID, d.DeviceID)}
 	}
 	if in.Yanked {
 		return nil, &Error{Code: EINVALID, Type: "version-yanked", Message: fmt.Sprintf("Version %s of %s was yanked; it cannot be deployed.", in.Revision.Version, d.ApplicationID)}

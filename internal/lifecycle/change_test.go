@@ -40,19 +40,22 @@ func TestChangeDecisions(t *testing.T) {
 		wantErr  Code
 	}{
 		{"create", func() (*Change, error) {
-			return DecideCreate(CreateInput{Deployment: dep("", 0, 0), Revision: NewRevision{Version: "1.0.0"}, Registered: true,
+			return DecideCreate(CreateInput{Deployment: dep("", 0, 0), Revision: NewRevision{Version: "1.0.0"}, Device: DeviceRegistered,
 				OperationID: "op-install", Deadline: changeAt.Add(DefaultInstallTimeout)}, changeAt, "alice")
 		}, [][2]State{{"", StatePending}}, true, []EventType{EventOperationCreated, EventDeploymentStateChanged, EventOperationStarted,
 			EventOperationStepPublished, EventRevisionPublished}, ""},
 		{"create yanked", func() (*Change, error) {
-			return DecideCreate(CreateInput{Deployment: dep("", 0, 0), Registered: true, Yanked: true}, changeAt, "alice")
+			return DecideCreate(CreateInput{Deployment: dep("", 0, 0), Device: DeviceRegistered, Yanked: true}, changeAt, "alice")
 		}, nil, false, nil, EINVALID},
 		{"create retired client", func() (*Change, error) {
-			return DecideCreate(CreateInput{Deployment: dep("", 0, 0), Registered: true, ClientRetired: true}, changeAt, "alice")
+			return DecideCreate(CreateInput{Deployment: dep("", 0, 0), Device: DeviceRegistered, ClientRetired: true}, changeAt, "alice")
 		}, nil, false, nil, EINVALID},
-		{"create unregistered device", func() (*Change, error) {
+		{"create on a missing device", func() (*Change, error) {
 			return DecideCreate(CreateInput{Deployment: dep("", 0, 0)}, changeAt, "alice")
 		}, nil, false, nil, ENOTFOUND},
+		{"create on an unregistered device", func() (*Change, error) {
+			return DecideCreate(CreateInput{Deployment: dep("", 0, 0), Device: DeviceUnregistered}, changeAt, "alice")
+		}, nil, false, nil, EINVALID},
 		{"report changes state", func() (*Change, error) {
 			return DecideReport(dep(StatePending, 1, 0), Decision{Next: StateInstalled, Changed: true, Reason: "runs"}, changeAt, "c1")
 		}, [][2]State{{StatePending, StateInstalled}}, false, []EventType{EventDeploymentStateChanged}, ""},

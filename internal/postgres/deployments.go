@@ -100,7 +100,14 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 				results[i].Err = fleet.RolloutMemberError("Device "+nd.DeviceID+" of client "+nd.ClientID, rid)
 				continue
 			}
-			reg := registered[[2]string{nd.ClientID, nd.DeviceID}]
+			device := lifecycle.DeviceMissing
+			reg, exists := registered[[2]string{nd.ClientID, nd.DeviceID}]
+			switch {
+			case reg:
+				device = lifecycle.DeviceRegistered
+			case exists:
+				device = lifecycle.DeviceUnregistered
+			}
 			y, known := yanked[[2]string{nd.ApplicationID, nd.Version.String()}]
 			if reg && !known {
 				results[i].Err = notFound("Application %s has no version %s.", nd.ApplicationID, nd.Version)
@@ -120,7 +127,7 @@ func (s *FleetStore) CreateDeployments(ctx context.Context, nds []fleet.NewDeplo
 				Deployment: lifecycle.Deployment{ID: nd.ID, ClientID: nd.ClientID, DeviceID: nd.DeviceID, ApplicationID: nd.ApplicationID},
 				Revision: lifecycle.NewRevision{Version: nd.Version.String(), ProfileID: nd.ProfileID, Parameters: nd.Parameters,
 					Components: nd.Components, YAML: nd.YAML, Digest: nd.Digest},
-				Registered: reg, Yanked: y, ClientRetired: status[nd.ClientID] != string(fleet.ClientAccepted),
+				Device: device, Yanked: y, ClientRetired: status[nd.ClientID] != string(fleet.ClientAccepted),
 				OperationID: op.ID, Deadline: op.Deadline,
 			}, now, fleet.ActorOf(call))
 			if c := lifecycle.ErrorCode(err); c != "" && c != lifecycle.EINTERNAL && c != lifecycle.EUNAVAILABLE {
