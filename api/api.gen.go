@@ -7668,10 +7668,18 @@ func (response GetBundle200ApplicationvndMargoBundleV1TarGzipResponse) VisitGetB
 	return err
 }
 
+type GetBundle304ResponseHeaders struct {
+	CacheControl string
+	ETag         string
+}
+
 type GetBundle304Response struct {
+	Headers GetBundle304ResponseHeaders
 }
 
 func (response GetBundle304Response) VisitGetBundleResponse(w http.ResponseWriter) error {
+	w.Header().Set("Cache-Control", fmt.Sprint(response.Headers.CacheControl))
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
 	w.WriteHeader(304)
 	return nil
 }
@@ -8020,10 +8028,18 @@ func (response GetStateManifest200ApplicationVndMargoManifestV1PlusJSONResponse)
 	return err
 }
 
+type GetStateManifest304ResponseHeaders struct {
+	CacheControl string
+	ETag         string
+}
+
 type GetStateManifest304Response struct {
+	Headers GetStateManifest304ResponseHeaders
 }
 
 func (response GetStateManifest304Response) VisitGetStateManifestResponse(w http.ResponseWriter) error {
+	w.Header().Set("Cache-Control", fmt.Sprint(response.Headers.CacheControl))
+	w.Header().Set("ETag", fmt.Sprint(response.Headers.ETag))
 	w.WriteHeader(304)
 	return nil
 }

@@ -11508,6 +11508,12 @@ type GetBundleResponse200Headers struct {
 	ETag         string
 }
 
+// GetBundleResponse304Headers the declared response headers of an HTTP 304 response for GetBundle
+type GetBundleResponse304Headers struct {
+	CacheControl string
+	ETag         string
+}
+
 // GetBundleResponse429Headers the declared response headers of an HTTP 429 response for GetBundle
 type GetBundleResponse429Headers struct {
 	RetryAfter int
@@ -11533,6 +11539,8 @@ type GetBundleResponse struct {
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetBundleResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *GetBundleResponse304Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetBundleResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -11779,6 +11787,12 @@ type GetStateManifestResponse200Headers struct {
 	ETag         string
 }
 
+// GetStateManifestResponse304Headers the declared response headers of an HTTP 304 response for GetStateManifest
+type GetStateManifestResponse304Headers struct {
+	CacheControl string
+	ETag         string
+}
+
 // GetStateManifestResponse429Headers the declared response headers of an HTTP 429 response for GetStateManifest
 type GetStateManifestResponse429Headers struct {
 	RetryAfter int
@@ -11806,6 +11820,8 @@ type GetStateManifestResponse struct {
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetStateManifestResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *GetStateManifestResponse304Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetStateManifestResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -20531,6 +20547,23 @@ func ParseGetBundleResponse(rsp *http.Response) (*GetBundleResponse, error) {
 			headers.ETag = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers GetBundleResponse304Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers304 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetBundleResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20812,6 +20845,23 @@ func ParseGetStateManifestResponse(rsp *http.Response) (*GetStateManifestRespons
 			headers.ETag = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers GetStateManifestResponse304Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers304 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetStateManifestResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

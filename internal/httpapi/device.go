@@ -120,6 +120,10 @@ func wholeDeviceBody[T ~[]byte](ctx context.Context, bound *T) ([]byte, error) {
 	return rawJSON(bound)
 }
 
+// manifestCache is the Cache-Control of a state manifest (200 and 304):
+// one client's, revalidated by ETag.
+const manifestCache = "private"
+
 // manifestResponse writes a state manifest's exact bytes.
 type manifestResponse struct {
 	body []byte
@@ -130,18 +134,19 @@ func (m manifestResponse) VisitGetStateManifestResponse(w http.ResponseWriter) e
 	h := w.Header()
 	h.Set("Content-Type", manifestMediaType)
 	h.Set("ETag", m.etag)
-	h.Set("Cache-Control", "private")
+	h.Set("Cache-Control", manifestCache)
 	w.WriteHeader(http.StatusOK)
 	_, err := w.Write(m.body)
 	return err
 }
 
-// notModified is a 304 that carries the ETag the 200 would have had
-// (RFC 9110 section 15.4.5).
-type notModified struct{ etag string }
+// notModified is a 304 that carries the ETag and Cache-Control the 200
+// would have had (RFC 9110 section 15.4.5).
+type notModified struct{ etag, cacheControl string }
 
 func (n notModified) write(w http.ResponseWriter) error {
 	w.Header().Set("ETag", n.etag)
+	w.Header().Set("Cache-Control", n.cacheControl)
 	w.WriteHeader(http.StatusNotModified)
 	return nil
 }
@@ -154,13 +159,16 @@ func (n notModified) VisitGetBundleResponse(w http.ResponseWriter) error { retur
 func (s *Server) GetStateManifest(ctx context.Context, req api.GetStateManifestRequestObject) (api.GetStateManifestResponseObject, error) {
 	m := callerOf(ctx).manifest
 	if r := requestFrom(ctx); r != nil {
-		if _, ok := negotiate(r.Header.Get("Accept"), manifestMediaType, "application/json"); !ok {
+		// Served as the manifest's own type, also to a client that asked
+		// for application/json; refused to one that refuses that type.
+		accept := r.Header.Get("Accept")
+		if _, ok := negotiate(accept, manifestMediaType, "application/json"); !ok || refusesExactly(accept, manifestMediaType) {
 			return nil, &lifecycle.Error{Code: lifecycle.ENOTACCEPTABLE, Type: "not-acceptable",
 				Message: "The state manifest is available as " + manifestMediaType + "."}
 		}
 	}
 	if req.Params.IfNoneMatch != nil && etagMatches(*req.Params.IfNoneMatch, m.ETag, weak) {
-		return notModified{etag: m.ETag}, nil
+		return notModified{etag: m.ETag, cacheControl: manifestCache}, nil
 	}
 	return manifestResponse{body: m.JSON, etag: m.ETag}, nil
 }
@@ -183,7 +191,7 @@ func (s *Server) GetBundle(ctx context.Context, req api.GetBundleRequestObject) 
 	}
 	etag := `"` + req.Digest + `"`
 	if req.Params.IfNoneMatch != nil && etagMatches(*req.Params.IfNoneMatch, etag, weak) {
-		return notModified{etag: etag}, nil
+		return notModified{etag: etag, cacheControl: immutableCache}, nil
 	}
 	return api.GetBundle200ApplicationvndMargoBundleV1TarGzipResponse{Body: bytes.NewReader(b), ContentLength: int64(len(b)),
 		Headers: api.GetBundle200ResponseHeaders{ETag: etag, CacheControl: immutableCache}}, nil

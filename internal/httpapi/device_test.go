@@ -197,7 +197,7 @@ func (a *agent) do(method, path string, body []byte, header ...string) (*http.Re
 		a.env.chk.CheckRequest(a.t, req, body)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		req.Header.Add(header[i], header[i+1]) // a key given twice is sent on two lines
 	}
 	res, err := a.http.Do(req)
 	require.NoError(a.t, err)
@@ -305,6 +305,15 @@ func TestDeviceOverMutualTLS(t *testing.T) {
 	res, body = dev.do("GET", "/api/v1/deployments", nil, "If-None-Match", etag)
 	assert.Equal(t, http.StatusNotModified, res.StatusCode)
 	assert.Empty(t, body)
+	// The 304 carries the 200's ETag and Cache-Control (RFC 9110 15.4.5); a
+	// list header sent on two lines is the lines joined (RFC 9110 5.3).
+	assert.Equal(t, etag, res.Header.Get("ETag"))
+	assert.Equal(t, "private", res.Header.Get("Cache-Control"))
+	res, _ = dev.do("GET", "/api/v1/deployments", nil, "If-None-Match", `"sha256:other"`, "If-None-Match", etag)
+	assert.Equal(t, http.StatusNotModified, res.StatusCode, "If-None-Match on two lines")
+	// A media type refused with q=0 stays refused whatever */* accepts.
+	res, _ = dev.do("GET", "/api/v1/deployments", nil, "Accept", "application/vnd.margo.manifest.v1+json;q=0, */*")
+	assert.Equal(t, http.StatusNotAcceptable, res.StatusCode)
 
 	// YAML and bundle by digest, sha256 verified.
 	ref := m1.Deployments[0]
@@ -321,6 +330,7 @@ func TestDeviceOverMutualTLS(t *testing.T) {
 	assert.Equal(t, map[string][]byte{d.Id.String() + ".yaml": yml}, files, "the bundle holds exactly the listed YAMLs")
 	res, _ = dev.do("GET", m1.Bundle.URL, nil, "If-None-Match", `"`+m1.Bundle.Digest+`"`)
 	assert.Equal(t, http.StatusNotModified, res.StatusCode)
+	assert.Equal(t, "private, max-age=31536000, immutable", res.Header.Get("Cache-Control"), "the bundle's 304 as its 200")
 
 	// Status: installing then installed.
 	assert.Equal(t, http.StatusCreated, dev.report(ref.DeploymentID, m1.ManifestVersion, "installing", "app"))

@@ -257,8 +257,24 @@ func limitHeaders(next http.Handler) http.Handler {
 				Detail: fmt.Sprintf("The request line and headers take %d bytes; at most %d are accepted.", n, MaxHeaderBytes)})
 			return
 		}
+		joinListHeaders(r.Header)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// listHeaders are the request headers defined as comma-separated lists
+// that the handlers read: sent on several lines, they mean the lines joined
+// with commas (RFC 9110 section 5.3), and are read so (the contract's
+// parameters are single strings, and a repeated one would be refused).
+var listHeaders = []string{"If-None-Match", "If-Match"}
+
+// joinListHeaders joins the lines of each list header into one.
+func joinListHeaders(h http.Header) {
+	for _, k := range listHeaders {
+		if vs := h.Values(k); len(vs) > 1 {
+			h.Set(k, strings.Join(vs, ", "))
+		}
+	}
 }
 
 // Body bounds per route: an application description (1 MiB of YAML, more

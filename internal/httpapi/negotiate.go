@@ -43,41 +43,74 @@ func negotiate(accept string, offers ...string) (string, bool) {
 	if strings.TrimSpace(accept) == "" {
 		return offers[0], true
 	}
-	best, bestQ, bestSpecific := "", -1.0, -1
+	ranges := mediaRanges(accept)
+	// An offer's quality is that of the most specific range matching it
+	// (an exact type before type/*, before */*), so that "x;q=0, */*"
+	// refuses x; the offer of the highest quality wins, on a tie the one
+	// matched more specifically, then the first offered.
+	best, bestQ, bestSpecific := "", 0.0, -1
+	for _, o := range offers {
+		q, specific := 0.0, -1
+		for _, r := range ranges {
+			s := -1
+			switch {
+			case r.mt == o:
+				s = 2
+			case r.mt == strings.SplitN(o, "/", 2)[0]+"/*":
+				s = 1
+			case r.mt == "*/*":
+				s = 0
+			}
+			if s > specific || (s == specific && s >= 0 && r.q > q) {
+				q, specific = r.q, s
+			}
+		}
+		if specific < 0 || q <= 0 {
+			continue
+		}
+		if q > bestQ || (q == bestQ && specific > bestSpecific) {
+			best, bestQ, bestSpecific = o, q, specific
+		}
+	}
+	return best, best != ""
+}
+
+// mediaRange is one member of an Accept header: a media range, lower-case,
+// without its parameters, and its weight.
+type mediaRange struct {
+	mt string
+	q  float64
+}
+
+// mediaRanges reads an Accept header's members (a weight that does not
+// parse counts as 1).
+func mediaRanges(accept string) []mediaRange {
+	var ranges []mediaRange
 	for _, part := range strings.Split(accept, ",") {
 		fields := strings.Split(part, ";")
-		mt := strings.ToLower(strings.TrimSpace(fields[0]))
-		q := 1.0
+		r := mediaRange{mt: strings.ToLower(strings.TrimSpace(fields[0])), q: 1}
 		for _, p := range fields[1:] {
 			k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
 			if strings.EqualFold(strings.TrimSpace(k), "q") {
 				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-					q = f
+					r.q = f
 				}
 			}
 		}
-		if q <= 0 {
-			continue
-		}
-		for _, o := range offers {
-			specific := -1
-			switch {
-			case mt == o:
-				specific = 2
-			case mt == strings.SplitN(o, "/", 2)[0]+"/*":
-				specific = 1
-			case mt == "*/*":
-				specific = 0
-			}
-			if specific < 0 {
-				continue
-			}
-			if q > bestQ || (q == bestQ && specific > bestSpecific) {
-				best, bestQ, bestSpecific = o, q, specific
-			}
+		ranges = append(ranges, r)
+	}
+	return ranges
+}
+
+// refusesExactly reports whether an Accept header names media type mt
+// itself with q=0 ("not this type"), whatever else it accepts.
+func refusesExactly(accept, mt string) bool {
+	for _, r := range mediaRanges(accept) {
+		if r.mt == mt && r.q <= 0 {
+			return true
 		}
 	}
-	return best, best != ""
+	return false
 }
 
 // bodyReadError classifies a failure to read a request body.

@@ -3609,6 +3609,10 @@ export interface operations {
             /** @description Representation not modified */
             304: {
                 headers: {
+                    /** @description The bundle's ETag, as on the 200. */
+                    ETag: string;
+                    /** @description private, max-age=31536000, immutable (as on the 200) */
+                    "Cache-Control": string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3647,6 +3651,10 @@ export interface operations {
             /** @description Not Modified - Manifest has not changed */
             304: {
                 headers: {
+                    /** @description The manifest's ETag, as on the 200. */
+                    ETag: string;
+                    /** @description private (as on the 200) */
+                    "Cache-Control": string;
                     [name: string]: unknown;
                 };
                 content?: never;
