@@ -311,6 +311,18 @@ func TestDeviceOverMutualTLS(t *testing.T) {
 	assert.Equal(t, "private", res.Header.Get("Cache-Control"))
 	res, _ = dev.do("GET", "/api/v1/deployments", nil, "If-None-Match", `"sha256:other"`, "If-None-Match", etag)
 	assert.Equal(t, http.StatusNotModified, res.StatusCode, "If-None-Match on two lines")
+	// HEAD is GET without the body (not sent through the Margo checker:
+	// rc.3 declares GET only).
+	head, err := http.NewRequest(http.MethodHead, e.deviceURL+"/api/v1/deployments", nil)
+	require.NoError(t, err)
+	res, err = dev.http.Do(head)
+	require.NoError(t, err)
+	body, err = io.ReadAll(res.Body)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, etag, res.Header.Get("ETag"))
+	assert.Empty(t, body)
 	// A media type refused with q=0 stays refused whatever */* accepts.
 	res, _ = dev.do("GET", "/api/v1/deployments", nil, "Accept", "application/vnd.margo.manifest.v1+json;q=0, */*")
 	assert.Equal(t, http.StatusNotAcceptable, res.StatusCode)

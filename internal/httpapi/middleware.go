@@ -221,7 +221,7 @@ func methodLabel(m string) string {
 func (s *Server) knownMethod(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(servedMethods, r.Method) {
-			for _, m := range allowedMethods(s.router, r.URL.Path) {
+			for _, m := range s.allowedMethods(r.URL.Path) {
 				w.Header().Add("Allow", m)
 			}
 			writeProblem(w, r, problem{Type: ProblemBase + "method-not-allowed", Title: titles["method-not-allowed"], Status: http.StatusMethodNotAllowed,

@@ -10,10 +10,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -137,11 +140,14 @@ type Server struct {
 	refusals       *access.Refusals
 	logSampler     interface{ Allow(key string) bool }
 	router         *chi.Mux
-	idem           IdempotencyStore
-	outageLog      interface{ Allow(key string) bool } // bounds the WARN lines of an unavailable database
-	unreleased     unreleasedKeys                      // idempotency keys whose release failed
-	events         EventsConfig
-	counters       DomainCounters // nil: none
+	// contract routes requests as the validator does (openapi.yaml), for
+	// the Allow header.
+	contract   routers.Router
+	idem       IdempotencyStore
+	outageLog  interface{ Allow(key string) bool } // bounds the WARN lines of an unavailable database
+	unreleased unreleasedKeys                      // idempotency keys whose release failed
+	events     EventsConfig
+	counters   DomainCounters // nil: none
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -190,9 +196,12 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: cfg.OutageLog,
 		events: cfg.Events, counters: cfg.Counters}
 
+	if s.contract, err = gorillamux.NewRouter(spec); err != nil {
+		return nil, fmt.Errorf("httpapi: contract router: %w", err)
+	}
 	r := chi.NewRouter()
 	s.router = r
-	r.Use(s.requestContext(metrics), s.recoverer, limitHeaders, s.knownMethod, faceGuard)
+	r.Use(s.requestContext(metrics), s.recoverer, limitHeaders, s.knownMethod, s.headAsGet, faceGuard)
 	if corsMiddleware != nil {
 		// Before authentication: a preflight carries no credentials.
 		r.Use(corsMiddleware)
@@ -200,7 +209,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	r.Use(limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
-		for _, m := range allowedMethods(r, req.URL.Path) {
+		for _, m := range s.allowedMethods(req.URL.Path) {
 			w.Header().Add("Allow", m)
 		}
 		writeProblem(w, req, methodNotAllowedProblem(req))
@@ -244,14 +253,44 @@ func NewHandler(cfg Config) (http.Handler, error) {
 
 // allowedMethods lists the methods the router serves for path, for the Allow
 // header of a 405 answer.
-func allowedMethods(r chi.Routes, path string) []string {
+func (s *Server) allowedMethods(path string) []string {
 	var allowed []string
 	for _, m := range servedMethods {
-		if r.Match(chi.NewRouteContext(), m, path) {
+		routed := m
+		if m == http.MethodHead && !s.router.Match(chi.NewRouteContext(), m, path) {
+			routed = http.MethodGet // headAsGet
+		}
+		if s.router.Match(chi.NewRouteContext(), routed, path) && s.inContract(routed, path) {
 			allowed = append(allowed, m)
 		}
 	}
 	return allowed
+}
+
+// inContract reports whether the contract lets method reach path, or does
+// not describe path at all (the documents and metrics outside it). The
+// router matches /mgmt/v1/rollouts/plan as a rollout id too, for GET; the
+// contract, which the validator applies, does not.
+func (s *Server) inContract(method, path string) bool {
+	req := &http.Request{Method: method, URL: &url.URL{Path: path}, Host: "localhost"}
+	_, _, err := s.contract.FindRoute(req)
+	return err == nil || errors.Is(err, routers.ErrPathNotFound)
+}
+
+// headAsGet answers HEAD on every path that takes GET as GET would, without
+// the body (RFC 9110 section 9.3.2: a server that takes GET takes HEAD):
+// the request goes on as a GET, so it is authenticated, limited and
+// validated as one, and net/http writes no body for a HEAD request. The
+// request log and metrics keep the method HEAD.
+func (s *Server) headAsGet(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead && !s.router.Match(chi.NewRouteContext(), http.MethodHead, r.URL.Path) &&
+			s.router.Match(chi.NewRouteContext(), http.MethodGet, r.URL.Path) {
+			r = r.WithContext(r.Context()) // a shallow copy, whose method may change
+			r.Method = http.MethodGet
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // GetHealth answers liveness: the process serves HTTP.

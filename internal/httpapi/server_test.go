@@ -149,6 +149,12 @@ func TestRouterErrorsAreProblems(t *testing.T) {
 		{"GET", "/mgmt/v1/no-such-thing", http.StatusNotFound, "not-found", ""},
 		{"DELETE", "/healthz", http.StatusMethodNotAllowed, "method-not-allowed", "GET"},
 		{"POST", "/openapi.yaml", http.StatusMethodNotAllowed, "method-not-allowed", "GET"},
+		{"DELETE", "/readyz", http.StatusMethodNotAllowed, "method-not-allowed", "HEAD"},
+		{"HEAD", "/mgmt/v1/operations/x/cancel", http.StatusMethodNotAllowed, "", "POST"},
+		// The router also takes "plan" for a rollout id (GET); the contract
+		// does not, and Allow says what the contract takes.
+		{"GET", "/mgmt/v1/rollouts/plan", http.StatusMethodNotAllowed, "method-not-allowed", "POST"},
+		{"DELETE", "/mgmt/v1/rollouts/plan", http.StatusMethodNotAllowed, "method-not-allowed", "POST"},
 	} {
 		t.Run(tc.method+tc.path, func(t *testing.T) {
 			req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
@@ -157,10 +163,53 @@ func TestRouterErrorsAreProblems(t *testing.T) {
 			require.NoError(t, err)
 			if tc.allow != "" {
 				assert.Contains(t, res.Header.Values("Allow"), tc.allow)
+				for _, m := range res.Header.Values("Allow") { // each listed method is taken
+					if m != tc.allow && m != http.MethodHead && m != http.MethodOptions {
+						req, err := http.NewRequest(m, srv.URL+tc.path, nil)
+						require.NoError(t, err)
+						r2, err := adminHTTP.Do(req)
+						require.NoError(t, err)
+						_ = r2.Body.Close()
+						assert.NotEqual(t, http.StatusMethodNotAllowed, r2.StatusCode, "Allow lists %s", m)
+					}
+				}
+			}
+			if tc.method == http.MethodHead { // no body to read
+				assert.Equal(t, tc.status, res.StatusCode)
+				assert.NotContains(t, res.Header.Values("Allow"), "HEAD", "no GET here, so no HEAD")
+				return
 			}
 			p := readProblem(t, res, tc.status)
 			assert.Equal(t, httpapi.ProblemBase+tc.typ, p.Type)
 			assert.Equal(t, tc.path, p.Instance)
+		})
+	}
+}
+
+// TestHeadIsGetWithoutBody: every path that takes GET takes HEAD (RFC 9110
+// 9.3.2), answered with the status and headers GET gets and no body.
+func TestHeadIsGetWithoutBody(t *testing.T) {
+	srv := newTestServer(t, func(context.Context) error { return nil })
+	for _, path := range []string{"/healthz", "/readyz", "/openapi.yaml", "/mgmt/v1/applications", "/no-such-path"} {
+		t.Run(path, func(t *testing.T) {
+			get := func(method string) (*http.Response, []byte) {
+				req, err := http.NewRequest(method, srv.URL+path, nil)
+				require.NoError(t, err)
+				res, err := adminHTTP.Do(req)
+				require.NoError(t, err)
+				defer res.Body.Close()
+				b, err := io.ReadAll(res.Body)
+				require.NoError(t, err)
+				return res, b
+			}
+			g, body := get(http.MethodGet)
+			h, none := get(http.MethodHead)
+			require.NotEmpty(t, body)
+			assert.Empty(t, none)
+			assert.Equal(t, g.StatusCode, h.StatusCode)
+			for _, k := range []string{"Content-Type", "Cache-Control", "ETag"} {
+				assert.Equal(t, g.Header.Get(k), h.Header.Get(k), k)
+			}
 		})
 	}
 }

@@ -61,6 +61,11 @@ func (s *Server) requestValidator(spec *openapi3.T) func(http.Handler) http.Hand
 		DiscardValidatedValue: true, // handlers decode the raw body themselves (exact bytes are stored)
 		SilenceServersWarning: true,
 		ErrorHandlerWithOpts: func(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, opts nethttpmiddleware.ErrorHandlerOpts) {
+			if errors.Is(err, routers.ErrMethodNotAllowed) {
+				for _, m := range s.allowedMethods(r.URL.Path) {
+					w.Header().Add("Allow", m)
+				}
+			}
 			writeProblem(w, r, s.validationProblem(r, err, opts.StatusCode))
 		},
 	})
