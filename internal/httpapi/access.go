@@ -62,6 +62,9 @@ type operation struct {
 	// is refused (400 naming it) rather than silently ignored, so that a
 	// misspelt filter does not list everything.
 	query map[string]bool
+	// integers: the operation's JSON body schema has an integer somewhere
+	// (decoded into a Go integer: see integralNumbers).
+	integers bool
 }
 
 // changeStatuses picks, from the success (2xx) statuses an operation
@@ -129,10 +132,44 @@ func operationsOf(spec *openapi3.T) (map[string]operation, error) {
 				}
 			}
 			maps.Copy(o.query, queryParams(item, op))
+			if op.RequestBody != nil && op.RequestBody.Value != nil {
+				if mt := op.RequestBody.Value.Content.Get("application/json"); mt != nil && mt.Schema != nil {
+					o.integers = hasInteger(mt.Schema, map[*openapi3.Schema]bool{})
+				}
+			}
 			ops[method+" "+path] = o
 		}
 	}
 	return ops, nil
+}
+
+// hasInteger reports whether schema, or one nested in it, is of type
+// integer.
+func hasInteger(ref *openapi3.SchemaRef, seen map[*openapi3.Schema]bool) bool {
+	if ref == nil || ref.Value == nil || seen[ref.Value] {
+		return false
+	}
+	sc := ref.Value
+	seen[sc] = true
+	if sc.Type != nil && sc.Type.Is(openapi3.TypeInteger) {
+		return true
+	}
+	for _, p := range sc.Properties {
+		if hasInteger(p, seen) {
+			return true
+		}
+	}
+	for _, list := range [][]*openapi3.SchemaRef{sc.AllOf, sc.AnyOf, sc.OneOf} {
+		for _, r := range list {
+			if hasInteger(r, seen) {
+				return true
+			}
+		}
+	}
+	if sc.AdditionalProperties.Schema != nil && hasInteger(sc.AdditionalProperties.Schema, seen) {
+		return true
+	}
+	return hasInteger(sc.Items, seen)
 }
 
 // openQueries returns, by "METHOD path", the query parameters of the

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -335,4 +336,51 @@ func TestUnstorableDeviceInputIsRefused(t *testing.T) {
 	assert.Equal(t, httpapi.ProblemBase+"invalid-text", readProblem(t, raw, http.StatusBadRequest).Type)
 	res, body = dev.do("PUT", "/api/v1/capabilities/edge", capabilities("edge", "compose"))
 	require.Equal(t, http.StatusCreated, res.StatusCode, string(body))
+}
+
+// TestIntegersWithExponentOrFraction: JSON Schema's integer is the
+// mathematical one, so 1e2 and 100.0 are integers the contract accepts, and
+// the server takes them as 100; a number no Go type of the field can hold
+// is a 422 naming the field, without the decoder's words; nothing is
+// created by a refused call.
+func TestIntegersWithExponentOrFraction(t *testing.T) {
+	e, _ := inputEnv(t)
+	plan := func(maxInFlight string) (int, string) {
+		res := rawCall(t, "POST", e.url+"/mgmt/v1/rollouts/plan", "application/json",
+			`{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{},"maxInFlight":`+maxInFlight+`}`)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, string(b)
+	}
+	want, _ := plan("100")
+	require.Equal(t, http.StatusOK, want)
+	for _, n := range []string{"1e2", "100.0", "1.0e2", "10000e-2"} {
+		status, body := plan(n)
+		assert.Equal(t, want, status, "maxInFlight %s: %s", n, body)
+	}
+	status, body := plan("1.5")
+	assert.Equal(t, http.StatusUnprocessableEntity, status, body)
+
+	for _, c := range []struct{ name, body, field string }{
+		{"float beyond float64", `{"applicationId":"svc","version":"1.0.0","clientId":"plant","deviceId":"edge","parameters":{"interval":-1e999}}`, "/parameters/interval"},
+		{"integer beyond int64", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{},"maxInFlight":1e300}`, "/maxInFlight"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := snapshot(t, e.pool)
+			path := "/mgmt/v1/deployments"
+			if strings.Contains(c.body, "maxInFlight") {
+				path = "/mgmt/v1/rollouts"
+			}
+			res := rawCall(t, "POST", e.url+path, "application/json", c.body)
+			p := readProblem(t, res, http.StatusUnprocessableEntity)
+			assert.Equal(t, httpapi.ProblemBase+"invalid-request", p.Type, "%+v", p)
+			require.NotEmpty(t, p.Errors, "%+v", p)
+			assert.Equal(t, c.field, p.Errors[0].Field)
+			for _, internal := range []string{"Go ", "float64", "int64", "struct", "unmarshal"} {
+				assert.NotContains(t, p.Detail+p.Errors[0].Message, internal)
+			}
+			assert.Equal(t, before, snapshot(t, e.pool), "nothing created")
+		})
+	}
 }

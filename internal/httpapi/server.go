@@ -232,8 +232,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 				writeProblem(w, req, problemFromError(s.log, req, bodyReadError(err)))
 				return
 			}
-			writeProblem(w, req, problem{Type: ProblemBase + "malformed", Title: titles["malformed"], Status: http.StatusBadRequest,
-				Detail: "The request body could not be decoded: " + err.Error()})
+			writeProblem(w, req, decodeProblem(req, err))
 		},
 		ResponseErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
 			writeProblem(w, req, problemFromError(s.log, req, err))
@@ -242,8 +241,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	api.HandlerWithOptions(strict, api.ChiServerOptions{
 		BaseRouter: r,
 		// The last middleware runs first: authorization (which audits the
-		// outcome), then unstorable input, then validation.
-		Middlewares: []api.MiddlewareFunc{s.requestValidator(spec), s.idempotency, s.checkInput(headerParams(spec)), s.authorize},
+		// outcome), then unstorable input, then validation, then integers
+		// written with an exponent or a fraction made plain for decoding.
+		Middlewares: []api.MiddlewareFunc{s.integerBodies, s.requestValidator(spec), s.idempotency, s.checkInput(headerParams(spec)), s.authorize},
 		ErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
 			writeProblem(w, req, paramProblem(req, err))
 		},
