@@ -129,7 +129,7 @@ func TestFoldedMovesFollowTheLifeCycles(t *testing.T) {
 			c, err := lifecycle.DecideCreate(lifecycle.CreateInput{
 				Deployment: lifecycle.Deployment{ID: id, ClientID: "c", DeviceID: "d1", ApplicationID: "app"},
 				Revision:   lifecycle.NewRevision{Version: "1.0.0", ProfileID: "p", Components: []string{"web"}, YAML: []byte("id: " + id + "\n")},
-				Device: lifecycle.DeviceRegistered, OperationID: opID, Deadline: now.Add(time.Hour),
+				Device:     lifecycle.DeviceRegistered, OperationID: opID, Deadline: now.Add(time.Hour),
 			}, now, "op")
 			require.NoError(t, err)
 			if tc.tamper != nil {
