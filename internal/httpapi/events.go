@@ -294,6 +294,9 @@ func (ss sseStream) VisitListEventsResponse(w http.ResponseWriter) error {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer
 	w.WriteHeader(http.StatusOK)
+	if isHead(ss.ctx) { // the headers a stream would have; no stream
+		return nil
+	}
 	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil || rc.Flush() != nil {
 		return nil
 	}

@@ -277,6 +277,16 @@ func (s *Server) inContract(method, path string) bool {
 	return err == nil || errors.Is(err, routers.ErrPathNotFound)
 }
 
+// headKey marks, in a request's context, a HEAD request served as GET.
+type headKey struct{}
+
+// isHead reports whether ctx is a HEAD request's served as GET: a handler
+// whose answer does not end (the event stream) stops after its headers.
+func isHead(ctx context.Context) bool {
+	h, _ := ctx.Value(headKey{}).(bool)
+	return h
+}
+
 // headAsGet answers HEAD on every path that takes GET as GET would, without
 // the body (RFC 9110 section 9.3.2: a server that takes GET takes HEAD):
 // the request goes on as a GET, so it is authenticated, limited and
@@ -286,7 +296,7 @@ func (s *Server) headAsGet(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodHead && !s.router.Match(chi.NewRouteContext(), http.MethodHead, r.URL.Path) &&
 			s.router.Match(chi.NewRouteContext(), http.MethodGet, r.URL.Path) {
-			r = r.WithContext(r.Context()) // a shallow copy, whose method may change
+			r = r.WithContext(context.WithValue(r.Context(), headKey{}, true)) // a copy, whose method may change
 			r.Method = http.MethodGet
 		}
 		next.ServeHTTP(w, r)

@@ -862,3 +862,31 @@ func TestStreamsPerToken(t *testing.T) {
 	assert.Equal(t, httpapiProblem("too-many-streams"), p.Type)
 	assert.Equal(t, http.StatusOK, open(adminToken).StatusCode, "another token still gets a stream")
 }
+
+// TestHeadOfTheEventStreamEnds: HEAD of the stream answers the stream's
+// headers and ends (a stream that went on, its writes discarded, would
+// hold the connection and a stream slot); the connection then serves the
+// next request.
+func TestHeadOfTheEventStreamEnds(t *testing.T) {
+	t.Parallel()
+	e := streamEnv(t, feed.Config{}, envOptions{})
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
+	for range 3 { // one connection: each HEAD must end before the next is read
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, e.mgmtURL+"/mgmt/v1/events", nil)
+		require.NoError(t, err)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		res, err := client.Do(req)
+		require.NoError(t, err)
+		_ = res.Body.Close()
+		assert.Equal(t, http.StatusOK, res.StatusCode)
+		assert.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.mgmtURL+"/mgmt/v1/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	res, err := client.Do(req)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode, "the page after the HEADs, on the same connection")
+}
