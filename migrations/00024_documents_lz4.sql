@@ -14,11 +14,16 @@
 -- images are); elsewhere this migration changes nothing and the columns
 -- keep the server's default. It changes no stored row: a value keeps the
 -- compression it was written with and reads the same; new values use lz4.
--- Setting a column's compression changes the catalog only (no rewrite). One
--- table, one short statement, as in migration 00022.
+-- Setting a column's compression changes the catalog only (no rewrite), but
+-- under an exclusive lock of the table: it waits at most 10 s for the lock
+-- (behind a long reader, such as a running pg_dump), rather than queueing
+-- every document read and publication behind it; it then fails, changing
+-- nothing, and the next start of the server migrates again. One table, one
+-- short statement, as in migration 00022.
 -- +goose StatementBegin
 DO $$
 BEGIN
+    PERFORM set_config('lock_timeout', '10s', true);
     IF current_setting('server_version_num')::int >= 140000
        AND EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)) THEN
         EXECUTE 'ALTER TABLE documents ALTER COLUMN yaml SET COMPRESSION lz4, ALTER COLUMN piece SET COMPRESSION lz4';
@@ -30,6 +35,7 @@ END $$;
 -- +goose StatementBegin
 DO $$
 BEGIN
+    PERFORM set_config('lock_timeout', '10s', true);
     IF current_setting('server_version_num')::int >= 140000 THEN
         EXECUTE 'ALTER TABLE documents ALTER COLUMN yaml SET COMPRESSION default, ALTER COLUMN piece SET COMPRESSION default';
     END IF;

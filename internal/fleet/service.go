@@ -63,8 +63,9 @@ type Store interface {
 	// applied as one batch: one new manifest version per affected client.
 	// Each install's deadline is now plus its StepTimeout (the time of the
 	// decision; Install.Deadline is not read). The results are in the order of ds. An item's refusal is ENOTFOUND
-	// if its device is not registered or its version no longer exists,
-	// EINVALID (version-yanked) if the version was yanked meanwhile,
+	// if its device or its version no longer exists, EINVALID
+	// (device-unregistered) if its device is unregistered, EINVALID
+	// (version-yanked) if the version was yanked meanwhile,
 	// EINVALID (client-retired) if the client is retired. Returns an error,
 	// and stores nothing, when the database fails.
 	CreateDeployments(ctx context.Context, ds []NewDeployment, now time.Time) ([]CreateResult, error)

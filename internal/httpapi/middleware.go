@@ -221,7 +221,7 @@ func methodLabel(m string) string {
 func (s *Server) knownMethod(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(servedMethods, r.Method) {
-			for _, m := range s.allowedMethods(r.URL.Path) {
+			for _, m := range s.allowedMethods(r.URL) {
 				w.Header().Add("Allow", m)
 			}
 			writeProblem(w, r, problem{Type: ProblemBase + "method-not-allowed", Title: titles["method-not-allowed"], Status: http.StatusMethodNotAllowed,
@@ -268,12 +268,22 @@ func limitHeaders(next http.Handler) http.Handler {
 // parameters are single strings, and a repeated one would be refused).
 var listHeaders = []string{"If-None-Match", "If-Match"}
 
-// joinListHeaders joins the lines of each list header into one.
+// joinListHeaders joins the lines of each list header into one, leaving
+// out empty lines (an empty header states no condition; several empty ones
+// neither).
 func joinListHeaders(h http.Header) {
 	for _, k := range listHeaders {
-		if vs := h.Values(k); len(vs) > 1 {
-			h.Set(k, strings.Join(vs, ", "))
+		vs := h.Values(k)
+		if len(vs) < 2 {
+			continue
 		}
+		var members []string
+		for _, v := range vs {
+			if v = strings.TrimSpace(v); v != "" {
+				members = append(members, v)
+			}
+		}
+		h.Set(k, strings.Join(members, ", "))
 	}
 }
 

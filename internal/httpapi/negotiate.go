@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -82,8 +83,11 @@ type mediaRange struct {
 	q  float64
 }
 
-// mediaRanges reads an Accept header's members (a weight that does not
-// parse counts as 1).
+// qvalue is RFC 9110's weight syntax (section 12.4.2).
+var qvalue = regexp.MustCompile(`^(0(\.[0-9]{0,3})?|1(\.0{0,3})?)$`)
+
+// mediaRanges reads an Accept header's members (a weight that is not a
+// qvalue counts as 1).
 func mediaRanges(accept string) []mediaRange {
 	var ranges []mediaRange
 	for _, part := range strings.Split(accept, ",") {
@@ -91,10 +95,8 @@ func mediaRanges(accept string) []mediaRange {
 		r := mediaRange{mt: strings.ToLower(strings.TrimSpace(fields[0])), q: 1}
 		for _, p := range fields[1:] {
 			k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
-			if strings.EqualFold(strings.TrimSpace(k), "q") {
-				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-					r.q = f
-				}
+			if v = strings.TrimSpace(v); strings.EqualFold(strings.TrimSpace(k), "q") && qvalue.MatchString(v) {
+				r.q, _ = strconv.ParseFloat(v, 64)
 			}
 		}
 		ranges = append(ranges, r)
@@ -103,14 +105,17 @@ func mediaRanges(accept string) []mediaRange {
 }
 
 // refusesExactly reports whether an Accept header names media type mt
-// itself with q=0 ("not this type"), whatever else it accepts.
+// itself and gives it weight 0 ("not this type", whatever else it
+// accepts): the highest weight of the ranges naming it, as negotiate reads
+// them, is 0.
 func refusesExactly(accept, mt string) bool {
+	named, q := false, 0.0
 	for _, r := range mediaRanges(accept) {
-		if r.mt == mt && r.q <= 0 {
-			return true
+		if r.mt == mt {
+			named, q = true, max(q, r.q)
 		}
 	}
-	return false
+	return named && q <= 0
 }
 
 // bodyReadError classifies a failure to read a request body.

@@ -1,6 +1,11 @@
 package httpapi
 
-import "testing"
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
 
 // TestNegotiate: RFC 9110 section 12.5.1 as the handlers use it; an offer's
 // quality is the most specific matching range's, so a type refused with
@@ -29,10 +34,52 @@ func TestNegotiate(t *testing.T) {
 		{"application/yaml, application/json", []string{"application/json", "application/yaml"}, "application/json"},
 		{"text/event-stream", []string{"application/json", "text/event-stream"}, "text/event-stream"},
 		{"APPLICATION/JSON ; Q=0.8", []string{"application/json"}, "application/json"},
+		{"*/*;q=NaN", []string{"application/json"}, "application/json"}, // not a qvalue: weight 1
+		{"*/*;q=0x1p-1", []string{"application/json"}, "application/json"},
+		{"*/*;q=0.000", []string{"application/json"}, ""},
 	} {
 		got, ok := negotiate(tc.accept, tc.offers...)
 		if got != tc.want || ok != (tc.want != "") {
 			t.Errorf("negotiate(%q, %q) = %q, %v; want %q", tc.accept, tc.offers, got, ok, tc.want)
 		}
+	}
+}
+
+// TestRefusesExactly: a type is refused when the ranges naming it weigh
+// it 0 as negotiate reads them (the highest weight among them).
+func TestRefusesExactly(t *testing.T) {
+	const m = "application/vnd.margo.manifest.v1+json"
+	for accept, want := range map[string]bool{
+		m + ";q=0":                  true,
+		m + ";q=0, */*":             true,
+		m + ";q=0, " + m:            false, // named again with weight 1
+		"*/*;q=0":                   false, // not named: negotiate refuses it
+		"application/json;q=0":      false,
+		m + ";q=0.001":              false,
+		m + ";q=NaN, application/*": false,
+	} {
+		assert.Equal(t, want, refusesExactly(accept, m), accept)
+	}
+}
+
+// TestJoinListHeaders: the lines of a list header are one list; empty
+// lines state nothing.
+func TestJoinListHeaders(t *testing.T) {
+	for _, c := range []struct {
+		lines []string
+		want  string
+	}{
+		{[]string{`"a"`, `"b"`}, `"a", "b"`},
+		{[]string{"", ""}, ""},
+		{[]string{"", `"a"`, " "}, `"a"`},
+		{[]string{`"a", "b"`}, `"a", "b"`},
+	} {
+		h := http.Header{}
+		for _, l := range c.lines {
+			h.Add("If-Match", l)
+		}
+		joinListHeaders(h)
+		assert.Equal(t, c.want, h.Get("If-Match"), "%q", c.lines)
+		assert.Len(t, h.Values("If-Match"), 1)
 	}
 }

@@ -69,13 +69,17 @@ func integralNumbers(doc []byte) ([]byte, bool) {
 
 // exactInteger reads a JSON number literal exactly (not through float64,
 // which rounds 9007199254740993e0 to an integer it is not) and returns it
-// when it is an integer of magnitude at most 2^53. Exponents beyond ±30
-// are not read (such a number is no small integer, and a huge exponent
-// would cost a huge computation).
+// when it is an integer of magnitude at most 2^53. Literals longer than
+// maxIntegerLiteral bytes, or with an exponent beyond ±maxIntegerLiteral,
+// are not read (no small integer needs them, and big.Rat's work grows with
+// both).
 func exactInteger(lit []byte) (int64, bool) {
+	if len(lit) > maxIntegerLiteral {
+		return 0, false
+	}
 	if k := bytes.IndexAny(lit, "eE"); k >= 0 {
 		e, err := strconv.Atoi(string(lit[k+1:]))
-		if err != nil || e > 30 || e < -30 {
+		if err != nil || e > maxIntegerLiteral || e < -maxIntegerLiteral {
 			return 0, false
 		}
 	}
@@ -85,6 +89,10 @@ func exactInteger(lit []byte) (int64, bool) {
 	}
 	return r.Num().Int64(), true
 }
+
+// maxIntegerLiteral bounds what exactInteger reads: the length of a
+// literal, and its exponent.
+const maxIntegerLiteral = 400
 
 // integerBodies applies integralNumbers to the JSON body of a management
 // operation whose body schema has integers (operation.integers), after the
@@ -134,12 +142,12 @@ func decodeProblem(r *http.Request, err error) problem {
 		if body, ok := r.Context().Value(decodedBodyKey{}).([]byte); ok && te.Offset > 0 && int(te.Offset) <= len(body) {
 			// The literal ends at or before the offset: its last
 			// occurrence before it.
-			lit := te.Value
-			if _, num, isNum := strings.Cut(te.Value, "number "); isNum {
-				lit = num
-			}
-			if at := bytes.LastIndex(body[:te.Offset], []byte(lit)); at >= 0 && lit != "" {
-				field = pointerAt(body, at)
+			// Only a number's literal is looked for: a type name ("string")
+			// could be found in an unrelated string.
+			if _, lit, isNum := strings.Cut(te.Value, "number "); isNum && lit != "" {
+				if at := bytes.LastIndex(body[:te.Offset], []byte(lit)); at >= 0 {
+					field = pointerAt(body, at)
+				}
 			}
 		}
 		if field == "" {
@@ -163,5 +171,5 @@ func decodeProblem(r *http.Request, err error) problem {
 			Errors: []fieldProblem{{Field: field, Message: msg}}}
 	}
 	return problem{Type: ProblemBase + "malformed", Title: titles["malformed"], Status: http.StatusBadRequest,
-		Detail: "The request body could not be decoded as JSON."}
+		Detail: "The request body could not be decoded."}
 }

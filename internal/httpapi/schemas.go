@@ -43,7 +43,10 @@ func (d schemaDocument) VisitGetSchemaResponse(w http.ResponseWriter) error {
 // application/json.
 func (s *Server) GetSchema(ctx context.Context, req api.GetSchemaRequestObject) (api.GetSchemaResponseObject, error) {
 	if r := requestFrom(ctx); r != nil {
-		if _, ok := negotiate(r.Header.Get("Accept"), schemaMediaType, "application/json"); !ok {
+		// Served as the schema's own type, also to a client that asked for
+		// application/json; refused to one that refuses that type.
+		accept := r.Header.Get("Accept")
+		if _, ok := negotiate(accept, schemaMediaType, "application/json"); !ok || refusesExactly(accept, schemaMediaType) {
 			return nil, &lifecycle.Error{Code: lifecycle.ENOTACCEPTABLE, Type: "not-acceptable",
 				Message: "The schemas are available as " + schemaMediaType + "."}
 		}

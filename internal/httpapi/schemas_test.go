@@ -56,6 +56,11 @@ func TestServesSchemas(t *testing.T) {
 	p = readProblem(t, res, http.StatusNotAcceptable)
 	assert.Equal(t, httpapi.ProblemBase+"not-acceptable", p.Type)
 
+	req.Header.Set("Accept", "application/schema+json;q=0, */*")
+	res, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	readProblem(t, res, http.StatusNotAcceptable) // the schema's own type refused
+
 	req.Header.Set("Accept", "application/json")
 	res, err = http.DefaultClient.Do(req)
 	require.NoError(t, err)

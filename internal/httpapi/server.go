@@ -209,7 +209,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	r.Use(limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
-		for _, m := range s.allowedMethods(req.URL.Path) {
+		for _, m := range s.allowedMethods(req.URL) {
 			w.Header().Add("Allow", m)
 		}
 		writeProblem(w, req, methodNotAllowedProblem(req))
@@ -251,28 +251,40 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	return r, nil
 }
 
-// allowedMethods lists the methods the router serves for path, for the Allow
-// header of a 405 answer.
-func (s *Server) allowedMethods(path string) []string {
+// allowedMethods lists the methods the router serves for u's path, for the
+// Allow header of a 405 answer: those both the router and the contract take
+// there (HEAD where GET is, see headAsGet).
+func (s *Server) allowedMethods(u *url.URL) []string {
 	var allowed []string
 	for _, m := range servedMethods {
 		routed := m
-		if m == http.MethodHead && !s.router.Match(chi.NewRouteContext(), m, path) {
+		if m == http.MethodHead && !s.routes(m, u) {
 			routed = http.MethodGet // headAsGet
 		}
-		if s.router.Match(chi.NewRouteContext(), routed, path) && s.inContract(routed, path) {
+		if s.routes(routed, u) && s.inContract(routed, u) {
 			allowed = append(allowed, m)
 		}
 	}
 	return allowed
 }
 
-// inContract reports whether the contract lets method reach path, or does
-// not describe path at all (the documents and metrics outside it). The
-// router matches /mgmt/v1/rollouts/plan as a rollout id too, for GET; the
-// contract, which the validator applies, does not.
-func (s *Server) inContract(method, path string) bool {
-	req := &http.Request{Method: method, URL: &url.URL{Path: path}, Host: "localhost"}
+// routes reports whether the router has a route for method at u's path,
+// matched as chi matches a request: on the escaped path when it differs
+// (a %2F stays inside its segment).
+func (s *Server) routes(method string, u *url.URL) bool {
+	path := u.Path
+	if u.RawPath != "" {
+		path = u.RawPath
+	}
+	return s.router.Match(chi.NewRouteContext(), method, path)
+}
+
+// inContract reports whether the contract lets method reach u's path, or
+// does not describe that path at all (the documents and metrics outside
+// it). The router matches /mgmt/v1/rollouts/plan as a rollout id too, for
+// GET; the contract, which the validator applies, does not.
+func (s *Server) inContract(method string, u *url.URL) bool {
+	req := &http.Request{Method: method, URL: &url.URL{Path: u.Path, RawPath: u.RawPath}, Host: "localhost"}
 	_, _, err := s.contract.FindRoute(req)
 	return err == nil || errors.Is(err, routers.ErrPathNotFound)
 }
@@ -294,8 +306,7 @@ func isHead(ctx context.Context) bool {
 // request log and metrics keep the method HEAD.
 func (s *Server) headAsGet(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodHead && !s.router.Match(chi.NewRouteContext(), http.MethodHead, r.URL.Path) &&
-			s.router.Match(chi.NewRouteContext(), http.MethodGet, r.URL.Path) {
+		if r.Method == http.MethodHead && !s.routes(http.MethodHead, r.URL) && s.routes(http.MethodGet, r.URL) {
 			r = r.WithContext(context.WithValue(r.Context(), headKey{}, true)) // a copy, whose method may change
 			r.Method = http.MethodGet
 		}

@@ -190,7 +190,7 @@ func TestRouterErrorsAreProblems(t *testing.T) {
 // 9.3.2), answered with the status and headers GET gets and no body.
 func TestHeadIsGetWithoutBody(t *testing.T) {
 	srv := newTestServer(t, func(context.Context) error { return nil })
-	for _, path := range []string{"/healthz", "/readyz", "/openapi.yaml", "/mgmt/v1/applications", "/no-such-path"} {
+	for _, path := range []string{"/healthz", "/readyz", "/openapi.yaml", "/mgmt/v1/applications", "/no-such-path", "/mgmt/v1/applications/a%2Fb", "/mgmt/v1/clients/c/devices/a%2Fb"} {
 		t.Run(path, func(t *testing.T) {
 			get := func(method string) (*http.Response, []byte) {
 				req, err := http.NewRequest(method, srv.URL+path, nil)

@@ -62,7 +62,7 @@ func (s *Server) requestValidator(spec *openapi3.T) func(http.Handler) http.Hand
 		SilenceServersWarning: true,
 		ErrorHandlerWithOpts: func(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, opts nethttpmiddleware.ErrorHandlerOpts) {
 			if errors.Is(err, routers.ErrMethodNotAllowed) {
-				for _, m := range s.allowedMethods(r.URL.Path) {
+				for _, m := range s.allowedMethods(r.URL) {
 					w.Header().Add("Allow", m)
 				}
 			}
