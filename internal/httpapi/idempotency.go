@@ -72,9 +72,8 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			writeProblem(w, r, problemFromError(s.log, r, bodyReadError(err)))
+		body, ok := s.readBody(w, r)
+		if !ok {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -116,6 +117,17 @@ func refusesExactly(accept, mt string) bool {
 		}
 	}
 	return named && q <= 0
+}
+
+// readBody reads r's whole body (bounded by limitBody) or, when it cannot,
+// answers the problem; ok is false then.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeProblem(w, r, problemFromError(s.log, r, bodyReadError(err)))
+		return nil, false
+	}
+	return body, true
 }
 
 // bodyReadError classifies a failure to read a request body.

@@ -110,9 +110,8 @@ func (s *Server) integerBodies(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			writeProblem(w, r, problemFromError(s.log, r, bodyReadError(err)))
+		body, ok := s.readBody(w, r)
+		if !ok {
 			return
 		}
 		if s.ops[r.Method+" "+rctx.RoutePattern()].integers {
