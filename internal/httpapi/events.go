@@ -381,5 +381,8 @@ func streamTicket(r *http.Request) (string, bool, error) {
 	if r.Header.Get("Authorization") != "" {
 		return "", false, badParam("query/ticket", "cannot be combined with an Authorization header; send one of them")
 	}
+	if isHead(r.Context()) { // a HEAD opens no stream: it would spend the ticket for nothing
+		return "", false, badParam("query/ticket", "is redeemed only by the GET that opens the stream; HEAD takes a bearer token")
+	}
 	return q.Get("ticket"), true, nil
 }

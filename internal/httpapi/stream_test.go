@@ -641,6 +641,19 @@ func TestStreamTicketWorksOnceAndExpires(t *testing.T) {
 	res.Body.Close()
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 
+	// A HEAD does not spend a ticket: refused (400, no body), and the
+	// ticket then opens its stream.
+	tk = ticket(viewer)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, e.mgmtURL+"/mgmt/v1/events?ticket="+url.QueryEscape(tk), nil)
+	require.NoError(t, err)
+	res, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, res.StatusCode)
+	res = get(t, e.mgmtURL, "", "/mgmt/v1/events?ticket="+url.QueryEscape(tk))
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode, "the ticket was not used up by the HEAD")
+
 	// A ticket with an Authorization header is refused, and not used up.
 	tk = ticket(viewer)
 	p := readProblem(t, get(t, e.mgmtURL, viewer, "/mgmt/v1/events?ticket="+url.QueryEscape(tk)), http.StatusBadRequest)
