@@ -120,7 +120,8 @@ func (s *Service) CancelRollout(ctx context.Context, id string, actor Actor, exp
 // in-flight operations; with Revert, the driver then returns every member
 // it changed to its revision from before the rollout where the installed
 // version's policy allows it. On an aborting rollout, a Revert not yet
-// asked is added (no state move). Force needs an admin and a server that
+// asked is added (no state move); any other abort there is ECONFLICT
+// (rollout-state-conflict), as in a terminal state. Force needs an admin and a server that
 // allows overrides (EFORBIDDEN break-glass-forbidden) and a reason (EINVALID force-reason-required).
 // Errors as PauseRollout.
 func (s *Service) AbortRollout(ctx context.Context, id string, req AbortRequest, actor Actor, expect Precondition) (Rollout, error) {
@@ -146,7 +147,9 @@ func (s *Service) AbortRollout(ctx context.Context, id string, req AbortRequest,
 		abort := &RolloutAbort{Revert: req.Revert, Forced: req.Force, Reason: req.Reason, RequestedBy: actor.ID, At: now}
 		if r.State == lifecycle.RolloutAborting {
 			if !req.Revert || (r.Abort != nil && r.Abort.Revert) {
-				return unchanged(r), nil
+				// Only a revert the abort had not asked for adds anything;
+				// any other abort of an aborting rollout is a conflict.
+				return RolloutChange{}, lifecycle.CheckRolloutMove(r.State, lifecycle.RolloutAborting, lifecycle.RolloutCauseOperatorAborted)
 			}
 			return RolloutChange{Abort: abort, Bump: true}, nil
 		}
@@ -207,9 +210,9 @@ func memberKey(action lifecycle.RolloutAction, m MemberRef) (MemberFilter, error
 	case m.DeploymentID == "":
 		return MemberFilter{}, invalid("/deploymentId", "required to name a member of a "+string(action)+" rollout")
 	case m.ClientID != "":
-		return MemberFilter{}, invalid("/clientId", "a "+string(action)+" rollout's member is named by deploymentId alone")
+		return MemberFilter{}, invalid("/clientId", lifecycle.Article(string(action))+" "+string(action)+" rollout's member is named by deploymentId alone")
 	case m.DeviceID != "":
-		return MemberFilter{}, invalid("/deviceId", "a "+string(action)+" rollout's member is named by deploymentId alone")
+		return MemberFilter{}, invalid("/deviceId", lifecycle.Article(string(action))+" "+string(action)+" rollout's member is named by deploymentId alone")
 	}
 	return MemberFilter{DeploymentID: m.DeploymentID}, nil
 }

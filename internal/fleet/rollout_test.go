@@ -597,6 +597,13 @@ func TestRolloutInstallAbortRevertRemoves(t *testing.T) {
 	r, err = e.s.AbortRollout(e.ctx, r.ID, fleet.AbortRequest{Revert: true}, fleet.Actor{ID: "bob"}, fleet.Precondition{})
 	require.NoError(t, err)
 	assert.Equal(t, lifecycle.RolloutAborting, r.State)
+	// While aborting with its revert, another abort adds nothing: 409, as
+	// the contract says (only a revert the abort lacked is added).
+	for _, again := range []fleet.AbortRequest{{Revert: true}, {}} {
+		_, err = e.s.AbortRollout(e.ctx, r.ID, again, fleet.Actor{ID: "bob"}, fleet.Precondition{})
+		assert.Equal(t, lifecycle.ProblemRolloutStateConflict, lifecycle.ErrorType(err), "%+v: %v", again, err)
+		assert.Contains(t, err.Error(), "already aborting")
+	}
 	e.pump(installed)
 	r = e.rollout(r.ID)
 	require.Equal(t, lifecycle.RolloutAborted, r.State)

@@ -65,6 +65,8 @@ type operation struct {
 	// integers: the operation's JSON body schema has an integer somewhere
 	// (decoded into a Go integer: see integralNumbers).
 	integers bool
+	// body: the operation declares a request body.
+	body bool
 }
 
 // changeStatuses picks, from the success (2xx) statuses an operation
@@ -132,6 +134,7 @@ func operationsOf(spec *openapi3.T) (map[string]operation, error) {
 				}
 			}
 			maps.Copy(o.query, queryParams(item, op))
+			o.body = op.RequestBody != nil
 			if op.RequestBody != nil && op.RequestBody.Value != nil {
 				if mt := op.RequestBody.Value.Content.Get("application/json"); mt != nil && mt.Schema != nil {
 					o.integers = hasInteger(mt.Schema, map[*openapi3.Schema]bool{})
@@ -251,6 +254,12 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		noteActor(r, access.Anonymous.TokenID)
+		if len(r.Header.Values("Authorization")) > 1 {
+			// One credential a request: with two, a proxy and wfm could
+			// each take another as the caller.
+			writeProblem(w, r, problemFromError(s.log, r, badParam("header/Authorization", "given more than once; send one credential")))
+			return
+		}
 		addr := clientAddr(r, s.trustedProxies, s.forwarded)
 		anonKey := "address " + access.CallerNetwork(addr)
 		authz := r.Header.Get("Authorization")

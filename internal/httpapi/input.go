@@ -15,6 +15,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/wfm-dev/wfm/internal/lifecycle"
 )
 
 // This file refuses, in one place for every operation, the input that the
@@ -88,9 +90,11 @@ func (s *Server) checkInput(headers []string) func(http.Handler) http.Handler {
 					}
 				}
 			}
+			bodyless := false // a management operation that declares no body
 			if rctx := chi.RouteContext(r.Context()); rctx != nil {
 				key := r.Method + " " + rctx.RoutePattern()
 				op, ok := s.ops[key]
+				bodyless = ok && !op.body
 				if !ok {
 					op, ok = s.openOps[key]
 				}
@@ -100,6 +104,21 @@ func (s *Server) checkInput(headers []string) func(http.Handler) http.Handler {
 						return
 					}
 				}
+			}
+			if bodyless && r.Body != nil && r.Body != http.NoBody {
+				body, ok := s.readBody(w, r)
+				if !ok {
+					return
+				}
+				if t := bytes.TrimSpace(body); len(t) > 0 && !bytes.Equal(t, []byte("{}")) {
+					writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.EMALFORMED, Type: "invalid-request",
+						Message: "The request is not valid: this operation takes no request body; send none.",
+						Fields:  []lifecycle.FieldError{{Pointer: "body", Detail: "this operation takes no request body; send none"}}}))
+					return
+				}
+				r.Body = http.NoBody
+				next.ServeHTTP(w, r)
+				return
 			}
 			if r.Body == nil || r.Body == http.NoBody || (r.Method != http.MethodPost && r.Method != http.MethodPut && r.Method != http.MethodPatch) {
 				next.ServeHTTP(w, r)

@@ -365,6 +365,8 @@ func TestIntegersWithExponentOrFraction(t *testing.T) {
 	for _, c := range []struct{ name, body, field string }{
 		{"float beyond float64", `{"applicationId":"svc","version":"1.0.0","clientId":"plant","deviceId":"edge","parameters":{"interval":-1e999}}`, "/parameters/interval"},
 		{"integer beyond int64", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{},"maxInFlight":1e300}`, "/maxInFlight"},
+		{"integer beyond float64", `{"applicationId":"svc","action":"upgrade","upgrade":{"targetVersion":"2.0.0"},"target":{},"maxInFlight":1e400}`, "/maxInFlight"},
+		{"string field given a number beyond float64", `{"applicationId":1e400,"version":"1.0.0","clientId":"plant","deviceId":"edge"}`, "/applicationId"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := snapshot(t, e.pool)
@@ -377,10 +379,61 @@ func TestIntegersWithExponentOrFraction(t *testing.T) {
 			assert.Equal(t, httpapi.ProblemBase+"invalid-request", p.Type, "%+v", p)
 			require.NotEmpty(t, p.Errors, "%+v", p)
 			assert.Equal(t, c.field, p.Errors[0].Field)
-			for _, internal := range []string{"Go ", "float64", "int64", "struct", "unmarshal"} {
+			for _, internal := range []string{"Go ", "float64", "int64", "struct", "unmarshal", "json.Number"} {
 				assert.NotContains(t, p.Detail+p.Errors[0].Message, internal)
 			}
 			assert.Equal(t, before, snapshot(t, e.pool), "nothing created")
 		})
 	}
+}
+
+// TestTwoCredentialsAreRefused: a request carrying two Authorization
+// headers is refused (400 naming the header) whatever their order, before
+// either is used, and changes nothing.
+func TestTwoCredentialsAreRefused(t *testing.T) {
+	e, _ := inputEnv(t)
+	for _, order := range [][]string{{"Bearer " + adminToken, "Bearer nope"}, {"Bearer nope", "Bearer " + adminToken}} {
+		before := snapshot(t, e.pool)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.url+"/mgmt/v1/tokens", strings.NewReader(`{"name":"two","role":"admin"}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		for _, a := range order {
+			req.Header.Add("Authorization", a)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		p := readProblem(t, res, http.StatusBadRequest)
+		require.NotEmpty(t, p.Errors)
+		assert.Equal(t, "header/Authorization", p.Errors[0].Field)
+		assert.Equal(t, before, snapshot(t, e.pool), "nothing created")
+	}
+}
+
+// TestBodylessOperationsRefuseABody: an operation that declares no body
+// (DELETE of a token, a rollout's pause) refuses a body with anything in it
+// (400 naming the body), whatever its Content-Type, and changes nothing; an
+// empty body or {} is taken as none.
+func TestBodylessOperationsRefuseABody(t *testing.T) {
+	e, _ := inputEnv(t)
+	c := clientAs(t, e.url, adminToken)
+	tok, err := c.CreateTokenWithResponse(t.Context(), sdk.CreateTokenJSONRequestBody{Name: "victim", Role: "viewer"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, tok.StatusCode(), string(tok.Body))
+	path := "/mgmt/v1/tokens/" + tok.JSON201.Token.Id
+	for _, b := range []struct{ contentType, body string }{
+		{"application/json", `{"x":"\u0000"}{"junk":`},
+		{"application/json", `{"a":1}`},
+		{"text/plain", "garbage{{{"},
+		{"", "x"},
+	} {
+		before := snapshot(t, e.pool)
+		res := rawCall(t, http.MethodDelete, e.url+path, b.contentType, b.body)
+		p := readProblem(t, res, http.StatusBadRequest)
+		require.NotEmpty(t, p.Errors, "%+v", p)
+		assert.Equal(t, "body", p.Errors[0].Field)
+		assert.Equal(t, before, snapshot(t, e.pool), "%q: nothing changed", b.body)
+	}
+	res := rawCall(t, http.MethodDelete, e.url+path, "application/json", " {} ")
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode, "{} is no body")
 }

@@ -113,7 +113,7 @@ func collectRequestErrors(err error, out *[]fieldProblem, status *int) {
 	if !errors.As(err, &re) {
 		var se *openapi3.SchemaError
 		if errors.As(err, &se) {
-			*out = append(*out, fieldProblem{Field: schemaPointer(se), Message: se.Reason})
+			*out = append(*out, fieldProblem{Field: schemaPointer(se), Message: schemaReason(se)})
 		}
 		return
 	}
@@ -179,10 +179,20 @@ func collectSchemaErrors(err error, out *[]fieldProblem) {
 	}
 	var se *openapi3.SchemaError
 	if errors.As(err, &se) {
-		*out = append(*out, fieldProblem{Field: schemaPointer(se), Message: se.Reason})
+		*out = append(*out, fieldProblem{Field: schemaPointer(se), Message: schemaReason(se)})
 		return
 	}
 	*out = append(*out, fieldProblem{Field: "", Message: err.Error()})
+}
+
+// schemaReason is a schema error's reason as the answer gives it: the
+// validator's own, except where it speaks of its Go types (a number beyond
+// float64 is "cannot convert json.Number to float64").
+func schemaReason(se *openapi3.SchemaError) string {
+	if strings.Contains(se.Reason, "json.Number") || strings.Contains(se.Reason, "float64") {
+		return "is a number out of the range this server can hold"
+	}
+	return se.Reason
 }
 
 func schemaReasons(err error) []string {
@@ -196,7 +206,7 @@ func schemaReasons(err error) []string {
 	}
 	var se *openapi3.SchemaError
 	if errors.As(err, &se) {
-		return []string{se.Reason}
+		return []string{schemaReason(se)}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // RolloutState is the state of a fleet rollout (design section 13): one
@@ -175,11 +176,21 @@ func CheckRolloutMove(from, to RolloutState, cause RolloutCause) error {
 	case from == to:
 		why = fmt.Sprintf("the rollout is already %s", from)
 	default:
-		why = fmt.Sprintf("a %s rollout cannot become %s (cause %s)", from, to, cause)
+		why = fmt.Sprintf("%s %s rollout cannot become %s (cause %s)", Article(string(from)), from, to, cause)
 	}
 	return &Error{Code: ECONFLICT, Type: ProblemRolloutStateConflict,
 		Message: fmt.Sprintf("The rollout is %s: %s.", from, why),
 		Extra:   map[string]any{"state": string(from), "to": string(to), "cause": string(cause)}}
+}
+
+// Article is the indefinite article of word in an English sentence ("an"
+// before a vowel, "a" otherwise): "an aborting rollout", "an upgrade
+// rollout".
+func Article(word string) string {
+	if word != "" && strings.ContainsRune("aeiouAEIOU", rune(word[0])) {
+		return "an"
+	}
+	return "a"
 }
 
 // MemberStatus is where one member of a rollout stands (its progress). A
