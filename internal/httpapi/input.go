@@ -193,7 +193,11 @@ func checkBody(contentType string, body []byte, whole bool) (problem, bool) {
 	}
 	if !utf8.Valid(body) {
 		off := invalidUTF8At(body)
-		return invalidTextProblem(textProblem{"", fmt.Sprintf("the body is not valid UTF-8 (at byte offset %d)", off)}), false
+		field := ""
+		if isJSON {
+			field = pointerAt(body, off) // the member or value holding it, as for a NUL
+		}
+		return invalidTextProblem(textProblem{field, fmt.Sprintf("the body is not valid UTF-8 (at byte offset %d)", off)}), false
 	}
 	if isYAML {
 		if tp, ok := checkYAML(body); !ok {

@@ -437,3 +437,21 @@ func TestBodylessOperationsRefuseABody(t *testing.T) {
 	res.Body.Close()
 	assert.Equal(t, http.StatusOK, res.StatusCode, "{} is no body")
 }
+
+// TestRefusalsSayNumbersAndPlacesPlainly: a bound is written as the
+// integer it is (not 2.147483647e+09), and bytes that are not UTF-8 in a
+// JSON body are placed by the JSON pointer of the member holding them.
+func TestRefusalsSayNumbersAndPlacesPlainly(t *testing.T) {
+	e, _ := inputEnv(t)
+	res := rawCall(t, "POST", e.url+"/mgmt/v1/deployments/00000000-0000-4000-8000-000000000001/rollback/plan", "application/json", `{"toRevision":3000000000}`)
+	p := readProblem(t, res, http.StatusUnprocessableEntity)
+	require.NotEmpty(t, p.Errors, "%+v", p)
+	assert.Equal(t, "/toRevision", p.Errors[0].Field)
+	assert.Contains(t, p.Errors[0].Message, "2147483647")
+	assert.NotContains(t, p.Errors[0].Message, "e+09")
+
+	res = rawCall(t, "POST", e.url+"/mgmt/v1/tokens", "application/json", "{\"name\":\"a\xffb\",\"role\":\"viewer\"}")
+	p = readProblem(t, res, http.StatusBadRequest)
+	require.NotEmpty(t, p.Errors, "%+v", p)
+	assert.Equal(t, "/name", p.Errors[0].Field)
+}

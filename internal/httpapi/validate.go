@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"mime"
 	"net/http"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -192,8 +194,18 @@ func schemaReason(se *openapi3.SchemaError) string {
 	if strings.Contains(se.Reason, "json.Number") || strings.Contains(se.Reason, "float64") {
 		return "is a number out of the range this server can hold"
 	}
-	return se.Reason
+	// Bounds the validator prints in Go's float form ("at most
+	// 2.147483647e+09") are written as the integers they are.
+	return floatForm.ReplaceAllStringFunc(se.Reason, func(f string) string {
+		if v, err := strconv.ParseFloat(f, 64); err == nil && v == math.Trunc(v) && math.Abs(v) < 1<<53 {
+			return strconv.FormatInt(int64(v), 10)
+		}
+		return f
+	})
 }
+
+// floatForm matches a number Go printed with an exponent.
+var floatForm = regexp.MustCompile(`-?[0-9]+(\.[0-9]+)?e[+-][0-9]+`)
 
 func schemaReasons(err error) []string {
 	var multi openapi3.MultiError
