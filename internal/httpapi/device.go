@@ -158,10 +158,7 @@ func (n notModified) VisitGetBundleResponse(w http.ResponseWriter) error { retur
 func (s *Server) GetStateManifest(ctx context.Context, req api.GetStateManifestRequestObject) (api.GetStateManifestResponseObject, error) {
 	m := callerOf(ctx).manifest
 	if r := requestFrom(ctx); r != nil {
-		// Served as the manifest's own type, also to a client that asked
-		// for application/json; refused to one that refuses that type.
-		accept := r.Header.Get("Accept")
-		if _, ok := negotiate(accept, manifestMediaType, "application/json"); !ok || refusesExactly(accept, manifestMediaType) {
+		if !acceptsOwnType(r.Header.Get("Accept"), manifestMediaType) {
 			return nil, &lifecycle.Error{Code: lifecycle.ENOTACCEPTABLE, Type: "not-acceptable",
 				Message: "The state manifest is available as " + manifestMediaType + "."}
 		}

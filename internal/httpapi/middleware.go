@@ -221,9 +221,7 @@ func methodLabel(m string) string {
 func (s *Server) knownMethod(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(servedMethods, r.Method) {
-			for _, m := range s.allowedMethods(r.URL) {
-				w.Header().Add("Allow", m)
-			}
+			s.setAllow(w, r.URL)
 			writeProblem(w, r, problem{Type: ProblemBase + "method-not-allowed", Title: titles["method-not-allowed"], Status: http.StatusMethodNotAllowed,
 				Detail: "The request's method is not one this server implements; the Allow header lists the methods " + r.URL.Path + " takes."})
 			return

@@ -105,18 +105,23 @@ func mediaRanges(accept string) []mediaRange {
 	return ranges
 }
 
-// refusesExactly reports whether an Accept header names media type mt
-// itself and gives it weight 0 ("not this type", whatever else it
-// accepts): the highest weight of the ranges naming it, as negotiate reads
-// them, is 0.
-func refusesExactly(accept, mt string) bool {
+// acceptsOwnType reports whether an Accept header takes a document served
+// as its own media type own, which is JSON: a header that takes own or
+// application/json (negotiate), unless it names own itself with weight 0
+// ("not this type", whatever else it accepts; the highest weight of the
+// ranges naming it, as negotiate reads them). The state manifest and the
+// schemas are served so.
+func acceptsOwnType(accept, own string) bool {
+	if _, ok := negotiate(accept, own, "application/json"); !ok {
+		return false
+	}
 	named, q := false, 0.0
 	for _, r := range mediaRanges(accept) {
-		if r.mt == mt {
+		if r.mt == own {
 			named, q = true, max(q, r.q)
 		}
 	}
-	return named && q <= 0
+	return !named || q > 0
 }
 
 // readBody reads r's whole body (bounded by limitBody) or, when it cannot,

@@ -45,20 +45,24 @@ func TestNegotiate(t *testing.T) {
 	}
 }
 
-// TestRefusesExactly: a type is refused when the ranges naming it weigh
-// it 0 as negotiate reads them (the highest weight among them).
-func TestRefusesExactly(t *testing.T) {
+// TestAcceptsOwnType: a document served as its own JSON type is refused
+// when the header takes neither it nor application/json, or weighs the
+// type itself 0 (the highest weight of the ranges naming it).
+func TestAcceptsOwnType(t *testing.T) {
 	const m = "application/vnd.margo.manifest.v1+json"
 	for accept, want := range map[string]bool{
-		m + ";q=0":                  true,
-		m + ";q=0, */*":             true,
-		m + ";q=0, " + m:            false, // named again with weight 1
-		"*/*;q=0":                   false, // not named: negotiate refuses it
+		"":                          true,
+		m + ";q=0":                  false,
+		m + ";q=0, */*":             false,
+		m + ";q=0, " + m:            true, // named again with weight 1
+		"*/*;q=0":                   false,
 		"application/json;q=0":      false,
-		m + ";q=0.001":              false,
-		m + ";q=NaN, application/*": false,
+		"application/json":          true,
+		"text/html":                 false,
+		m + ";q=0.001":              true,
+		m + ";q=NaN, application/*": true,
 	} {
-		assert.Equal(t, want, refusesExactly(accept, m), accept)
+		assert.Equal(t, want, acceptsOwnType(accept, m), accept)
 	}
 }
 

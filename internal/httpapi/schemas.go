@@ -43,10 +43,7 @@ func (d schemaDocument) VisitGetSchemaResponse(w http.ResponseWriter) error {
 // application/json.
 func (s *Server) GetSchema(ctx context.Context, req api.GetSchemaRequestObject) (api.GetSchemaResponseObject, error) {
 	if r := requestFrom(ctx); r != nil {
-		// Served as the schema's own type, also to a client that asked for
-		// application/json; refused to one that refuses that type.
-		accept := r.Header.Get("Accept")
-		if _, ok := negotiate(accept, schemaMediaType, "application/json"); !ok || refusesExactly(accept, schemaMediaType) {
+		if !acceptsOwnType(r.Header.Get("Accept"), schemaMediaType) {
 			return nil, &lifecycle.Error{Code: lifecycle.ENOTACCEPTABLE, Type: "not-acceptable",
 				Message: "The schemas are available as " + schemaMediaType + "."}
 		}

@@ -209,9 +209,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	r.Use(limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
-		for _, m := range s.allowedMethods(req.URL) {
-			w.Header().Add("Allow", m)
-		}
+		s.setAllow(w, req.URL)
 		writeProblem(w, req, methodNotAllowedProblem(req))
 	})
 
@@ -266,6 +264,13 @@ func (s *Server) allowedMethods(u *url.URL) []string {
 		}
 	}
 	return allowed
+}
+
+// setAllow sets the Allow header of a 405 answer for u (allowedMethods).
+func (s *Server) setAllow(w http.ResponseWriter, u *url.URL) {
+	for _, m := range s.allowedMethods(u) {
+		w.Header().Add("Allow", m)
+	}
 }
 
 // routes reports whether the router has a route for method at u's path,

@@ -64,9 +64,7 @@ func (s *Server) requestValidator(spec *openapi3.T) func(http.Handler) http.Hand
 		SilenceServersWarning: true,
 		ErrorHandlerWithOpts: func(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, opts nethttpmiddleware.ErrorHandlerOpts) {
 			if errors.Is(err, routers.ErrMethodNotAllowed) {
-				for _, m := range s.allowedMethods(r.URL) {
-					w.Header().Add("Allow", m)
-				}
+				s.setAllow(w, r.URL)
 			}
 			writeProblem(w, r, s.validationProblem(r, err, opts.StatusCode))
 		},
@@ -197,7 +195,7 @@ func schemaReason(se *openapi3.SchemaError) string {
 	// Bounds the validator prints in Go's float form ("at most
 	// 2.147483647e+09") are written as the integers they are.
 	return floatForm.ReplaceAllStringFunc(se.Reason, func(f string) string {
-		if v, err := strconv.ParseFloat(f, 64); err == nil && v == math.Trunc(v) && math.Abs(v) < 1<<53 {
+		if v, err := strconv.ParseFloat(f, 64); err == nil && v == math.Trunc(v) && math.Abs(v) <= maxExactInteger {
 			return strconv.FormatInt(int64(v), 10)
 		}
 		return f
