@@ -855,8 +855,9 @@ func isLoopback(a net.Addr) bool {
 
 // logPosture logs, in one line, what an attacker on the network would want
 // to know: who may call the device API, how the management listener is
-// reached, what answers without authentication, the rate limits and whose
-// forwarding header names a caller's address, and every development or
+// reached, what answers without authentication, the rate limits, whose
+// forwarding header names a caller's address, where webhook receivers may
+// be beyond the default guard, and every development or
 // relaxed setting that is on. The break-glass rollback override is a
 // documented default (admins only, audited), so it has its own field and is
 // not counted as relaxed.
@@ -884,6 +885,21 @@ func logPosture(log *slog.Logger, c config, mgmtURL string, mgmtLoopback, mgmtTL
 	if c.deviceRate > ratelimit.DefaultDeviceRate || c.deviceBurst > ratelimit.DefaultDeviceBurst {
 		dev = append(dev, "device-rate-raised")
 	}
+	// Webhook receivers in forbidden ranges or over plain HTTP reopen what
+	// the SSRF guard closes (docs/webhooks.md): an operator auditing the
+	// server must see them here.
+	if c.webhooks.allowHTTP {
+		dev = append(dev, "webhook-allow-http")
+	}
+	whCIDRs := "none"
+	if len(c.webhooks.allowCIDRs) > 0 {
+		dev = append(dev, "webhook-allow-cidr")
+		cs := make([]string, len(c.webhooks.allowCIDRs))
+		for i, p := range c.webhooks.allowCIDRs {
+			cs[i] = p.String()
+		}
+		whCIDRs = strings.Join(cs, ",")
+	}
 	if c.debugListen != "" {
 		dev = append(dev, "pprof")
 	}
@@ -910,6 +926,7 @@ func logPosture(log *slog.Logger, c config, mgmtURL string, mgmtLoopback, mgmtTL
 		"trusted_proxies", proxies,
 		"forwarded_header", header,
 		"cors_origins", corsPosture(c.corsOrigins),
+		"webhook_allow_cidr", whCIDRs,
 		"device_rate", c.deviceRate,
 		"device_burst", c.deviceBurst,
 		"rollback_override", c.allowOverrides,

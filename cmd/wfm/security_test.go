@@ -180,8 +180,9 @@ func TestPlainManagementBeyondLoopbackWarns(t *testing.T) {
 
 // TestSecurityPostureLine: one line at start says who may call, how the
 // management listener is reached, that /metrics needs no token, the rate
-// limits, whose forwarding header names a caller, and every development or
-// relaxed setting.
+// limits, whose forwarding header names a caller, where webhook receivers
+// may be beyond the default guard, and every development or relaxed
+// setting (the webhook relaxations among them).
 func TestSecurityPostureLine(t *testing.T) {
 	_, logs := startLogged(t, "-accept-clients", "listed", "-device-tls12", "-allow-rollback-override=false")
 	p := logs.line(t, "security posture")
@@ -198,6 +199,7 @@ func TestSecurityPostureLine(t *testing.T) {
 	assert.Equal(t, "none", p["trusted_proxies"])
 	assert.Equal(t, "none (no trusted proxies)", p["forwarded_header"])
 	assert.Equal(t, "none", p["cors_origins"], "CORS is off by default")
+	assert.Equal(t, "none", p["webhook_allow_cidr"], "the SSRF guard is whole by default")
 	assert.EqualValues(t, 20, p["device_rate"])
 	assert.EqualValues(t, 40, p["device_burst"])
 	assert.Equal(t, false, p["rollback_override"])
@@ -213,7 +215,8 @@ func TestSecurityPostureLine(t *testing.T) {
 
 	_, logs = startLogged(t, "-dev-header-identity", "-mgmt-rate", "0", "-device-rate", "1e9",
 		"-trusted-proxies", "10.0.0.0/8,192.0.2.10", "-forwarded-header", "forwarded",
-		"-cors-origins", "https://console.example.com,http://localhost:5173")
+		"-cors-origins", "https://console.example.com,http://localhost:5173",
+		"-webhook-allow-http", "-webhook-allow-cidr", "10.20.0.0/16,fd00::/8")
 	p = logs.line(t, "security posture")
 	require.NotNil(t, p)
 	assert.Equal(t, "all", p["accept_clients"])
@@ -224,7 +227,8 @@ func TestSecurityPostureLine(t *testing.T) {
 	assert.Equal(t, "forwarded", p["forwarded_header"])
 	assert.Equal(t, "https://console.example.com,http://localhost:5173", p["cors_origins"])
 	assert.EqualValues(t, 1e9, p["device_rate"])
-	assert.Equal(t, "dev-header-identity,mgmt-rate-unlimited,device-rate-raised", p["relaxed"])
+	assert.Equal(t, "10.20.0.0/16,fd00::/8", p["webhook_allow_cidr"])
+	assert.Equal(t, "dev-header-identity,mgmt-rate-unlimited,device-rate-raised,webhook-allow-http,webhook-allow-cidr", p["relaxed"])
 }
 
 func TestManagementTLSConfigErrors(t *testing.T) {

@@ -128,6 +128,7 @@ func TestCORSRefusesOtherOrigins(t *testing.T) {
 	mgmt, _ := corsHandlers(t, console)
 	for _, origin := range []string{"https://evil.example.com", "http://console.example.com", "https://console.example.com:8443", "null"} {
 		res := serve(mgmt, http.MethodOptions, "/mgmt/v1/deployments", preflight(origin))
+		assert.Equal(t, http.StatusNoContent, res.StatusCode, "preflight from %s: answered, without CORS headers", origin)
 		assert.Empty(t, res.Header.Get("Access-Control-Allow-Origin"), "preflight from %s", origin)
 		assert.Empty(t, res.Header.Get("Access-Control-Allow-Methods"), "preflight from %s", origin)
 		assert.Empty(t, res.Header.Get("Access-Control-Allow-Headers"), "preflight from %s", origin)
@@ -140,7 +141,14 @@ func TestCORSRefusesOtherOrigins(t *testing.T) {
 	// A header the API does not read is not allowed.
 	res := serve(mgmt, http.MethodOptions, "/mgmt/v1/deployments", map[string]string{"Origin": console,
 		"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,x-evil"})
+	assert.Equal(t, http.StatusNoContent, res.StatusCode)
 	assert.Empty(t, res.Header.Get("Access-Control-Allow-Origin"))
+	assert.Empty(t, res.Header.Get("Access-Control-Allow-Headers"))
+	// Nor is a method the API does not serve.
+	res = serve(mgmt, http.MethodOptions, "/mgmt/v1/deployments", map[string]string{"Origin": console, "Access-Control-Request-Method": "TRACE"})
+	assert.Equal(t, http.StatusNoContent, res.StatusCode)
+	assert.Empty(t, res.Header.Get("Access-Control-Allow-Origin"))
+	assert.Empty(t, res.Header.Get("Access-Control-Allow-Methods"))
 }
 
 func TestCORSNeverOnTheDeviceListener(t *testing.T) {
