@@ -2737,8 +2737,11 @@ type CreateApplicationVersionJSONBody = json.RawMessage
 
 // CreateApplicationVersionParams defines parameters for CreateApplicationVersion.
 type CreateApplicationVersionParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2764,15 +2767,21 @@ type GetApplicationVersionParams struct {
 
 // UnyankApplicationVersionParams defines parameters for UnyankApplicationVersion.
 type UnyankApplicationVersionParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // YankApplicationVersionParams defines parameters for YankApplicationVersion.
 type YankApplicationVersionParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2815,15 +2824,21 @@ type ListClientsParams struct {
 
 // AcceptClientParams defines parameters for AcceptClient.
 type AcceptClientParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // RetireClientParams defines parameters for RetireClient.
 type RetireClientParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2848,8 +2863,11 @@ type ListDeploymentsParams struct {
 
 // CreateDeploymentParams defines parameters for CreateDeployment.
 type CreateDeploymentParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2872,8 +2890,11 @@ type ListHistoryParams struct {
 type ReconfigureDeploymentParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2890,8 +2911,11 @@ type ListRevisionsParams struct {
 type RollbackDeploymentParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2899,8 +2923,11 @@ type RollbackDeploymentParams struct {
 type UpgradeDeploymentParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2970,8 +2997,11 @@ type ListOperationsParams struct {
 
 // CancelOperationParams defines parameters for CancelOperation.
 type CancelOperationParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2989,8 +3019,11 @@ type ListRolloutsParams struct {
 
 // CreateRolloutParams defines parameters for CreateRollout.
 type CreateRolloutParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2998,8 +3031,11 @@ type CreateRolloutParams struct {
 type AbortRolloutParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3007,8 +3043,11 @@ type AbortRolloutParams struct {
 type ApproveRolloutParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3016,8 +3055,11 @@ type ApproveRolloutParams struct {
 type CancelRolloutParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3025,8 +3067,11 @@ type CancelRolloutParams struct {
 type ExcludeRolloutMemberParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3048,8 +3093,11 @@ type ListRolloutMembersParams struct {
 type PauseRolloutParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3057,8 +3105,11 @@ type PauseRolloutParams struct {
 type ResumeRolloutParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 

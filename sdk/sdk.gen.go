@@ -2738,8 +2738,11 @@ type CreateApplicationVersionJSONBody = json.RawMessage
 
 // CreateApplicationVersionParams defines parameters for CreateApplicationVersion.
 type CreateApplicationVersionParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2765,15 +2768,21 @@ type GetApplicationVersionParams struct {
 
 // UnyankApplicationVersionParams defines parameters for UnyankApplicationVersion.
 type UnyankApplicationVersionParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // YankApplicationVersionParams defines parameters for YankApplicationVersion.
 type YankApplicationVersionParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2816,15 +2825,21 @@ type ListClientsParams struct {
 
 // AcceptClientParams defines parameters for AcceptClient.
 type AcceptClientParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // RetireClientParams defines parameters for RetireClient.
 type RetireClientParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2849,8 +2864,11 @@ type ListDeploymentsParams struct {
 
 // CreateDeploymentParams defines parameters for CreateDeployment.
 type CreateDeploymentParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2873,8 +2891,11 @@ type ListHistoryParams struct {
 type ReconfigureDeploymentParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2891,8 +2912,11 @@ type ListRevisionsParams struct {
 type RollbackDeploymentParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2900,8 +2924,11 @@ type RollbackDeploymentParams struct {
 type UpgradeDeploymentParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2971,8 +2998,11 @@ type ListOperationsParams struct {
 
 // CancelOperationParams defines parameters for CancelOperation.
 type CancelOperationParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2990,8 +3020,11 @@ type ListRolloutsParams struct {
 
 // CreateRolloutParams defines parameters for CreateRollout.
 type CreateRolloutParams struct {
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2999,8 +3032,11 @@ type CreateRolloutParams struct {
 type AbortRolloutParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3008,8 +3044,11 @@ type AbortRolloutParams struct {
 type ApproveRolloutParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3017,8 +3056,11 @@ type ApproveRolloutParams struct {
 type CancelRolloutParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3026,8 +3068,11 @@ type CancelRolloutParams struct {
 type ExcludeRolloutMemberParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3049,8 +3094,11 @@ type ListRolloutMembersParams struct {
 type PauseRolloutParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3058,8 +3106,11 @@ type PauseRolloutParams struct {
 type ResumeRolloutParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 
-	// IdempotencyKey Repeating a request with the same key and body returns the original response; the same key with a
-	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+	// IdempotencyKey Repeating a request with the same key and body returns the original response (status, body,
+	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 

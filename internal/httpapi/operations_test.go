@@ -633,6 +633,22 @@ func TestIdempotencyKeyAndIfMatch(t *testing.T) {
 	other, b3 := post("k-1", `{"targetVersion":"2.0.0","path":"auto"}`, "")
 	p := problemOf(t, other, b3, http.StatusUnprocessableEntity)
 	assert.Equal(t, httpapi.ProblemBase+"idempotency-key-reused", p.Type)
+
+	// A refusal (here: the upgrade above is in progress) is replayed as it
+	// was: the body (its requestId) is the first request's, the
+	// X-Request-Id header the replay's own (docs/api.md).
+	refused, rb1 := post("k-refused", `{"targetVersion":"2.0.0"}`, "")
+	p1 := problemOf(t, refused, rb1, http.StatusConflict)
+	replayed, rb2 := post("k-refused", `{"targetVersion":"2.0.0"}`, "")
+	p2 := problemOf(t, replayed, rb2, http.StatusConflict)
+	assert.Equal(t, "true", replayed.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, rb1, rb2, "the original body")
+	require.NotEmpty(t, p1.RequestID)
+	assert.Equal(t, refused.Header.Get("X-Request-Id"), p1.RequestID)
+	assert.Equal(t, p1.RequestID, p2.RequestID)
+	assert.NotEmpty(t, replayed.Header.Get("X-Request-Id"))
+	assert.NotEqual(t, p2.RequestID, replayed.Header.Get("X-Request-Id"), "the replay's header names the replay")
+
 	ops, err := e.mgmt.ListOperationsWithResponse(t.Context(), &sdk.ListOperationsParams{DeploymentId: &id})
 	require.NoError(t, err)
 	// The deployment's install operation and the one upgrade (created at

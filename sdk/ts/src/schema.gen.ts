@@ -3131,8 +3131,11 @@ export interface components {
         RolloutIdPath: string;
         OperationIdPath: string;
         /**
-         * @description Repeating a request with the same key and body returns the original response; the same key with a
-         *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+         * @description Repeating a request with the same key and body returns the original response (status, body,
+         *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+         *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+         *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+         *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
          */
         IdempotencyKey: string;
         IfMatch: string;
@@ -3199,8 +3202,11 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -3429,8 +3435,11 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -3477,8 +3486,11 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -3770,8 +3782,11 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -3845,8 +3860,11 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4025,8 +4043,11 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4424,8 +4445,11 @@ export interface operations {
             header?: {
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4505,8 +4529,11 @@ export interface operations {
             header?: {
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4586,8 +4613,11 @@ export interface operations {
             header?: {
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4727,8 +4757,11 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4833,8 +4866,11 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4975,8 +5011,11 @@ export interface operations {
             header?: {
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5014,8 +5053,11 @@ export interface operations {
             header?: {
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5053,8 +5095,11 @@ export interface operations {
             header?: {
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5092,8 +5137,11 @@ export interface operations {
             header?: {
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5131,8 +5179,11 @@ export interface operations {
             header?: {
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5175,8 +5226,11 @@ export interface operations {
             header?: {
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /**
-                 * @description Repeating a request with the same key and body returns the original response; the same key with a
-                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token.
+                 * @description Repeating a request with the same key and body returns the original response (status, body,
+                 *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
+                 *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
+                 *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
