@@ -29,8 +29,8 @@ test: ## Run all tests (with the race detector) against a real PostgreSQL
 	$(GO) test -race -count=1 -timeout 10m ./...
 
 .PHONY: demo
-demo: build ## Run the README's tour against a new server and simulator; fails on any answer the README does not show
-	$(GO) run ./cmd/wfm-demo -readme README.md
+demo: build ## Run every command of README.md and docs/operator-guide.md against new servers and simulators; fails on any answer they do not show
+	$(GO) run ./cmd/wfm-demo README.md docs/operator-guide.md
 
 .PHONY: fuzz
 # A target that fails with only "context deadline exceeded" and writes no failing input hit Go 1.26's

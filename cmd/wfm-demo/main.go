@@ -1,24 +1,38 @@
-// Command wfm-demo runs the README's tour ("The first ten minutes") against
-// a real server and real simulated devices, and checks that every command
-// answers what the README says it answers (`make demo`; CI runs it).
+// Command wfm-demo runs every shell command of the README and the operator
+// guide against a real server and real simulated devices, in document
+// order, shows what each answered, and checks the answers the documents
+// show (`make demo`; CI runs it).
 //
-// It reads the tour from README.md itself, so the README cannot drift from
-// the product. In that section, fenced blocks whose info string carries a
-// demo word are the script (the first word stays the language, for
-// GitHub's highlighting):
+// It reads the commands from the documents themselves, so they cannot
+// drift from the product. Every fenced block whose language is sh runs,
+// unless its fence says why it cannot run here. After the language, the
+// fence's info string may carry these words (GitHub shows only the
+// language):
 //
-//	```sh demo-setup   variables every later block starts with; the demo gives
-//	                   W, DEV and D its own values (its server's addresses and
-//	                   data folder)
-//	```sh demo         a command; the next block, an expect block, is its output
-//	```sh demo poll    the same, run again (every 500 ms, up to 90 s) until its
-//	                   output matches: for what the devices do in the background
-//	```sh demo bg=S    a command that runs in the background (a second
-//	                   terminal): the simulator, an event stream
-//	```json expect     the output as JSON: members compared whatever their order
-//	```text expect     the output line by line
-//	```sse expect bg=S the next events of background S (text expect bg=S: its
-//	                   next lines), waited for up to 90 s
+//	```sh                  a command: run, its answer shown; a command of it
+//	                       that fails, or an answer that is a problem
+//	                       document, fails the demo unless an expect block
+//	                       follows and shows it
+//	```sh norun="why"      not run here, for the reason given (printed)
+//	```sh demo-setup       starts a new server and data folder: the variables
+//	                       every later block uses; the demo gives W, DEV and D
+//	                       its own values (its server's addresses and folder)
+//	```sh demo             the same as ```sh (the tour marks its steps so)
+//	```sh poll             run again (every 500 ms, up to 90 s) until its
+//	                       answer matches: for what the devices do
+//	```sh problem=TYPE     a command whose answer is the refusal TYPE (a
+//	                       problem document), as the text after it shows
+//	```sh bg=S             a command that runs in the background (a second
+//	                       terminal): the simulator, an event stream
+//	```json expect         the answer of the block before, as JSON: members
+//	                       compared whatever their order
+//	```text expect         the answer line by line
+//	```sse expect bg=S     the next events of background S (text expect
+//	                       bg=S: its next lines), waited for up to 90 s
+//
+// A block that is only `make run` (ARGS='…' or not) is the demo's server:
+// it starts it again with those arguments, on the same folder and ports,
+// when they differ from those it runs with.
 //
 // In expected outputs <name> is a varying part: <time>, <digest>,
 // <request-id>, <event-id> and <n> match anything; any other placeholder
@@ -26,17 +40,22 @@
 // same value wherever it appears again, and is replaced by it in later
 // commands. An expected JSON object with the member "…": "…" may have more
 // members than shown, an array ending with "…" more elements; otherwise
-// everything is compared. Outputs are compared after replacing the demo's
-// addresses and data folder by the README's.
+// everything is compared.
 //
-// The demo starts bin/wfm with its own private PostgreSQL in a temporary
-// folder, on free loopback ports, and runs each command with bash from the
-// repository's root, with WFM_DATA_DIR and WFM_DEVICE_LISTEN set to the
-// demo server's (so "wfm issue-client-cert" needs no flags). It stops
-// everything it started and removes the folder (and the PostgreSQL cluster
-// that wfm, run as root, keeps elsewhere and links), also on failure; on a
-// mismatch it prints the README line, the command, each difference and
-// the output, and exits 1.
+// Each document runs on a new server with its own private PostgreSQL in a
+// temporary folder, on free loopback ports, and so does each part that
+// starts with a demo-setup block (the README's tour, whose answers are
+// those of a new data folder). Its blocks run in one bash from the
+// repository's root, as pasted into a terminal, with WFM_DATA_DIR and
+// WFM_DEVICE_LISTEN set to the demo server's (so "wfm issue-client-cert"
+// needs no flags). Outside a demo-setup part the commands use `make run`'s
+// addresses and folder (localhost:8080, 127.0.0.1:8080, the same with
+// 8443, .data/): the demo puts its own in their place before running a
+// block, and puts them back in what it shows and compares. It stops
+// everything it started and removes the folders (and the PostgreSQL
+// cluster that wfm, run as root, keeps elsewhere and links), also on
+// failure; on a failure it prints the document's line, the command, each
+// difference and the output, and exits 1.
 //
 // Hand-written rather than a golden-file tool: the expected outputs live in
 // prose for people, with placeholders and abridged JSON, and no library
@@ -44,23 +63,20 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -74,327 +90,136 @@ func main() {
 	}
 }
 
-// section is the README heading of the tour.
-const section = "## The first ten minutes"
-
-// Bounds of waiting for background progress.
+// Bounds of waiting for background progress and for one command.
 const (
 	pollEvery   = 500 * time.Millisecond
 	waitFor     = 90 * time.Second
-	commandTime = 60 * time.Second
+	commandTime = 90 * time.Second
 )
 
-// block is one fenced block of the tour.
-type block struct {
-	line int    // README line of the opening fence
-	lang string // sh, json, text, sse
-	kind string // "setup", "run", "expect"
-	poll bool
-	bg   string // the background command it starts or reads
-	body string
-}
+// shownLines bounds how much of an answer the demo prints.
+const shownLines = 8
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("wfm-demo", flag.ContinueOnError)
-	readme := fs.String("readme", "README.md", "the README whose tour is run (its folder is the repository's root)")
-	wfmBin := fs.String("wfm", "bin/wfm", "the server binary")
-	timeout := fs.Duration("timeout", 5*time.Minute, "the whole demo's time limit")
-	verbose := fs.Bool("v", false, "print every command's output (normalised), to write the README's expected outputs")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: wfm-demo [flags] [document.md …] (default: README.md docs/operator-guide.md)")
+		fs.PrintDefaults()
+	}
+	wfmBin := fs.String("wfm", "bin/wfm", "the server binary, from the repository's root")
+	timeout := fs.Duration("timeout", 8*time.Minute, "the whole demo's time limit")
+	verbose := fs.Bool("v", false, "print every command's whole output (normalised), to write the documents' expected outputs")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	for _, tool := range []string{"bash", "curl"} {
+	docs := fs.Args()
+	if len(docs) == 0 {
+		docs = []string{"README.md", "docs/operator-guide.md"}
+	}
+	for _, tool := range []string{"bash", "curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("the tour's commands need %s (Debian: apt-get install %s): %w", tool, tool, err)
+			return fmt.Errorf("the documents' commands need %s (Debian: apt-get install %s): %w", tool, tool, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	text, err := os.ReadFile(*readme)
+	root, err := os.Getwd()
 	if err != nil {
 		return err
 	}
-	blocks, err := parseTour(string(text))
-	if err != nil {
-		return fmt.Errorf("%s: %w", *readme, err)
+	start := time.Now()
+	var ran, skipped int
+	for _, doc := range docs {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			return err
+		}
+		blocks, err := parseDoc(string(text))
+		if err != nil {
+			return fmt.Errorf("%s: %w", doc, err)
+		}
+		for _, part := range parts(blocks) {
+			d := &demo{doc: doc, root: root, bin: filepath.Join(root, *wfmBin), stdout: stdout, bound: bindings{}, bg: map[string]*background{}, verbose: *verbose}
+			err := d.play(ctx, part)
+			ran, skipped = ran+d.ran, skipped+d.skipped
+			if err != nil {
+				return err
+			}
+		}
 	}
-	root, err := filepath.Abs(filepath.Dir(*readme))
-	if err != nil {
-		return err
+	fmt.Fprintf(stdout, "wfm-demo: the commands of %s ran as written: %d blocks run, %d not runnable here (reasons above), in %s\n",
+		strings.Join(docs, " and "), ran, skipped, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// parts cuts a document's blocks where a demo-setup block starts a part of
+// its own (on a new server).
+func parts(blocks []block) [][]block {
+	var out [][]block
+	cur := []block{}
+	for _, b := range blocks {
+		if b.kind == "setup" && len(cur) > 0 {
+			out = append(out, cur)
+			cur = []block{}
+		}
+		cur = append(cur, b)
 	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// demo runs one part of a document on one server and one shell.
+type demo struct {
+	doc, root, bin string
+	srv            *server
+	sh             *shell
+	stdout         io.Writer
+	bound          bindings
+	bg             map[string]*background
+	bgOrder        []string
+	ran, skipped   int
+	verbose        bool
+	toDemo         *strings.Replacer // the document's addresses and folder -> the demo's
+	toDoc          *strings.Replacer // the demo's addresses and folder -> the document's
+}
+
+// where names a block in messages: document, line and section.
+func (d *demo) where(b block) string { return fmt.Sprintf("%s:%d", d.doc, b.line) }
+
+// play starts a server and a shell and runs the part's blocks in order.
+func (d *demo) play(ctx context.Context, blocks []block) (err error) {
 	tmp, err := os.MkdirTemp("", "wfm-demo-")
 	if err != nil {
 		return err
 	}
 	defer removeAll(tmp)
-
-	start := time.Now()
-	srv, err := startServer(ctx, filepath.Join(root, *wfmBin), tmp)
-	if err != nil {
+	if d.srv, err = newServer(d.bin, tmp); err != nil {
 		return err
 	}
-	defer srv.stop()
-	fmt.Fprintf(stdout, "wfm-demo: server on %s (device API %s), data in %s\n", srv.mgmt, srv.device, srv.dataDir)
-	d := &demo{root: root, srv: srv, stdout: stdout, bound: bindings{}, bg: map[string]*background{}, verbose: *verbose}
-	defer d.stopBackground()
-	if err := d.play(ctx, *readme, blocks); err != nil {
-		srv.tail(stdout)
-		return err
+	if err := d.srv.start(ctx, nil); err != nil {
+		return fmt.Errorf("%s:%d: %w", d.doc, blocks[0].line, err)
 	}
-	fmt.Fprintf(stdout, "wfm-demo: the tour in %s ran as written: %d commands in %s\n", *readme, d.commands, time.Since(start).Round(time.Second))
-	return nil
-}
-
-var fence = regexp.MustCompile("^```(\\S*)(.*)$")
-
-// parseTour returns the demo blocks of the tour section of a README.
-func parseTour(readme string) ([]block, error) {
-	lines := strings.Split(readme, "\n")
-	in, found := false, false
-	var out []block
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.HasPrefix(l, "## ") {
-			in = strings.TrimSpace(l) == section
-			found = found || in
-			continue
+	defer func() {
+		if err != nil {
+			d.srv.tail(d.stdout)
 		}
-		m := fence.FindStringSubmatch(l)
-		if !in || m == nil || m[1] == "" {
-			continue
-		}
-		b := block{line: i + 1, lang: m[1]}
-		for _, w := range strings.Fields(m[2]) {
-			switch {
-			case w == "demo":
-				b.kind = "run"
-			case w == "demo-setup":
-				b.kind = "setup"
-			case w == "expect":
-				b.kind = "expect"
-			case w == "poll":
-				b.poll = true
-			case strings.HasPrefix(w, "bg="):
-				b.bg = strings.TrimPrefix(w, "bg=")
-			default:
-				return nil, fmt.Errorf("line %d: unknown word %q in the fence (known: demo, demo-setup, expect, poll, bg=NAME)", i+1, w)
-			}
-		}
-		var body []string
-		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
-			body = append(body, lines[i])
-		}
-		if i == len(lines) {
-			return nil, fmt.Errorf("line %d: the block is not closed", b.line)
-		}
-		b.body = strings.Join(body, "\n") + "\n"
-		if b.kind != "" {
-			out = append(out, b)
-		}
-	}
-	if !found {
-		return nil, fmt.Errorf("no section %q", section)
-	}
-	if len(out) == 0 || out[0].kind != "setup" {
-		return nil, errors.New("the tour must start with a `sh demo-setup` block")
-	}
-	return out, nil
-}
-
-// removeAll removes the demo's folder and the private PostgreSQL cluster:
-// run as root, wfm places the cluster outside the data folder (in
-// /var/lib/wfm, see internal/pglaunch) and links it as <data>/postgres.
-func removeAll(tmp string) {
-	if target, err := os.Readlink(filepath.Join(tmp, "data", "postgres")); err == nil && filepath.IsAbs(target) {
-		_ = os.RemoveAll(target)
-	}
-	_ = os.RemoveAll(tmp)
-}
-
-// server is the wfm process the demo started.
-type server struct {
-	cmd                   *exec.Cmd
-	mgmt, device, dataDir string
-	devAddr               string
-	log                   string
-	done                  chan error
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// startServer starts bin/wfm with a private PostgreSQL in tmp and waits
-// (bounded) until it listens.
-func startServer(ctx context.Context, bin, tmp string) (*server, error) {
-	p1, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	p2, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	s := &server{dataDir: filepath.Join(tmp, "data"), log: filepath.Join(tmp, "server.log"), done: make(chan error, 1),
-		mgmt: "http://127.0.0.1:" + strconv.Itoa(p1), devAddr: "127.0.0.1:" + strconv.Itoa(p2)}
-	s.device = "https://" + s.devAddr
-	logf, err := os.Create(s.log)
-	if err != nil {
-		return nil, err
-	}
-	s.cmd = exec.Command(bin, "-data-dir", s.dataDir, "-listen", "127.0.0.1:"+strconv.Itoa(p1), "-device-listen", s.devAddr)
-	s.cmd.Env = append(os.Environ(), "WFM_ADMIN_TOKEN=", "WFM_ADMIN_TOKEN_FILE=", "DATABASE_URL=")
-	s.cmd.Stderr = logf
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := s.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s (run make build first): %w", bin, err)
-	}
-	listening := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		once := sync.Once{}
-		for sc.Scan() {
-			fmt.Fprintln(logf, sc.Text())
-			if strings.HasPrefix(sc.Text(), "wfm device API") {
-				once.Do(func() { close(listening) })
-			}
-		}
-		s.done <- s.cmd.Wait()
-		logf.Close()
+		d.srv.stop()
 	}()
-	select {
-	case <-listening:
-		return s, nil
-	case err := <-s.done:
-		s.done <- err
-		return s, fmt.Errorf("the server exited before listening (%v); its log is %s", err, s.log)
-	case <-time.After(waitFor):
-		s.stop()
-		return nil, fmt.Errorf("the server did not listen within %s", waitFor)
-	case <-ctx.Done():
-		s.stop()
-		return nil, ctx.Err()
+	d.mapAddresses(nil)
+	fmt.Fprintf(d.stdout, "\n=== %s from line %d (%q): a new server on %s (device API %s), data in %s\n",
+		d.doc, blocks[0].line, blocks[0].section, d.srv.mgmt, d.srv.device, d.srv.dataDir)
+	env := append(os.Environ(), "WFM_DATA_DIR="+d.srv.dataDir, "WFM_DEVICE_LISTEN="+d.srv.devAddr)
+	if d.sh, err = startShell(d.root, tmp, env); err != nil {
+		return err
 	}
-}
-
-// stop ends the server (SIGTERM, then SIGKILL after 20 s) and waits for it.
-func (s *server) stop() {
-	if s.cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case err := <-s.done:
-		s.done <- err
-	case <-time.After(20 * time.Second):
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		s.done <- <-s.done
-	}
-}
-
-// tail prints the end of the server's log, for a failed demo.
-func (s *server) tail(w io.Writer) {
-	b, err := os.ReadFile(s.log)
-	if err != nil {
-		return
-	}
-	ls := lines(string(b))
-	fmt.Fprintln(w, "--- the server's log (last 20 lines)")
-	for _, l := range ls[max(0, len(ls)-20):] {
-		fmt.Fprintln(w, "  "+l)
-	}
-}
-
-// background is a command running in the background and what it printed.
-type background struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  strings.Builder
-	read int // how much of out earlier expectations consumed
-}
-
-func (b *background) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.out.Write(p)
-}
-
-func (b *background) unread() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.out.String()[b.read:]
-}
-
-type demo struct {
-	root     string
-	srv      *server
-	stdout   io.Writer
-	prelude  string
-	bound    bindings
-	bg       map[string]*background
-	commands int
-	verbose  bool
-	normal   *strings.Replacer // the demo's addresses and folder -> the README's
-}
-
-func (d *demo) stopBackground() {
-	for _, b := range d.bg {
-		if b.cmd.Process != nil {
-			_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
-			_ = b.cmd.Wait()
-		}
-	}
-}
-
-// mismatch is a step whose output is not the README's.
-type mismatch struct {
-	readme string
-	b      block
-	cmd    string
-	diffs  []string
-	got    string
-}
-
-func (m *mismatch) Error() string {
-	var s strings.Builder
-	fmt.Fprintf(&s, "%s:%d: the output differs from the README\n", m.readme, m.b.line)
-	if m.cmd != "" {
-		s.WriteString("command:\n")
-		for _, l := range lines(m.cmd) {
-			s.WriteString("    " + l + "\n")
-		}
-	}
-	s.WriteString("differences:\n")
-	for _, d := range m.diffs {
-		s.WriteString("  - " + d + "\n")
-	}
-	s.WriteString("output (the demo's addresses and folder replaced by the README's):\n")
-	for _, l := range lines(m.got) {
-		s.WriteString("    " + l + "\n")
-	}
-	return s.String()
-}
-
-// play runs the blocks in order.
-func (d *demo) play(ctx context.Context, readme string, blocks []block) error {
-	setup, err := d.setup(blocks[0])
-	if err != nil {
-		return fmt.Errorf("%s:%d: %w", readme, blocks[0].line, err)
-	}
-	d.prelude = setup
-	for i := 1; i < len(blocks); i++ {
+	defer d.sh.stop()
+	defer d.showBackground()
+	for i := 0; i < len(blocks); i++ {
 		b := blocks[i]
 		var next *block
 		if i+1 < len(blocks) && blocks[i+1].kind == "expect" && blocks[i+1].bg == "" {
@@ -402,54 +227,102 @@ func (d *demo) play(ctx context.Context, readme string, blocks []block) error {
 			i++
 		}
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("%s:%d: %w", readme, b.line, err)
+			return fmt.Errorf("%s: %w", d.where(b), err)
 		}
-		var err error
-		switch {
-		case b.kind == "setup":
-			err = errors.New("only the first block may be demo-setup")
-		case b.kind == "expect" && b.bg != "":
-			err = d.expectBackground(ctx, readme, b)
-		case b.kind == "expect":
-			err = errors.New("an expect block must follow a `sh demo` block")
-		case b.bg != "":
-			if next != nil {
-				err = errors.New("a background command's output is read by `expect bg=NAME` blocks")
-			} else {
-				err = d.startBackground(b)
-			}
-		default:
-			err = d.step(ctx, readme, b, next)
-		}
-		if err != nil {
+		if err := d.block(ctx, b, next); err != nil {
 			var mm *mismatch
 			if errors.As(err, &mm) {
 				return err
 			}
-			return fmt.Errorf("%s:%d: %w", readme, b.line, err)
+			return fmt.Errorf("%s (%s): %w", d.where(b), b.section, err)
 		}
-		d.commands++
-		fmt.Fprintf(d.stdout, "  ok  %s:%d %s\n", readme, b.line, firstLine(b.body))
 	}
 	return nil
 }
 
-func firstLine(s string) string {
-	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
-	if len(l) > 100 {
-		l = l[:99] + "…"
+// block runs one block (and compares its answer with next, its expect
+// block, if any).
+func (d *demo) block(ctx context.Context, b block, next *block) error {
+	switch {
+	case b.kind == "skip":
+		d.skipped++
+		fmt.Fprintf(d.stdout, "\n-- %s skipped: %s\n", d.where(b), b.reason)
+		d.showCommand(b.body)
+		return nil
+	case b.kind == "expect" && b.bg != "":
+		return d.expectBackground(ctx, b)
+	case b.kind == "expect":
+		return errors.New("an expect block must follow a command")
 	}
-	return l
+	d.ran++
+	if b.kind == "setup" {
+		body, err := d.setup(b)
+		if err != nil {
+			return err
+		}
+		b.body = body
+	}
+	if args, ok := b.serverArgs(); ok {
+		return d.restart(ctx, b, args)
+	}
+	if b.bg != "" {
+		if next != nil {
+			return errors.New("a background command's output is read by `expect bg=NAME` blocks")
+		}
+		return d.startBackground(b)
+	}
+	return d.step(ctx, b, next)
+}
+
+// restart starts the server again with the arguments of a `make run` block.
+func (d *demo) restart(ctx context.Context, b block, args []string) error {
+	fmt.Fprintf(d.stdout, "\n-- %s: make run, with the arguments %q on the same folder and ports\n", d.where(b), args)
+	d.showCommand(b.body)
+	if slices.Equal(args, d.srv.args) {
+		fmt.Fprintf(d.stdout, "   > the demo's server, listening on %s\n", d.toDoc.Replace(d.srv.mgmt))
+		return nil
+	}
+	d.srv.stop()
+	if err := d.srv.start(ctx, args); err != nil {
+		return err
+	}
+	d.mapAddresses(args)
+	fmt.Fprintf(d.stdout, "   > listening on %s\n", d.toDoc.Replace(d.srv.mgmt))
+	return nil
+}
+
+// mapAddresses sets the replacements between `make run`'s addresses and
+// folder (those the documents use outside a demo-setup part) and the
+// demo's.
+func (d *demo) mapAddresses(extra []string) {
+	_, mgmtPort, _ := strings.Cut(d.srv.mgmtAddr, ":")
+	_, devPort, _ := strings.Cut(d.srv.devAddr, ":")
+	pairs := [][2]string{
+		{"localhost:8080", "localhost:" + mgmtPort}, {"127.0.0.1:8080", "127.0.0.1:" + mgmtPort},
+		{"localhost:8443", "localhost:" + devPort}, {"127.0.0.1:8443", "127.0.0.1:" + devPort},
+		{".data/", d.srv.dataDir + "/"},
+	}
+	var in, out []string
+	for _, p := range pairs {
+		in = append(in, p[0], p[1])
+	}
+	// Longest first, so that a folder inside another is replaced whole.
+	sort.Slice(pairs, func(i, j int) bool { return len(pairs[i][1]) > len(pairs[j][1]) })
+	for _, p := range pairs {
+		out = append(out, p[1], p[0])
+	}
+	out = append(out, d.srv.dataDir, ".data")
+	d.toDemo, d.toDoc = strings.NewReplacer(in...), strings.NewReplacer(out...)
 }
 
 var assignment = regexp.MustCompile(`^([A-Z][A-Z0-9_]*)=(\S+)(\s+#.*)?$`)
 
-// setup rewrites the setup block: W, DEV and D take the demo's values, and
-// the README's values are remembered to normalise outputs.
+// setup rewrites a demo-setup block: W, DEV and D take the demo's values,
+// and the document's values are remembered to normalise outputs.
 func (d *demo) setup(b block) (string, error) {
 	ours := map[string]string{"W": d.srv.mgmt, "DEV": d.srv.device, "D": d.srv.dataDir}
 	var out []string
-	var repl []string
+	var pairs [][2]string
 	for _, l := range lines(b.body) {
 		m := assignment.FindStringSubmatch(l)
 		if m == nil {
@@ -463,7 +336,7 @@ func (d *demo) setup(b block) (string, error) {
 		}
 		delete(ours, m[1])
 		out = append(out, m[1]+"="+shellQuote(v))
-		repl = append(repl, v, m[2])
+		pairs = append(pairs, [2]string{v, m[2]})
 	}
 	if len(ours) > 0 {
 		var names []string
@@ -473,72 +346,64 @@ func (d *demo) setup(b block) (string, error) {
 		sort.Strings(names)
 		return "", fmt.Errorf("the setup block must assign %s (one NAME=value a line)", strings.Join(names, ", "))
 	}
-	// Longest first, so that a folder inside another is replaced whole.
-	pairs := make([][2]string, 0, len(repl)/2)
-	for i := 0; i < len(repl); i += 2 {
-		pairs = append(pairs, [2]string{repl[i], repl[i+1]})
-	}
 	sort.Slice(pairs, func(i, j int) bool { return len(pairs[i][0]) > len(pairs[j][0]) })
 	var args []string
 	for _, p := range pairs {
 		args = append(args, p[0], p[1])
 	}
-	d.normal = strings.NewReplacer(args...)
+	d.toDoc = strings.NewReplacer(args...)
 	return strings.Join(out, "\n") + "\n", nil
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-func (d *demo) command(b block) (*exec.Cmd, string, error) {
+// command is a block's text as the demo runs it: the bound placeholders
+// replaced by their values, the document's addresses by the demo's.
+func (d *demo) command(b block) (string, error) {
 	body, err := d.bound.substitute(b.body)
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
-	cmd := exec.Command("bash", "-c", "set -eo pipefail\n"+d.prelude+body)
-	cmd.Dir = d.root
-	cmd.Env = append(os.Environ(), "WFM_DATA_DIR="+d.srv.dataDir, "WFM_DEVICE_LISTEN="+d.srv.devAddr)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return cmd, body, nil
+	if b.kind == "setup" {
+		return body, nil
+	}
+	return d.toDemo.Replace(body), nil
 }
 
 // step runs one command (again and again with poll) and compares its
-// output with the expect block that follows it (none: no output).
-func (d *demo) step(ctx context.Context, readme string, b block, want *block) error {
+// answer with the expect block that follows it; without one, the answer
+// must not be a problem document.
+func (d *demo) step(ctx context.Context, b block, want *block) error {
 	deadline := time.Now().Add(waitFor)
+	started := time.Now()
 	for {
-		cmd, body, err := d.command(b)
+		body, err := d.command(b)
 		if err != nil {
 			return err
 		}
-		var out, errOut strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		cctx, cancel := context.WithTimeout(ctx, commandTime)
-		if err := cmd.Start(); err != nil {
-			cancel()
-			return err
-		}
-		stopped := context.AfterFunc(cctx, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-		err = cmd.Wait()
-		stopped()
-		cancel()
+		out, errOut, err := d.sh.run(ctx, body, commandTime)
+		got := d.toDoc.Replace(out)
 		if err != nil {
-			return fmt.Errorf("the command failed (%v):\n%s\nstderr:\n%s", err, body, errOut.String())
-		}
-		got := d.normal.Replace(out.String())
-		if d.verbose {
-			fmt.Fprintf(d.stdout, "%s", got)
+			return fmt.Errorf("%w:\n%s\nstdout:\n%s\nstderr:\n%s", err, b.body, got, d.toDoc.Replace(errOut))
 		}
 		try := d.bound.clone()
-		diffs := compare(try, want, got)
+		var diffs []string
+		switch problem := problemIn(got); {
+		case want != nil:
+			diffs = compare(try, want, got)
+		case b.problem != "" && problem != b.problem:
+			diffs = []string{fmt.Sprintf("the document shows the refusal %s, the answer is %q", b.problem, problem)}
+		case b.problem == "" && problem != "":
+			diffs = []string{"the answer is a problem document, which the document does not show: " + problem}
+		}
 		if len(diffs) == 0 {
 			d.bound = try
+			d.show(b, got, time.Since(started), want != nil)
 			return nil
 		}
 		if !b.poll || time.Now().After(deadline) || ctx.Err() != nil {
 			if b.poll {
 				diffs = append(diffs, fmt.Sprintf("(still different after polling for %s)", waitFor))
 			}
-			return &mismatch{readme: readme, b: b, cmd: body, diffs: diffs, got: got}
+			return &mismatch{doc: d.doc, b: b, cmd: body, diffs: diffs, got: got}
 		}
 		select {
 		case <-ctx.Done():
@@ -547,12 +412,165 @@ func (d *demo) step(ctx context.Context, readme string, b block, want *block) er
 	}
 }
 
+// problemType matches the type of a problem document in an answer.
+var problemType = regexp.MustCompile(`"type"\s*:\s*"[^"]*problems\.md#([a-z0-9-]+)"`)
+
+// problemIn returns the type of the first problem document in an answer,
+// "" when there is none.
+func problemIn(out string) string {
+	if m := problemType.FindStringSubmatch(out); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// show prints a block's command and (the start of) its answer.
+func (d *demo) show(b block, got string, took time.Duration, checked bool) {
+	what := "answered"
+	if checked {
+		what = "answered what the document shows"
+	}
+	fmt.Fprintf(d.stdout, "\n-- %s %s (%s)\n", d.where(b), what, took.Round(100*time.Millisecond))
+	d.showCommand(b.body)
+	d.showAnswer(got, d.verbose)
+}
+
+func (d *demo) showCommand(body string) {
+	for _, l := range lines(body) {
+		fmt.Fprintln(d.stdout, "   $ "+clip(l))
+	}
+}
+
+func (d *demo) showAnswer(got string, whole bool) {
+	ls := lines(got)
+	if len(ls) == 0 {
+		fmt.Fprintln(d.stdout, "   > (nothing)")
+		return
+	}
+	n := len(ls)
+	if !whole {
+		n = min(n, shownLines)
+	}
+	for _, l := range ls[:n] {
+		if !whole {
+			l = clip(l)
+		}
+		fmt.Fprintln(d.stdout, "   > "+l)
+	}
+	if n < len(ls) {
+		fmt.Fprintf(d.stdout, "   > … (%d more lines)\n", len(ls)-n)
+	}
+}
+
+// clip shortens a line for the demo's report.
+func clip(l string) string {
+	if r := []rune(l); len(r) > 160 {
+		return string(r[:159]) + "…"
+	}
+	return l
+}
+
+func (d *demo) startBackground(b block) error {
+	if _, ok := d.bg[b.bg]; ok {
+		return fmt.Errorf("background %q is already running", b.bg)
+	}
+	body, err := d.command(b)
+	if err != nil {
+		return err
+	}
+	bg, err := d.sh.background(b.bg, body)
+	if err != nil {
+		return err
+	}
+	d.bg[b.bg] = bg
+	d.bgOrder = append(d.bgOrder, b.bg)
+	fmt.Fprintf(d.stdout, "\n-- %s started in the background (%s; what it printed is shown at the end of the part)\n", d.where(b), b.bg)
+	d.showCommand(b.body)
+	return nil
+}
+
+// showBackground prints the start of what each background command printed.
+func (d *demo) showBackground() {
+	for _, name := range d.bgOrder {
+		fmt.Fprintf(d.stdout, "\n-- background %s printed:\n", name)
+		d.showAnswer(d.toDoc.Replace(d.bg[name].output()), d.verbose)
+	}
+}
+
+// expectBackground waits (bounded) until a background command printed as
+// many lines (text) or events (sse) as the block shows, and compares them.
+func (d *demo) expectBackground(ctx context.Context, b block) error {
+	bg, ok := d.bg[b.bg]
+	if !ok {
+		return fmt.Errorf("no background command %q started before", b.bg)
+	}
+	deadline := time.Now().Add(waitFor)
+	for {
+		raw := bg.unread()
+		var used int
+		switch b.lang {
+		case "sse":
+			used = eventsEnd(raw, len(sseEvents(b.body, false)))
+		default:
+			used = linesEnd(raw, len(lines(b.body)))
+		}
+		if used >= 0 {
+			got := d.toDoc.Replace(raw[:used])
+			try := d.bound.clone()
+			if diffs := compare(try, &b, got); len(diffs) > 0 {
+				return &mismatch{doc: d.doc, b: b, diffs: diffs, got: got}
+			}
+			d.bound = try
+			bg.read += used
+			fmt.Fprintf(d.stdout, "\n-- %s background %s printed what the document shows\n", d.where(b), b.bg)
+			d.showAnswer(got, d.verbose)
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return &mismatch{doc: d.doc, b: b, diffs: []string{fmt.Sprintf("not printed within %s", waitFor)}, got: d.toDoc.Replace(raw)}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// mismatch is a step whose output is not the document's.
+type mismatch struct {
+	doc   string
+	b     block
+	cmd   string
+	diffs []string
+	got   string
+}
+
+func (m *mismatch) Error() string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "%s:%d (%s): the output differs from the document\n", m.doc, m.b.line, m.b.section)
+	if m.cmd != "" {
+		s.WriteString("command:\n")
+		for _, l := range lines(m.cmd) {
+			s.WriteString("    " + l + "\n")
+		}
+	}
+	s.WriteString("differences:\n")
+	for _, d := range m.diffs {
+		s.WriteString("  - " + d + "\n")
+	}
+	s.WriteString("output (the demo's addresses and folder replaced by the document's):\n")
+	for _, l := range lines(m.got) {
+		s.WriteString("    " + l + "\n")
+	}
+	return s.String()
+}
+
 // compare matches an output with an expect block (nil: the output must be
 // empty).
 func compare(bd bindings, want *block, got string) []string {
 	if want == nil {
 		if strings.TrimSpace(got) != "" {
-			return []string{"the README shows no output for this command"}
+			return []string{"the document shows no output for this command"}
 		}
 		return nil
 	}
@@ -560,14 +578,14 @@ func compare(bd bindings, want *block, got string) []string {
 	case "json":
 		w, err := jsonValues(want.body)
 		if err != nil {
-			return []string{fmt.Sprintf("the README's expected JSON (line %d) does not parse: %v", want.line, err)}
+			return []string{fmt.Sprintf("the document's expected JSON (line %d) does not parse: %v", want.line, err)}
 		}
 		g, err := jsonValues(got)
 		if err != nil {
 			return []string{fmt.Sprintf("the output is not JSON: %v", err)}
 		}
 		if len(w) != len(g) {
-			return []string{fmt.Sprintf("the README shows %d JSON documents, got %d", len(w), len(g))}
+			return []string{fmt.Sprintf("the document shows %d JSON documents, got %d", len(w), len(g))}
 		}
 		var diffs []string
 		for i := range w {
@@ -606,66 +624,6 @@ func jsonValues(s string) ([]any, error) {
 		return nil, errors.New("no JSON at all")
 	}
 	return vs, nil
-}
-
-func (d *demo) startBackground(b block) error {
-	if _, ok := d.bg[b.bg]; ok {
-		return fmt.Errorf("background %q is already running", b.bg)
-	}
-	cmd, _, err := d.command(b)
-	if err != nil {
-		return err
-	}
-	bg := &background{cmd: cmd}
-	cmd.Stdout = bg
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	d.bg[b.bg] = bg
-	return nil
-}
-
-// expectBackground waits (bounded) until a background command printed as
-// many lines (text) or events (sse) as the block shows, and compares them.
-func (d *demo) expectBackground(ctx context.Context, readme string, b block) error {
-	bg, ok := d.bg[b.bg]
-	if !ok {
-		return fmt.Errorf("no background command %q started before", b.bg)
-	}
-	deadline := time.Now().Add(waitFor)
-	for {
-		raw := bg.unread()
-		var got string
-		var used int
-		switch b.lang {
-		case "sse":
-			want := sseEvents(b.body, false)
-			used = eventsEnd(raw, len(want))
-		default:
-			used = linesEnd(raw, len(lines(b.body)))
-		}
-		if used >= 0 {
-			got = d.normal.Replace(raw[:used])
-			try := d.bound.clone()
-			diffs := compare(try, &b, got)
-			if len(diffs) > 0 {
-				return &mismatch{readme: readme, b: b, diffs: diffs, got: got}
-			}
-			d.bound = try
-			bg.mu.Lock()
-			bg.read += used
-			bg.mu.Unlock()
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return &mismatch{readme: readme, b: b, diffs: []string{fmt.Sprintf("not printed within %s", waitFor)}, got: d.normal.Replace(raw)}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(pollEvery):
-		}
-	}
 }
 
 // linesEnd returns the length of the prefix of s holding its first n

@@ -102,7 +102,7 @@ func (b bindings) matchJSON(ptr string, want, got any) []string {
 	case map[string]any:
 		g, ok := got.(map[string]any)
 		if !ok {
-			return []string{fmt.Sprintf("%s: README has an object, got %s", ptr, show(got))}
+			return []string{fmt.Sprintf("%s: the document has an object, got %s", ptr, show(got))}
 		}
 		var diffs []string
 		_, abridged := w[more]
@@ -120,7 +120,7 @@ func (b bindings) matchJSON(ptr string, want, got any) []string {
 		if !abridged {
 			for _, k := range sortedKeys(g) {
 				if _, ok := w[k]; !ok {
-					diffs = append(diffs, fmt.Sprintf("%s: member %q = %s is not in the README (add it, or \"…\": \"…\" to abridge)", join(ptr, k), k, show(g[k])))
+					diffs = append(diffs, fmt.Sprintf("%s: member %q = %s is not in the document (add it, or \"…\": \"…\" to abridge)", join(ptr, k), k, show(g[k])))
 				}
 			}
 		}
@@ -128,14 +128,14 @@ func (b bindings) matchJSON(ptr string, want, got any) []string {
 	case []any:
 		g, ok := got.([]any)
 		if !ok {
-			return []string{fmt.Sprintf("%s: README has an array, got %s", ptr, show(got))}
+			return []string{fmt.Sprintf("%s: the document has an array, got %s", ptr, show(got))}
 		}
 		abridged := len(w) > 0 && w[len(w)-1] == more
 		if abridged {
 			w = w[:len(w)-1]
 		}
 		if len(g) < len(w) || !abridged && len(g) != len(w) {
-			return []string{fmt.Sprintf("%s: README has %d elements, got %d: %s", ptr, len(w), len(g), show(got))}
+			return []string{fmt.Sprintf("%s: the document has %d elements, got %d: %s", ptr, len(w), len(g), show(got))}
 		}
 		var diffs []string
 		for i := range w {
@@ -146,7 +146,7 @@ func (b bindings) matchJSON(ptr string, want, got any) []string {
 		switch g := got.(type) {
 		case string:
 			if !b.matchString(w, g) {
-				return []string{fmt.Sprintf("%s: README has %q, got %q", ptr, w, g)}
+				return []string{fmt.Sprintf("%s: the document has %q, got %q", ptr, w, g)}
 			}
 			return nil
 		case float64, bool:
@@ -156,10 +156,10 @@ func (b bindings) matchJSON(ptr string, want, got any) []string {
 				}
 			}
 		}
-		return []string{fmt.Sprintf("%s: README has %q, got %s", ptr, w, show(got))}
+		return []string{fmt.Sprintf("%s: the document has %q, got %s", ptr, w, show(got))}
 	default:
 		if show(want) != show(got) {
-			return []string{fmt.Sprintf("%s: README has %s, got %s", ptr, show(want), show(got))}
+			return []string{fmt.Sprintf("%s: the document has %s, got %s", ptr, show(want), show(got))}
 		}
 		return nil
 	}
@@ -198,11 +198,11 @@ func (b bindings) matchText(want, got string) []string {
 	for i := range max(len(wl), len(gl)) {
 		switch {
 		case i >= len(gl):
-			diffs = append(diffs, fmt.Sprintf("line %d: README has %q, got nothing", i+1, wl[i]))
+			diffs = append(diffs, fmt.Sprintf("line %d: the document has %q, got nothing", i+1, wl[i]))
 		case i >= len(wl):
 			diffs = append(diffs, fmt.Sprintf("line %d: got %q, which the README does not show", i+1, gl[i]))
 		case !b.matchString(wl[i], gl[i]):
-			diffs = append(diffs, fmt.Sprintf("line %d: README has %q, got %q", i+1, wl[i], gl[i]))
+			diffs = append(diffs, fmt.Sprintf("line %d: the document has %q, got %q", i+1, wl[i], gl[i]))
 		}
 	}
 	return diffs
@@ -253,13 +253,13 @@ func sseEvents(s string, complete bool) [][]string {
 // text with placeholders.
 func (b bindings) matchSSE(want, got [][]string) []string {
 	if len(got) < len(want) {
-		return []string{fmt.Sprintf("README has %d events, got %d", len(want), len(got))}
+		return []string{fmt.Sprintf("the document has %d events, got %d", len(want), len(got))}
 	}
 	var diffs []string
 	for i, we := range want {
 		ge := got[i]
 		if len(ge) != len(we) {
-			diffs = append(diffs, fmt.Sprintf("event %d: README has %d lines, got %d: %q", i+1, len(we), len(ge), ge))
+			diffs = append(diffs, fmt.Sprintf("event %d: the document has %d lines, got %d: %q", i+1, len(we), len(ge), ge))
 			continue
 		}
 		for j, wl := range we {
@@ -267,18 +267,18 @@ func (b bindings) matchSSE(want, got [][]string) []string {
 			wf, wv, _ := strings.Cut(wl, ": ")
 			gf, gv, _ := strings.Cut(gl, ": ")
 			if wf != gf {
-				diffs = append(diffs, fmt.Sprintf("event %d line %d: README has field %q, got %q", i+1, j+1, wf, gl))
+				diffs = append(diffs, fmt.Sprintf("event %d line %d: the document has field %q, got %q", i+1, j+1, wf, gl))
 				continue
 			}
 			if wf != "data" {
 				if !b.matchString(wv, gv) {
-					diffs = append(diffs, fmt.Sprintf("event %d %s: README has %q, got %q", i+1, wf, wv, gv))
+					diffs = append(diffs, fmt.Sprintf("event %d %s: the document has %q, got %q", i+1, wf, wv, gv))
 				}
 				continue
 			}
 			var w, g any
 			if err := json.Unmarshal([]byte(wv), &w); err != nil {
-				diffs = append(diffs, fmt.Sprintf("event %d data: the README's JSON does not parse: %v", i+1, err))
+				diffs = append(diffs, fmt.Sprintf("event %d data: the document's JSON does not parse: %v", i+1, err))
 				continue
 			}
 			if err := json.Unmarshal([]byte(gv), &g); err != nil {

@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func decode(t *testing.T, s string) any {
@@ -82,23 +86,67 @@ func TestMatchTextAndSSE(t *testing.T) {
 	}
 }
 
-// TestParseTour: only the tour section's marked blocks are read, and a
-// fence word the demo does not know is an error rather than a skipped step.
-func TestParseTour(t *testing.T) {
-	readme := strings.Join([]string{
-		"## Set-up", "```sh demo", "ignored", "```",
-		"## The first ten minutes", "```sh demo-setup", "W=x", "```", "```sh", "not a step", "```",
+// TestParseDoc: every sh block of a document is a step, indented ones
+// included; norun blocks carry their reason; a fence word the demo does
+// not know is an error rather than a skipped step.
+func TestParseDoc(t *testing.T) {
+	doc := strings.Join([]string{
+		"## Set-up", "```sh", "curl $W", "```", "```json", "{\"an\": \"example\"}", "```",
+		"## The first ten minutes", "```sh demo-setup", "W=x", "```",
 		"```sh demo poll", "curl $W", "```", "```json expect", "{}", "```",
-		"## Configuration", "```sh demo", "ignored", "```",
+		"## Containers", "```sh norun=\"needs docker: no engine here\"", "docker compose up", "```",
+		"- a list:", "", "  ```sh", "  curl $W/a", "  ```",
+		"```sh", "make run ARGS='-mgmt-tls-dev'   # prints …", "```",
 	}, "\n")
-	bs, err := parseTour(readme)
-	if err != nil {
-		t.Fatal(err)
+	bs, err := parseDoc(doc)
+	require.NoError(t, err)
+	require.Len(t, bs, 7, "%+v", bs)
+	assert.Equal(t, "run", bs[0].kind)
+	assert.Equal(t, "Set-up", bs[0].section)
+	assert.Equal(t, "setup", bs[1].kind)
+	assert.True(t, bs[2].kind == "run" && bs[2].poll && bs[2].line == 12, "%+v", bs[2])
+	assert.Equal(t, "expect", bs[3].kind)
+	assert.Equal(t, block{line: 19, section: "Containers", lang: "sh", kind: "skip", reason: "needs docker: no engine here", body: "docker compose up\n"}, bs[4])
+	assert.Equal(t, "curl $W/a\n", bs[5].body, "the list's indentation removed")
+	args, ok := bs[6].serverArgs()
+	assert.True(t, ok)
+	assert.Equal(t, []string{"-mgmt-tls-dev"}, args)
+	_, ok = bs[0].serverArgs()
+	assert.False(t, ok)
+	assert.Len(t, parts(bs), 2, "a demo-setup block starts a part of its own")
+
+	for _, bad := range []string{"demo pol", `norun=""`, `norun="unclosed`} {
+		_, err := parseDoc(strings.Replace(doc, "demo poll", bad, 1))
+		assert.Error(t, err, "parseDoc with the fence words %s", bad)
 	}
-	if len(bs) != 3 || bs[0].kind != "setup" || bs[1].kind != "run" || !bs[1].poll || bs[2].kind != "expect" || bs[1].line != 12 {
-		t.Errorf("parseTour = %+v", bs)
-	}
-	if _, err := parseTour(strings.Replace(readme, "demo poll", "demo pol", 1)); err == nil {
-		t.Error("parseTour accepted an unknown fence word")
-	}
+}
+
+// TestProblemIn: an answer holding a problem document is recognised by its
+// type, which names the problem.
+func TestProblemIn(t *testing.T) {
+	assert.Equal(t, "upgrade-path-required", problemIn(`{"type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#upgrade-path-required", "status": 422}`))
+	assert.Equal(t, "", problemIn(`{"id": "r-1", "state": "running"}`))
+}
+
+// TestShell: blocks run in one bash, as pasted into a terminal: a variable
+// set by one block is there for the next; a failed command fails its
+// block, one in a loop's condition does not; an answer without a final
+// newline is read whole.
+func TestShell(t *testing.T) {
+	dir := t.TempDir()
+	sh, err := startShell(dir, dir, []string{"PATH=/usr/bin:/bin"})
+	require.NoError(t, err)
+	defer sh.stop()
+	out, _, err := sh.run(t.Context(), "X=$(echo 42)\nprintf 'no newline'\n", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "no newline", out)
+	out, _, err = sh.run(t.Context(), "while false; do :; done\necho \"X=$X\"\n", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "X=42\n", out)
+	out, errOut, err := sh.run(t.Context(), "ls /no/such/folder\necho after\n", 10*time.Second)
+	assert.Error(t, err, "a failed command")
+	assert.Equal(t, "after\n", out)
+	assert.Contains(t, errOut, "/no/such/folder")
+	_, _, err = sh.run(t.Context(), "sleep 5\n", 200*time.Millisecond)
+	assert.Error(t, err, "a block past its time")
 }
