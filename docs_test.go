@@ -630,8 +630,8 @@ func TestAPIPageListsEveryOperation(t *testing.T) {
 	}
 }
 
-// TestContractStatesAreTheCodes: the states the contract declares are the
-// code's, in the same order, so that "exists in openapi.yaml or the code"
+// TestContractStatesAreTheCodes: the states (and the rollout causes and
+// waiting reasons) the contract declares are the code's, in the same order, so that "exists in openapi.yaml or the code"
 // means the same for both.
 func TestContractStatesAreTheCodes(t *testing.T) {
 	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
@@ -656,4 +656,11 @@ func TestContractStatesAreTheCodes(t *testing.T) {
 	require.Equal(t, strs(len(ds), func(i int) string { return string(ds[i]) }), enum("DeploymentState"))
 	require.Equal(t, strs(len(ops), func(i int) string { return string(ops[i]) }), enum("OperationState"))
 	require.Equal(t, strs(len(rs), func(i int) string { return string(rs[i]) }), enum("RolloutState"))
+	cs, ws := lifecycle.AllRolloutCauses(), lifecycle.AllWaitingReasons()
+	require.Equal(t, strs(len(cs), func(i int) string { return string(cs[i]) }), enum("RolloutCause"))
+	var waiting []string
+	for _, v := range doc.Components.Schemas["RolloutWaiting"].Value.Properties["reason"].Value.Enum {
+		waiting = append(waiting, v.(string))
+	}
+	require.Equal(t, strs(len(ws), func(i int) string { return string(ws[i]) }), waiting, "RolloutWaiting.reason")
 }

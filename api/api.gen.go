@@ -637,6 +637,7 @@ const (
 	RolloutCauseTargetVersionDeleted RolloutCause = "target-version-deleted"
 	RolloutCauseTargetVersionYanked  RolloutCause = "target-version-yanked"
 	RolloutCauseThresholdExceeded    RolloutCause = "threshold-exceeded"
+	RolloutCauseWaveEmptied          RolloutCause = "wave-emptied"
 )
 
 // Valid indicates whether the value is a known member of the RolloutCause enum.
@@ -667,6 +668,8 @@ func (e RolloutCause) Valid() bool {
 	case RolloutCauseTargetVersionYanked:
 		return true
 	case RolloutCauseThresholdExceeded:
+		return true
+	case RolloutCauseWaveEmptied:
 		return true
 	default:
 		return false
@@ -709,9 +712,11 @@ func (e RolloutState) Valid() bool {
 // Defines values for RolloutWaitingReason.
 const (
 	RolloutWaitingReasonApprovalRequired  RolloutWaitingReason = "approval-required"
+	RolloutWaitingReasonMembersInProgress RolloutWaitingReason = "members-in-progress"
 	RolloutWaitingReasonOperatorPaused    RolloutWaitingReason = "operator-paused"
 	RolloutWaitingReasonSoak              RolloutWaitingReason = "soak"
 	RolloutWaitingReasonThresholdExceeded RolloutWaitingReason = "threshold-exceeded"
+	RolloutWaitingReasonWaveEmptied       RolloutWaitingReason = "wave-emptied"
 	RolloutWaitingReasonWindow            RolloutWaitingReason = "window"
 )
 
@@ -720,11 +725,15 @@ func (e RolloutWaitingReason) Valid() bool {
 	switch e {
 	case RolloutWaitingReasonApprovalRequired:
 		return true
+	case RolloutWaitingReasonMembersInProgress:
+		return true
 	case RolloutWaitingReasonOperatorPaused:
 		return true
 	case RolloutWaitingReasonSoak:
 		return true
 	case RolloutWaitingReasonThresholdExceeded:
+		return true
+	case RolloutWaitingReasonWaveEmptied:
 		return true
 	case RolloutWaitingReasonWindow:
 		return true
@@ -1968,7 +1977,7 @@ type Rollout struct {
 	Rollback *RolloutRollbackOptions `json:"rollback,omitempty"`
 
 	// State running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
-	// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+	// approval, a threshold with `onThreshold: pause`, or a wave that emptied); succeeded: every wave passed; aborting: work in
 	// flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
 	// nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
 	// outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
@@ -1976,7 +1985,9 @@ type Rollout struct {
 	State RolloutState `json:"state"`
 
 	// StateCause Why a rollout entered its state. `started` (creation, no previous state); to paused:
-	// `operator-paused`, `approval-required`, `threshold-exceeded`; paused to running: `operator-resumed`,
+	// `operator-paused`, `approval-required`, `threshold-exceeded`, `wave-emptied` (the current wave had
+	// members and settled with none succeeded or failed: every one was excluded, removed or cancelled; `resume`
+	// passes it and the next wave starts); paused to running: `operator-resumed`,
 	// `approved`; to succeeded: `completed`; to cancelled: `operator-cancelled`; to aborting:
 	// `operator-aborted`, `threshold-exceeded` (with `onThreshold: abort`); aborting to aborted:
 	// `revert-finished`; to failed: `target-version-yanked`, `target-version-deleted`, `deadline-passed`.
@@ -1993,7 +2004,15 @@ type Rollout struct {
 	// Upgrade The options of an `upgrade` rollout, those of `POST /mgmt/v1/deployments/{id}/upgrade` for each member.
 	Upgrade *RolloutUpgradeOptions `json:"upgrade,omitempty"`
 
-	// Waiting Why the rollout starts nothing now, while it is running or paused.
+	// Waiting Why the rollout starts nothing now, while it is running or paused. Paused, the pause's cause:
+	// `approval-required`, `operator-paused`, `threshold-exceeded`, `wave-emptied`. Running: `soak` (the
+	// settled wave soaks until `until`), `window` (outside the daily window until `until`),
+	// `members-in-progress` (the current wave waits for the operations of its members in progress, because
+	// each of its members started or because `maxInFlight` operations are in flight: `count` says how many,
+	// `oldestMember` names the one in progress the longest and when its device was last seen).
+	//
+	//
+	// Example: {"count":1,"message":"Wave 1 waits for 1 member operation in progress. The oldest, deployment 6affc112-1ed3-4df3-9069-d2c157a02c59 on device plant-alfa/edge-042, is in progress since 2026-12-01T12:00:00Z; its device has never contacted wfm (is its agent running?).","oldestMember":{"clientId":"plant-alfa","deploymentId":"6affc112-1ed3-4df3-9069-d2c157a02c59","deviceId":"edge-042","lastSeenAt":null,"operationId":"0b9d4a3e-2f7c-4a51-9d0e-3c1f5e8a7b21","since":"2026-12-01T12:00:00Z"},"reason":"members-in-progress"}
 	Waiting *RolloutWaiting `json:"waiting,omitempty"`
 	Waves   []RolloutWave   `json:"waves"`
 
@@ -2017,7 +2036,9 @@ type RolloutAbort struct {
 type RolloutAction string
 
 // RolloutCause Why a rollout entered its state. `started` (creation, no previous state); to paused:
-// `operator-paused`, `approval-required`, `threshold-exceeded`; paused to running: `operator-resumed`,
+// `operator-paused`, `approval-required`, `threshold-exceeded`, `wave-emptied` (the current wave had
+// members and settled with none succeeded or failed: every one was excluded, removed or cancelled; `resume`
+// passes it and the next wave starts); paused to running: `operator-resumed`,
 // `approved`; to succeeded: `completed`; to cancelled: `operator-cancelled`; to aborting:
 // `operator-aborted`, `threshold-exceeded` (with `onThreshold: abort`); aborting to aborted:
 // `revert-finished`; to failed: `target-version-yanked`, `target-version-deleted`, `deadline-passed`.
@@ -2176,7 +2197,7 @@ type RolloutRollbackOptions struct {
 }
 
 // RolloutState running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
-// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+// approval, a threshold with `onThreshold: pause`, or a wave that emptied); succeeded: every wave passed; aborting: work in
 // flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
 // nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
 // outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
@@ -2217,7 +2238,9 @@ type RolloutTransition struct {
 	At    time.Time `json:"at"`
 
 	// Cause Why a rollout entered its state. `started` (creation, no previous state); to paused:
-	// `operator-paused`, `approval-required`, `threshold-exceeded`; paused to running: `operator-resumed`,
+	// `operator-paused`, `approval-required`, `threshold-exceeded`, `wave-emptied` (the current wave had
+	// members and settled with none succeeded or failed: every one was excluded, removed or cancelled; `resume`
+	// passes it and the next wave starts); paused to running: `operator-resumed`,
 	// `approved`; to succeeded: `completed`; to cancelled: `operator-cancelled`; to aborting:
 	// `operator-aborted`, `threshold-exceeded` (with `onThreshold: abort`); aborting to aborted:
 	// `revert-finished`; to failed: `target-version-yanked`, `target-version-deleted`, `deadline-passed`.
@@ -2227,7 +2250,7 @@ type RolloutTransition struct {
 	Detail *string `json:"detail,omitempty"`
 
 	// From running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
-	// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+	// approval, a threshold with `onThreshold: pause`, or a wave that emptied); succeeded: every wave passed; aborting: work in
 	// flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
 	// nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
 	// outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
@@ -2235,7 +2258,7 @@ type RolloutTransition struct {
 	From *RolloutState `json:"from,omitempty"`
 
 	// To running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
-	// approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+	// approval, a threshold with `onThreshold: pause`, or a wave that emptied); succeeded: every wave passed; aborting: work in
 	// flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
 	// nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
 	// outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
@@ -2269,18 +2292,58 @@ type RolloutUpgradeOptions struct {
 	Timeout *Duration `json:"timeout,omitempty"`
 }
 
-// RolloutWaiting Why the rollout starts nothing now, while it is running or paused.
+// RolloutWaiting Why the rollout starts nothing now, while it is running or paused. Paused, the pause's cause:
+// `approval-required`, `operator-paused`, `threshold-exceeded`, `wave-emptied`. Running: `soak` (the
+// settled wave soaks until `until`), `window` (outside the daily window until `until`),
+// `members-in-progress` (the current wave waits for the operations of its members in progress, because
+// each of its members started or because `maxInFlight` operations are in flight: `count` says how many,
+// `oldestMember` names the one in progress the longest and when its device was last seen).
+//
+// Example: {"count":1,"message":"Wave 1 waits for 1 member operation in progress. The oldest, deployment 6affc112-1ed3-4df3-9069-d2c157a02c59 on device plant-alfa/edge-042, is in progress since 2026-12-01T12:00:00Z; its device has never contacted wfm (is its agent running?).","oldestMember":{"clientId":"plant-alfa","deploymentId":"6affc112-1ed3-4df3-9069-d2c157a02c59","deviceId":"edge-042","lastSeenAt":null,"operationId":"0b9d4a3e-2f7c-4a51-9d0e-3c1f5e8a7b21","since":"2026-12-01T12:00:00Z"},"reason":"members-in-progress"}
 type RolloutWaiting struct {
-	// Message Example: wave 2 waits for approve
-	Message string               `json:"message"`
-	Reason  RolloutWaitingReason `json:"reason"`
+	// Count For `members-in-progress`, how many members of the current wave are in progress.
+	Count *int `json:"count,omitempty"`
 
-	// Until When the wait ends by itself (soak, window); absent when it needs an operator.
+	// Message Example: wave 2 waits for approve
+	Message string `json:"message"`
+
+	// OldestMember The member of the current wave in progress the longest (members start in their stable order, so the
+	// first one in progress in that order), for a `members-in-progress` wait: which device holds the wave up,
+	// and whether its agent is there at all.
+	OldestMember *RolloutWaitingMember `json:"oldestMember,omitempty"`
+	Reason       RolloutWaitingReason  `json:"reason"`
+
+	// Until When the wait ends by itself (soak, window); absent when it needs an operator or the members' operations.
 	Until *time.Time `json:"until,omitempty"`
 }
 
 // RolloutWaitingReason defines model for RolloutWaiting.Reason.
 type RolloutWaitingReason string
+
+// RolloutWaitingMember The member of the current wave in progress the longest (members start in their stable order, so the
+// first one in progress in that order), for a `members-in-progress` wait: which device holds the wave up,
+// and whether its agent is there at all.
+type RolloutWaitingMember struct {
+	// ClientId A WFM client's id, the last segment of its SPIFFE ID spiffe://<trust-domain>/margo/wfm/<wfm-id>/client/<client-id>: 1 to 128 characters of [A-Za-z0-9._-], and not "." or ".." (dot segments, which a SPIFFE ID cannot hold: accepting such a client is refused with 422).
+	//
+	// Example: plant-alfa-agent
+	ClientId ClientId `json:"clientId"`
+
+	// DeploymentId The member's deployment (for install, the one its operation creates).
+	DeploymentId *openapi_types.UUID `json:"deploymentId,omitempty"`
+	DeviceId     DeviceId            `json:"deviceId"`
+
+	// LastSeenAt When the member's device was last seen on the device API (as the device's `lastSeenAt`: it may lag
+	// by up to a minute); `null` when it has never been seen. Earlier than `since`: the device has not
+	// contacted wfm since the operation started (is its agent running?).
+	LastSeenAt *time.Time `json:"lastSeenAt"`
+
+	// OperationId The member's operation.
+	OperationId *openapi_types.UUID `json:"operationId,omitempty"`
+
+	// Since When the member's operation started.
+	Since time.Time `json:"since"`
+}
 
 // RolloutWave defines model for RolloutWave.
 type RolloutWave struct {

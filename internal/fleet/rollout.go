@@ -89,9 +89,10 @@ type Rollout struct {
 	Waiting *RolloutWaiting
 	// Abort is the abort asked (by an operator, or a threshold); nil when none.
 	Abort *RolloutAbort
-	// ThresholdAccepted: an operator resumed the rollout after its current
-	// wave exceeded a threshold; the wave passes as it is once settled.
-	ThresholdAccepted bool
+	// WaveAccepted: an operator resumed the rollout after its current
+	// wave exceeded a threshold or emptied (lifecycle.ResumeAcceptsWave);
+	// the wave passes as it is once settled.
+	WaveAccepted bool
 
 	CreatedAt, UpdatedAt time.Time
 	CreatedBy            string
@@ -131,21 +132,9 @@ type RolloutWave struct {
 	ApprovedBy                                              string
 }
 
-// Reasons a rollout waits (the contract's RolloutWaiting.reason).
-const (
-	WaitingApproval  = "approval-required"
-	WaitingPaused    = "operator-paused"
-	WaitingThreshold = "threshold-exceeded"
-	WaitingSoak      = "soak"
-	WaitingWindow    = "window"
-)
-
-// RolloutWaiting is why a rollout waits, and until when when known.
-type RolloutWaiting struct {
-	Reason  string
-	Message string
-	Until   time.Time // zero: until an action
-}
+// RolloutWaiting is why a rollout waits, and until when when known
+// (decided by lifecycle.DecideRolloutStep and lifecycle.PausedWaiting).
+type RolloutWaiting = lifecycle.RolloutWaiting
 
 // RolloutAbort is the abort a rollout was asked.
 type RolloutAbort struct {

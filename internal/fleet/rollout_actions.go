@@ -52,14 +52,15 @@ func (s *Service) PauseRollout(ctx context.Context, id string, actor Actor, expe
 			return unchanged(r), nil
 		}
 		now := s.now().UTC()
-		c := RolloutChange{Waiting: waitingFor(lifecycle.RolloutCauseOperatorPaused, "Paused by "+actor.ID+".", zeroTime())}
+		c := RolloutChange{Waiting: lifecycle.PausedWaiting(lifecycle.RolloutCauseOperatorPaused, "Paused by "+actor.ID+".")}
 		return s.move(c, r, lifecycle.RolloutPaused, lifecycle.RolloutCauseOperatorPaused, actor.ID, "", now)
 	})
 }
 
-// ResumeRollout resumes a rollout an operator or a threshold paused (cause
-// operator-resumed; after a threshold pause the wave's thresholds are
-// accepted); resuming a running one changes nothing. A rollout waiting for
+// ResumeRollout resumes a rollout an operator, a threshold or an emptied
+// wave paused (cause operator-resumed; after a threshold or an emptied
+// wave the wave is accepted as it is: lifecycle.ResumeAcceptsWave);
+// resuming a running one changes nothing. A rollout waiting for
 // approval is refused (ECONFLICT): approve it. Errors as PauseRollout.
 func (s *Service) ResumeRollout(ctx context.Context, id string, actor Actor, expect Precondition) (Rollout, error) {
 	return s.act(ctx, id, expect, func(r Rollout) (RolloutChange, error) {
@@ -70,9 +71,11 @@ func (s *Service) ResumeRollout(ctx context.Context, id string, actor Actor, exp
 			return RolloutChange{}, stateConflict(r, "wave "+itoa(r.CurrentWave)+" waits for approval (approve), not for resume")
 		}
 		c := RolloutChange{}
-		if r.State == lifecycle.RolloutPaused && r.Cause == lifecycle.RolloutCauseThresholdExceeded {
+		if r.State == lifecycle.RolloutPaused && lifecycle.ResumeAcceptsWave(r.Cause) {
+			// The wave passes as it is once settled: after a threshold
+			// with its failures, after it emptied at once.
 			accepted := true
-			c.ThresholdAccepted = &accepted
+			c.WaveAccepted = &accepted
 			c.Waves = r.Waves
 			if w := &c.Waves[r.CurrentWave-1]; w.State == WaveFailed {
 				w.State, w.FinishedAt = WavePublishing, zeroTime()

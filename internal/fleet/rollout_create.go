@@ -531,7 +531,7 @@ func (s *Service) CreateRollout(ctx context.Context, req RolloutRequest, actor A
 			// current ETag. Its history has both moves.
 			r.History = []RolloutTransition{{To: r.State, Cause: r.Cause, At: now, Actor: createdBy},
 				{From: r.State, To: dec.To, Cause: dec.Cause, At: now, Actor: lifecycle.ActorScheduler, Detail: dec.Reason}}
-			r.Waiting = waitingFor(dec.Cause, dec.Reason, time.Time{})
+			r.Waiting = dec.Waiting
 			err = errors.Join(err, add(lifecycle.RolloutStateChangedBody{From: r.State, To: dec.To, Cause: dec.Cause, Detail: dec.Reason}))
 			r.State, r.Cause = dec.To, dec.Cause
 		}

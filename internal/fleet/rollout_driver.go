@@ -194,7 +194,7 @@ func (s *Service) visitRollout(ctx context.Context, id string) error {
 // the abort's outstanding work are the caller's to add).
 func stepInput(r Rollout, settings lifecycle.RolloutSettings, now time.Time) lifecycle.RolloutStepInput {
 	in := lifecycle.RolloutStepInput{Now: now, State: r.State, Deadline: r.DeadlineAt, Waves: make([]lifecycle.Wave, len(r.Waves)),
-		Counts: make([]lifecycle.WaveCounts, len(r.Waves)), Wave: r.CurrentWave - 1, ThresholdAccepted: r.ThresholdAccepted,
+		Counts: make([]lifecycle.WaveCounts, len(r.Waves)), Wave: r.CurrentWave - 1, WaveAccepted: r.WaveAccepted,
 		MaxInFlight: settings.MaxInFlight, Window: settings.Window, OnThreshold: settings.OnThreshold}
 	for i, w := range r.Waves {
 		in.Waves[i], in.Counts[i] = w.Wave, w.Counts
@@ -208,11 +208,30 @@ func stepInput(r Rollout, settings lifecycle.RolloutSettings, now time.Time) lif
 // (the lease was released).
 func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle.RolloutSettings) (bool, error) {
 	now := s.now().UTC()
+	in, dec, err := s.decideStep(ctx, r, settings, now)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case dec.Publish > 0:
+		return s.publishStep(ctx, r, settings, in.Wave, dec.Publish, now)
+	case dec.NextWave:
+		return false, s.nextWaveStep(ctx, r, dec, now)
+	case dec.To != "":
+		return false, s.moveStep(ctx, r, dec, now)
+	}
+	return s.waitStep(ctx, r, dec, now)
+}
+
+// decideStep loads what lifecycle.DecideRolloutStep decides r's next step
+// on (the abort's outstanding work, the target version's fate, and, for a
+// wave that waits for its members, the oldest of them) and decides it.
+func (s *Service) decideStep(ctx context.Context, r Rollout, settings lifecycle.RolloutSettings, now time.Time) (lifecycle.RolloutStepInput, lifecycle.RolloutDecision, error) {
 	in := stepInput(r, settings, now)
 	if r.State == lifecycle.RolloutAborting {
 		outstanding, err := s.driveAbort(ctx, r)
 		if err != nil {
-			return false, err
+			return in, lifecycle.RolloutDecision{}, err
 		}
 		in.Outstanding = outstanding
 	}
@@ -222,90 +241,109 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 		case lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND:
 			in.TargetDeleted = true
 		case err != nil:
-			return false, err
+			return in, lifecycle.RolloutDecision{}, err
 		default:
 			in.TargetYanked = v.Yanked
 		}
 	}
 	dec, err := lifecycle.DecideRolloutStep(in)
+	if err == nil && dec.Wait == lifecycle.WaitInFlight {
+		// The wave waits for its members: its waiting names the oldest,
+		// read only now (the other decisions do not need it).
+		if in.Oldest, err = s.oldestInProgress(ctx, r.ID, r.CurrentWave); err != nil {
+			return in, lifecycle.RolloutDecision{}, err
+		}
+		dec, err = lifecycle.DecideRolloutStep(in)
+	}
+	return in, dec, err
+}
+
+// publishStep starts n pending members of wave (from 0) of r; the visit
+// ends.
+func (s *Service) publishStep(ctx context.Context, r Rollout, settings lifecycle.RolloutSettings, wave, n int, now time.Time) (bool, error) {
+	ms, err := s.store.ReserveRolloutMembers(ctx, r.ID, s.leaseOwner, r.Generation, wave, min(n, maxPublishPerVisit), now)
 	if err != nil {
 		return false, err
 	}
-	switch {
-	case dec.Publish > 0:
-		ms, err := s.store.ReserveRolloutMembers(ctx, r.ID, s.leaseOwner, r.Generation, in.Wave, min(dec.Publish, maxPublishPerVisit), now)
-		if err != nil {
-			return false, err
-		}
-		if len(ms) == 0 {
-			return false, errRolloutMoved // or the lease was lost: release checks
-		}
-		if err := s.publishMembers(ctx, r, settings, ms); err != nil {
-			return false, err
-		}
-		if _, _, err = s.store.SyncRolloutMembers(ctx, r.ID, now); err != nil {
-			return false, err
-		}
-		// Due again at the next pass, which publishes the steps of these
-		// operations first (publishMembers woke the scheduler).
-		s.release(ctx, r.ID)
-		return true, nil
-	case dec.NextWave:
-		_, err := s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
-			if cur.Generation != r.Generation {
-				return RolloutChange{}, errRolloutMoved
-			}
-			waves := cur.Waves
-			i := cur.CurrentWave - 1
-			waves[i].State, waves[i].FinishedAt = WavePassed, now
-			next, accepted := cur.CurrentWave+1, false
-			c := RolloutChange{Waves: waves, CurrentWave: &next, ThresholdAccepted: &accepted, Bump: true}
-			if dec.WaveSettled {
-				if err := s.settle(&c, cur, i, now); err != nil {
-					return RolloutChange{}, err
-				}
-				waves[i].State = WavePassed // no soak to wait for
-			}
-			if !startWave(&waves[i+1], now) {
-				return c, nil // a manual wave: started by approve
-			}
-			ev, err := s.rolloutEvent(now, lifecycle.ActorScheduler, cur, lifecycle.RolloutWaveStartedBody{Wave: next, Size: waves[i+1].ResolvedSize})
-			c.Events = append(c.Events, ev...)
-			return c, err
-		}, now)
-		return false, err
-	case dec.To != "":
-		_, err := s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
-			if cur.Generation != r.Generation {
-				return RolloutChange{}, errRolloutMoved
-			}
-			c := RolloutChange{Waves: cur.Waves}
-			i := cur.CurrentWave - 1
-			if dec.WaveSettled {
-				if err := s.settle(&c, cur, i, now); err != nil {
-					return RolloutChange{}, err
-				}
-			}
-			detail := dec.Reason
-			if dec.Breach != nil {
-				c.Waves[i].State = WaveFailed
-				c.Waves[i].FinishedAt = now
-			}
-			if dec.To == lifecycle.RolloutSucceeded {
-				c.Waves[i].State, c.Waves[i].FinishedAt = WavePassed, now
-			}
-			if dec.To == lifecycle.RolloutAborting {
-				c.Abort = &RolloutAbort{Revert: cur.Request.RevertOnAbort, RequestedBy: lifecycle.ActorScheduler, Reason: detail, At: now}
-			}
-			if dec.To == lifecycle.RolloutPaused {
-				c.Waiting = waitingFor(dec.Cause, detail, time.Time{})
-			}
-			return s.move(c, cur, dec.To, dec.Cause, lifecycle.ActorScheduler, detail, now)
-		}, now)
+	if len(ms) == 0 {
+		return false, errRolloutMoved // or the lease was lost: release checks
+	}
+	if err := s.publishMembers(ctx, r, settings, ms); err != nil {
 		return false, err
 	}
-	// A wait: record why and when to look again, and end the visit.
-	_, err = s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+	if _, _, err = s.store.SyncRolloutMembers(ctx, r.ID, now); err != nil {
+		return false, err
+	}
+	// Due again at the next pass, which publishes the steps of these
+	// operations first (publishMembers woke the scheduler).
+	s.release(ctx, r.ID)
+	return true, nil
+}
+
+// nextWaveStep passes r's current wave and starts the next one (a manual
+// one waits for approve).
+func (s *Service) nextWaveStep(ctx context.Context, r Rollout, dec lifecycle.RolloutDecision, now time.Time) error {
+	_, err := s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+		if cur.Generation != r.Generation {
+			return RolloutChange{}, errRolloutMoved
+		}
+		waves := cur.Waves
+		i := cur.CurrentWave - 1
+		waves[i].State, waves[i].FinishedAt = WavePassed, now
+		next, accepted := cur.CurrentWave+1, false
+		c := RolloutChange{Waves: waves, CurrentWave: &next, WaveAccepted: &accepted, Bump: true}
+		if dec.WaveSettled {
+			if err := s.settle(&c, cur, i, now); err != nil {
+				return RolloutChange{}, err
+			}
+			waves[i].State = WavePassed // no soak to wait for
+		}
+		if !startWave(&waves[i+1], now) {
+			return c, nil // a manual wave: started by approve
+		}
+		ev, err := s.rolloutEvent(now, lifecycle.ActorScheduler, cur, lifecycle.RolloutWaveStartedBody{Wave: next, Size: waves[i+1].ResolvedSize})
+		c.Events = append(c.Events, ev...)
+		return c, err
+	}, now)
+	return err
+}
+
+// moveStep moves r to the state dec decided, with what the move does to
+// the current wave.
+func (s *Service) moveStep(ctx context.Context, r Rollout, dec lifecycle.RolloutDecision, now time.Time) error {
+	_, err := s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
+		if cur.Generation != r.Generation {
+			return RolloutChange{}, errRolloutMoved
+		}
+		c := RolloutChange{Waves: cur.Waves}
+		i := cur.CurrentWave - 1
+		if dec.WaveSettled {
+			if err := s.settle(&c, cur, i, now); err != nil {
+				return RolloutChange{}, err
+			}
+		}
+		detail := dec.Reason
+		if dec.Breach != nil {
+			c.Waves[i].State = WaveFailed
+			c.Waves[i].FinishedAt = now
+		}
+		if dec.To == lifecycle.RolloutSucceeded {
+			c.Waves[i].State, c.Waves[i].FinishedAt = WavePassed, now
+		}
+		if dec.To == lifecycle.RolloutAborting {
+			c.Abort = &RolloutAbort{Revert: cur.Request.RevertOnAbort, RequestedBy: lifecycle.ActorScheduler, Reason: detail, At: now}
+		}
+		if dec.To == lifecycle.RolloutPaused {
+			c.Waiting = dec.Waiting
+		}
+		return s.move(c, cur, dec.To, dec.Cause, lifecycle.ActorScheduler, detail, now)
+	}, now)
+	return err
+}
+
+// waitStep records why r waits and when to look again, and ends the visit.
+func (s *Service) waitStep(ctx context.Context, r Rollout, dec lifecycle.RolloutDecision, now time.Time) (bool, error) {
+	_, err := s.driverUpdate(ctx, r.ID, func(cur Rollout) (RolloutChange, error) {
 		if cur.Generation != r.Generation {
 			return RolloutChange{}, errRolloutMoved
 		}
@@ -316,13 +354,9 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 				return RolloutChange{}, err
 			}
 		}
-		switch dec.Wait {
-		case lifecycle.WaitPaused:
-			c.Waiting = cur.Waiting
-		case lifecycle.WaitSoak:
-			c.Waiting = &RolloutWaiting{Reason: WaitingSoak, Message: dec.Reason, Until: dec.Recheck}
-		case lifecycle.WaitWindow:
-			c.Waiting = &RolloutWaiting{Reason: WaitingWindow, Message: dec.Reason, Until: dec.Recheck}
+		c.Waiting = dec.Waiting
+		if dec.Wait == lifecycle.WaitPaused {
+			c.Waiting = cur.Waiting // the pause's
 		}
 		// Members in flight: look at each pass (their operations end
 		// without touching the rollout); otherwise at the decision's
@@ -345,6 +379,30 @@ func (s *Service) stepRollout(ctx context.Context, r Rollout, settings lifecycle
 	return true, err
 }
 
+// oldestInProgress reads the member of wave (from 1) of rollout id in
+// progress the longest, with its device's last contact, for the waiting
+// of a wave that waits for its members (nil when none is in progress).
+// Members start in their stable order, so the first one in progress in
+// that order is the one that started first.
+func (s *Service) oldestInProgress(ctx context.Context, id string, wave int) (*lifecycle.WaitingMember, error) {
+	ms, err := s.store.RolloutMembers(ctx, id, MemberFilter{Wave: wave, Status: lifecycle.MemberInProgress}, -1, 1)
+	if err != nil || len(ms) == 0 {
+		return nil, err
+	}
+	m := ms[0]
+	o := &lifecycle.WaitingMember{DeploymentID: m.DeploymentID, ClientID: m.ClientID, DeviceID: m.DeviceID, OperationID: m.OperationID, Since: m.UpdatedAt}
+	d, err := s.store.Device(ctx, m.ClientID, m.DeviceID)
+	switch {
+	case lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND:
+		// Unregistered meanwhile: the next sync removes the member.
+	case err != nil:
+		return nil, err
+	default:
+		o.LastSeenAt = d.LastSeenAt
+	}
+	return o, nil
+}
+
 // startWave starts w (publishing, from now) and reports whether it did: a
 // manual wave not yet approved stays pending (ApproveRollout starts it).
 func startWave(w *RolloutWave, now time.Time) bool {
@@ -355,15 +413,15 @@ func startWave(w *RolloutWave, now time.Time) bool {
 	return true
 }
 
-// settle records that wave i settled at now (its soak runs from then), with
-// its wave_settled event.
+// settle records that wave i settled at now (its soak runs from then; an
+// emptied wave has nothing to soak), with its wave_settled event.
 func (s *Service) settle(c *RolloutChange, r Rollout, i int, now time.Time) error {
 	w := &c.Waves[i]
 	w.SettledAt = now
-	if w.Soak > 0 {
+	k := r.Waves[i].Counts
+	if w.Soak > 0 && !k.Emptied() {
 		w.State, w.SoakUntil = WaveSoaking, now.Add(w.Soak)
 	}
-	k := r.Waves[i].Counts
 	ev, err := s.rolloutEvent(now, lifecycle.ActorScheduler, r, lifecycle.RolloutWaveSettledBody{Wave: i + 1, Succeeded: k.Succeeded, Failed: k.Failed,
 		Cancelled: k.Cancelled, Removed: k.Removed, Excluded: k.Excluded})
 	c.Events = append(c.Events, ev...)
@@ -419,18 +477,6 @@ func (s *Service) move(c RolloutChange, r Rollout, to lifecycle.RolloutState, ca
 	ev, err := s.rolloutEvent(now, actor, r, lifecycle.RolloutStateChangedBody{From: r.State, To: to, Cause: cause, Detail: detail})
 	c.Events = append(c.Events, ev...)
 	return c, err
-}
-
-// waitingFor is the waiting of a rollout paused for cause.
-func waitingFor(cause lifecycle.RolloutCause, msg string, until time.Time) *RolloutWaiting {
-	reason := WaitingPaused
-	switch cause {
-	case lifecycle.RolloutCauseApprovalRequired:
-		reason = WaitingApproval
-	case lifecycle.RolloutCauseThresholdExceeded:
-		reason = WaitingThreshold
-	}
-	return &RolloutWaiting{Reason: reason, Message: msg, Until: until}
 }
 
 // rolloutEvent returns the event of body about rollout r.

@@ -180,12 +180,12 @@ type RolloutChange struct {
 	Detail string
 	// Waves, when not nil, replace the stored waves (without counts).
 	Waves []RolloutWave
-	// CurrentWave, WaveApproved, ThresholdAccepted, Abort: when not nil,
+	// CurrentWave, WaveApproved, WaveAccepted, Abort: when not nil,
 	// replace the stored values.
-	CurrentWave       *int
-	WaveApproved      *bool
-	ThresholdAccepted *bool
-	Abort             *RolloutAbort
+	CurrentWave  *int
+	WaveApproved *bool
+	WaveAccepted *bool
+	Abort        *RolloutAbort
 	// CancelPending moves the pending members to cancelled.
 	CancelPending bool
 	// Members are per-member changes.
@@ -210,5 +210,5 @@ type RolloutChange struct {
 // rather than only the driver's bookkeeping (waiting, recheck, lease).
 func (c RolloutChange) Changes() bool {
 	return c.To != "" || c.Bump || c.Abort != nil || c.CancelPending || len(c.Members) > 0 || c.Waves != nil ||
-		c.CurrentWave != nil || c.ThresholdAccepted != nil || c.WaveApproved != nil || len(c.Events) > 0
+		c.CurrentWave != nil || c.WaveAccepted != nil || c.WaveApproved != nil || len(c.Events) > 0
 }

@@ -327,10 +327,22 @@ func rolloutBody(r fleet.Rollout) api.Rollout {
 		out.CurrentWave = ptr(r.CurrentWave)
 	}
 	if w := r.Waiting; w != nil {
-		out.Waiting = &api.RolloutWaiting{Reason: api.RolloutWaitingReason(w.Reason), Message: w.Message, Until: timePtr(w.Until)}
+		out.Waiting = waitingBody(*w)
 	}
 	if a := r.Abort; a != nil {
 		out.Abort = &api.RolloutAbort{Revert: a.Revert, Forced: a.Forced, Reason: nonEmpty(a.Reason), RequestedBy: a.RequestedBy, At: a.At}
+	}
+	return out
+}
+
+func waitingBody(w lifecycle.RolloutWaiting) *api.RolloutWaiting {
+	out := &api.RolloutWaiting{Reason: api.RolloutWaitingReason(w.Reason), Message: w.Message, Until: timePtr(w.Until)}
+	if w.Count > 0 {
+		out.Count = ptr(w.Count)
+	}
+	if o := w.Oldest; o != nil {
+		out.OldestMember = &api.RolloutWaitingMember{DeploymentId: uuidPtr(o.DeploymentID), ClientId: o.ClientID, DeviceId: o.DeviceID,
+			OperationId: uuidPtr(o.OperationID), Since: o.Since, LastSeenAt: timePtr(o.LastSeenAt)}
 	}
 	return out
 }

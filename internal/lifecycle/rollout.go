@@ -55,7 +55,8 @@ func (s RolloutState) CanTransitionTo(to RolloutState) bool { return rolloutTran
 // causes take each edge.
 //
 //   - running → paused: an operator pauses; the current wave needs approval;
-//     a threshold is exceeded with onThreshold: pause.
+//     a threshold is exceeded with onThreshold: pause; the current wave
+//     emptied (its members all left it before any result).
 //   - paused → running: an operator resumes, or approves the waiting wave.
 //   - running → succeeded: the last wave passed.
 //   - running, paused → cancelled: an operator cancels (in-flight operations
@@ -100,6 +101,7 @@ const (
 	RolloutCauseOperatorPaused       RolloutCause = "operator-paused"        // the pause action
 	RolloutCauseApprovalRequired     RolloutCause = "approval-required"      // a manual wave waits for approve
 	RolloutCauseThresholdExceeded    RolloutCause = "threshold-exceeded"     // maxFailures or minSuccess of a wave
+	RolloutCauseWaveEmptied          RolloutCause = "wave-emptied"           // a wave's members all left it before any result
 	RolloutCauseOperatorResumed      RolloutCause = "operator-resumed"       // the resume action
 	RolloutCauseApproved             RolloutCause = "approved"               // the approve action
 	RolloutCauseCompleted            RolloutCause = "completed"              // the last wave passed
@@ -113,7 +115,7 @@ const (
 
 var allRolloutCauses = []RolloutCause{
 	RolloutCauseStarted, RolloutCauseOperatorPaused, RolloutCauseApprovalRequired, RolloutCauseThresholdExceeded,
-	RolloutCauseOperatorResumed, RolloutCauseApproved, RolloutCauseCompleted, RolloutCauseOperatorCancelled,
+	RolloutCauseWaveEmptied, RolloutCauseOperatorResumed, RolloutCauseApproved, RolloutCauseCompleted, RolloutCauseOperatorCancelled,
 	RolloutCauseOperatorAborted, RolloutCauseRevertFinished, RolloutCauseTargetVersionYanked,
 	RolloutCauseTargetVersionDeleted, RolloutCauseDeadlinePassed,
 }
@@ -131,7 +133,7 @@ func (c RolloutCause) Valid() bool { return slices.Contains(allRolloutCauses, c)
 var rolloutCauses = map[[2]RolloutState][]RolloutCause{
 	{"", RolloutRunning}: {RolloutCauseStarted},
 	{RolloutRunning, RolloutPaused}: {RolloutCauseOperatorPaused, RolloutCauseApprovalRequired,
-		RolloutCauseThresholdExceeded},
+		RolloutCauseThresholdExceeded, RolloutCauseWaveEmptied},
 	{RolloutPaused, RolloutRunning}:    {RolloutCauseOperatorResumed, RolloutCauseApproved},
 	{RolloutRunning, RolloutSucceeded}: {RolloutCauseCompleted},
 	{RolloutRunning, RolloutCancelled}: {RolloutCauseOperatorCancelled},

@@ -105,14 +105,21 @@ type RolloutStepInput struct {
 	WaveSettledAt time.Time
 	// WaveApproved says the current wave was approved (approve action).
 	WaveApproved bool
-	// ThresholdAccepted says an operator resumed the rollout after the
-	// current wave exceeded a threshold: its thresholds are no longer
-	// checked and it passes as it is once settled. The caller clears it
-	// when the rollout passes to the next wave.
-	ThresholdAccepted bool
-	MaxInFlight       int
-	Window            *RolloutWindow
-	OnThreshold       OnThreshold
+	// WaveAccepted says an operator resumed the rollout after the current
+	// wave exceeded a threshold or emptied (ResumeAcceptsWave): its
+	// thresholds and its emptiness are no longer checked and it passes as
+	// it is once settled (an emptied one at once: it has nothing to soak).
+	// The caller clears it when the rollout passes to the next wave.
+	WaveAccepted bool
+	// Oldest is the current wave's member in progress the longest, with
+	// its device's last contact, for the waiting of a wave that waits for
+	// its members; nil when none is in progress or it was not read (a
+	// caller may read it only when a decision without it waits with
+	// WaitInFlight, and decide again: nothing else depends on it).
+	Oldest      *WaitingMember
+	MaxInFlight int
+	Window      *RolloutWindow
+	OnThreshold OnThreshold
 	// TargetYanked and TargetDeleted say the target version was yanked or
 	// deleted since the start.
 	TargetYanked, TargetDeleted bool
@@ -143,6 +150,11 @@ type RolloutDecision struct {
 	// the decision acts.
 	Wait   WaitReason
 	Reason string
+	// Waiting is what the rollout shows after the decision: why it starts
+	// nothing now, for a wait of a running rollout and a move to paused;
+	// nil for any other decision, and for the wait of a paused rollout,
+	// which keeps the waiting its pause recorded.
+	Waiting *RolloutWaiting
 	// Recheck, on a wait, is the instant after which the same input with a
 	// later Now can decide otherwise (the soak's end, the window's opening,
 	// the deadline). Until then only a change of a member or an action can,
@@ -157,29 +169,38 @@ type RolloutDecision struct {
 //   - an ended rollout: nothing;
 //   - aborting: aborted (revert-finished) once no member operation is
 //     outstanding, else wait;
-//   - running, the last wave settled, its soak over and its thresholds
-//     met: succeeded (completed), even if the target version went away or
-//     the deadline passed since (during the last wave's soak, as during
-//     any other, they fail the rollout);
+//   - running, the last wave settled, its soak over, its thresholds met
+//     and not emptied (or accepted): succeeded (completed), even if the
+//     target version went away or the deadline passed since (during the
+//     last wave's soak, as during any other, they fail the rollout);
 //   - running or paused: failed when the target version was deleted
 //     (target-version-deleted) or yanked (target-version-yanked), or Now is
 //     past Deadline (deadline-passed);
 //   - paused: wait (until the deadline);
-//   - running, unless ThresholdAccepted: the current wave's maxFailures,
+//   - running, unless WaveAccepted: the current wave's maxFailures,
 //     checked as results arrive (failed > allowed of the counted members),
 //     then, once the wave settled, its minSuccess (succeeded * 100 <
 //     minSuccess * counted); either moves the rollout to paused or
-//     aborting (OnThreshold), cause threshold-exceeded. A wave with no
-//     counted member passes;
+//     aborting (OnThreshold), cause threshold-exceeded;
+//   - running, unless WaveAccepted: a wave that had members and settled
+//     with none counted (WaveCounts.Emptied: all excluded, removed or
+//     cancelled) pauses the rollout, cause wave-emptied, whatever
+//     OnThreshold says: it proved nothing, and the next wave must not
+//     start unnoticed. Resumed (WaveAccepted), it passes at once;
 //   - running, the wave settled: wait for its soak to end, then pass to
 //     the next wave;
 //   - running, the wave not settled: a manual wave not approved pauses
 //     (approval-required); outside the window it waits for the window to
 //     open; else it publishes min(pending, MaxInFlight - in progress over
-//     every wave) members, or waits for operations in flight.
+//     every wave) members, or waits for operations in flight, its waiting
+//     members-in-progress naming how many and the oldest (Oldest).
 //
 // Every wait but aborting's has a Recheck no later than Deadline, so that
 // a rollout never stays running or paused past it unvisited.
+//
+// It stays one function because the order of the rules above is part of
+// them: each returns before the next is considered, and the code reads in
+// that order.
 //
 // Returns EINTERNAL when Wave is not an index of Waves or Counts has not
 // the length of Waves (a bug of the caller).
@@ -199,31 +220,19 @@ func DecideRolloutStep(in RolloutStepInput) (RolloutDecision, error) {
 	}
 
 	w, c := in.Waves[in.Wave], in.Counts[in.Wave]
-	counted := c.Counted()
 	settled := c.Settled()
 	var d RolloutDecision
 	if settled && in.WaveSettledAt.IsZero() {
 		d.WaveSettled = true
 		in.WaveSettledAt = in.Now
 	}
-	breach := func() *ThresholdBreach {
-		if in.ThresholdAccepted {
-			return nil
-		}
-		b := ThresholdBreach{Wave: in.Wave, Counted: counted, Succeeded: c.Succeeded, Failed: c.Failed}
-		if allowed := w.MaxFailures.Allowed(counted); c.Failed > allowed {
-			b.Rule, b.Allowed = ThresholdMaxFailures, allowed
-			return &b
-		}
-		if settled && c.Succeeded*100 < w.MinSuccess*counted {
-			b.Rule, b.MinSuccess = ThresholdMinSuccess, w.MinSuccess
-			return &b
-		}
-		return nil
-	}()
+	breach := waveBreach(in, w, c)
+	emptied := c.Emptied() && !in.WaveAccepted
+	soakEnd := in.WaveSettledAt.Add(w.Soak)
+	// An emptied wave the operator accepted has nothing to soak.
+	soaked := settled && (!in.Now.Before(soakEnd) || in.WaveAccepted && c.Emptied())
 	last := in.Wave == len(in.Waves)-1
-	soaked := settled && !in.Now.Before(in.WaveSettledAt.Add(w.Soak))
-	if in.State == RolloutRunning && last && soaked && breach == nil {
+	if in.State == RolloutRunning && last && soaked && breach == nil && !emptied {
 		d.To, d.Cause, d.Reason = RolloutSucceeded, RolloutCauseCompleted, "Every wave passed."
 		return d, nil
 	}
@@ -244,31 +253,39 @@ func DecideRolloutStep(in RolloutStepInput) (RolloutDecision, error) {
 		return d, nil
 	}
 
-	if breach != nil {
-		d.To, d.Cause, d.Breach, d.Reason = RolloutPaused, RolloutCauseThresholdExceeded, breach, breach.Message()
-		if in.OnThreshold == OnThresholdAbort {
-			d.To = RolloutAborting
-		}
+	pause := func(cause RolloutCause, reason string) (RolloutDecision, error) {
+		d.To, d.Cause, d.Reason, d.Waiting = RolloutPaused, cause, reason, PausedWaiting(cause, reason)
 		return d, nil
 	}
-	wait := func(why WaitReason, until time.Time, format string, args ...any) (RolloutDecision, error) {
-		d.Wait, d.Reason, d.Recheck = why, fmt.Sprintf(format, args...), in.Deadline
+	if breach != nil {
+		if in.OnThreshold == OnThresholdAbort {
+			d.To, d.Cause, d.Breach, d.Reason = RolloutAborting, RolloutCauseThresholdExceeded, breach, breach.Message()
+			return d, nil
+		}
+		d.Breach = breach
+		return pause(RolloutCauseThresholdExceeded, breach.Message())
+	}
+	if emptied {
+		return pause(RolloutCauseWaveEmptied, fmt.Sprintf("Wave %d emptied: none of its %d members succeeded or failed (%d excluded, %d removed, %d cancelled); "+
+			"resume to pass it and start the next wave, or abort.", in.Wave+1, c.Total(), c.Excluded, c.Removed, c.Cancelled))
+	}
+	wait := func(why WaitReason, until time.Time, waiting *RolloutWaiting) (RolloutDecision, error) {
+		d.Wait, d.Reason, d.Recheck, d.Waiting = why, waiting.Message, in.Deadline, waiting
 		if !until.IsZero() && until.Before(in.Deadline) {
 			d.Recheck = until
 		}
 		return d, nil
 	}
 	if settled {
-		if end := in.WaveSettledAt.Add(w.Soak); in.Now.Before(end) {
-			return wait(WaitSoak, end, "Wave %d settled; its soak runs until %s.", in.Wave+1, end.UTC().Format(time.RFC3339))
+		if !soaked {
+			return wait(WaitSoak, soakEnd, &RolloutWaiting{Reason: WaitingSoak, Until: soakEnd,
+				Message: fmt.Sprintf("Wave %d settled; its soak runs until %s.", in.Wave+1, soakEnd.UTC().Format(time.RFC3339))})
 		}
 		d.NextWave, d.Reason = true, fmt.Sprintf("Wave %d passed.", in.Wave+1)
 		return d, nil
 	}
 	if w.Approval == ApprovalManual && !in.WaveApproved {
-		d.To, d.Cause = RolloutPaused, RolloutCauseApprovalRequired
-		d.Reason = fmt.Sprintf("Wave %d needs approval (approve) before it starts.", in.Wave+1)
-		return d, nil
+		return pause(RolloutCauseApprovalRequired, fmt.Sprintf("Wave %d needs approval (approve) before it starts.", in.Wave+1))
 	}
 	inFlight := 0
 	for _, wc := range in.Counts {
@@ -277,13 +294,32 @@ func DecideRolloutStep(in RolloutStepInput) (RolloutDecision, error) {
 	if c.Pending > 0 {
 		if in.Window != nil && !in.Window.Contains(in.Now) {
 			open := in.Window.NextOpen(in.Now)
-			return wait(WaitWindow, open, "Outside the window %s until %s.", in.Window, open.UTC().Format(time.RFC3339))
+			return wait(WaitWindow, open, &RolloutWaiting{Reason: WaitingWindow, Until: open,
+				Message: fmt.Sprintf("Outside the window %s until %s.", in.Window, open.UTC().Format(time.RFC3339))})
 		}
 		if n := min(c.Pending, in.MaxInFlight-inFlight); n > 0 {
 			d.Publish, d.Reason = n, fmt.Sprintf("Wave %d: %d more members start.", in.Wave+1, n)
 			return d, nil
 		}
-		return wait(WaitInFlight, time.Time{}, "%d member operations in flight (maxInFlight %d); %d members of wave %d wait.", inFlight, in.MaxInFlight, c.Pending, in.Wave+1)
 	}
-	return wait(WaitInFlight, time.Time{}, "Wave %d: %d member operations in flight.", in.Wave+1, c.InProgress)
+	return wait(WaitInFlight, time.Time{}, inFlightWaiting(in.Wave, c.InProgress, inFlight, c.Pending, in.MaxInFlight, in.Oldest))
+}
+
+// waveBreach returns the threshold the current wave w (counts c) exceeds,
+// nil when none or when the operator accepted the wave.
+func waveBreach(in RolloutStepInput, w Wave, c WaveCounts) *ThresholdBreach {
+	if in.WaveAccepted {
+		return nil
+	}
+	counted := c.Counted()
+	b := ThresholdBreach{Wave: in.Wave, Counted: counted, Succeeded: c.Succeeded, Failed: c.Failed}
+	if allowed := w.MaxFailures.Allowed(counted); c.Failed > allowed {
+		b.Rule, b.Allowed = ThresholdMaxFailures, allowed
+		return &b
+	}
+	if c.Settled() && c.Succeeded*100 < w.MinSuccess*counted {
+		b.Rule, b.MinSuccess = ThresholdMinSuccess, w.MinSuccess
+		return &b
+	}
+	return nil
 }

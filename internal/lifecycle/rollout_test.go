@@ -60,7 +60,7 @@ func TestRolloutStateActive(t *testing.T) {
 func TestRolloutCauses(t *testing.T) {
 	want := map[string][]RolloutCause{
 		">running":          {"started"},
-		"running>paused":    {"operator-paused", "approval-required", "threshold-exceeded"},
+		"running>paused":    {"operator-paused", "approval-required", "threshold-exceeded", "wave-emptied"},
 		"paused>running":    {"operator-resumed", "approved"},
 		"running>succeeded": {"completed"},
 		"running>cancelled": {"operator-cancelled"},

@@ -36,7 +36,7 @@ func scanRollout(row pgx.Row) (fleet.Rollout, error) {
 	var action, request, waves, state, cause string
 	var abort, waiting *string
 	if err := row.Scan(&r.ID, &r.ApplicationID, &action, &request, &waves, &state, &cause, &r.StateChangedAt, &r.CurrentWave,
-		&r.ThresholdAccepted, &abort, &r.DeadlineAt, &waiting, &r.Generation, &r.CreatedBy, &r.CreatedAt, &r.UpdatedAt); err != nil {
+		&r.WaveAccepted, &abort, &r.DeadlineAt, &waiting, &r.Generation, &r.CreatedBy, &r.CreatedAt, &r.UpdatedAt); err != nil {
 		return r, err
 	}
 	r.Action, r.State, r.Cause = lifecycle.RolloutAction(action), lifecycle.RolloutState(state), lifecycle.RolloutCause(cause)
@@ -1072,8 +1072,8 @@ func applyRolloutChange(ctx context.Context, tx pgx.Tx, r fleet.Rollout, c fleet
 	if c.CurrentWave != nil {
 		w.add("current_wave = $?", *c.CurrentWave-1)
 	}
-	if c.ThresholdAccepted != nil {
-		w.add("threshold_accepted = $?", *c.ThresholdAccepted)
+	if c.WaveAccepted != nil {
+		w.add("threshold_accepted = $?", *c.WaveAccepted) // WaveAccepted: after a threshold or an emptied wave
 	}
 	if c.Abort != nil {
 		b, err := json.Marshal(c.Abort)

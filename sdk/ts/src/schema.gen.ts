@@ -1052,9 +1052,11 @@ export interface paths {
         put?: never;
         /**
          * Resume a paused rollout
-         * @description Role: operator. `paused` -> `running` (cause `operator-resumed`), whatever paused it: an operator, or
-         *     a threshold with `onThreshold: pause`. Resuming after a threshold accepts the failures so far: that
-         *     wave's remaining members go on and its thresholds do not stop it again; later waves have their own. A rollout
+         * @description Role: operator. `paused` -> `running` (cause `operator-resumed`), whatever paused it: an operator,
+         *     a threshold with `onThreshold: pause`, or an emptied wave. Resuming after a threshold accepts the failures so far: that
+         *     wave's remaining members go on and its thresholds do not stop it again; later waves have their own.
+         *     Resuming after `wave-emptied` accepts the wave as it is: it passes at once (without its soak) and the
+         *     next wave starts (the last one: the rollout succeeds). A rollout
          *     paused for a manual wave's approval is resumed by `approve`, not by `resume` (409 `rollout-state-conflict`, naming
          *     the state and `approval-required`). Resuming a running rollout changes nothing (200). 409 `rollout-state-conflict`
          *     in `aborting` and in the terminal states.
@@ -2240,7 +2242,7 @@ export interface components {
         RolloutAction: "install" | "upgrade" | "reconfigure" | "rollback";
         /**
          * @description running: waves are published; paused: nothing new starts (an operator, a manual wave waiting for
-         *     approval, or a threshold with `onThreshold: pause`); succeeded: every wave passed; aborting: work in
+         *     approval, a threshold with `onThreshold: pause`, or a wave that emptied); succeeded: every wave passed; aborting: work in
          *     flight is being cancelled and, if asked, changed members reverted; aborted: that is done; cancelled:
          *     nothing new starts, work in flight finished on its own; failed: the rollout cannot go on for a reason
          *     outside thresholds (its target version was yanked or deleted, or its deadline passed). Terminal:
@@ -2250,13 +2252,15 @@ export interface components {
         RolloutState: "running" | "paused" | "succeeded" | "aborting" | "aborted" | "cancelled" | "failed";
         /**
          * @description Why a rollout entered its state. `started` (creation, no previous state); to paused:
-         *     `operator-paused`, `approval-required`, `threshold-exceeded`; paused to running: `operator-resumed`,
+         *     `operator-paused`, `approval-required`, `threshold-exceeded`, `wave-emptied` (the current wave had
+         *     members and settled with none succeeded or failed: every one was excluded, removed or cancelled; `resume`
+         *     passes it and the next wave starts); paused to running: `operator-resumed`,
          *     `approved`; to succeeded: `completed`; to cancelled: `operator-cancelled`; to aborting:
          *     `operator-aborted`, `threshold-exceeded` (with `onThreshold: abort`); aborting to aborted:
          *     `revert-finished`; to failed: `target-version-yanked`, `target-version-deleted`, `deadline-passed`.
          * @enum {string}
          */
-        RolloutCause: "started" | "operator-paused" | "approval-required" | "threshold-exceeded" | "operator-resumed" | "approved" | "completed" | "operator-cancelled" | "operator-aborted" | "revert-finished" | "target-version-yanked" | "target-version-deleted" | "deadline-passed";
+        RolloutCause: "started" | "operator-paused" | "approval-required" | "threshold-exceeded" | "wave-emptied" | "operator-resumed" | "approved" | "completed" | "operator-cancelled" | "operator-aborted" | "revert-finished" | "target-version-yanked" | "target-version-deleted" | "deadline-passed";
         /**
          * @description How a member was classified when the rollout started.
          * @enum {string}
@@ -2678,17 +2682,71 @@ export interface components {
             /** Format: date-time */
             approvedAt?: string;
         };
-        /** @description Why the rollout starts nothing now, while it is running or paused. */
+        /**
+         * @description Why the rollout starts nothing now, while it is running or paused. Paused, the pause's cause:
+         *     `approval-required`, `operator-paused`, `threshold-exceeded`, `wave-emptied`. Running: `soak` (the
+         *     settled wave soaks until `until`), `window` (outside the daily window until `until`),
+         *     `members-in-progress` (the current wave waits for the operations of its members in progress, because
+         *     each of its members started or because `maxInFlight` operations are in flight: `count` says how many,
+         *     `oldestMember` names the one in progress the longest and when its device was last seen).
+         * @example {
+         *       "reason": "members-in-progress",
+         *       "message": "Wave 1 waits for 1 member operation in progress. The oldest, deployment 6affc112-1ed3-4df3-9069-d2c157a02c59 on device plant-alfa/edge-042, is in progress since 2026-12-01T12:00:00Z; its device has never contacted wfm (is its agent running?).",
+         *       "count": 1,
+         *       "oldestMember": {
+         *         "deploymentId": "6affc112-1ed3-4df3-9069-d2c157a02c59",
+         *         "clientId": "plant-alfa",
+         *         "deviceId": "edge-042",
+         *         "operationId": "0b9d4a3e-2f7c-4a51-9d0e-3c1f5e8a7b21",
+         *         "since": "2026-12-01T12:00:00Z",
+         *         "lastSeenAt": null
+         *       }
+         *     }
+         */
         RolloutWaiting: {
             /** @enum {string} */
-            reason: "approval-required" | "operator-paused" | "threshold-exceeded" | "soak" | "window";
+            reason: "approval-required" | "operator-paused" | "threshold-exceeded" | "wave-emptied" | "soak" | "window" | "members-in-progress";
             /** @example wave 2 waits for approve */
             message: string;
             /**
              * Format: date-time
-             * @description When the wait ends by itself (soak, window); absent when it needs an operator.
+             * @description When the wait ends by itself (soak, window); absent when it needs an operator or the members' operations.
              */
             until?: string;
+            /** @description For `members-in-progress`, how many members of the current wave are in progress. */
+            count?: number;
+            oldestMember?: components["schemas"]["RolloutWaitingMember"];
+        };
+        /**
+         * @description The member of the current wave in progress the longest (members start in their stable order, so the
+         *     first one in progress in that order), for a `members-in-progress` wait: which device holds the wave up,
+         *     and whether its agent is there at all.
+         */
+        RolloutWaitingMember: {
+            /**
+             * Format: uuid
+             * @description The member's deployment (for install, the one its operation creates).
+             */
+            deploymentId?: string;
+            clientId: components["schemas"]["ClientId"];
+            deviceId: components["schemas"]["DeviceId"];
+            /**
+             * Format: uuid
+             * @description The member's operation.
+             */
+            operationId?: string;
+            /**
+             * Format: date-time
+             * @description When the member's operation started.
+             */
+            since: string;
+            /**
+             * Format: date-time
+             * @description When the member's device was last seen on the device API (as the device's `lastSeenAt`: it may lag
+             *     by up to a minute); `null` when it has never been seen. Earlier than `since`: the device has not
+             *     contacted wfm since the operation started (is its agent running?).
+             */
+            lastSeenAt: string | null;
         };
         /** @description The abort as asked (by an operator, or by a threshold with `onThreshold: abort`). */
         RolloutAbort: {
