@@ -4508,9 +4508,13 @@ type ClientInterface interface {
 
 	// UpdateWebhookWithBody Change a subscription's URL, types, filters, description or enabled flag
 	//
-	// Members left out keep their value. Enabling a subscription clears its failure count and its
-	// `disabledReason`; events committed while it was disabled are not delivered (redeliver them from the
-	// deliveries list). With `If-Match`, a tag that is not the current one is 412.
+	// Members left out keep their value. Whether an event belongs to the subscription is decided by the
+	// subscription as it was when the event was committed: the change applies to the events committed after
+	// it. Events committed while the subscription was enabled and not sent before it was disabled are
+	// recorded in the deliveries list as not sent (`not sent: the subscription is disabled`) and can be
+	// redelivered once it is enabled again. Enabling a subscription clears its failure count and its
+	// `disabledReason`; events committed while it was disabled are not delivered and not listed. With
+	// `If-Match`, a tag that is not the current one is 412.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -4519,9 +4523,13 @@ type ClientInterface interface {
 
 	// UpdateWebhook Change a subscription's URL, types, filters, description or enabled flag
 	//
-	// Members left out keep their value. Enabling a subscription clears its failure count and its
-	// `disabledReason`; events committed while it was disabled are not delivered (redeliver them from the
-	// deliveries list). With `If-Match`, a tag that is not the current one is 412.
+	// Members left out keep their value. Whether an event belongs to the subscription is decided by the
+	// subscription as it was when the event was committed: the change applies to the events committed after
+	// it. Events committed while the subscription was enabled and not sent before it was disabled are
+	// recorded in the deliveries list as not sent (`not sent: the subscription is disabled`) and can be
+	// redelivered once it is enabled again. Enabling a subscription clears its failure count and its
+	// `disabledReason`; events committed while it was disabled are not delivered and not listed. With
+	// `If-Match`, a tag that is not the current one is 412.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -6343,9 +6351,13 @@ func (c *Client) GetWebhook(ctx context.Context, webhookId openapi_types.UUID, r
 
 // UpdateWebhookWithBody Change a subscription's URL, types, filters, description or enabled flag
 //
-// Members left out keep their value. Enabling a subscription clears its failure count and its
-// `disabledReason`; events committed while it was disabled are not delivered (redeliver them from the
-// deliveries list). With `If-Match`, a tag that is not the current one is 412.
+// Members left out keep their value. Whether an event belongs to the subscription is decided by the
+// subscription as it was when the event was committed: the change applies to the events committed after
+// it. Events committed while the subscription was enabled and not sent before it was disabled are
+// recorded in the deliveries list as not sent (`not sent: the subscription is disabled`) and can be
+// redelivered once it is enabled again. Enabling a subscription clears its failure count and its
+// `disabledReason`; events committed while it was disabled are not delivered and not listed. With
+// `If-Match`, a tag that is not the current one is 412.
 //
 // Takes any type of body and a specified content type.
 //
@@ -6364,9 +6376,13 @@ func (c *Client) UpdateWebhookWithBody(ctx context.Context, webhookId openapi_ty
 
 // UpdateWebhook Change a subscription's URL, types, filters, description or enabled flag
 //
-// Members left out keep their value. Enabling a subscription clears its failure count and its
-// `disabledReason`; events committed while it was disabled are not delivered (redeliver them from the
-// deliveries list). With `If-Match`, a tag that is not the current one is 412.
+// Members left out keep their value. Whether an event belongs to the subscription is decided by the
+// subscription as it was when the event was committed: the change applies to the events committed after
+// it. Events committed while the subscription was enabled and not sent before it was disabled are
+// recorded in the deliveries list as not sent (`not sent: the subscription is disabled`) and can be
+// redelivered once it is enabled again. Enabling a subscription clears its failure count and its
+// `disabledReason`; events committed while it was disabled are not delivered and not listed. With
+// `If-Match`, a tag that is not the current one is 412.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -11544,9 +11560,13 @@ type ClientWithResponsesInterface interface {
 
 	// UpdateWebhookWithBodyWithResponse Change a subscription's URL, types, filters, description or enabled flag
 	//
-	// Members left out keep their value. Enabling a subscription clears its failure count and its
-	// `disabledReason`; events committed while it was disabled are not delivered (redeliver them from the
-	// deliveries list). With `If-Match`, a tag that is not the current one is 412.
+	// Members left out keep their value. Whether an event belongs to the subscription is decided by the
+	// subscription as it was when the event was committed: the change applies to the events committed after
+	// it. Events committed while the subscription was enabled and not sent before it was disabled are
+	// recorded in the deliveries list as not sent (`not sent: the subscription is disabled`) and can be
+	// redelivered once it is enabled again. Enabling a subscription clears its failure count and its
+	// `disabledReason`; events committed while it was disabled are not delivered and not listed. With
+	// `If-Match`, a tag that is not the current one is 412.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11555,9 +11575,13 @@ type ClientWithResponsesInterface interface {
 
 	// UpdateWebhookWithResponse Change a subscription's URL, types, filters, description or enabled flag
 	//
-	// Members left out keep their value. Enabling a subscription clears its failure count and its
-	// `disabledReason`; events committed while it was disabled are not delivered (redeliver them from the
-	// deliveries list). With `If-Match`, a tag that is not the current one is 412.
+	// Members left out keep their value. Whether an event belongs to the subscription is decided by the
+	// subscription as it was when the event was committed: the change applies to the events committed after
+	// it. Events committed while the subscription was enabled and not sent before it was disabled are
+	// recorded in the deliveries list as not sent (`not sent: the subscription is disabled`) and can be
+	// redelivered once it is enabled again. Enabling a subscription clears its failure count and its
+	// `disabledReason`; events committed while it was disabled are not delivered and not listed. With
+	// `If-Match`, a tag that is not the current one is 412.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -20478,9 +20502,13 @@ func (c *ClientWithResponses) GetWebhookWithResponse(ctx context.Context, webhoo
 
 // UpdateWebhookWithBodyWithResponse Change a subscription's URL, types, filters, description or enabled flag
 //
-// Members left out keep their value. Enabling a subscription clears its failure count and its
-// `disabledReason`; events committed while it was disabled are not delivered (redeliver them from the
-// deliveries list). With `If-Match`, a tag that is not the current one is 412.
+// Members left out keep their value. Whether an event belongs to the subscription is decided by the
+// subscription as it was when the event was committed: the change applies to the events committed after
+// it. Events committed while the subscription was enabled and not sent before it was disabled are
+// recorded in the deliveries list as not sent (`not sent: the subscription is disabled`) and can be
+// redelivered once it is enabled again. Enabling a subscription clears its failure count and its
+// `disabledReason`; events committed while it was disabled are not delivered and not listed. With
+// `If-Match`, a tag that is not the current one is 412.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -20495,9 +20523,13 @@ func (c *ClientWithResponses) UpdateWebhookWithBodyWithResponse(ctx context.Cont
 
 // UpdateWebhookWithResponse Change a subscription's URL, types, filters, description or enabled flag
 //
-// Members left out keep their value. Enabling a subscription clears its failure count and its
-// `disabledReason`; events committed while it was disabled are not delivered (redeliver them from the
-// deliveries list). With `If-Match`, a tag that is not the current one is 412.
+// Members left out keep their value. Whether an event belongs to the subscription is decided by the
+// subscription as it was when the event was committed: the change applies to the events committed after
+// it. Events committed while the subscription was enabled and not sent before it was disabled are
+// recorded in the deliveries list as not sent (`not sent: the subscription is disabled`) and can be
+// redelivered once it is enabled again. Enabling a subscription clears its failure count and its
+// `disabledReason`; events committed while it was disabled are not delivered and not listed. With
+// `If-Match`, a tag that is not the current one is 412.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -129,3 +129,34 @@ func DecideWebhookAttempt(a WebhookAttempt, r WebhookRun, now time.Time) Webhook
 	}
 	return out
 }
+
+// WebhookVersion is a subscription as a change left it, from Position of
+// the event log on: a change of a subscription (its creation, enabling,
+// disabling, types, filters) takes its place in the log as an event does,
+// at the position of the transaction that made it.
+type WebhookVersion struct {
+	// Position is the log position from which this version judges events:
+	// events with ids at or above it, up to the next version's.
+	Position int64
+	Enabled  bool
+	Filter   WebhookFilter
+}
+
+// WebhookReceives reports whether event e belongs to the subscription whose
+// versions are vs (in ascending Position): the version that judges e is the
+// last one at or before e's position, the subscription as it was when e was
+// committed. An event before the first version (before the subscription
+// existed) belongs to none; one judged by a disabled version belongs to
+// none, whatever the subscription became afterwards; one judged by an
+// enabled version belongs to it even if the subscription is disabled before
+// it is sent (it is then recorded as not sent, and can be redelivered).
+func WebhookReceives(vs []WebhookVersion, e Event) bool {
+	var judge *WebhookVersion
+	for i := range vs {
+		if vs[i].Position > e.ID {
+			break
+		}
+		judge = &vs[i]
+	}
+	return judge != nil && judge.Enabled && judge.Filter.Matches(e)
+}

@@ -71,3 +71,37 @@ func TestDecideWebhookAttempt(t *testing.T) {
 		}
 	}
 }
+
+func TestWebhookReceives(t *testing.T) {
+	rollouts := WebhookFilter{Types: []string{"rollout."}}
+	on := func(p int64) WebhookVersion { return WebhookVersion{Position: p, Enabled: true} }
+	off := func(p int64) WebhookVersion { return WebhookVersion{Position: p} }
+	ev := func(id int64) Event {
+		return Event{ID: id, Type: EventRolloutWaveStarted, Subject: Ref{SubjectRollout, "r1"}}
+	}
+	tests := []struct {
+		name string
+		vs   []WebhookVersion
+		e    Event
+		want bool
+	}{
+		{"no version: the subscription does not exist", nil, ev(10), false},
+		{"before the creation", []WebhookVersion{on(20)}, ev(10), false},
+		{"at the creation's position (its own transaction)", []WebhookVersion{on(20)}, ev(20), true},
+		{"after the creation", []WebhookVersion{on(20)}, ev(30), true},
+		{"committed while enabled, disabled after", []WebhookVersion{on(10), off(40)}, ev(30), true},
+		{"committed while disabled, enabled after", []WebhookVersion{off(10), on(40)}, ev(30), false},
+		{"after the disabling", []WebhookVersion{on(10), off(40)}, ev(50), false},
+		{"after the enabling", []WebhookVersion{off(10), on(40)}, ev(50), true},
+		{"the disabling's own transaction", []WebhookVersion{on(10), off(40)}, ev(40), false},
+		{"types narrowed after it", []WebhookVersion{on(10), {Position: 40, Enabled: true, Filter: WebhookFilter{Types: []string{"deployment."}}}}, ev(30), true},
+		{"types narrowed before it", []WebhookVersion{on(10), {Position: 20, Enabled: true, Filter: WebhookFilter{Types: []string{"deployment."}}}}, ev(30), false},
+		{"types widened before it", []WebhookVersion{{Position: 10, Enabled: true, Filter: WebhookFilter{Types: []string{"deployment."}}}, {Position: 20, Enabled: true, Filter: rollouts}}, ev(30), true},
+		{"filter of another rollout", []WebhookVersion{{Position: 10, Enabled: true, Filter: WebhookFilter{Refs: []Ref{{SubjectRollout, "r2"}}}}}, ev(30), false},
+	}
+	for _, tt := range tests {
+		if got := WebhookReceives(tt.vs, tt.e); got != tt.want {
+			t.Errorf("%s: WebhookReceives(%+v, event %d) = %v, want %v", tt.name, tt.vs, tt.e.ID, got, tt.want)
+		}
+	}
+}

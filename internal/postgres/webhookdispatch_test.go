@@ -64,7 +64,7 @@ func TestDispatchSkipsNothingOfANewSubscription(t *testing.T) {
 	require.NoError(t, err)
 
 	var jobs []webhook.Job
-	match := func(evs []lifecycle.Event, hs []webhook.Webhook) []webhook.Job {
+	match := func(evs []lifecycle.Event, hs []webhook.History) []webhook.Job {
 		jobs = append(jobs, webhook.Match(evs, hs)...)
 		return nil
 	}

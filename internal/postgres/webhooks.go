@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,8 +72,28 @@ func scanWebhook(row pgx.Row, extra ...any) (webhook.Webhook, error) {
 
 func refStringsOf(f webhook.Filters) []string { return refStrings(f.Refs()) }
 
-// CreateWebhook implements webhook.Store. The subscription receives events
-// with ids above the log's head now.
+// sqlXactPosition is the writing transaction's position in the event log:
+// the id its first event has or would have (events.go).
+const sqlXactPosition = `(pg_current_xact_id()::text::bigint << 20)`
+
+// sqlRecordVersion records subscription $1 as it is now, at the writing
+// transaction's position in the event log (webhook_versions): from there on,
+// events are judged by it. A second change in one transaction replaces the
+// first one's version.
+const sqlRecordVersion = `
+INSERT INTO webhook_versions (webhook_id, position, enabled, types, filters)
+SELECT id, ` + sqlXactPosition + `, enabled, types, filters FROM webhooks WHERE id::text = $1
+ON CONFLICT (webhook_id, position) DO UPDATE SET enabled = excluded.enabled, types = excluded.types, filters = excluded.filters`
+
+// judgesAlike reports whether a and b receive the same events: a change
+// between them needs no new version.
+func judgesAlike(a, b webhook.Webhook) bool {
+	return a.Enabled == b.Enabled && slices.Equal(a.Types, b.Types) && a.Filters == b.Filters
+}
+
+// CreateWebhook implements webhook.Store. The subscription receives the
+// events at or after its transaction's position in the log: those committed
+// after it (its first version).
 func (s *WebhookStore) CreateWebhook(ctx context.Context, w webhook.Webhook, sealed []byte) (webhook.Webhook, error) {
 	filters, err := json.Marshal(w.Filters)
 	if err != nil {
@@ -83,11 +104,14 @@ func (s *WebhookStore) CreateWebhook(ctx context.Context, w webhook.Webhook, sea
 		out, err = scanWebhook(tx.QueryRow(ctx, `
 INSERT INTO webhooks (id, url, description, types, refs, filters, enabled, secret_enc, after_event, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-    coalesce((SELECT max(id) FROM events WHERE id < `+sqlEventGate+`), (SELECT pruned_through FROM event_log_horizon)), $9, $9)
+    `+sqlXactPosition+` - 1, $9, $9)
 RETURNING `+sqlWebhookColumns,
 			w.ID, w.URL, w.Description, w.Types, refStringsOf(w.Filters), filters, w.Enabled, sealed, w.CreatedAt))
 		if err != nil {
 			return err
+		}
+		if _, err := tx.Exec(ctx, sqlRecordVersion, out.ID); err != nil {
+			return fmt.Errorf("record webhook version: %w", err)
 		}
 		return auditChange(ctx, tx, w.CreatedAt, true)
 	})
@@ -117,6 +141,7 @@ func (s *WebhookStore) UpdateWebhook(ctx context.Context, id string, at time.Tim
 		if err != nil {
 			return err
 		}
+		before := w
 		if err := fn(&w); err != nil {
 			return err
 		}
@@ -132,6 +157,11 @@ WHERE id::text = $1 RETURNING `+sqlWebhookColumns,
 			id, w.URL, w.Description, w.Types, refStringsOf(w.Filters), filters, w.Enabled, w.DisabledReason, w.ConsecutiveFailures, at))
 		if err != nil {
 			return err
+		}
+		if !judgesAlike(before, out) {
+			if _, err := tx.Exec(ctx, sqlRecordVersion, id); err != nil {
+				return fmt.Errorf("record webhook version: %w", err)
+			}
 		}
 		return auditChange(ctx, tx, at, false)
 	})
@@ -316,6 +346,11 @@ func (s *WebhookStore) RecordAttempt(ctx context.Context, d webhook.Delivery,
 			d.WebhookID, out.ConsecutiveFailures, enabled, reason, since); err != nil {
 			return err
 		}
+		if enabled != w.Enabled {
+			if _, err := tx.Exec(ctx, sqlRecordVersion, d.WebhookID); err != nil {
+				return fmt.Errorf("record webhook version: %w", err)
+			}
+		}
 		return AppendEvents(ctx, tx, events)
 	})
 	return out, translate(err)
@@ -328,7 +363,7 @@ const dispatchLockID int64 = 0x77666d2d77686470
 // Dispatch implements webhook.DispatchStore. The transaction takes no row
 // lock until it has events to queue (the advisory lock keeps other
 // dispatchers out), so an idle poll writes nothing.
-func (s *WebhookStore) Dispatch(ctx context.Context, limit int, match func([]lifecycle.Event, []webhook.Webhook) []webhook.Job) (int, error) {
+func (s *WebhookStore) Dispatch(ctx context.Context, limit int, match func([]lifecycle.Event, []webhook.History) []webhook.Job) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var locked bool
@@ -339,14 +374,14 @@ func (s *WebhookStore) Dispatch(ctx context.Context, limit int, match func([]lif
 		if err := tx.QueryRow(ctx, `SELECT after FROM webhook_dispatch`).Scan(&after); err != nil {
 			return err
 		}
-		// No subscription: every event matches none. The position moves past
-		// what a pass would read (the same gate) without reading the events'
-		// bodies. The check and the move are one statement, one snapshot: a
-		// subscription committed before it sees every event the move skips
-		// (it stops the move), and one committed after gets the events
-		// committed after it.
+		// No enabled version of any subscription: every event belongs to
+		// none. The position moves past what a pass would read (the same
+		// gate) without reading the events' bodies. The check and the move
+		// are one statement, one snapshot: a version below the gate was
+		// committed before it (it stops the move), and one committed after
+		// it judges only events at or above the gate.
 		tag, err := tx.Exec(ctx, `UPDATE webhook_dispatch SET after = coalesce((SELECT max(id) FROM events WHERE id > $1 AND id < `+sqlEventGate+`), $1)
-WHERE after = $1 AND NOT EXISTS (SELECT FROM webhooks WHERE enabled)`, after)
+WHERE after = $1 AND NOT EXISTS (SELECT FROM webhook_versions WHERE enabled)`, after)
 		if err != nil || tag.RowsAffected() == 1 {
 			return err
 		}
@@ -366,20 +401,60 @@ WHERE after = $1 AND NOT EXISTS (SELECT FROM webhooks WHERE enabled)`, after)
 			return err
 		}
 		n = len(events)
-		rows, _ := tx.Query(ctx, `SELECT `+sqlWebhookColumns+` FROM webhooks WHERE enabled`)
-		hooks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (webhook.Webhook, error) { return scanWebhook(r) })
+		last := events[len(events)-1].ID
+		// Every version at or before an event read was committed before
+		// this statement (its position is below the gate the events were
+		// read under), so each event finds the version that judges it.
+		hs, err := histories(ctx, tx, last)
 		if err != nil {
 			return err
 		}
-		if jobs := match(events, hooks); len(jobs) > 0 {
+		if jobs := match(events, hs); len(jobs) > 0 {
 			if err := s.queue(ctx, tx, jobs); err != nil {
 				return err
 			}
 		}
-		_, err = tx.Exec(ctx, `UPDATE webhook_dispatch SET after = $1`, events[len(events)-1].ID)
+		if _, err = tx.Exec(ctx, `UPDATE webhook_dispatch SET after = $1`, last); err != nil {
+			return err
+		}
+		// A version followed by another at or before the new position
+		// judges no event still to dispatch.
+		_, err = tx.Exec(ctx, `DELETE FROM webhook_versions v WHERE EXISTS (
+    SELECT FROM webhook_versions n WHERE n.webhook_id = v.webhook_id AND n.position > v.position AND n.position <= $1)`, last)
 		return err
 	})
 	return n, translate(err)
+}
+
+// histories reads the versions of every subscription at or before position
+// through, as one history per subscription.
+func histories(ctx context.Context, tx pgx.Tx, through int64) ([]webhook.History, error) {
+	rows, _ := tx.Query(ctx, `SELECT webhook_id::text, position, enabled, types, filters
+FROM webhook_versions WHERE position <= $1 ORDER BY webhook_id, position`, through)
+	var (
+		hs      []webhook.History
+		id      string
+		v       lifecycle.WebhookVersion
+		types   []string
+		filters []byte
+	)
+	_, err := pgx.ForEachRow(rows, []any{&id, &v.Position, &v.Enabled, &types, &filters}, func() error {
+		var f webhook.Filters
+		if err := json.Unmarshal(filters, &f); err != nil {
+			return fmt.Errorf("webhook %s filters: %w", id, err)
+		}
+		v.Filter = lifecycle.WebhookFilter{Types: slices.Clone(types), Refs: f.Refs()}
+		if len(hs) == 0 || hs[len(hs)-1].WebhookID != id {
+			hs = append(hs, webhook.History{WebhookID: id})
+		}
+		h := &hs[len(hs)-1]
+		h.Versions = append(h.Versions, v)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read webhook versions: %w", err)
+	}
+	return hs, nil
 }
 
 // queue assigns each job's event its subject's next sequence number (one

@@ -20,21 +20,30 @@ type Job struct {
 type DispatchStore interface {
 	// Dispatch, in one transaction and only if no other dispatcher holds
 	// the dispatch lock, reads up to limit events after the dispatch
-	// cursor, calls match with them and the enabled subscriptions, queues
+	// cursor, calls match with them and the histories of the subscriptions
+	// (every version that may judge one of them), queues
 	// the returned jobs (each with its subject's next sequence number, in
 	// log order) and moves the cursor past the events read. It returns how
 	// many events it read (0 also when another dispatcher holds the lock).
-	Dispatch(ctx context.Context, limit int, match func([]lifecycle.Event, []Webhook) []Job) (int, error)
+	Dispatch(ctx context.Context, limit int, match func([]lifecycle.Event, []History) []Job) (int, error)
 }
 
-// Match returns the deliveries of events to hooks: each event to every
-// subscription whose filter it passes and whose creation preceded it.
-func Match(events []lifecycle.Event, hooks []Webhook) []Job {
+// History is a subscription's versions in ascending log position: what
+// decides which events belong to it.
+type History struct {
+	WebhookID string
+	Versions  []lifecycle.WebhookVersion
+}
+
+// Match returns the deliveries of events to the subscriptions of hs: each
+// event to every subscription it belonged to when it was committed
+// (lifecycle.WebhookReceives), whatever the subscription is now.
+func Match(events []lifecycle.Event, hs []History) []Job {
 	var jobs []Job
 	for _, e := range events {
-		for _, h := range hooks {
-			if e.ID > h.AfterEvent && h.Filter().Matches(e) {
-				jobs = append(jobs, Job{WebhookID: h.ID, EventID: e.ID, Subject: e.Subject})
+		for _, h := range hs {
+			if lifecycle.WebhookReceives(h.Versions, e) {
+				jobs = append(jobs, Job{WebhookID: h.WebhookID, EventID: e.ID, Subject: e.Subject})
 			}
 		}
 	}

@@ -75,7 +75,7 @@ type Webhook struct {
 	FailingSince  time.Time
 	PreviousUntil time.Time // the rotated-out secret signs until then; zero: none
 	Generation    int64     // bumped by every change; what an Expect names
-	AfterEvent    int64     // it receives events with ids above this (the log's head at creation)
+	AfterEvent    int64     // its creation's position in the event log, minus one: no event up to it belongs to it
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 }

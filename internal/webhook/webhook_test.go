@@ -578,3 +578,58 @@ func TestRedeliver(t *testing.T) {
 	require.Equal(t, lifecycle.ECONFLICT, lifecycle.ErrorCode(err))
 	require.Equal(t, lifecycle.ENOTFOUND, lifecycle.ErrorCode(e.svc.Redeliver(ctx, w.ID, ds[0].ID+1000)))
 }
+
+// TestSubscriptionJudgedAtCommit: whether an event belongs to a
+// subscription is fixed when the event commits, not when the dispatcher
+// reads it. An event committed while the subscription was enabled, and the
+// subscription disabled before the dispatcher ran, is recorded as not sent,
+// listed and, once the subscription is enabled again, redelivered; an event
+// committed while it was disabled, and the subscription enabled before the
+// dispatcher ran, is not delivered.
+func TestSubscriptionJudgedAtCommit(t *testing.T) {
+	e := newEnv(t, webhook.WorkerConfig{})
+	ctx := context.Background()
+	rcv := newReceiver(t, func(int) int { return http.StatusNoContent })
+	w, _ := e.create(t, webhook.Webhook{URL: rcv.URL})
+	on, off := true, false
+	set := func(enabled *bool) {
+		t.Helper()
+		_, err := e.svc.Update(ctx, w.ID, webhook.Update{Enabled: enabled}, webhook.Expect{})
+		require.NoError(t, err)
+	}
+	jobsOf := func(eventID int64) int {
+		var n int
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'webhook_delivery' AND (args->>'eventId')::bigint = $1`,
+			eventID).Scan(&n))
+		return n
+	}
+
+	// Committed while enabled, disabled at once.
+	sent := e.appendEvents(t, "while-enabled")[0]
+	set(&off)
+	e.dispatch(t, 1)
+	require.Equal(t, 1, jobsOf(sent), "the event belonged to the subscription when it was committed")
+	var ds []webhook.Delivery
+	require.Eventually(t, func() bool {
+		var err error
+		ds, _, err = e.svc.Deliveries(ctx, w.ID, 10, "")
+		return err == nil && len(ds) == 1
+	}, 20*time.Second, 10*time.Millisecond, "the delivery is listed")
+	require.Equal(t, sent, ds[0].EventID)
+	require.False(t, ds[0].Succeeded)
+	require.Equal(t, "not sent: the subscription is disabled", ds[0].Error)
+
+	// Committed while disabled, enabled at once.
+	skipped := e.appendEvents(t, "while-disabled")[0]
+	set(&on)
+	e.dispatch(t, 1)
+	require.Zero(t, jobsOf(skipped), "the event did not belong to the subscription when it was committed")
+
+	// The first one is redelivered; the second one never arrives.
+	require.NoError(t, e.svc.Redeliver(ctx, w.ID, ds[0].ID))
+	require.Equal(t, strconv.FormatInt(sent, 10), rcv.next(t).header.Get("webhook-id"))
+	after := e.appendEvents(t, "after")[0]
+	e.dispatch(t, 1)
+	require.Equal(t, strconv.FormatInt(after, 10), rcv.next(t).header.Get("webhook-id"))
+	require.Zero(t, jobsOf(skipped))
+}
