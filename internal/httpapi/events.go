@@ -193,13 +193,6 @@ func (s *Server) ListEvents(ctx context.Context, req api.ListEventsRequestObject
 		return s.openStream(ctx, p, er)
 	}
 	events, err := s.events.Log.EventsAfter(ctx, er.after, er.filter, er.limit+1)
-	if lifecycle.ErrorCode(err) == lifecycle.EGONE && !er.hasAfter {
-		// From the start of the log: the oldest event kept.
-		var de *lifecycle.Error
-		errors.As(err, &de)
-		resume, _ := de.Extra["resumeAfter"].(int64)
-		events, err = s.events.Log.EventsAfter(ctx, resume, er.filter, er.limit+1)
-	}
 	if err != nil {
 		return nil, goneError(err)
 	}

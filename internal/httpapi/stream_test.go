@@ -521,6 +521,15 @@ func TestEventStreamBeyondRetentionIsGone(t *testing.T) {
 	items, _ := listPage(t, e.mgmtURL, adminToken, "")
 	require.Len(t, items, 1)
 	assert.Equal(t, strconv.FormatInt(kept[0].ID, 10), items[0].ID)
+	// after=0 (and Last-Event-ID: 0) is the oldest event kept too, as the
+	// contract says, not 410.
+	items, _ = listPage(t, e.mgmtURL, adminToken, "?after=0")
+	require.Len(t, items, 1)
+	assert.Equal(t, strconv.FormatInt(kept[0].ID, 10), items[0].ID)
+	s = openSSE(t, e.mgmtURL, adminToken, "?after=0")
+	assert.Equal(t, strconv.FormatInt(kept[0].ID, 10), s.next(t).id)
+	s = openSSE(t, e.mgmtURL, adminToken, "", "Last-Event-ID", "0")
+	assert.Equal(t, strconv.FormatInt(kept[0].ID, 10), s.next(t).id)
 }
 
 func TestSlowConsumerIsDisconnected(t *testing.T) {

@@ -35,8 +35,8 @@ func TestEventPrunerRunOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ids(recent), ids(got), "the recent event is kept")
 	// A reader behind the deleted events is told it missed some.
-	_, err = log.EventsAfter(ctx, 0, postgres.EventFilter{}, 10)
-	require.Equal(t, lifecycle.EGONE, lifecycle.ErrorCode(err), "EventsAfter(0) error = %v", err)
+	_, err = log.EventsAfter(ctx, old[0].ID, postgres.EventFilter{}, 10)
+	require.Equal(t, lifecycle.EGONE, lifecycle.ErrorCode(err), "EventsAfter(old[0]) error = %v", err)
 	var le *lifecycle.Error
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, old[1].ID, le.Extra["resumeAfter"], "resumeAfter")

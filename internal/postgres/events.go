@@ -287,19 +287,31 @@ const sqlEventGate = `(pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 
 const sqlEventHorizon = `SELECT pruned_through FROM event_log_horizon`
 
 // EventsAfter returns up to limit events with ids above after, in id order,
-// that match f. after is 0 for the start of the log, else an id a reader was
-// given (by this or any other replica). The events returned are the first
+// that match f. after is 0 for the start of the log (the oldest event kept,
+// whatever retention deleted), else an id a reader was given (by this or
+// any other replica). The events returned are the first
 // ones after after: no event with a smaller id can appear later, so the next
 // call resumes from the last id returned. Fewer than limit events (even
 // none) do not mean the end of the log; events of transactions still
 // running come in a later call.
 //
 // Returns EGONE if retention has deleted events after after (its Extra
-// "resumeAfter" holds the id to resume after, skipping what is gone), EINVALID
-// for a limit below 1 or a negative after, and an error if the database
-// fails.
+// "resumeAfter" holds the id to resume after, skipping what is gone) and
+// after is not 0, EINVALID for a limit below 1 or a negative after, and an
+// error if the database fails.
 func (l *EventLog) EventsAfter(ctx context.Context, after int64, f EventFilter, limit int) ([]lifecycle.Event, error) {
-	return eventsAfter(ctx, l.pool, after, f, limit)
+	events, err := eventsAfter(ctx, l.pool, after, f, limit)
+	for after == 0 {
+		// From the start: resume after what retention deleted, again if it
+		// deleted more meanwhile (each round moves forward).
+		var le *lifecycle.Error
+		if !errors.As(err, &le) || le.Code != lifecycle.EGONE {
+			break
+		}
+		resume, _ := le.Extra["resumeAfter"].(int64)
+		events, err = eventsAfter(ctx, l.pool, resume, f, limit)
+	}
+	return events, err
 }
 
 // eventQuerier runs the queries of eventsAfter: a pool, or a transaction

@@ -323,7 +323,7 @@ func TestPruneEvents(t *testing.T) {
 		after int64
 		want  []int64 // nil: gone
 	}{
-		{"from the start", 0, nil},
+		{"from the start: the oldest event kept", 0, ids(appended[5:])},
 		{"from a pruned event", appended[1].ID, nil},
 		{"from the last pruned event", horizon, ids(appended[5:])},
 		{"from a kept event", appended[5].ID, ids(appended[6:])},

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -22,6 +23,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
 	"github.com/wfm-dev/wfm/internal/pgtest"
 	"github.com/wfm-dev/wfm/internal/postgres"
@@ -632,4 +634,51 @@ func TestSubscriptionJudgedAtCommit(t *testing.T) {
 	e.dispatch(t, 1)
 	require.Equal(t, strconv.FormatInt(after, 10), rcv.next(t).header.Get("webhook-id"))
 	require.Zero(t, jobsOf(skipped))
+}
+
+// TestDeliveryBodiesMatchTheContract: the bodies receivers get are valid
+// WebhookEvents under a strict validator (no member the schema does not
+// name), and WebhookEvent names exactly Event's members and sequence.
+func TestDeliveryBodiesMatchTheContract(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
+	require.NoError(t, err)
+	require.NoError(t, doc.Validate(context.Background()))
+	schema := doc.Components.Schemas["WebhookEvent"].Value
+	event := doc.Components.Schemas["Event"].Value
+	require.NotNil(t, schema)
+	want := []string{"sequence"}
+	for name := range event.Properties {
+		want = append(want, name)
+	}
+	var got []string
+	for name := range schema.Properties {
+		got = append(got, name)
+	}
+	require.ElementsMatch(t, want, got, "WebhookEvent's members are Event's and sequence")
+
+	e := newEnv(t, webhook.WorkerConfig{})
+	rcv := newReceiver(t, func(int) int { return http.StatusNoContent })
+	e.create(t, webhook.Webhook{URL: rcv.URL})
+	dep := lifecycle.Ref{Kind: lifecycle.SubjectDeployment, ID: "d1"}
+	changed, err := lifecycle.NewEvent(time.Now(), "c1", dep, lifecycle.DeploymentStateChangedBody{From: lifecycle.StateInstalling,
+		To: lifecycle.StateInstalled, Cause: "report"}, lifecycle.Ref{Kind: lifecycle.SubjectApplication, ID: "app"},
+		lifecycle.Ref{Kind: lifecycle.SubjectClient, ID: "c1"}, lifecycle.Ref{Kind: lifecycle.SubjectDevice, ID: "c1/dev"})
+	require.NoError(t, err)
+	retired, err := lifecycle.NewEvent(time.Now(), "alice", lifecycle.Ref{Kind: lifecycle.SubjectClient, ID: "c2"}, lifecycle.ClientRetiredBody{})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(context.Background(), e.pool, func(tx pgx.Tx) error {
+		return postgres.AppendEvents(context.Background(), tx, []lifecycle.Event{changed, retired})
+	}))
+	e.appendEvents(t, "app")
+	e.dispatch(t, 3)
+	for range 3 {
+		d := rcv.next(t)
+		var v any
+		require.NoError(t, json.Unmarshal(d.body, &v))
+		require.NoError(t, schema.VisitJSON(v, openapi3.MultiErrors()), "body %s", d.body)
+	}
+	// A member the contract does not name is refused: the check is strict.
+	require.Error(t, schema.VisitJSON(map[string]any{"id": "1", "type": "client.retired", "at": "2026-12-01T00:00:00Z",
+		"subject": map[string]any{"kind": "client", "id": "c"}, "related": []any{}, "actor": "a", "data": map[string]any{},
+		"sequence": 1.0, "extra": true}))
 }

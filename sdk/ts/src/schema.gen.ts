@@ -1243,9 +1243,13 @@ export interface paths {
         head?: never;
         /**
          * Change a subscription's URL, types, filters, description or enabled flag
-         * @description Members left out keep their value. Enabling a subscription clears its failure count and its
-         *     `disabledReason`; events committed while it was disabled are not delivered (redeliver them from the
-         *     deliveries list). With `If-Match`, a tag that is not the current one is 412.
+         * @description Members left out keep their value. Whether an event belongs to the subscription is decided by the
+         *     subscription as it was when the event was committed: the change applies to the events committed after
+         *     it. Events committed while the subscription was enabled and not sent before it was disabled are
+         *     recorded in the deliveries list as not sent (`not sent: the subscription is disabled`) and can be
+         *     redelivered once it is enabled again. Enabling a subscription clears its failure count and its
+         *     `disabledReason`; events committed while it was disabled are not delivered and not listed. With
+         *     `If-Match`, a tag that is not the current one is 412.
          */
         patch: operations["updateWebhook"];
         trace?: never;
@@ -3053,8 +3057,44 @@ export interface components {
          * @description The body of a webhook delivery: the Event plus `sequence`, a number that increases with each event
          *     delivered about the same subject (`subject.kind` + `subject.id`), in log order, with gaps; the same on
          *     every retry and redelivery. Order and de-duplicate by (`subject`, `sequence`) or by `id`.
+         *     It has the members of Event, as Event has them, and `sequence`; nothing else.
          */
-        WebhookEvent: components["schemas"]["Event"] & {
+        WebhookEvent: {
+            /**
+             * @description The event's id, as in Event; also the `webhook-id` header.
+             * @example 3951250145280
+             */
+            id: string;
+            /**
+             * @description What happened, `<subject>.<what>`.
+             * @example deployment.state_changed
+             */
+            type: string;
+            /**
+             * Format: date-time
+             * @description When the change was decided.
+             */
+            at: string;
+            subject: components["schemas"]["EventRef"];
+            /** @description Other things the event concerns (a deployment's application, client and device). */
+            related: components["schemas"]["EventRef"][];
+            /**
+             * @description Who caused the change (a token's actor, a client id for a device's report, `wfm` for the scheduler).
+             * @example alice
+             */
+            actor: string;
+            /**
+             * @description The type's body (at most 4 KiB of JSON); fields are only ever added, never renamed.
+             * @example {
+             *       "from": "installing",
+             *       "to": "installed",
+             *       "cause": "report",
+             *       "revision": 1
+             *     }
+             */
+            data: {
+                [key: string]: unknown;
+            };
             /**
              * Format: int64
              * @description A signed 64-bit integer: a JavaScript number holds it exactly up to 2^53-1, which it does not reach in practice (docs/api.md, Large integers).
