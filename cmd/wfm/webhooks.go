@@ -22,6 +22,7 @@ type webhooks struct {
 	river      *river.Client[pgx.Tx]
 	dispatcher *webhook.Dispatcher
 	pruner     *webhook.DeliveryPruner
+	rescuer    *webhook.Rescuer
 }
 
 // startWebhooks loads (or, without -webhook-key-file, creates in the data
@@ -59,14 +60,13 @@ func startWebhooks(ctx context.Context, c config, pool *pgxpool.Pool, log *slog.
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	// A delivery that was running on a replica that died (kill -9, a lost
-	// node) is retried once it has been running for twice its timeout,
-	// rather than after River's default hour.
-	jobTimeout := worker.Timeout(nil)
+	// node) is retried once it has been running for twice its timeout
+	// (webhook.Rescuer; River's own rescuer, on the same rule, is slower).
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:               map[string]river.QueueConfig{webhook.Queue: {MaxWorkers: c.webhooks.workers}},
 		Workers:              workers,
-		JobTimeout:           jobTimeout,
-		RescueStuckJobsAfter: 2 * jobTimeout,
+		JobTimeout:           worker.Timeout(nil),
+		RescueStuckJobsAfter: worker.RescueAfter(),
 		// River fetches at most MaxWorkers jobs per fetch and waits
 		// FetchCooldown between fetches (100 ms by default: at most 500
 		// deliveries/s with 50 workers); 20 ms lifts that cap.
@@ -81,9 +81,11 @@ func startWebhooks(ctx context.Context, c config, pool *pgxpool.Pool, log *slog.
 	}
 	h := &webhooks{service: webhook.NewService(store, keys, guard, time.Now), river: rc,
 		dispatcher: webhook.NewDispatcher(store, 0, log),
-		pruner:     webhook.NewDeliveryPruner(store.PruneDeliveries, c.webhooks.deliveryRetention, 0, time.Now, log)}
+		pruner:     webhook.NewDeliveryPruner(store.PruneDeliveries, c.webhooks.deliveryRetention, 0, time.Now, log),
+		rescuer:    webhook.NewRescuer(store.RescueDeliveries, worker.RescueAfter(), 0, log)}
 	h.dispatcher.Start(context.WithoutCancel(ctx))
 	h.pruner.Start(context.WithoutCancel(ctx))
+	h.rescuer.Start(context.WithoutCancel(ctx))
 	return h, nil
 }
 
@@ -93,6 +95,7 @@ func startWebhooks(ctx context.Context, c config, pool *pgxpool.Pool, log *slog.
 func (h *webhooks) stop(log *slog.Logger) {
 	h.dispatcher.Stop()
 	h.pruner.Stop()
+	h.rescuer.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := h.river.Stop(ctx); err != nil {

@@ -501,6 +501,27 @@ SELECT event_id, seq FROM cur`, subjects, eventIDs)
 	return nil
 }
 
+// RescueDeliveries makes the delivery jobs that have been running for
+// longer than stuckAfter (by the database's clock, which also stamped their
+// start) available again, as River's rescuer does, and returns how many.
+// The caller makes stuckAfter longer than any live delivery runs
+// (webhook.RescueAfter), so only jobs of a server that died qualify. Jobs
+// out of attempts are left to River's rescuer, which discards them. Returns
+// an error if the database fails.
+func (s *WebhookStore) RescueDeliveries(ctx context.Context, stuckAfter time.Duration) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+UPDATE river_job SET state = 'available', scheduled_at = now(),
+    errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt,
+        'error', 'the delivery was cut off: the server running it stopped', 'trace', '')),
+    metadata = metadata || jsonb_build_object('river:rescue_count', coalesce((metadata->>'river:rescue_count')::int, 0) + 1)
+WHERE state = 'running' AND queue = $1 AND kind = $2 AND attempted_at < now() - make_interval(secs => $3) AND attempt < max_attempts`,
+		webhook.Queue, webhook.DeliveryArgs{}.Kind(), stuckAfter.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("rescue webhook deliveries: %w", translate(err))
+	}
+	return tag.RowsAffected(), nil
+}
+
 // PruneDeliveries deletes delivery attempts older than maxAge at now, in
 // batches, and returns how many it deleted. Returns an error if the
 // database fails.

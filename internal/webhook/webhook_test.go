@@ -682,3 +682,46 @@ func TestDeliveryBodiesMatchTheContract(t *testing.T) {
 		"subject": map[string]any{"kind": "client", "id": "c"}, "related": []any{}, "actor": "a", "data": map[string]any{},
 		"sequence": 1.0, "extra": true}))
 }
+
+// TestCrashedDeliveryIsRescued: a delivery job left running by a client
+// that died is made available again once it has been running for twice the
+// request timeout (not before: it could still be running), and a new client
+// delivers it. The rescuer runs at start and every DefaultRescueInterval,
+// so with the default 10 s timeout a delivery cut off is retried at most
+// 25 s after it started, whenever the server restarts; a job that is still
+// running ends (River cancels it) before it could be taken for a dead one.
+// The job's start is moved back in the database rather than waited for.
+func TestCrashedDeliveryIsRescued(t *testing.T) {
+	const timeout = 10 * time.Second
+	w := webhook.NewWorker(nil, nil, webhook.WorkerConfig{Timeout: timeout})
+	require.Less(t, w.Timeout(nil), w.RescueAfter(), "a live delivery ends before it is taken for a dead one")
+	require.Equal(t, 2*timeout, w.RescueAfter())
+	require.LessOrEqual(t, w.RescueAfter()+webhook.DefaultRescueInterval, 30*time.Second)
+
+	e := newEnv(t, webhook.WorkerConfig{Timeout: timeout})
+	ctx := context.Background()
+	require.NoError(t, e.river.Stop(ctx)) // the client that will "crash"
+	rcv := newReceiver(t, func(int) int { return http.StatusNoContent })
+	e.create(t, webhook.Webhook{URL: rcv.URL})
+	id := e.appendEvents(t, "x")[0]
+	e.dispatch(t, 1)
+	// The crashed client had fetched the job and was sending it.
+	tag, err := e.pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = '{crashed}'
+WHERE kind = 'webhook_delivery'`)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+
+	// The restarted server: a new River client and the rescuer.
+	require.NoError(t, e.river.Start(ctx))
+	r := webhook.NewRescuer(e.store.RescueDeliveries, w.RescueAfter(), 0, quiet())
+	n, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a delivery running for less than twice its timeout may still be running")
+	_, err = e.pool.Exec(ctx, `UPDATE river_job SET attempted_at = now() - $1::interval WHERE kind = 'webhook_delivery'`,
+		(w.RescueAfter() + time.Second).String())
+	require.NoError(t, err)
+	n, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, strconv.FormatInt(id, 10), rcv.next(t).header.Get("webhook-id"))
+}

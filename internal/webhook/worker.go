@@ -120,10 +120,15 @@ func NewWorker(store DeliveryStore, keys *Keyring, cfg WorkerConfig) *Worker {
 }
 
 // Timeout implements river.Worker: a job outlives its request's timeout by
-// the time to record the attempt.
+// the time to record the attempt, half the timeout, so that it ends before
+// RescueAfter: a delivery still running is never taken for one cut off by a
+// crash.
 func (w *Worker) Timeout(*river.Job[DeliveryArgs]) time.Duration {
-	return w.cfg.Timeout + 30*time.Second
+	return w.cfg.Timeout + w.cfg.Timeout/2
 }
+
+// RescueAfter is RescueAfter of the worker's request timeout.
+func (w *Worker) RescueAfter() time.Duration { return RescueAfter(w.cfg.Timeout) }
 
 // NextRetry implements river.Worker: exponential backoff from 1 s, doubling,
 // capped at an hour, with ±20% jitter derived from the job and attempt (so
