@@ -59,6 +59,7 @@ func startWebhooks(ctx context.Context, c config, pool *pgxpool.Pool, log *slog.
 	if err := river.AddWorkerSafely(workers, worker); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
+	dispatcher := webhook.NewDispatcher(store, 0, log)
 	// A delivery that was running on a replica that died (kill -9, a lost
 	// node) is retried once it has been running for twice its timeout
 	// (webhook.Rescuer; River's own rescuer, on the same rule, is slower).
@@ -71,7 +72,10 @@ func startWebhooks(ctx context.Context, c config, pool *pgxpool.Pool, log *slog.
 		// FetchCooldown between fetches (100 ms by default: at most 500
 		// deliveries/s with 50 workers); 20 ms lifts that cap.
 		FetchCooldown: 20 * time.Millisecond,
-		Logger:        log.With("component", "river"),
+		// River retries every second while the database is away and logs
+		// each failure: those lines are folded into the dispatcher's one
+		// line per outage.
+		Logger: slog.New(dispatcher.Outage().Handler(log.Handler())).With("component", "river"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: river client: %w", err)
@@ -80,9 +84,9 @@ func startWebhooks(ctx context.Context, c config, pool *pgxpool.Pool, log *slog.
 		return nil, fmt.Errorf("webhooks: start river: %w", err)
 	}
 	h := &webhooks{service: webhook.NewService(store, keys, guard, time.Now), river: rc,
-		dispatcher: webhook.NewDispatcher(store, 0, log),
-		pruner:     webhook.NewDeliveryPruner(store.PruneDeliveries, c.webhooks.deliveryRetention, 0, time.Now, log),
-		rescuer:    webhook.NewRescuer(store.RescueDeliveries, worker.RescueAfter(), 0, log)}
+		dispatcher: dispatcher,
+		pruner:     webhook.NewDeliveryPruner(store.PruneDeliveries, c.webhooks.deliveryRetention, 0, time.Now, log, dispatcher.Outage()),
+		rescuer:    webhook.NewRescuer(store.RescueDeliveries, worker.RescueAfter(), 0, log, dispatcher.Outage())}
 	h.dispatcher.Start(context.WithoutCancel(ctx))
 	h.pruner.Start(context.WithoutCancel(ctx))
 	h.rescuer.Start(context.WithoutCancel(ctx))

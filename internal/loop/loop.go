@@ -1,6 +1,6 @@
 // Package loop runs a background pass now and then at every interval until
 // stopped: the shape of wfm's pruners and of the webhook dispatcher, written
-// once. It is a few lines rather than a library because what a pass does,
+// once; and logs such passes' failures once per outage (Outage). It is a few lines rather than a library because what a pass does,
 // logs and times out is the caller's; the loop only owns the goroutine.
 package loop
 

@@ -59,7 +59,7 @@ type Dispatcher struct {
 	store    DispatchStore
 	interval time.Duration
 	batch    int
-	logger   *slog.Logger
+	outage   *loop.Outage
 
 	loop loop.Loop
 }
@@ -69,13 +69,20 @@ type Dispatcher struct {
 const DefaultDispatchInterval = 100 * time.Millisecond
 
 // NewDispatcher returns a dispatcher on store that polls every interval
-// (zero: DefaultDispatchInterval).
+// (zero: DefaultDispatchInterval) and logs its failures to logger once per
+// outage (Outage).
 func NewDispatcher(store DispatchStore, interval time.Duration, logger *slog.Logger) *Dispatcher {
 	if interval <= 0 {
 		interval = DefaultDispatchInterval
 	}
-	return &Dispatcher{store: store, interval: interval, batch: 500, logger: logger}
+	return &Dispatcher{store: store, interval: interval, batch: 500, outage: loop.NewOutage(logger, "webhooks")}
 }
+
+// Outage is where the dispatcher's failures are logged, once per outage:
+// it polls every DefaultDispatchInterval, so its passes are the first to
+// learn that the database is away and back. The webhook machinery's other
+// background work (the rescuer, the job queue's logger) shares it.
+func (d *Dispatcher) Outage() *loop.Outage { return d.outage }
 
 // RunOnce dispatches until the log has no more events to read now, and
 // returns how many events it read. Returns an error if the store fails.
@@ -95,8 +102,13 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
 // Start runs the dispatcher until Stop or ctx ends.
 func (d *Dispatcher) Start(ctx context.Context) {
 	d.loop.Start(ctx, d.interval, func(ctx context.Context) {
-		if _, err := d.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			d.logger.WarnContext(ctx, "webhooks: dispatching failed; retrying", "error", err)
+		_, err := d.RunOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			d.outage.Failed(ctx, "webhooks: dispatching events failed", err)
+		default:
+			d.outage.Succeeded(ctx)
 		}
 	})
 }

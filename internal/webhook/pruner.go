@@ -17,22 +17,27 @@ type DeliveryPruner struct {
 	interval  time.Duration
 	now       func() time.Time
 	logger    *slog.Logger
+	outage    *loop.Outage
 
 	loop loop.Loop
 }
 
 // NewDeliveryPruner returns a pruner that calls prune (the store's
 // PruneDeliveries) every interval (zero: an hour) to keep attempts for
-// retention (zero: DefaultDeliveryRetention).
+// retention (zero: DefaultDeliveryRetention), and logs to logger and its
+// failures to outage, once per outage (nil: its own).
 func NewDeliveryPruner(prune func(ctx context.Context, now time.Time, maxAge time.Duration) (int64, error),
-	retention, interval time.Duration, now func() time.Time, logger *slog.Logger) *DeliveryPruner {
+	retention, interval time.Duration, now func() time.Time, logger *slog.Logger, outage *loop.Outage) *DeliveryPruner {
 	if retention <= 0 {
 		retention = DefaultDeliveryRetention
 	}
 	if interval <= 0 {
 		interval = time.Hour
 	}
-	return &DeliveryPruner{prune: prune, retention: retention, interval: interval, now: now, logger: logger}
+	if outage == nil {
+		outage = loop.NewOutage(logger, "webhooks")
+	}
+	return &DeliveryPruner{prune: prune, retention: retention, interval: interval, now: now, logger: logger, outage: outage}
 }
 
 // RunOnce prunes once, within 5 minutes, and returns how many attempts it
@@ -50,9 +55,12 @@ func (p *DeliveryPruner) Start(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 		case err != nil:
-			p.logger.WarnContext(ctx, "webhooks: pruning delivery records failed; retrying at the next run", "error", err)
-		case n > 0:
-			p.logger.InfoContext(ctx, "webhooks: pruned old delivery records", "deleted", n, "retention", p.retention.String())
+			p.outage.Failed(ctx, "webhooks: pruning delivery records failed", err)
+		default:
+			p.outage.Succeeded(ctx)
+			if n > 0 {
+				p.logger.InfoContext(ctx, "webhooks: pruned old delivery records", "deleted", n, "retention", p.retention.String())
+			}
 		}
 	})
 }

@@ -33,19 +33,24 @@ type Rescuer struct {
 	after    time.Duration
 	interval time.Duration
 	logger   *slog.Logger
+	outage   *loop.Outage
 
 	loop loop.Loop
 }
 
 // NewRescuer returns a rescuer that calls rescue (the store's
 // RescueDeliveries) with after every interval (zero:
-// DefaultRescueInterval).
+// DefaultRescueInterval), logs to logger and its failures to outage, once
+// per outage (nil: its own).
 func NewRescuer(rescue func(ctx context.Context, stuckAfter time.Duration) (int64, error),
-	after, interval time.Duration, logger *slog.Logger) *Rescuer {
+	after, interval time.Duration, logger *slog.Logger, outage *loop.Outage) *Rescuer {
 	if interval <= 0 {
 		interval = DefaultRescueInterval
 	}
-	return &Rescuer{rescue: rescue, after: after, interval: interval, logger: logger}
+	if outage == nil {
+		outage = loop.NewOutage(logger, "webhooks")
+	}
+	return &Rescuer{rescue: rescue, after: after, interval: interval, logger: logger, outage: outage}
 }
 
 // RunOnce rescues once, within a minute, and returns how many deliveries
@@ -63,9 +68,12 @@ func (r *Rescuer) Start(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 		case err != nil:
-			r.logger.WarnContext(ctx, "webhooks: looking for deliveries cut off by a crash failed; retrying", "error", err)
-		case n > 0:
-			r.logger.InfoContext(ctx, "webhooks: deliveries cut off by a crash are retried", "deliveries", n)
+			r.outage.Failed(ctx, "webhooks: looking for deliveries cut off by a crash failed", err)
+		default:
+			r.outage.Succeeded(ctx)
+			if n > 0 {
+				r.logger.InfoContext(ctx, "webhooks: deliveries cut off by a crash are retried", "deliveries", n)
+			}
 		}
 	})
 }

@@ -492,7 +492,7 @@ func TestDeliveryRetention(t *testing.T) {
 VALUES ($1::uuid, $2, 1, 1, $3, true, 1)`, w.ID, i+1, now.Add(-age))
 		require.NoError(t, err)
 	}
-	p := webhook.NewDeliveryPruner(e.store.PruneDeliveries, 7*24*time.Hour, 0, func() time.Time { return now }, quiet())
+	p := webhook.NewDeliveryPruner(e.store.PruneDeliveries, 7*24*time.Hour, 0, func() time.Time { return now }, quiet(), nil)
 	n, err := p.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), n)
@@ -713,7 +713,7 @@ WHERE kind = 'webhook_delivery'`)
 
 	// The restarted server: a new River client and the rescuer.
 	require.NoError(t, e.river.Start(ctx))
-	r := webhook.NewRescuer(e.store.RescueDeliveries, w.RescueAfter(), 0, quiet())
+	r := webhook.NewRescuer(e.store.RescueDeliveries, w.RescueAfter(), 0, quiet(), nil)
 	n, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "a delivery running for less than twice its timeout may still be running")
