@@ -634,6 +634,11 @@ func TestSubscriptionJudgedAtCommit(t *testing.T) {
 	e.dispatch(t, 1)
 	require.Equal(t, strconv.FormatInt(after, 10), rcv.next(t).header.Get("webhook-id"))
 	require.Zero(t, jobsOf(skipped))
+	// The dispatcher is past every change: only the last version, which
+	// judges the events to come, is kept.
+	var versions int
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_versions`).Scan(&versions))
+	require.Equal(t, 1, versions)
 }
 
 // TestDeliveryBodiesMatchTheContract: the bodies receivers get are valid
