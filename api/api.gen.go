@@ -553,6 +553,24 @@ func (e ProblemBackoffStrategy) Valid() bool {
 	}
 }
 
+// Defines values for ReadinessStatus.
+const (
+	Degraded ReadinessStatus = "degraded"
+	Ready    ReadinessStatus = "ready"
+)
+
+// Valid indicates whether the value is a known member of the ReadinessStatus enum.
+func (e ReadinessStatus) Valid() bool {
+	switch e {
+	case Degraded:
+		return true
+	case Ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RevisionOutcome.
 const (
 	RevisionOutcomeActive     RevisionOutcome = "active"
@@ -1830,6 +1848,20 @@ type Progress struct {
 	Phase      *DrainPhase `json:"phase,omitempty"`
 	ReportedAt time.Time   `json:"reportedAt"`
 }
+
+// Readiness defines model for Readiness.
+type Readiness struct {
+	// Detail Why the server is degraded, and until when it answers devices from memory.
+	Detail *string `json:"detail,omitempty"`
+
+	// Status `ready`: the server is whole. `degraded`: it serves, but its database is unreachable
+	// (device polls are answered from memory) or change notifications do not arrive.
+	Status ReadinessStatus `json:"status"`
+}
+
+// ReadinessStatus `ready`: the server is whole. `degraded`: it serves, but its database is unreachable
+// (device polls are answered from memory) or change notifications do not arrive.
+type ReadinessStatus string
 
 // ReconfigureRequest defines model for ReconfigureRequest.
 type ReconfigureRequest struct {
@@ -3676,7 +3708,7 @@ type ServerInterface interface {
 	// RotateWebhookSecret Replace the signing secret (the new one is shown once)
 	// (POST /mgmt/v1/webhooks/{webhookId}/rotate-secret)
 	RotateWebhookSecret(w http.ResponseWriter, r *http.Request, webhookId openapi_types.UUID)
-	// GetReady Readiness — the database is reachable and migrated
+	// GetReady Readiness — the database is reachable and migrated, or devices are answered from memory
 	// (GET /readyz)
 	GetReady(w http.ResponseWriter, r *http.Request)
 	// GetSchema A JSON Schema of the lifecycle extension (for validators and other WFMs)
@@ -4084,7 +4116,7 @@ func (_ Unimplemented) RotateWebhookSecret(w http.ResponseWriter, r *http.Reques
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
-// GetReady Readiness — the database is reachable and migrated
+// GetReady Readiness — the database is reachable and migrated, or devices are answered from memory
 // (GET /readyz)
 func (_ Unimplemented) GetReady(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -17057,7 +17089,7 @@ type GetReadyResponseObject interface {
 	VisitGetReadyResponse(w http.ResponseWriter) error
 }
 
-type GetReady200JSONResponse Health
+type GetReady200JSONResponse Readiness
 
 func (response GetReady200JSONResponse) VisitGetReadyResponse(w http.ResponseWriter) error {
 
@@ -17415,7 +17447,7 @@ type StrictServerInterface interface {
 	// RotateWebhookSecret Replace the signing secret (the new one is shown once)
 	// (POST /mgmt/v1/webhooks/{webhookId}/rotate-secret)
 	RotateWebhookSecret(ctx context.Context, request RotateWebhookSecretRequestObject) (RotateWebhookSecretResponseObject, error)
-	// GetReady Readiness — the database is reachable and migrated
+	// GetReady Readiness — the database is reachable and migrated, or devices are answered from memory
 	// (GET /readyz)
 	GetReady(ctx context.Context, request GetReadyRequestObject) (GetReadyResponseObject, error)
 	// GetSchema A JSON Schema of the lifecycle extension (for validators and other WFMs)

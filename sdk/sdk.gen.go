@@ -554,6 +554,24 @@ func (e ProblemBackoffStrategy) Valid() bool {
 	}
 }
 
+// Defines values for ReadinessStatus.
+const (
+	Degraded ReadinessStatus = "degraded"
+	Ready    ReadinessStatus = "ready"
+)
+
+// Valid indicates whether the value is a known member of the ReadinessStatus enum.
+func (e ReadinessStatus) Valid() bool {
+	switch e {
+	case Degraded:
+		return true
+	case Ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RevisionOutcome.
 const (
 	RevisionOutcomeActive     RevisionOutcome = "active"
@@ -1831,6 +1849,20 @@ type Progress struct {
 	Phase      *DrainPhase `json:"phase,omitempty"`
 	ReportedAt time.Time   `json:"reportedAt"`
 }
+
+// Readiness defines model for Readiness.
+type Readiness struct {
+	// Detail Why the server is degraded, and until when it answers devices from memory.
+	Detail *string `json:"detail,omitempty"`
+
+	// Status `ready`: the server is whole. `degraded`: it serves, but its database is unreachable
+	// (device polls are answered from memory) or change notifications do not arrive.
+	Status ReadinessStatus `json:"status"`
+}
+
+// ReadinessStatus `ready`: the server is whole. `degraded`: it serves, but its database is unreachable
+// (device polls are answered from memory) or change notifications do not arrive.
+type ReadinessStatus string
 
 // ReconfigureRequest defines model for ReconfigureRequest.
 type ReconfigureRequest struct {
@@ -3588,7 +3620,9 @@ type ClientInterface interface {
 	// GetStateManifest Retrieve the complete desired state for all workloads assigned to a device
 	//
 	// Margo rc.3. The calling client's state manifest. Answered from memory: a matching `If-None-Match`
-	// gets 304 without touching the database.
+	// gets 304 without touching the database. While the database is unreachable, a cached manifest
+	// is still answered (200 or 304) for `-manifest-stale-bound` (default 5 minutes) after the
+	// server last knew it current; then 503 `unavailable`.
 	//
 	// Corresponds with GET /api/v1/deployments (the `GetStateManifest` operationId).
 	GetStateManifest(ctx context.Context, params *GetStateManifestParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4561,10 +4595,17 @@ type ClientInterface interface {
 	// Corresponds with POST /mgmt/v1/webhooks/{webhookId}/rotate-secret (the `RotateWebhookSecret` operationId).
 	RotateWebhookSecret(ctx context.Context, webhookId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetReady Readiness — the database is reachable and migrated
+	// GetReady Readiness — the database is reachable and migrated, or devices are answered from memory
 	//
-	// Answers 200 when the database answers and every migration embedded in this binary is
-	// applied; 503 (problem+json, type `not-ready`) otherwise.
+	// Answers 200 `ready` when the database answers and every migration embedded in this binary
+	// is applied, and change notifications arrive. Answers 200 `degraded`, with a `detail` that
+	// says why and until when, while this server still answers device polls from its manifest
+	// cache although the database is unreachable (for `-manifest-stale-bound`, default 5
+	// minutes, after it last knew its cache current), or while change notifications do not
+	// arrive but the database answers: a load balancer keeps the replica, so devices keep their
+	// answers, while management calls that need the database get 503 `unavailable`. Answers 503
+	// (problem+json, type `not-ready`) when the database is unreachable or not fully migrated
+	// and the bound has passed (at once with `-manifest-stale-bound=0`).
 	//
 	// Corresponds with GET /readyz (the `GetReady` operationId).
 	GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4661,7 +4702,9 @@ func (c *Client) PutDeviceCapabilities(ctx context.Context, deviceId DeviceIdPat
 // GetStateManifest Retrieve the complete desired state for all workloads assigned to a device
 //
 // Margo rc.3. The calling client's state manifest. Answered from memory: a matching `If-None-Match`
-// gets 304 without touching the database.
+// gets 304 without touching the database. While the database is unreachable, a cached manifest
+// is still answered (200 or 304) for `-manifest-stale-bound` (default 5 minutes) after the
+// server last knew it current; then 503 `unavailable`.
 //
 // Corresponds with GET /api/v1/deployments (the `GetStateManifest` operationId).
 func (c *Client) GetStateManifest(ctx context.Context, params *GetStateManifestParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6454,10 +6497,17 @@ func (c *Client) RotateWebhookSecret(ctx context.Context, webhookId openapi_type
 	return c.Client.Do(req)
 }
 
-// GetReady Readiness — the database is reachable and migrated
+// GetReady Readiness — the database is reachable and migrated, or devices are answered from memory
 //
-// Answers 200 when the database answers and every migration embedded in this binary is
-// applied; 503 (problem+json, type `not-ready`) otherwise.
+// Answers 200 `ready` when the database answers and every migration embedded in this binary
+// is applied, and change notifications arrive. Answers 200 `degraded`, with a `detail` that
+// says why and until when, while this server still answers device polls from its manifest
+// cache although the database is unreachable (for `-manifest-stale-bound`, default 5
+// minutes, after it last knew its cache current), or while change notifications do not
+// arrive but the database answers: a load balancer keeps the replica, so devices keep their
+// answers, while management calls that need the database get 503 `unavailable`. Answers 503
+// (problem+json, type `not-ready`) when the database is unreachable or not fully migrated
+// and the bound has passed (at once with `-manifest-stale-bound=0`).
 //
 // Corresponds with GET /readyz (the `GetReady` operationId).
 func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -10558,7 +10608,9 @@ type ClientWithResponsesInterface interface {
 	// GetStateManifestWithResponse Retrieve the complete desired state for all workloads assigned to a device
 	//
 	// Margo rc.3. The calling client's state manifest. Answered from memory: a matching `If-None-Match`
-	// gets 304 without touching the database.
+	// gets 304 without touching the database. While the database is unreachable, a cached manifest
+	// is still answered (200 or 304) for `-manifest-stale-bound` (default 5 minutes) after the
+	// server last knew it current; then 503 `unavailable`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11619,10 +11671,17 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /mgmt/v1/webhooks/{webhookId}/rotate-secret (the `RotateWebhookSecret` operationId).
 	RotateWebhookSecretWithResponse(ctx context.Context, webhookId openapi_types.UUID, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error)
 
-	// GetReadyWithResponse Readiness — the database is reachable and migrated
+	// GetReadyWithResponse Readiness — the database is reachable and migrated, or devices are answered from memory
 	//
-	// Answers 200 when the database answers and every migration embedded in this binary is
-	// applied; 503 (problem+json, type `not-ready`) otherwise.
+	// Answers 200 `ready` when the database answers and every migration embedded in this binary
+	// is applied, and change notifications arrive. Answers 200 `degraded`, with a `detail` that
+	// says why and until when, while this server still answers device polls from its manifest
+	// cache although the database is unreachable (for `-manifest-stale-bound`, default 5
+	// minutes, after it last knew its cache current), or while change notifications do not
+	// arrive but the database answers: a load balancer keeps the replica, so devices keep their
+	// answers, while management calls that need the database get 503 `unavailable`. Answers 503
+	// (problem+json, type `not-ready`) when the database is unreachable or not fully migrated
+	// and the bound has passed (at once with `-manifest-stale-bound=0`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -18837,7 +18896,7 @@ type GetReadyResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Health
+	JSON200 *Readiness
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ServiceUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -18847,7 +18906,7 @@ type GetReadyResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r GetReadyResponse) GetJSON200() *Health {
+func (r GetReadyResponse) GetJSON200() *Readiness {
 	return r.JSON200
 }
 
@@ -19038,7 +19097,9 @@ func (c *ClientWithResponses) PutDeviceCapabilitiesWithResponse(ctx context.Cont
 // GetStateManifestWithResponse Retrieve the complete desired state for all workloads assigned to a device
 //
 // Margo rc.3. The calling client's state manifest. Answered from memory: a matching `If-None-Match`
-// gets 304 without touching the database.
+// gets 304 without touching the database. While the database is unreachable, a cached manifest
+// is still answered (200 or 304) for `-manifest-stale-bound` (default 5 minutes) after the
+// server last knew it current; then 503 `unavailable`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -20591,10 +20652,17 @@ func (c *ClientWithResponses) RotateWebhookSecretWithResponse(ctx context.Contex
 	return ParseRotateWebhookSecretResponse(rsp)
 }
 
-// GetReadyWithResponse Readiness — the database is reachable and migrated
+// GetReadyWithResponse Readiness — the database is reachable and migrated, or devices are answered from memory
 //
-// Answers 200 when the database answers and every migration embedded in this binary is
-// applied; 503 (problem+json, type `not-ready`) otherwise.
+// Answers 200 `ready` when the database answers and every migration embedded in this binary
+// is applied, and change notifications arrive. Answers 200 `degraded`, with a `detail` that
+// says why and until when, while this server still answers device polls from its manifest
+// cache although the database is unreachable (for `-manifest-stale-bound`, default 5
+// minutes, after it last knew its cache current), or while change notifications do not
+// arrive but the database answers: a load balancer keeps the replica, so devices keep their
+// answers, while management calls that need the database get 503 `unavailable`. Answers 503
+// (problem+json, type `not-ready`) when the database is unreachable or not fully migrated
+// and the bound has passed (at once with `-manifest-stale-bound=0`).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -27607,7 +27675,7 @@ func ParseGetReadyResponse(rsp *http.Response) (*GetReadyResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Health
+		var dest Readiness
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -102,6 +102,7 @@ type config struct {
 	eventRetention  time.Duration // how long the event log keeps an event
 	eventStreams    int           // event streams served at once (GET /mgmt/v1/events as SSE)
 	bundleRetention time.Duration // how long a superseded manifest's bundle stays fetchable
+	staleBound      time.Duration // how long the manifest cache is served after notifications stopped
 	allowOverrides  bool
 	debugListen     string
 	deviceRate      float64
@@ -145,7 +146,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.SetOutput(stderr)
 	var c config
 	var level, mgmtRate, mgmtBurst, trustedProxies, eventRetention, eventStreams string
-	var bundleRetention, deviceCertHosts, corsOrigins string
+	var bundleRetention, deviceCertHosts, corsOrigins, staleBound string
 	var whAllowCIDR, whTimeout, whDisableAfter, whRetention, whWorkers string
 	fs.StringVar(&c.listen, "listen", env("WFM_LISTEN", "127.0.0.1:8080"), "address of the HTTP listener (env WFM_LISTEN)")
 	fs.StringVar(&c.deviceListen, "device-listen", env("WFM_DEVICE_LISTEN", "127.0.0.1:8443"), "address of the device API listener (mTLS) (env WFM_DEVICE_LISTEN)")
@@ -173,6 +174,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&eventRetention, "event-retention", env("WFM_EVENT_RETENTION", postgres.DefaultEventRetention.String()), "how long the event log keeps an event, a duration from 1h to 87600h (10 years); pruned hourly (env WFM_EVENT_RETENTION)")
 	fs.StringVar(&eventStreams, "event-streams", env("WFM_EVENT_STREAMS", strconv.Itoa(feed.DefaultMaxStreams)), "event streams (GET /mgmt/v1/events as Server-Sent Events) this process serves at once, 1 to 100000; beyond, 503 too-many-streams; one token holds at most an eighth of them. Each queues up to 1024 events (env WFM_EVENT_STREAMS)")
 	fs.StringVar(&bundleRetention, "bundle-retention", env("WFM_BUNDLE_RETENTION", postgres.DefaultBundleRetention.String()), "how long a superseded manifest version's bundle stays fetchable, a duration from 1h to 8760h (1 year); collected hourly (env WFM_BUNDLE_RETENTION)")
+	fs.StringVar(&staleBound, "manifest-stale-bound", env("WFM_MANIFEST_STALE_BOUND", "5m"), "how long device API requests are still answered from the manifest cache after its change notifications stopped (the database is away), a duration from 0 (not at all) to 24h; past it they need the database, and /readyz answers 503 while the database is away (env WFM_MANIFEST_STALE_BOUND)")
 	fs.StringVar(&c.webhooks.keyFile, "webhook-key-file", getenv("WFM_WEBHOOK_KEY_FILE"), "file holding the key that encrypts webhook signing secrets in the database: 32 bytes as base64 (openssl rand -base64 32); empty: <data-dir>/webhook-key, created once at mode 0600 (development) (env WFM_WEBHOOK_KEY_FILE)")
 	fs.BoolVar(&c.webhooks.allowHTTP, "webhook-allow-http", getenv("WFM_WEBHOOK_ALLOW_HTTP") == "true", "let webhook subscriptions use plain http:// URLs (https only otherwise) (env WFM_WEBHOOK_ALLOW_HTTP=true)")
 	fs.StringVar(&whAllowCIDR, "webhook-allow-cidr", getenv("WFM_WEBHOOK_ALLOW_CIDR"), "comma-separated CIDRs where webhook receivers may be although the range is refused by default (loopback, private, link-local, unique-local, CGNAT, metadata), e.g. 10.20.0.0/16 for an on-premises receiver (env WFM_WEBHOOK_ALLOW_CIDR)")
@@ -237,6 +239,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.bundleRetention, err = time.ParseDuration(bundleRetention); err != nil || c.bundleRetention < minBundleRetention || c.bundleRetention > maxBundleRetention {
 		return c, fmt.Errorf("-bundle-retention %q: want a duration from %s to %s", bundleRetention, minBundleRetention, maxBundleRetention)
+	}
+	if c.staleBound, err = time.ParseDuration(staleBound); err != nil || c.staleBound < 0 || c.staleBound > maxStaleBound {
+		return c, fmt.Errorf("-manifest-stale-bound %q: want a duration from 0 to %s", staleBound, maxStaleBound)
 	}
 	if c.corsOrigins, err = parseCORSOrigins(corsOrigins); err != nil {
 		return c, err
@@ -334,6 +339,10 @@ const (
 	minBundleRetention = time.Hour
 	maxBundleRetention = 365 * 24 * time.Hour
 )
+
+// maxStaleBound caps -manifest-stale-bound: a replica cut off from the
+// database for a day is broken, not degraded.
+const maxStaleBound = 24 * time.Hour
 
 // The range of -event-retention: below an hour (the pruning interval) a
 // consumer restarting loses events; above ten years the log only grows.
@@ -477,6 +486,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
 	fleetStore := postgres.NewFleetStore(pool, c.reportRetention)
 	fl := fleet.NewService(fleetStore, cat, fleet.Policy{AcceptAll: c.acceptClients == "all", AllowOverrides: c.allowOverrides}, time.Now, log)
+	fl.SetManifestStaleBound(c.staleBound)
 
 	ids := identity.Config{TrustDomain: c.trustDomain, WFMID: c.wfmID}
 	deviceIdentity := ids.ClientIDFromRequest
@@ -599,20 +609,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	mgmtHandler, deviceHandler := httpapi.Split(handler)
 
 	// Every server process drops its cached manifests when any process
-	// publishes (LISTEN/NOTIFY), so the device poll can answer from memory.
+	// publishes (LISTEN/NOTIFY), so the device poll can answer from memory;
+	// when notifications were missed, it keeps them for -manifest-stale-bound
+	// and checks them all once it listens again.
 	// The listener runs until the HTTP servers have drained (the deferred
 	// stop), not just until the signal: draining requests still publish.
 	listenCtx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
 	listenerDone := make(chan struct{})
 	go func() {
 		defer close(listenerDone)
-		l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Notify: func(p string) { fl.Invalidate(p); hub.Wake() }, Reset: func() { fl.Invalidate("") }, Log: log}
+		l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Notify: func(p string) { fl.Invalidate(p); hub.Wake() },
+			Lost: fl.ManifestCacheLost, Listening: resyncManifests(fl), Log: log}
 		_ = l.Run(listenCtx)
 	}()
 	schedListenerDone := make(chan struct{})
 	go func() {
 		defer close(schedListenerDone)
-		l := &postgres.Listener{Pool: pool, Channel: postgres.SchedulerChannel, Notify: func(string) { fl.Wake(); hub.Wake() }, Reset: fl.Wake, Log: log}
+		l := &postgres.Listener{Pool: pool, Channel: postgres.SchedulerChannel, Notify: func(string) { fl.Wake(); hub.Wake() },
+			Listening: func(context.Context) error { fl.Wake(); return nil }, Log: log}
 		_ = l.Run(listenCtx)
 	}()
 	defer func() { stopListening(); <-listenerDone; <-schedListenerDone }()
@@ -1089,6 +1103,18 @@ func readiness(pg *pglaunch.Supervisor, pool *pgxpool.Pool) func(context.Context
 			}
 		}
 		return postgres.Check(ctx, pool)
+	}
+}
+
+// resyncManifests is the manifest listener's Listening: once LISTEN is in
+// place again, the manifest cache checks its entries against the database,
+// within a deadline (a failure counts as a lost connection, and is retried).
+func resyncManifests(fl *fleet.Service) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, _, err := fl.ResyncManifestCache(ctx)
+		return err
 	}
 }
 

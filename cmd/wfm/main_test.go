@@ -165,19 +165,31 @@ func TestServesWithDatabaseURL(t *testing.T) {
 	assert.Error(t, err, "nothing listens after shutdown")
 }
 
-func TestReadinessFailsWhenDatabaseIsGone(t *testing.T) {
+// TestReadinessWhenDatabaseIsGone: with the database stopped, /readyz
+// answers degraded while device polls are answered from memory (the
+// default -manifest-stale-bound), and not-ready with a bound of 0.
+func TestReadinessWhenDatabaseIsGone(t *testing.T) {
 	bin, err := pglaunch.FindBinaries(os.Getenv)
 	require.NoError(t, err)
 	pg, err := pglaunch.Start(t.Context(), pglaunch.Options{BinDir: bin, DataDir: filepath.Join(reachableTempDir(t), "pg")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pg.Stop() })
 
-	base, _ := startServer(t, nil, envWith(map[string]string{"DATABASE_URL": pg.URL("postgres")}))
-	status, _, _ := getStatus(t, base+"/readyz")
-	require.Equal(t, http.StatusOK, status)
+	env := envWith(map[string]string{"DATABASE_URL": pg.URL("postgres")})
+	base, _ := startServer(t, nil, env)
+	strict, _ := startServer(t, []string{"-manifest-stale-bound", "0"}, env)
+	for _, b := range []string{base, strict} {
+		status, _, body := getStatus(t, b+"/readyz")
+		require.Equal(t, http.StatusOK, status)
+		require.Equal(t, "ready", body["status"])
+	}
 
 	require.NoError(t, pg.Stop())
-	status, ct, body := getStatus(t, base+"/readyz")
+	status, _, body := getStatus(t, base+"/readyz")
+	assert.Equal(t, http.StatusOK, status, "the load balancer keeps a replica that answers devices from memory")
+	assert.Equal(t, "degraded", body["status"])
+	assert.Contains(t, body["detail"], "answered from memory")
+	status, ct, body := getStatus(t, strict+"/readyz")
 	assert.Equal(t, http.StatusServiceUnavailable, status)
 	assert.Equal(t, "application/problem+json", ct)
 	assert.Contains(t, body["type"], "#not-ready")
@@ -214,6 +226,8 @@ func TestConfigErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"-log-level", "loud"},
 		{"-log-format", "xml"},
+		{"-manifest-stale-bound", "-1s"},
+		{"-manifest-stale-bound", "25h"},
 		{"extra"},
 	} {
 		err := run(t.Context(), args, envWithout(), io.Discard, io.Discard)
@@ -298,19 +312,23 @@ func TestPrivatePostgresRestarted(t *testing.T) {
 	dataDir := reachableTempDir(t)
 	base, stop := startServer(t, []string{"-data-dir", dataDir}, envWithout("DATABASE_URL"))
 	pidFile := filepath.Join(dataDir, "postgres", "postmaster.pid")
-	readyz := func() int {
-		res, err := http.Get(base + "/readyz")
-		require.NoError(t, err, "the server still answers")
-		res.Body.Close()
-		return res.StatusCode
+	// readyz returns /readyz's status code and, on 200, its status member.
+	readyz := func() string {
+		status, _, body := getStatus(t, base+"/readyz")
+		if status != http.StatusOK {
+			return strconv.Itoa(status)
+		}
+		s, _ := body["status"].(string)
+		return s
 	}
-	require.Equal(t, http.StatusOK, readyz())
+	const ready = "ready"
+	require.Equal(t, ready, readyz())
 
 	pid := postmasterPID(t, pidFile)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
-	require.Eventually(t, func() bool { return readyz() == http.StatusServiceUnavailable }, 30*time.Second, 20*time.Millisecond,
-		"not ready during a smart shutdown")
-	require.Eventually(t, func() bool { return readyz() == http.StatusOK }, 60*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return readyz() == "degraded" }, 30*time.Second, 20*time.Millisecond,
+		"degraded during a smart shutdown (devices are answered from memory)")
+	require.Eventually(t, func() bool { return readyz() == ready }, 60*time.Second, 50*time.Millisecond,
 		"ready again after the restart")
 	next := postmasterPID(t, pidFile)
 	assert.NotEqual(t, pid, next, "a new postmaster")
@@ -318,7 +336,7 @@ func TestPrivatePostgresRestarted(t *testing.T) {
 	require.NoError(t, syscall.Kill(next, syscall.SIGINT))
 	require.Eventually(t, func() bool {
 		b, err := os.ReadFile(pidFile)
-		return err == nil && !strings.HasPrefix(string(b), strconv.Itoa(next)+"\n") && readyz() == http.StatusOK
+		return err == nil && !strings.HasPrefix(string(b), strconv.Itoa(next)+"\n") && readyz() == ready
 	}, 60*time.Second, 50*time.Millisecond, "ready again after a fast shutdown")
 	require.NoError(t, stop(), "the server ran on and stops cleanly")
 }

@@ -45,6 +45,13 @@ type Manifest struct {
 	ETag     string
 }
 
+// ClientVersion is what a manifest cache entry is checked against: the
+// client's status and current manifest version.
+type ClientVersion struct {
+	Status          ClientStatus
+	ManifestVersion uint64
+}
+
 // Device is a device of a client.
 type Device struct {
 	ClientID       string

@@ -181,7 +181,7 @@ func TestReplicasInvalidateEachOther(t *testing.T) {
 		ready := make(chan struct{}, 1)
 		l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Log: log, Ready: ready,
 			Notify: func(id string) { s.Invalidate(id); notified <- id },
-			Reset:  func() { s.Invalidate("") }}
+			Lost:   s.ManifestCacheLost, Listening: func(ctx context.Context) error { _, _, err := s.ResyncManifestCache(ctx); return err }}
 		done := make(chan struct{})
 		go func() { defer close(done); _ = l.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/wfm-dev/wfm/internal/catalog"
@@ -23,6 +24,10 @@ import (
 // Store is what the fleet needs from storage. Each method is one transaction;
 // callbacks run inside it, on rows locked FOR UPDATE, and decide.
 type Store interface {
+	// ClientVersions returns the status and manifest version of those of
+	// clientIDs that exist, in one read (a manifest cache checks its
+	// entries with it after missed change notifications).
+	ClientVersions(ctx context.Context, clientIDs []string) (map[string]ClientVersion, error)
 	// ClientManifest returns a client's current manifest; with create it
 	// first creates the client, accepted, with manifest version 1 (no
 	// deployments). Returns ENOTFOUND if the client does not exist and
@@ -295,6 +300,9 @@ type Service struct {
 	leaseOwner string
 	// candidatePage: the candidates a rollout's resolution reads at a time.
 	candidatePage int
+	// staleLogged: the cache's passing of its staleness bound was logged
+	// (once per outage).
+	staleLogged atomic.Bool
 }
 
 // specCacheSize bounds Service.specs (a few KiB each).
@@ -304,7 +312,7 @@ const specCacheSize = 1024
 func NewService(store Store, cat *catalog.Service, policy Policy, now func() time.Time, log *slog.Logger) *Service {
 	reports := newBatcher("report", store.RecordReports, now, log)
 	reports.key = func(it ReportItem) string { return it.Report.DeploymentID }
-	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(), wakeups: make(chan struct{}, 1), rolloutWakeups: make(chan struct{}, 1),
+	return &Service{store: store, catalog: cat, policy: policy, now: now, log: log, cache: newManifestCache(DefaultManifestStaleBound), wakeups: make(chan struct{}, 1), rolloutWakeups: make(chan struct{}, 1),
 		creations: newBatcher("creation", store.CreateDeployments, now, log), reports: reports, versions: newVersionCache(),
 		specs: margo.NewSpecCache(specCacheSize), leaseOwner: newUUID(), candidatePage: candidatePage}
 }
@@ -326,6 +334,107 @@ func (s *Service) Invalidate(clientID string) {
 		return
 	}
 	s.cache.invalidate(clientID)
+}
+
+// DefaultManifestStaleBound is how long a stale manifest cache is served
+// when no other bound is set (SetManifestStaleBound).
+const DefaultManifestStaleBound = 5 * time.Minute
+
+// SetManifestStaleBound sets how long the manifest cache keeps answering
+// device API requests after it was last known current (ManifestCacheLost);
+// past it, each request reads the store. 0: not at all. Call it before the
+// service serves.
+func (s *Service) SetManifestStaleBound(d time.Duration) { s.cache.bound = d }
+
+// ManifestCacheLost tells the service that change notifications stopped
+// arriving: the manifest cache was last known current at since. Until
+// ResyncManifestCache, it is served for the staleness bound after since.
+func (s *Service) ManifestCacheLost(since time.Time) {
+	s.cache.lost(since)
+	s.staleLogged.Store(false)
+}
+
+// ResyncManifestCache makes the manifest cache current again once change
+// notifications arrive again (call it after LISTEN is in place): it
+// compares every entry's status and manifest version with the store's in
+// one read and drops only the entries that changed, so the clients whose
+// manifests did not change keep being answered from memory. It returns
+// how many entries it checked and dropped.
+//
+// Returns the store's error (EUNAVAILABLE when the database is away); the
+// cache then stays stale.
+func (s *Service) ResyncManifestCache(ctx context.Context) (checked, dropped int, err error) {
+	start := time.Now()
+	staleSince, _ := s.cache.state()
+	cached := s.cache.beginResync()
+	ids := make([]string, 0, len(cached))
+	for id := range cached {
+		ids = append(ids, id)
+	}
+	stored := map[string]ClientVersion{}
+	if len(ids) > 0 {
+		if stored, err = s.store.ClientVersions(ctx, ids); err != nil {
+			return 0, 0, err
+		}
+	}
+	current := make(map[string]cachedVersion, len(stored))
+	for id, v := range stored {
+		current[id] = cachedVersion{status: v.Status, version: v.ManifestVersion}
+	}
+	dropped = s.cache.endResync(cached, current)
+	if !staleSince.IsZero() {
+		s.log.Info("manifest cache checked against the database after missed change notifications; only changed entries dropped",
+			"checked", len(cached), "dropped", dropped, "stale_since", staleSince, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return len(cached), dropped, nil
+}
+
+// ManifestCacheState says how current the manifest cache is.
+type ManifestCacheState struct {
+	// StaleSince is when the cache was last known current, before change
+	// notifications stopped arriving; zero while they arrive.
+	StaleSince time.Time
+	// ServedUntil is when a stale cache stops answering from memory
+	// (StaleSince plus the staleness bound); zero while current.
+	ServedUntil time.Time
+}
+
+// ManifestCacheState returns how current the manifest cache is.
+func (s *Service) ManifestCacheState() ManifestCacheState {
+	since, bound := s.cache.state()
+	if since.IsZero() {
+		return ManifestCacheState{}
+	}
+	return ManifestCacheState{StaleSince: since, ServedUntil: since.Add(bound)}
+}
+
+// Readiness decides what the readiness check answers, given dbErr, the
+// outcome of this process's check of its database: whether the process
+// should keep receiving traffic, and if so whether it is degraded (the
+// reason; "" when whole). A process whose device API is still answered
+// from memory stays ready while the database is away, so a load balancer
+// does not take from devices the answers it still has: until the manifest
+// cache's staleness bound passes, or at once when the bound is 0.
+//
+// Returns dbErr when the process should not receive traffic.
+func (s *Service) Readiness(dbErr error) (degraded string, err error) {
+	since, bound := s.cache.state()
+	until := since.Add(bound)
+	switch {
+	case dbErr == nil && since.IsZero():
+		return "", nil
+	case dbErr == nil:
+		return "change notifications have not arrived since " + since.UTC().Format(time.RFC3339) +
+			": device API requests are answered from memory until " + until.UTC().Format(time.RFC3339) + ", then from the database", nil
+	case bound == 0:
+		return "", dbErr
+	case since.IsZero():
+		return "the database is unreachable: device API requests are answered from memory", nil
+	case s.now().Before(until):
+		return "the database is unreachable: device API requests are answered from memory until " + until.UTC().Format(time.RFC3339) +
+			" (-manifest-stale-bound after " + since.UTC().Format(time.RFC3339) + ")", nil
+	}
+	return "", dbErr
 }
 
 // RecordLastSeen makes the service note every device API contact of an
@@ -353,10 +462,12 @@ func (s *Service) ManifestCacheStats() (hits, misses uint64) {
 // Returns EFORBIDDEN (type "not-authorized") if the client is retired or,
 // under a listed-clients policy, not accepted.
 func (s *Service) Manifest(ctx context.Context, clientID string) (Manifest, error) {
-	m, ok, gen := s.cache.get(clientID)
+	now := s.now()
+	m, ok, gen := s.cache.get(clientID, now)
 	if !ok {
+		s.logPastStaleBound(now)
 		var err error
-		m, err = s.store.ClientManifest(ctx, clientID, s.policy.AcceptAll, s.now().UTC())
+		m, err = s.store.ClientManifest(ctx, clientID, s.policy.AcceptAll, now.UTC())
 		if lifecycle.ErrorCode(err) == lifecycle.ENOTFOUND {
 			return Manifest{}, notAuthorized("Client " + clientID + " is not accepted by this WFM; an administrator must accept it first.")
 		}
@@ -370,6 +481,17 @@ func (s *Service) Manifest(ctx context.Context, clientID string) (Manifest, erro
 	}
 	s.seen.Seen(clientID) // every device API request is authorized here
 	return m, nil
+}
+
+// logPastStaleBound logs, once per outage, that the manifest cache is past
+// its staleness bound: device API requests need the database from now on.
+func (s *Service) logPastStaleBound(now time.Time) {
+	st := s.ManifestCacheState()
+	if st.StaleSince.IsZero() || now.Before(st.ServedUntil) || s.staleLogged.Swap(true) {
+		return
+	}
+	s.log.Warn("manifest cache past its staleness bound: device API requests read the database until change notifications arrive again",
+		"stale_since", st.StaleSince, "bound", st.ServedUntil.Sub(st.StaleSince))
 }
 
 // Authorize checks that a client may call the device API.

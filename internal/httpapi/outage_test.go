@@ -91,9 +91,10 @@ func contractValidator(t *testing.T) func(req *http.Request, res *http.Response,
 
 // TestDatabaseOutageAnswers503: with the database stopped, management and
 // device calls get a 503 problem with Retry-After and retryable (the device
-// API with Margo's retry members, as the contract declares), /readyz too;
-// the device poll still answers from memory; the failures are logged at
-// WARN, a bounded number of times; once the database is back, calls succeed.
+// API with Margo's retry members, as the contract declares); the device
+// poll still answers from memory, and /readyz says degraded; the failures
+// are logged at WARN, a bounded number of times; once the database is back,
+// calls succeed.
 func TestDatabaseOutageAnswers503(t *testing.T) {
 	pg, opts := ownPostgres(t)
 	ctx := t.Context()
@@ -164,17 +165,15 @@ func TestDatabaseOutageAnswers503(t *testing.T) {
 	res, _ = dev.do("GET", "/api/v1/deployments", nil, "If-None-Match", etag)
 	assert.Equal(t, http.StatusNotModified, res.StatusCode)
 
-	res = rawCall(t, "GET", e.mgmtURL+"/readyz", "", "")
-	res.Body.Close()
-	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
-	assert.NotEmpty(t, res.Header.Get("Retry-After"))
+	// No listener has noticed the outage: the cache is current, and the
+	// replica stays in its load balancer.
+	assert.Equal(t, "degraded", readyz(t, e.mgmtURL, http.StatusOK, check)["status"])
 
 	out := logs.String()
 	assert.NotContains(t, out, "level=ERROR", "an outage is not an internal error")
 	const answered = "database unavailable: answered 503 (unavailable)"
 	assert.Equal(t, 1, strings.Count(out, `level=WARN msg="database unavailable: answered 503"`+" method=GET path=/mgmt/v1/applications"),
 		"the first 503 of the interval is logged: %s", out)
-	assert.Equal(t, 1, strings.Count(out, `msg="database unavailable: answered 503"`+" method=GET path=/readyz"), "so is the first not-ready, another kind")
 	// When the interval ends, the count of the rest is reported, down to
 	// the outage's last request.
 	outage.clock.advance(10 * time.Second)
@@ -190,9 +189,107 @@ func TestDatabaseOutageAnswers503(t *testing.T) {
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	res, body = dev.do("GET", yamlURL, nil)
 	assert.Equal(t, http.StatusOK, res.StatusCode, string(body))
-	res = rawCall(t, "GET", e.mgmtURL+"/readyz", "", "")
+	assert.Equal(t, "ready", readyz(t, e.mgmtURL, http.StatusOK, check)["status"])
+}
+
+// readyz calls /readyz, checks its status and the answer's contract, and
+// returns its body.
+func readyz(t *testing.T, mgmtURL string, status int, check func(*http.Request, *http.Response, []byte)) map[string]any {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "GET", mgmtURL+"/readyz", nil)
+	require.NoError(t, err)
+	res, err := adminHTTP.Do(req)
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	assert.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, status, res.StatusCode, string(raw))
+	check(req, res, raw)
+	var body map[string]any
+	require.NoError(t, json.Unmarshal(raw, &body))
+	return body
+}
+
+// TestCachedPollsDuringOutage: a server whose change listener runs, as
+// wfm's does, keeps answering cached polls (304 and 200) while its database
+// is stopped, and /readyz says degraded (200, so a load balancer keeps it);
+// once the staleness bound has passed since the listener lost its
+// connection, polls answer 503 unavailable with Margo's retry members and
+// /readyz 503; when the database is back the cache is checked, not
+// emptied: the unchanged client's poll is a hit again.
+func TestCachedPollsDuringOutage(t *testing.T) {
+	pg, opts := ownPostgres(t)
+	ctx := t.Context()
+	pool, err := postgres.Open(ctx, pg.URL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, postgres.Migrate(ctx, pool))
+	clock := &fakeClock{t: time.Now()}
+	e := newEnv(t, envOptions{policy: fleet.Policy{AcceptAll: true}, pool: pool, now: clock.now,
+		ready: func(ctx context.Context) error { return postgres.Check(ctx, pool) }})
+	lost, ready := make(chan struct{}, 1), make(chan struct{}, 1)
+	l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Notify: e.fleet.Invalidate, Ready: ready, Now: clock.now,
+		Lost:      func(since time.Time) { e.fleet.ManifestCacheLost(since); lost <- struct{}{} },
+		Listening: func(ctx context.Context) error { _, _, err := e.fleet.ResyncManifestCache(ctx); return err },
+		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		After:     func(time.Duration) <-chan time.Time { return time.After(20 * time.Millisecond) }}
+	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { defer close(done); _ = l.Run(lctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	wait := func(c <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(30 * time.Second):
+			t.Fatal(what)
+		}
+	}
+	wait(ready, "the listener did not start")
+
+	ops := &opsEnv{fleetEnv: e, url: e.mgmtURL, pool: pool}
+	ops.publish(t, "1.0.0", "")
+	dev := e.client(t, "plant")
+	res, body := dev.do("PUT", "/api/v1/capabilities/edge", capabilities("edge", "compose"))
+	require.Equal(t, http.StatusCreated, res.StatusCode, string(body))
+	e.deploy(t, "plant", "edge", "svc", "1.0.0")
+	_, etag := dev.manifest()
+	check := contractValidator(t)
+
+	require.NoError(t, pg.Stop())
+	wait(lost, "the listener did not notice the outage")
+	clock.advance(fleet.DefaultManifestStaleBound - time.Second)
+	res, _ = dev.do("GET", "/api/v1/deployments", nil, "If-None-Match", etag)
+	assert.Equal(t, http.StatusNotModified, res.StatusCode, "a cached poll is answered from memory")
+	res, body = dev.do("GET", "/api/v1/deployments", nil)
+	assert.Equal(t, http.StatusOK, res.StatusCode, string(body))
+	assert.Equal(t, etag, res.Header.Get("ETag"))
+	r := readyz(t, e.mgmtURL, http.StatusOK, check)
+	assert.Equal(t, "degraded", r["status"])
+	assert.Contains(t, r["detail"], "answered from memory until")
+
+	clock.advance(time.Second) // the bound has passed
+	res, body = dev.do("GET", "/api/v1/deployments", nil, "If-None-Match", etag)
+	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, string(body))
+	var p map[string]any
+	require.NoError(t, json.Unmarshal(body, &p))
+	assert.Equal(t, httpapi.ProblemBase+"unavailable", p["type"])
+	assert.Equal(t, true, p["retryable"])
+	assert.Equal(t, "exponential", p["backoffStrategy"])
+	assert.Equal(t, "5", res.Header.Get("Retry-After"))
+	assert.Equal(t, httpapi.ProblemBase+"not-ready", readyz(t, e.mgmtURL, http.StatusServiceUnavailable, check)["type"])
+
+	// The database comes back: the listener checks the cache, which keeps
+	// the unchanged manifest.
+	pg2, err := pglaunch.Start(ctx, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg2.Stop() })
+	wait(ready, "the listener did not listen again")
+	hits, misses := e.fleet.ManifestCacheStats()
+	res, _ = dev.do("GET", "/api/v1/deployments", nil, "If-None-Match", etag)
+	assert.Equal(t, http.StatusNotModified, res.StatusCode)
+	hits2, misses2 := e.fleet.ManifestCacheStats()
+	assert.Equal(t, [2]uint64{hits + 1, misses}, [2]uint64{hits2, misses2}, "a hit: the cache was checked, not emptied")
+	assert.Equal(t, "ready", readyz(t, e.mgmtURL, http.StatusOK, check)["status"])
 }
 
 // TestEveryOperationDeclaresRetryAnswers: every management operation may

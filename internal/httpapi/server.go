@@ -324,15 +324,21 @@ func (s *Server) GetHealth(ctx context.Context, _ api.GetHealthRequestObject) (a
 	return api.GetHealth200JSONResponse{Status: "ok"}, nil
 }
 
-// GetReady answers readiness: the database is reachable and migrated.
+// GetReady answers readiness: the database is reachable and migrated, or
+// the device API is still answered from memory (degraded; see
+// fleet.Service.Readiness).
 func (s *Server) GetReady(ctx context.Context, _ api.GetReadyRequestObject) (api.GetReadyResponseObject, error) {
-	if err := s.ready(ctx); err != nil {
+	degraded, err := s.fleet.Readiness(s.ready(ctx))
+	if err != nil {
 		// The cause stays in the chain for the (sampled) log line.
 		return nil, fmt.Errorf("%w (%w)", &lifecycle.Error{Code: lifecycle.EUNAVAILABLE, Type: "not-ready",
 			Message: "The server cannot serve yet: its database is unreachable or not fully migrated.",
 			Extra:   map[string]any{"retryable": true, "retryAfterSeconds": defaultRetryAfter}}, err)
 	}
-	return api.GetReady200JSONResponse{Status: "ready"}, nil
+	if degraded != "" {
+		return api.GetReady200JSONResponse{Status: api.Degraded, Detail: &degraded}, nil
+	}
+	return api.GetReady200JSONResponse{Status: api.Ready}, nil
 }
 
 type faceKey struct{}

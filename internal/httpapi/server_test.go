@@ -35,20 +35,25 @@ func newTestServer(t *testing.T, ready func(context.Context) error) *httptest.Se
 	return newTestServerOn(t, pgtest.New(t), ready)
 }
 
-// newTestServerOn is newTestServer on a given database.
-func newTestServerOn(t *testing.T, pool *pgxpool.Pool, ready func(context.Context) error) *httptest.Server {
+// newTestServerOn is newTestServer on a given database; each configure
+// sees the fleet service before it serves.
+func newTestServerOn(t *testing.T, pool *pgxpool.Pool, ready func(context.Context) error, configure ...func(*fleet.Service)) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cat := catalog.NewService(postgres.NewCatalogStore(pool), time.Now)
 	acc := access.NewService(postgres.NewAccessStore(pool), time.Now)
 	_, err := acc.Bootstrap(t.Context(), adminToken)
 	require.NoError(t, err)
+	fl := fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log)
+	for _, c := range configure {
+		c(fl)
+	}
 	h, err := httpapi.NewHandler(httpapi.Config{
 		Logger:         log,
 		Ready:          ready,
 		Registry:       prometheus.NewRegistry(),
 		Catalog:        cat,
-		Fleet:          fleet.NewService(postgres.NewFleetStore(pool, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log),
+		Fleet:          fl,
 		Access:         acc,
 		DeviceIdentity: identity.HeaderIdentity{}.ClientIDFromRequest,
 	})
@@ -125,11 +130,16 @@ func TestHealthAndReadyWithGeneratedClient(t *testing.T) {
 	r, err := c.GetReadyWithResponse(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, r.StatusCode())
-	assert.Equal(t, "ready", r.JSON200.Status)
+	assert.Equal(t, "ready", string(r.JSON200.Status))
+	assert.Nil(t, r.JSON200.Detail)
 }
 
+// TestNotReadyIsProblem: a server that cannot reach its database and
+// serves nothing from memory (-manifest-stale-bound 0) is not ready, with
+// a problem that shows no internals.
 func TestNotReadyIsProblem(t *testing.T) {
-	srv := newTestServer(t, func(context.Context) error { return errors.New("dial tcp 127.0.0.1:5: connection refused") })
+	srv := newTestServerOn(t, pgtest.New(t), func(context.Context) error { return errors.New("dial tcp 127.0.0.1:5: connection refused") },
+		func(s *fleet.Service) { s.SetManifestStaleBound(0) })
 	res, err := http.Get(srv.URL + "/readyz")
 	require.NoError(t, err)
 	p := readProblem(t, res, http.StatusServiceUnavailable)

@@ -38,7 +38,9 @@ func (b *lockedBuffer) String() string {
 
 // TestListenerLogsAnOutageOnce: while its database refuses connections the
 // listener retries without a line per attempt: one WARN when the
-// connection is lost, one INFO when LISTEN is back.
+// connection is lost, one INFO when LISTEN is back. It reports the loss
+// once too (Lost), with the moment the connection was last known alive, and
+// lets its consumer catch up each time LISTEN is in place (Listening).
 func TestListenerLogsAnOutageOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -53,8 +55,15 @@ func TestListenerLogsAnOutageOnce(t *testing.T) {
 	var attempts atomic.Int32
 	failing := make(chan struct{})
 	var once sync.Once
+	var lost []time.Time // the listener's goroutine writes, the test reads after Ready or the end
+	var listenings atomic.Int32
+	clock := time.Date(2026, 12, 8, 1, 0, 0, 0, time.UTC)
+	var ticks atomic.Int64 // each reading of the clock is a second later
 	l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Log: slog.New(slog.NewTextHandler(&log, nil)),
-		Ready: ready, Notify: func(string) {}, Reset: func() {},
+		Ready: ready, Notify: func(string) {},
+		Now:       func() time.Time { return clock.Add(time.Duration(ticks.Add(1)) * time.Second) },
+		Lost:      func(since time.Time) { lost = append(lost, since) },
+		Listening: func(context.Context) error { listenings.Add(1); return nil },
 		After: func(time.Duration) <-chan time.Time {
 			if attempts.Add(1) == 5 {
 				once.Do(func() { close(failing) })
@@ -72,6 +81,8 @@ func TestListenerLogsAnOutageOnce(t *testing.T) {
 		}
 	}
 	wait(ready, "the listener did not start")
+	require.Equal(t, int32(1), listenings.Load())
+	alive := clock.Add(time.Duration(ticks.Load()) * time.Second) // LISTEN in place
 
 	// The outage: no connection is accepted, the listener's is cut.
 	_, err = admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" ALLOW_CONNECTIONS false")
@@ -90,4 +101,6 @@ func TestListenerLogsAnOutageOnce(t *testing.T) {
 	require.Equal(t, 1, strings.Count(out, "level=WARN"), "one WARN for the outage:\n%s", out)
 	require.Equal(t, 1, strings.Count(out, "level=INFO"), "one INFO when back:\n%s", out)
 	require.Contains(t, out, "listening again")
+	require.Equal(t, []time.Time{alive}, lost, "one loss, since LISTEN was in place")
+	require.Equal(t, int32(2), listenings.Load(), "caught up after each LISTEN")
 }

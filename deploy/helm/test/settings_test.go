@@ -110,6 +110,7 @@ var configCases = []struct{ value, set, setting, want string }{
 	{"eventRetention", "48h", "WFM_EVENT_RETENTION", "48h"},
 	{"eventStreams", "500", "WFM_EVENT_STREAMS", "500"},
 	{"bundleRetention", "24h", "WFM_BUNDLE_RETENTION", "24h"},
+	{"manifestStaleBound", "90s", "WFM_MANIFEST_STALE_BOUND", "90s"},
 	{"reportRetention", "7", "-report-retention", "7"},
 	{"mgmtRate", "10", "WFM_MGMT_RATE", "10"},
 	{"mgmtBurst", "20", "WFM_MGMT_BURST", "20"},

@@ -237,7 +237,9 @@ export interface paths {
         /**
          * Retrieve the complete desired state for all workloads assigned to a device
          * @description Margo rc.3. The calling client's state manifest. Answered from memory: a matching `If-None-Match`
-         *     gets 304 without touching the database.
+         *     gets 304 without touching the database. While the database is unreachable, a cached manifest
+         *     is still answered (200 or 304) for `-manifest-stale-bound` (default 5 minutes) after the
+         *     server last knew it current; then 503 `unavailable`.
          */
         get: operations["getStateManifest"];
         put?: never;
@@ -1457,9 +1459,16 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Readiness — the database is reachable and migrated
-         * @description Answers 200 when the database answers and every migration embedded in this binary is
-         *     applied; 503 (problem+json, type `not-ready`) otherwise.
+         * Readiness — the database is reachable and migrated, or devices are answered from memory
+         * @description Answers 200 `ready` when the database answers and every migration embedded in this binary
+         *     is applied, and change notifications arrive. Answers 200 `degraded`, with a `detail` that
+         *     says why and until when, while this server still answers device polls from its manifest
+         *     cache although the database is unreachable (for `-manifest-stale-bound`, default 5
+         *     minutes, after it last knew its cache current), or while change notifications do not
+         *     arrive but the database answers: a load balancer keeps the replica, so devices keep their
+         *     answers, while management calls that need the database get 503 `unavailable`. Answers 503
+         *     (problem+json, type `not-ready`) when the database is unreachable or not fully migrated
+         *     and the bound has passed (at once with `-manifest-stale-bound=0`).
          */
         get: operations["getReady"];
         put?: never;
@@ -2203,6 +2212,16 @@ export interface components {
         Health: {
             /** @example ok */
             status: string;
+        };
+        Readiness: {
+            /**
+             * @description `ready`: the server is whole. `degraded`: it serves, but its database is unreachable
+             *     (device polls are answered from memory) or change notifications do not arrive.
+             * @enum {string}
+             */
+            status: "ready" | "degraded";
+            /** @description Why the server is degraded, and until when it answers devices from memory. */
+            detail?: string;
         };
         /**
          * @description RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
@@ -5879,18 +5898,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Ready to serve. */
+            /** @description Ready to serve, or degraded (devices are answered from memory). */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "status": "ready"
-                     *     }
-                     */
-                    "application/json": components["schemas"]["Health"];
+                    "application/json": components["schemas"]["Readiness"];
                 };
             };
             503: components["responses"]["ServiceUnavailable"];
