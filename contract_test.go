@@ -1,6 +1,10 @@
 package wfm_test
 
 import (
+	"maps"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,9 +118,12 @@ func TestEveryManagementOperationHasARole(t *testing.T) {
 
 // TestContractTagsFollowAUsersJourney keeps Swagger UI's sections (it shows
 // the tags in the order of the top-level list) in the order a user meets
-// them: publish, deploy, change, roll out, watch, then the fleet and access,
-// health, and the device API (another listener) last. Every operation's tag
-// is one of them, so no operation lands in an unordered section.
+// them in the README's tour: the tags of the management operations the tour
+// calls, in the order of the first call of each, then the others, and the
+// device API last (another listener, not callable from the page; the tour's
+// first mention of it is a hint printed by issue-client-cert). Every
+// operation's tag is one of them, so no operation lands in an unordered
+// section.
 func TestContractTagsFollowAUsersJourney(t *testing.T) {
 	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
 	require.NoError(t, err)
@@ -124,16 +131,47 @@ func TestContractTagsFollowAUsersJourney(t *testing.T) {
 	for _, tag := range doc.Tags {
 		names = append(names, tag.Name)
 	}
-	require.Equal(t, []string{"catalog", "deployments", "operations", "rollouts", "events", "webhooks",
-		"fleet", "access", "ops", "device"}, names)
+	require.Equal(t, "device", names[len(names)-1], "the device API comes last")
 	require.Contains(t, doc.Tags.Get("device").Description, "device listener", "the device tag says where it is served")
+
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	tour := section(t, string(readme), "## The first ten minutes")
+	first := map[string]int{} // tag -> offset of its first call in the tour
 	for path, item := range doc.Paths.Map() {
+		// A template's parameters match the tour's placeholders (<deployment-id>) and values.
+		pattern := regexp.MustCompile(regexp.QuoteMeta(path))
+		pattern = regexp.MustCompile(regexp.MustCompile(`\\\{[^}]+\\\}`).ReplaceAllString(pattern.String(), `[^/?"\s]+`) + `(?:[?"\s]|$)`)
 		for method, op := range item.Operations() {
 			require.Len(t, op.Tags, 1, "%s %s", method, path)
 			require.Contains(t, names, op.Tags[0], "%s %s", method, path)
 			if strings.HasPrefix(path, "/api/") {
 				require.Equal(t, "device", op.Tags[0], "%s %s", method, path)
+				continue
+			}
+			if loc := pattern.FindStringIndex(tour); loc != nil {
+				if at, ok := first[op.Tags[0]]; !ok || loc[0] < at {
+					first[op.Tags[0]] = loc[0]
+				}
 			}
 		}
 	}
+	toured := slices.Collect(maps.Keys(first))
+	slices.SortFunc(toured, func(a, b string) int { return first[a] - first[b] })
+	require.GreaterOrEqual(t, len(toured), 5, "the tour calls operations of at least five tags: %v", toured)
+	require.Equal(t, toured, names[:len(toured)], "the tags the tour calls, in the order of its first call of each, come first")
+}
+
+// section returns the part of a Markdown document from heading to the next
+// heading of the same level.
+func section(t *testing.T, doc, heading string) string {
+	t.Helper()
+	start := strings.Index(doc, heading+"\n")
+	require.GreaterOrEqual(t, start, 0, "no section %q", heading)
+	level := heading[:strings.IndexByte(heading, ' ')+1]
+	rest := doc[start+len(heading):]
+	if end := strings.Index(rest, "\n"+level); end >= 0 {
+		rest = rest[:end]
+	}
+	return rest
 }

@@ -2793,8 +2793,78 @@ type RolloutIdPath = string
 // Version defines model for Version.
 type Version = string
 
+// BadRequest RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type BadRequest = Problem
+
+// Conflict RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type Conflict = Problem
+
+// ContentTooLarge RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type ContentTooLarge = Problem
+
+// DeviceBadRequest RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type DeviceBadRequest = Problem
+
+// DeviceForbidden RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type DeviceForbidden = Problem
+
+// DeviceNotAcceptable RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type DeviceNotAcceptable = Problem
+
+// DeviceNotFound RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type DeviceNotFound = Problem
+
+// DeviceUnprocessableContent RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type DeviceUnprocessableContent = Problem
+
+// Forbidden RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type Forbidden = Problem
+
+// Gone RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type Gone = Problem
+
+// NotAcceptable RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type NotAcceptable = Problem
+
+// NotFound RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type NotFound = Problem
+
+// NotReady RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type NotReady = Problem
+
 // OperationAccepted defines model for OperationAccepted.
 type OperationAccepted = Operation
+
+// PreconditionFailed RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type PreconditionFailed = Problem
 
 // ServiceUnavailable RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
@@ -2805,6 +2875,21 @@ type ServiceUnavailable = Problem
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
 // problem types; clients must ignore members they do not know.
 type TooManyRequests = Problem
+
+// Unauthorized RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type Unauthorized = Problem
+
+// UnprocessableContent RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type UnprocessableContent = Problem
+
+// UnsupportedMediaType RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type UnsupportedMediaType = Problem
 
 // GetBundleParams defines parameters for GetBundle.
 type GetBundleParams struct {
@@ -7748,6 +7833,39 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	return r
 }
 
+type BadRequestApplicationProblemPlusJSONResponse Problem
+
+type ConflictApplicationProblemPlusJSONResponse Problem
+
+type ContentTooLargeApplicationProblemPlusJSONResponse Problem
+
+type DeviceBadRequestApplicationProblemPlusJSONResponse Problem
+
+type DeviceForbiddenApplicationProblemPlusJSONResponse Problem
+
+type DeviceNotAcceptableApplicationProblemPlusJSONResponse Problem
+
+type DeviceNotFoundApplicationProblemPlusJSONResponse Problem
+
+type DeviceUnprocessableContentApplicationProblemPlusJSONResponse Problem
+
+type ForbiddenApplicationProblemPlusJSONResponse Problem
+
+type GoneApplicationProblemPlusJSONResponse Problem
+
+type NotAcceptableApplicationProblemPlusJSONResponse Problem
+
+type NotFoundApplicationProblemPlusJSONResponse Problem
+
+type NotReadyResponseHeaders struct {
+	RetryAfter int
+}
+type NotReadyApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers NotReadyResponseHeaders
+}
+
 type OperationAcceptedResponseHeaders struct {
 	Location string
 }
@@ -7756,6 +7874,8 @@ type OperationAcceptedJSONResponse struct {
 
 	Headers OperationAcceptedResponseHeaders
 }
+
+type PreconditionFailedApplicationProblemPlusJSONResponse Problem
 
 type ProblemApplicationProblemPlusJSONResponse Problem
 
@@ -7776,6 +7896,12 @@ type TooManyRequestsApplicationProblemPlusJSONResponse struct {
 
 	Headers TooManyRequestsResponseHeaders
 }
+
+type UnauthorizedApplicationProblemPlusJSONResponse Problem
+
+type UnprocessableContentApplicationProblemPlusJSONResponse Problem
+
+type UnsupportedMediaTypeApplicationProblemPlusJSONResponse Problem
 
 type GetBundleRequestObject struct {
 	Digest DigestPath `json:"digest"`
@@ -7831,7 +7957,7 @@ func (response GetBundle304Response) VisitGetBundleResponse(w http.ResponseWrite
 }
 
 type GetBundle403ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	DeviceForbiddenApplicationProblemPlusJSONResponse
 }
 
 func (response GetBundle403ApplicationProblemPlusJSONResponse) VisitGetBundleResponse(w http.ResponseWriter) error {
@@ -7846,7 +7972,9 @@ func (response GetBundle403ApplicationProblemPlusJSONResponse) VisitGetBundleRes
 	return err
 }
 
-type GetBundle404ApplicationProblemPlusJSONResponse Problem
+type GetBundle404ApplicationProblemPlusJSONResponse struct {
+	DeviceNotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetBundle404ApplicationProblemPlusJSONResponse) VisitGetBundleResponse(w http.ResponseWriter) error {
 
@@ -7928,7 +8056,7 @@ func (response DeleteDeviceCapabilities204Response) VisitDeleteDeviceCapabilitie
 }
 
 type DeleteDeviceCapabilities403ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	DeviceForbiddenApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteDeviceCapabilities403ApplicationProblemPlusJSONResponse) VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error {
@@ -7943,7 +8071,9 @@ func (response DeleteDeviceCapabilities403ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type DeleteDeviceCapabilities404ApplicationProblemPlusJSONResponse Problem
+type DeleteDeviceCapabilities404ApplicationProblemPlusJSONResponse struct {
+	DeviceNotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteDeviceCapabilities404ApplicationProblemPlusJSONResponse) VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error {
 
@@ -8034,7 +8164,7 @@ func (response PutDeviceCapabilities201Response) VisitPutDeviceCapabilitiesRespo
 }
 
 type PutDeviceCapabilities400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	DeviceBadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PutDeviceCapabilities400ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
@@ -8049,7 +8179,9 @@ func (response PutDeviceCapabilities400ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type PutDeviceCapabilities403ApplicationProblemPlusJSONResponse Problem
+type PutDeviceCapabilities403ApplicationProblemPlusJSONResponse struct {
+	DeviceForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response PutDeviceCapabilities403ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
 
@@ -8063,7 +8195,9 @@ func (response PutDeviceCapabilities403ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type PutDeviceCapabilities404ApplicationProblemPlusJSONResponse Problem
+type PutDeviceCapabilities404ApplicationProblemPlusJSONResponse struct {
+	DeviceNotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response PutDeviceCapabilities404ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
 
@@ -8077,7 +8211,9 @@ func (response PutDeviceCapabilities404ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type PutDeviceCapabilities422ApplicationProblemPlusJSONResponse Problem
+type PutDeviceCapabilities422ApplicationProblemPlusJSONResponse struct {
+	DeviceUnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response PutDeviceCapabilities422ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
 
@@ -8191,7 +8327,7 @@ func (response GetStateManifest304Response) VisitGetStateManifestResponse(w http
 }
 
 type GetStateManifest403ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	DeviceForbiddenApplicationProblemPlusJSONResponse
 }
 
 func (response GetStateManifest403ApplicationProblemPlusJSONResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
@@ -8206,7 +8342,9 @@ func (response GetStateManifest403ApplicationProblemPlusJSONResponse) VisitGetSt
 	return err
 }
 
-type GetStateManifest406ApplicationProblemPlusJSONResponse Problem
+type GetStateManifest406ApplicationProblemPlusJSONResponse struct {
+	DeviceNotAcceptableApplicationProblemPlusJSONResponse
+}
 
 func (response GetStateManifest406ApplicationProblemPlusJSONResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
 
@@ -8297,7 +8435,7 @@ func (response PostDeploymentStatus201Response) VisitPostDeploymentStatusRespons
 }
 
 type PostDeploymentStatus400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	DeviceBadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PostDeploymentStatus400ApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
@@ -8312,7 +8450,9 @@ func (response PostDeploymentStatus400ApplicationProblemPlusJSONResponse) VisitP
 	return err
 }
 
-type PostDeploymentStatus403ApplicationProblemPlusJSONResponse Problem
+type PostDeploymentStatus403ApplicationProblemPlusJSONResponse struct {
+	DeviceForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response PostDeploymentStatus403ApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
 
@@ -8326,7 +8466,9 @@ func (response PostDeploymentStatus403ApplicationProblemPlusJSONResponse) VisitP
 	return err
 }
 
-type PostDeploymentStatus422ApplicationProblemPlusJSONResponse Problem
+type PostDeploymentStatus422ApplicationProblemPlusJSONResponse struct {
+	DeviceUnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response PostDeploymentStatus422ApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
 
@@ -8429,7 +8571,7 @@ func (response GetDeploymentYAML200ApplicationyamlResponse) VisitGetDeploymentYA
 }
 
 type GetDeploymentYAML403ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	DeviceForbiddenApplicationProblemPlusJSONResponse
 }
 
 func (response GetDeploymentYAML403ApplicationProblemPlusJSONResponse) VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error {
@@ -8444,7 +8586,9 @@ func (response GetDeploymentYAML403ApplicationProblemPlusJSONResponse) VisitGetD
 	return err
 }
 
-type GetDeploymentYAML404ApplicationProblemPlusJSONResponse Problem
+type GetDeploymentYAML404ApplicationProblemPlusJSONResponse struct {
+	DeviceNotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetDeploymentYAML404ApplicationProblemPlusJSONResponse) VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error {
 
@@ -8570,7 +8714,7 @@ func (response ListApplications200JSONResponse) VisitListApplicationsResponse(w 
 }
 
 type ListApplications400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListApplications400ApplicationProblemPlusJSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
@@ -8585,7 +8729,9 @@ func (response ListApplications400ApplicationProblemPlusJSONResponse) VisitListA
 	return err
 }
 
-type ListApplications401ApplicationProblemPlusJSONResponse Problem
+type ListApplications401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListApplications401ApplicationProblemPlusJSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
 
@@ -8599,7 +8745,9 @@ func (response ListApplications401ApplicationProblemPlusJSONResponse) VisitListA
 	return err
 }
 
-type ListApplications403ApplicationProblemPlusJSONResponse Problem
+type ListApplications403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListApplications403ApplicationProblemPlusJSONResponse) VisitListApplicationsResponse(w http.ResponseWriter) error {
 
@@ -8723,7 +8871,7 @@ func (response CreateApplicationVersion201JSONResponse) VisitCreateApplicationVe
 }
 
 type CreateApplicationVersion400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateApplicationVersion400ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
@@ -8738,7 +8886,9 @@ func (response CreateApplicationVersion400ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type CreateApplicationVersion401ApplicationProblemPlusJSONResponse Problem
+type CreateApplicationVersion401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response CreateApplicationVersion401ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -8752,7 +8902,9 @@ func (response CreateApplicationVersion401ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type CreateApplicationVersion403ApplicationProblemPlusJSONResponse Problem
+type CreateApplicationVersion403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response CreateApplicationVersion403ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -8766,7 +8918,9 @@ func (response CreateApplicationVersion403ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type CreateApplicationVersion409ApplicationProblemPlusJSONResponse Problem
+type CreateApplicationVersion409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response CreateApplicationVersion409ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -8780,7 +8934,9 @@ func (response CreateApplicationVersion409ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type CreateApplicationVersion413ApplicationProblemPlusJSONResponse Problem
+type CreateApplicationVersion413ApplicationProblemPlusJSONResponse struct {
+	ContentTooLargeApplicationProblemPlusJSONResponse
+}
 
 func (response CreateApplicationVersion413ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -8794,7 +8950,9 @@ func (response CreateApplicationVersion413ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type CreateApplicationVersion415ApplicationProblemPlusJSONResponse Problem
+type CreateApplicationVersion415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
 
 func (response CreateApplicationVersion415ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -8808,7 +8966,9 @@ func (response CreateApplicationVersion415ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type CreateApplicationVersion422ApplicationProblemPlusJSONResponse Problem
+type CreateApplicationVersion422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response CreateApplicationVersion422ApplicationProblemPlusJSONResponse) VisitCreateApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -8904,7 +9064,7 @@ func (response GetApplication200JSONResponse) VisitGetApplicationResponse(w http
 }
 
 type GetApplication401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response GetApplication401ApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
@@ -8919,7 +9079,9 @@ func (response GetApplication401ApplicationProblemPlusJSONResponse) VisitGetAppl
 	return err
 }
 
-type GetApplication403ApplicationProblemPlusJSONResponse Problem
+type GetApplication403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetApplication403ApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
 
@@ -8933,7 +9095,9 @@ func (response GetApplication403ApplicationProblemPlusJSONResponse) VisitGetAppl
 	return err
 }
 
-type GetApplication404ApplicationProblemPlusJSONResponse Problem
+type GetApplication404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetApplication404ApplicationProblemPlusJSONResponse) VisitGetApplicationResponse(w http.ResponseWriter) error {
 
@@ -9022,7 +9186,7 @@ func (response GetUpgradePath200JSONResponse) VisitGetUpgradePathResponse(w http
 }
 
 type GetUpgradePath400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response GetUpgradePath400ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
@@ -9037,7 +9201,9 @@ func (response GetUpgradePath400ApplicationProblemPlusJSONResponse) VisitGetUpgr
 	return err
 }
 
-type GetUpgradePath401ApplicationProblemPlusJSONResponse Problem
+type GetUpgradePath401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response GetUpgradePath401ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
 
@@ -9051,7 +9217,9 @@ func (response GetUpgradePath401ApplicationProblemPlusJSONResponse) VisitGetUpgr
 	return err
 }
 
-type GetUpgradePath403ApplicationProblemPlusJSONResponse Problem
+type GetUpgradePath403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetUpgradePath403ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
 
@@ -9065,7 +9233,9 @@ func (response GetUpgradePath403ApplicationProblemPlusJSONResponse) VisitGetUpgr
 	return err
 }
 
-type GetUpgradePath404ApplicationProblemPlusJSONResponse Problem
+type GetUpgradePath404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetUpgradePath404ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
 
@@ -9079,7 +9249,9 @@ func (response GetUpgradePath404ApplicationProblemPlusJSONResponse) VisitGetUpgr
 	return err
 }
 
-type GetUpgradePath422ApplicationProblemPlusJSONResponse Problem
+type GetUpgradePath422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response GetUpgradePath422ApplicationProblemPlusJSONResponse) VisitGetUpgradePathResponse(w http.ResponseWriter) error {
 
@@ -9168,7 +9340,7 @@ func (response ListApplicationVersions200JSONResponse) VisitListApplicationVersi
 }
 
 type ListApplicationVersions400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListApplicationVersions400ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
@@ -9183,7 +9355,9 @@ func (response ListApplicationVersions400ApplicationProblemPlusJSONResponse) Vis
 	return err
 }
 
-type ListApplicationVersions401ApplicationProblemPlusJSONResponse Problem
+type ListApplicationVersions401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListApplicationVersions401ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
 
@@ -9197,7 +9371,9 @@ func (response ListApplicationVersions401ApplicationProblemPlusJSONResponse) Vis
 	return err
 }
 
-type ListApplicationVersions403ApplicationProblemPlusJSONResponse Problem
+type ListApplicationVersions403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListApplicationVersions403ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
 
@@ -9211,7 +9387,9 @@ func (response ListApplicationVersions403ApplicationProblemPlusJSONResponse) Vis
 	return err
 }
 
-type ListApplicationVersions404ApplicationProblemPlusJSONResponse Problem
+type ListApplicationVersions404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ListApplicationVersions404ApplicationProblemPlusJSONResponse) VisitListApplicationVersionsResponse(w http.ResponseWriter) error {
 
@@ -9294,7 +9472,7 @@ func (response DeleteApplicationVersion204Response) VisitDeleteApplicationVersio
 }
 
 type DeleteApplicationVersion401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteApplicationVersion401ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
@@ -9309,7 +9487,9 @@ func (response DeleteApplicationVersion401ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type DeleteApplicationVersion403ApplicationProblemPlusJSONResponse Problem
+type DeleteApplicationVersion403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteApplicationVersion403ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9323,7 +9503,9 @@ func (response DeleteApplicationVersion403ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type DeleteApplicationVersion404ApplicationProblemPlusJSONResponse Problem
+type DeleteApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteApplicationVersion404ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9337,7 +9519,9 @@ func (response DeleteApplicationVersion404ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type DeleteApplicationVersion409ApplicationProblemPlusJSONResponse Problem
+type DeleteApplicationVersion409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteApplicationVersion409ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9351,7 +9535,9 @@ func (response DeleteApplicationVersion409ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type DeleteApplicationVersion422ApplicationProblemPlusJSONResponse Problem
+type DeleteApplicationVersion422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteApplicationVersion422ApplicationProblemPlusJSONResponse) VisitDeleteApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9485,7 +9671,7 @@ func (response GetApplicationVersion304Response) VisitGetApplicationVersionRespo
 }
 
 type GetApplicationVersion401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response GetApplicationVersion401ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
@@ -9500,7 +9686,9 @@ func (response GetApplicationVersion401ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type GetApplicationVersion403ApplicationProblemPlusJSONResponse Problem
+type GetApplicationVersion403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetApplicationVersion403ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9514,7 +9702,9 @@ func (response GetApplicationVersion403ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type GetApplicationVersion404ApplicationProblemPlusJSONResponse Problem
+type GetApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetApplicationVersion404ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9528,7 +9718,9 @@ func (response GetApplicationVersion404ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type GetApplicationVersion406ApplicationProblemPlusJSONResponse Problem
+type GetApplicationVersion406ApplicationProblemPlusJSONResponse struct {
+	NotAcceptableApplicationProblemPlusJSONResponse
+}
 
 func (response GetApplicationVersion406ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9542,7 +9734,9 @@ func (response GetApplicationVersion406ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type GetApplicationVersion422ApplicationProblemPlusJSONResponse Problem
+type GetApplicationVersion422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response GetApplicationVersion422ApplicationProblemPlusJSONResponse) VisitGetApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9632,7 +9826,7 @@ func (response UnyankApplicationVersion200JSONResponse) VisitUnyankApplicationVe
 }
 
 type UnyankApplicationVersion401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response UnyankApplicationVersion401ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
@@ -9647,7 +9841,9 @@ func (response UnyankApplicationVersion401ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type UnyankApplicationVersion403ApplicationProblemPlusJSONResponse Problem
+type UnyankApplicationVersion403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response UnyankApplicationVersion403ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9661,7 +9857,9 @@ func (response UnyankApplicationVersion403ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type UnyankApplicationVersion404ApplicationProblemPlusJSONResponse Problem
+type UnyankApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response UnyankApplicationVersion404ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9675,7 +9873,9 @@ func (response UnyankApplicationVersion404ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
-type UnyankApplicationVersion422ApplicationProblemPlusJSONResponse Problem
+type UnyankApplicationVersion422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response UnyankApplicationVersion422ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9766,7 +9966,7 @@ func (response YankApplicationVersion200JSONResponse) VisitYankApplicationVersio
 }
 
 type YankApplicationVersion401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response YankApplicationVersion401ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
@@ -9781,7 +9981,9 @@ func (response YankApplicationVersion401ApplicationProblemPlusJSONResponse) Visi
 	return err
 }
 
-type YankApplicationVersion403ApplicationProblemPlusJSONResponse Problem
+type YankApplicationVersion403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response YankApplicationVersion403ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9795,7 +9997,9 @@ func (response YankApplicationVersion403ApplicationProblemPlusJSONResponse) Visi
 	return err
 }
 
-type YankApplicationVersion404ApplicationProblemPlusJSONResponse Problem
+type YankApplicationVersion404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response YankApplicationVersion404ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9809,7 +10013,9 @@ func (response YankApplicationVersion404ApplicationProblemPlusJSONResponse) Visi
 	return err
 }
 
-type YankApplicationVersion422ApplicationProblemPlusJSONResponse Problem
+type YankApplicationVersion422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response YankApplicationVersion422ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
 
@@ -9897,7 +10103,7 @@ func (response ListAudit200JSONResponse) VisitListAuditResponse(w http.ResponseW
 }
 
 type ListAudit400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListAudit400ApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
@@ -9912,7 +10118,9 @@ func (response ListAudit400ApplicationProblemPlusJSONResponse) VisitListAuditRes
 	return err
 }
 
-type ListAudit401ApplicationProblemPlusJSONResponse Problem
+type ListAudit401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListAudit401ApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
 
@@ -9926,7 +10134,9 @@ func (response ListAudit401ApplicationProblemPlusJSONResponse) VisitListAuditRes
 	return err
 }
 
-type ListAudit403ApplicationProblemPlusJSONResponse Problem
+type ListAudit403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListAudit403ApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
 
@@ -10014,7 +10224,7 @@ func (response ListClients200JSONResponse) VisitListClientsResponse(w http.Respo
 }
 
 type ListClients400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListClients400ApplicationProblemPlusJSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
@@ -10029,7 +10239,9 @@ func (response ListClients400ApplicationProblemPlusJSONResponse) VisitListClient
 	return err
 }
 
-type ListClients401ApplicationProblemPlusJSONResponse Problem
+type ListClients401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListClients401ApplicationProblemPlusJSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
 
@@ -10043,7 +10255,9 @@ func (response ListClients401ApplicationProblemPlusJSONResponse) VisitListClient
 	return err
 }
 
-type ListClients403ApplicationProblemPlusJSONResponse Problem
+type ListClients403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListClients403ApplicationProblemPlusJSONResponse) VisitListClientsResponse(w http.ResponseWriter) error {
 
@@ -10154,7 +10368,7 @@ func (response AcceptClient201JSONResponse) VisitAcceptClientResponse(w http.Res
 }
 
 type AcceptClient400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response AcceptClient400ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
@@ -10169,7 +10383,9 @@ func (response AcceptClient400ApplicationProblemPlusJSONResponse) VisitAcceptCli
 	return err
 }
 
-type AcceptClient401ApplicationProblemPlusJSONResponse Problem
+type AcceptClient401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response AcceptClient401ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
 
@@ -10183,7 +10399,9 @@ func (response AcceptClient401ApplicationProblemPlusJSONResponse) VisitAcceptCli
 	return err
 }
 
-type AcceptClient403ApplicationProblemPlusJSONResponse Problem
+type AcceptClient403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response AcceptClient403ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
 
@@ -10197,7 +10415,9 @@ func (response AcceptClient403ApplicationProblemPlusJSONResponse) VisitAcceptCli
 	return err
 }
 
-type AcceptClient422ApplicationProblemPlusJSONResponse Problem
+type AcceptClient422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response AcceptClient422ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
 
@@ -10285,7 +10505,7 @@ func (response GetClient200JSONResponse) VisitGetClientResponse(w http.ResponseW
 }
 
 type GetClient401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response GetClient401ApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
@@ -10300,7 +10520,9 @@ func (response GetClient401ApplicationProblemPlusJSONResponse) VisitGetClientRes
 	return err
 }
 
-type GetClient403ApplicationProblemPlusJSONResponse Problem
+type GetClient403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetClient403ApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
 
@@ -10314,7 +10536,9 @@ func (response GetClient403ApplicationProblemPlusJSONResponse) VisitGetClientRes
 	return err
 }
 
-type GetClient404ApplicationProblemPlusJSONResponse Problem
+type GetClient404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetClient404ApplicationProblemPlusJSONResponse) VisitGetClientResponse(w http.ResponseWriter) error {
 
@@ -10403,7 +10627,7 @@ func (response GetDevice200JSONResponse) VisitGetDeviceResponse(w http.ResponseW
 }
 
 type GetDevice401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response GetDevice401ApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
@@ -10418,7 +10642,9 @@ func (response GetDevice401ApplicationProblemPlusJSONResponse) VisitGetDeviceRes
 	return err
 }
 
-type GetDevice403ApplicationProblemPlusJSONResponse Problem
+type GetDevice403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetDevice403ApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
 
@@ -10432,7 +10658,9 @@ func (response GetDevice403ApplicationProblemPlusJSONResponse) VisitGetDeviceRes
 	return err
 }
 
-type GetDevice404ApplicationProblemPlusJSONResponse Problem
+type GetDevice404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetDevice404ApplicationProblemPlusJSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
 
@@ -10522,7 +10750,7 @@ func (response PutDeviceLabels200JSONResponse) VisitPutDeviceLabelsResponse(w ht
 }
 
 type PutDeviceLabels400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PutDeviceLabels400ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
@@ -10537,7 +10765,9 @@ func (response PutDeviceLabels400ApplicationProblemPlusJSONResponse) VisitPutDev
 	return err
 }
 
-type PutDeviceLabels401ApplicationProblemPlusJSONResponse Problem
+type PutDeviceLabels401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response PutDeviceLabels401ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
 
@@ -10551,7 +10781,9 @@ func (response PutDeviceLabels401ApplicationProblemPlusJSONResponse) VisitPutDev
 	return err
 }
 
-type PutDeviceLabels403ApplicationProblemPlusJSONResponse Problem
+type PutDeviceLabels403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response PutDeviceLabels403ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
 
@@ -10565,7 +10797,9 @@ func (response PutDeviceLabels403ApplicationProblemPlusJSONResponse) VisitPutDev
 	return err
 }
 
-type PutDeviceLabels404ApplicationProblemPlusJSONResponse Problem
+type PutDeviceLabels404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response PutDeviceLabels404ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
 
@@ -10579,7 +10813,9 @@ func (response PutDeviceLabels404ApplicationProblemPlusJSONResponse) VisitPutDev
 	return err
 }
 
-type PutDeviceLabels422ApplicationProblemPlusJSONResponse Problem
+type PutDeviceLabels422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response PutDeviceLabels422ApplicationProblemPlusJSONResponse) VisitPutDeviceLabelsResponse(w http.ResponseWriter) error {
 
@@ -10668,7 +10904,7 @@ func (response RetireClient200JSONResponse) VisitRetireClientResponse(w http.Res
 }
 
 type RetireClient401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response RetireClient401ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
@@ -10683,7 +10919,9 @@ func (response RetireClient401ApplicationProblemPlusJSONResponse) VisitRetireCli
 	return err
 }
 
-type RetireClient403ApplicationProblemPlusJSONResponse Problem
+type RetireClient403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response RetireClient403ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
 
@@ -10697,7 +10935,9 @@ func (response RetireClient403ApplicationProblemPlusJSONResponse) VisitRetireCli
 	return err
 }
 
-type RetireClient404ApplicationProblemPlusJSONResponse Problem
+type RetireClient404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response RetireClient404ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
 
@@ -10785,7 +11025,7 @@ func (response ListDeployments200JSONResponse) VisitListDeploymentsResponse(w ht
 }
 
 type ListDeployments400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListDeployments400ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
@@ -10800,7 +11040,9 @@ func (response ListDeployments400ApplicationProblemPlusJSONResponse) VisitListDe
 	return err
 }
 
-type ListDeployments401ApplicationProblemPlusJSONResponse Problem
+type ListDeployments401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListDeployments401ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
 
@@ -10814,7 +11056,9 @@ func (response ListDeployments401ApplicationProblemPlusJSONResponse) VisitListDe
 	return err
 }
 
-type ListDeployments403ApplicationProblemPlusJSONResponse Problem
+type ListDeployments403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListDeployments403ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
 
@@ -10828,7 +11072,9 @@ func (response ListDeployments403ApplicationProblemPlusJSONResponse) VisitListDe
 	return err
 }
 
-type ListDeployments422ApplicationProblemPlusJSONResponse Problem
+type ListDeployments422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response ListDeployments422ApplicationProblemPlusJSONResponse) VisitListDeploymentsResponse(w http.ResponseWriter) error {
 
@@ -10927,7 +11173,7 @@ func (response CreateDeployment201JSONResponse) VisitCreateDeploymentResponse(w 
 }
 
 type CreateDeployment400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateDeployment400ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
@@ -10942,7 +11188,9 @@ func (response CreateDeployment400ApplicationProblemPlusJSONResponse) VisitCreat
 	return err
 }
 
-type CreateDeployment401ApplicationProblemPlusJSONResponse Problem
+type CreateDeployment401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response CreateDeployment401ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
 
@@ -10956,7 +11204,9 @@ func (response CreateDeployment401ApplicationProblemPlusJSONResponse) VisitCreat
 	return err
 }
 
-type CreateDeployment403ApplicationProblemPlusJSONResponse Problem
+type CreateDeployment403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response CreateDeployment403ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
 
@@ -10970,7 +11220,9 @@ func (response CreateDeployment403ApplicationProblemPlusJSONResponse) VisitCreat
 	return err
 }
 
-type CreateDeployment404ApplicationProblemPlusJSONResponse Problem
+type CreateDeployment404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response CreateDeployment404ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
 
@@ -10984,7 +11236,9 @@ func (response CreateDeployment404ApplicationProblemPlusJSONResponse) VisitCreat
 	return err
 }
 
-type CreateDeployment409ApplicationProblemPlusJSONResponse Problem
+type CreateDeployment409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response CreateDeployment409ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
 
@@ -10998,7 +11252,9 @@ func (response CreateDeployment409ApplicationProblemPlusJSONResponse) VisitCreat
 	return err
 }
 
-type CreateDeployment422ApplicationProblemPlusJSONResponse Problem
+type CreateDeployment422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response CreateDeployment422ApplicationProblemPlusJSONResponse) VisitCreateDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11095,7 +11351,7 @@ func (response DeleteDeployment202JSONResponse) VisitDeleteDeploymentResponse(w 
 }
 
 type DeleteDeployment401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteDeployment401ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
@@ -11110,7 +11366,9 @@ func (response DeleteDeployment401ApplicationProblemPlusJSONResponse) VisitDelet
 	return err
 }
 
-type DeleteDeployment403ApplicationProblemPlusJSONResponse Problem
+type DeleteDeployment403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteDeployment403ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11124,7 +11382,9 @@ func (response DeleteDeployment403ApplicationProblemPlusJSONResponse) VisitDelet
 	return err
 }
 
-type DeleteDeployment404ApplicationProblemPlusJSONResponse Problem
+type DeleteDeployment404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteDeployment404ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11138,7 +11398,9 @@ func (response DeleteDeployment404ApplicationProblemPlusJSONResponse) VisitDelet
 	return err
 }
 
-type DeleteDeployment412ApplicationProblemPlusJSONResponse Problem
+type DeleteDeployment412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteDeployment412ApplicationProblemPlusJSONResponse) VisitDeleteDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11234,7 +11496,7 @@ func (response GetDeployment200JSONResponse) VisitGetDeploymentResponse(w http.R
 }
 
 type GetDeployment401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response GetDeployment401ApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
@@ -11249,7 +11511,9 @@ func (response GetDeployment401ApplicationProblemPlusJSONResponse) VisitGetDeplo
 	return err
 }
 
-type GetDeployment403ApplicationProblemPlusJSONResponse Problem
+type GetDeployment403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetDeployment403ApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11263,7 +11527,9 @@ func (response GetDeployment403ApplicationProblemPlusJSONResponse) VisitGetDeplo
 	return err
 }
 
-type GetDeployment404ApplicationProblemPlusJSONResponse Problem
+type GetDeployment404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetDeployment404ApplicationProblemPlusJSONResponse) VisitGetDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11352,7 +11618,7 @@ func (response ListHistory200JSONResponse) VisitListHistoryResponse(w http.Respo
 }
 
 type ListHistory400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListHistory400ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
@@ -11367,7 +11633,9 @@ func (response ListHistory400ApplicationProblemPlusJSONResponse) VisitListHistor
 	return err
 }
 
-type ListHistory401ApplicationProblemPlusJSONResponse Problem
+type ListHistory401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListHistory401ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
 
@@ -11381,7 +11649,9 @@ func (response ListHistory401ApplicationProblemPlusJSONResponse) VisitListHistor
 	return err
 }
 
-type ListHistory403ApplicationProblemPlusJSONResponse Problem
+type ListHistory403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListHistory403ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
 
@@ -11395,7 +11665,9 @@ func (response ListHistory403ApplicationProblemPlusJSONResponse) VisitListHistor
 	return err
 }
 
-type ListHistory404ApplicationProblemPlusJSONResponse Problem
+type ListHistory404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ListHistory404ApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
 
@@ -11500,7 +11772,7 @@ func (response ReconfigureDeployment202JSONResponse) VisitReconfigureDeploymentR
 }
 
 type ReconfigureDeployment400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ReconfigureDeployment400ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
@@ -11515,7 +11787,9 @@ func (response ReconfigureDeployment400ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type ReconfigureDeployment401ApplicationProblemPlusJSONResponse Problem
+type ReconfigureDeployment401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ReconfigureDeployment401ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11529,7 +11803,9 @@ func (response ReconfigureDeployment401ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type ReconfigureDeployment403ApplicationProblemPlusJSONResponse Problem
+type ReconfigureDeployment403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ReconfigureDeployment403ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11543,7 +11819,9 @@ func (response ReconfigureDeployment403ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type ReconfigureDeployment404ApplicationProblemPlusJSONResponse Problem
+type ReconfigureDeployment404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ReconfigureDeployment404ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11557,7 +11835,9 @@ func (response ReconfigureDeployment404ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type ReconfigureDeployment409ApplicationProblemPlusJSONResponse Problem
+type ReconfigureDeployment409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response ReconfigureDeployment409ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11571,7 +11851,9 @@ func (response ReconfigureDeployment409ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type ReconfigureDeployment412ApplicationProblemPlusJSONResponse Problem
+type ReconfigureDeployment412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response ReconfigureDeployment412ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11585,7 +11867,9 @@ func (response ReconfigureDeployment412ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type ReconfigureDeployment422ApplicationProblemPlusJSONResponse Problem
+type ReconfigureDeployment422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response ReconfigureDeployment422ApplicationProblemPlusJSONResponse) VisitReconfigureDeploymentResponse(w http.ResponseWriter) error {
 
@@ -11674,7 +11958,7 @@ func (response PlanReconfiguration200JSONResponse) VisitPlanReconfigurationRespo
 }
 
 type PlanReconfiguration400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PlanReconfiguration400ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
@@ -11689,7 +11973,9 @@ func (response PlanReconfiguration400ApplicationProblemPlusJSONResponse) VisitPl
 	return err
 }
 
-type PlanReconfiguration401ApplicationProblemPlusJSONResponse Problem
+type PlanReconfiguration401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response PlanReconfiguration401ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
 
@@ -11703,7 +11989,9 @@ func (response PlanReconfiguration401ApplicationProblemPlusJSONResponse) VisitPl
 	return err
 }
 
-type PlanReconfiguration403ApplicationProblemPlusJSONResponse Problem
+type PlanReconfiguration403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response PlanReconfiguration403ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
 
@@ -11717,7 +12005,9 @@ func (response PlanReconfiguration403ApplicationProblemPlusJSONResponse) VisitPl
 	return err
 }
 
-type PlanReconfiguration404ApplicationProblemPlusJSONResponse Problem
+type PlanReconfiguration404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response PlanReconfiguration404ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
 
@@ -11731,7 +12021,9 @@ func (response PlanReconfiguration404ApplicationProblemPlusJSONResponse) VisitPl
 	return err
 }
 
-type PlanReconfiguration422ApplicationProblemPlusJSONResponse Problem
+type PlanReconfiguration422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response PlanReconfiguration422ApplicationProblemPlusJSONResponse) VisitPlanReconfigurationResponse(w http.ResponseWriter) error {
 
@@ -11820,7 +12112,7 @@ func (response ListRevisions200JSONResponse) VisitListRevisionsResponse(w http.R
 }
 
 type ListRevisions400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListRevisions400ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
@@ -11835,7 +12127,9 @@ func (response ListRevisions400ApplicationProblemPlusJSONResponse) VisitListRevi
 	return err
 }
 
-type ListRevisions401ApplicationProblemPlusJSONResponse Problem
+type ListRevisions401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListRevisions401ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
 
@@ -11849,7 +12143,9 @@ func (response ListRevisions401ApplicationProblemPlusJSONResponse) VisitListRevi
 	return err
 }
 
-type ListRevisions403ApplicationProblemPlusJSONResponse Problem
+type ListRevisions403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListRevisions403ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
 
@@ -11863,7 +12159,9 @@ func (response ListRevisions403ApplicationProblemPlusJSONResponse) VisitListRevi
 	return err
 }
 
-type ListRevisions404ApplicationProblemPlusJSONResponse Problem
+type ListRevisions404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ListRevisions404ApplicationProblemPlusJSONResponse) VisitListRevisionsResponse(w http.ResponseWriter) error {
 
@@ -11952,7 +12250,7 @@ func (response GetRevision200JSONResponse) VisitGetRevisionResponse(w http.Respo
 }
 
 type GetRevision401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response GetRevision401ApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
@@ -11967,7 +12265,9 @@ func (response GetRevision401ApplicationProblemPlusJSONResponse) VisitGetRevisio
 	return err
 }
 
-type GetRevision403ApplicationProblemPlusJSONResponse Problem
+type GetRevision403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetRevision403ApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
 
@@ -11981,7 +12281,9 @@ func (response GetRevision403ApplicationProblemPlusJSONResponse) VisitGetRevisio
 	return err
 }
 
-type GetRevision404ApplicationProblemPlusJSONResponse Problem
+type GetRevision404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetRevision404ApplicationProblemPlusJSONResponse) VisitGetRevisionResponse(w http.ResponseWriter) error {
 
@@ -12086,7 +12388,7 @@ func (response RollbackDeployment202JSONResponse) VisitRollbackDeploymentRespons
 }
 
 type RollbackDeployment400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response RollbackDeployment400ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
@@ -12101,7 +12403,9 @@ func (response RollbackDeployment400ApplicationProblemPlusJSONResponse) VisitRol
 	return err
 }
 
-type RollbackDeployment401ApplicationProblemPlusJSONResponse Problem
+type RollbackDeployment401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response RollbackDeployment401ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12115,7 +12419,9 @@ func (response RollbackDeployment401ApplicationProblemPlusJSONResponse) VisitRol
 	return err
 }
 
-type RollbackDeployment403ApplicationProblemPlusJSONResponse Problem
+type RollbackDeployment403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response RollbackDeployment403ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12129,7 +12435,9 @@ func (response RollbackDeployment403ApplicationProblemPlusJSONResponse) VisitRol
 	return err
 }
 
-type RollbackDeployment404ApplicationProblemPlusJSONResponse Problem
+type RollbackDeployment404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response RollbackDeployment404ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12143,7 +12451,9 @@ func (response RollbackDeployment404ApplicationProblemPlusJSONResponse) VisitRol
 	return err
 }
 
-type RollbackDeployment409ApplicationProblemPlusJSONResponse Problem
+type RollbackDeployment409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response RollbackDeployment409ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12157,7 +12467,9 @@ func (response RollbackDeployment409ApplicationProblemPlusJSONResponse) VisitRol
 	return err
 }
 
-type RollbackDeployment412ApplicationProblemPlusJSONResponse Problem
+type RollbackDeployment412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response RollbackDeployment412ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12171,7 +12483,9 @@ func (response RollbackDeployment412ApplicationProblemPlusJSONResponse) VisitRol
 	return err
 }
 
-type RollbackDeployment422ApplicationProblemPlusJSONResponse Problem
+type RollbackDeployment422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response RollbackDeployment422ApplicationProblemPlusJSONResponse) VisitRollbackDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12260,7 +12574,7 @@ func (response PlanRollback200JSONResponse) VisitPlanRollbackResponse(w http.Res
 }
 
 type PlanRollback400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PlanRollback400ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
@@ -12275,7 +12589,9 @@ func (response PlanRollback400ApplicationProblemPlusJSONResponse) VisitPlanRollb
 	return err
 }
 
-type PlanRollback401ApplicationProblemPlusJSONResponse Problem
+type PlanRollback401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response PlanRollback401ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
 
@@ -12289,7 +12605,9 @@ func (response PlanRollback401ApplicationProblemPlusJSONResponse) VisitPlanRollb
 	return err
 }
 
-type PlanRollback403ApplicationProblemPlusJSONResponse Problem
+type PlanRollback403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response PlanRollback403ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
 
@@ -12303,7 +12621,9 @@ func (response PlanRollback403ApplicationProblemPlusJSONResponse) VisitPlanRollb
 	return err
 }
 
-type PlanRollback404ApplicationProblemPlusJSONResponse Problem
+type PlanRollback404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response PlanRollback404ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
 
@@ -12317,7 +12637,9 @@ func (response PlanRollback404ApplicationProblemPlusJSONResponse) VisitPlanRollb
 	return err
 }
 
-type PlanRollback422ApplicationProblemPlusJSONResponse Problem
+type PlanRollback422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response PlanRollback422ApplicationProblemPlusJSONResponse) VisitPlanRollbackResponse(w http.ResponseWriter) error {
 
@@ -12405,7 +12727,7 @@ func (response GetDeploymentStatus200JSONResponse) VisitGetDeploymentStatusRespo
 }
 
 type GetDeploymentStatus401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response GetDeploymentStatus401ApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
@@ -12420,7 +12742,9 @@ func (response GetDeploymentStatus401ApplicationProblemPlusJSONResponse) VisitGe
 	return err
 }
 
-type GetDeploymentStatus403ApplicationProblemPlusJSONResponse Problem
+type GetDeploymentStatus403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetDeploymentStatus403ApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
 
@@ -12434,7 +12758,9 @@ func (response GetDeploymentStatus403ApplicationProblemPlusJSONResponse) VisitGe
 	return err
 }
 
-type GetDeploymentStatus404ApplicationProblemPlusJSONResponse Problem
+type GetDeploymentStatus404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetDeploymentStatus404ApplicationProblemPlusJSONResponse) VisitGetDeploymentStatusResponse(w http.ResponseWriter) error {
 
@@ -12539,7 +12865,7 @@ func (response UpgradeDeployment202JSONResponse) VisitUpgradeDeploymentResponse(
 }
 
 type UpgradeDeployment400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response UpgradeDeployment400ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
@@ -12554,7 +12880,9 @@ func (response UpgradeDeployment400ApplicationProblemPlusJSONResponse) VisitUpgr
 	return err
 }
 
-type UpgradeDeployment401ApplicationProblemPlusJSONResponse Problem
+type UpgradeDeployment401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response UpgradeDeployment401ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12568,7 +12896,9 @@ func (response UpgradeDeployment401ApplicationProblemPlusJSONResponse) VisitUpgr
 	return err
 }
 
-type UpgradeDeployment403ApplicationProblemPlusJSONResponse Problem
+type UpgradeDeployment403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response UpgradeDeployment403ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12582,7 +12912,9 @@ func (response UpgradeDeployment403ApplicationProblemPlusJSONResponse) VisitUpgr
 	return err
 }
 
-type UpgradeDeployment404ApplicationProblemPlusJSONResponse Problem
+type UpgradeDeployment404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response UpgradeDeployment404ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12596,7 +12928,9 @@ func (response UpgradeDeployment404ApplicationProblemPlusJSONResponse) VisitUpgr
 	return err
 }
 
-type UpgradeDeployment409ApplicationProblemPlusJSONResponse Problem
+type UpgradeDeployment409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response UpgradeDeployment409ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12610,7 +12944,9 @@ func (response UpgradeDeployment409ApplicationProblemPlusJSONResponse) VisitUpgr
 	return err
 }
 
-type UpgradeDeployment412ApplicationProblemPlusJSONResponse Problem
+type UpgradeDeployment412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response UpgradeDeployment412ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12624,7 +12960,9 @@ func (response UpgradeDeployment412ApplicationProblemPlusJSONResponse) VisitUpgr
 	return err
 }
 
-type UpgradeDeployment422ApplicationProblemPlusJSONResponse Problem
+type UpgradeDeployment422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response UpgradeDeployment422ApplicationProblemPlusJSONResponse) VisitUpgradeDeploymentResponse(w http.ResponseWriter) error {
 
@@ -12713,7 +13051,7 @@ func (response PlanUpgrade200JSONResponse) VisitPlanUpgradeResponse(w http.Respo
 }
 
 type PlanUpgrade400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PlanUpgrade400ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
@@ -12728,7 +13066,9 @@ func (response PlanUpgrade400ApplicationProblemPlusJSONResponse) VisitPlanUpgrad
 	return err
 }
 
-type PlanUpgrade401ApplicationProblemPlusJSONResponse Problem
+type PlanUpgrade401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response PlanUpgrade401ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
 
@@ -12742,7 +13082,9 @@ func (response PlanUpgrade401ApplicationProblemPlusJSONResponse) VisitPlanUpgrad
 	return err
 }
 
-type PlanUpgrade403ApplicationProblemPlusJSONResponse Problem
+type PlanUpgrade403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response PlanUpgrade403ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
 
@@ -12756,7 +13098,9 @@ func (response PlanUpgrade403ApplicationProblemPlusJSONResponse) VisitPlanUpgrad
 	return err
 }
 
-type PlanUpgrade404ApplicationProblemPlusJSONResponse Problem
+type PlanUpgrade404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response PlanUpgrade404ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
 
@@ -12770,7 +13114,9 @@ func (response PlanUpgrade404ApplicationProblemPlusJSONResponse) VisitPlanUpgrad
 	return err
 }
 
-type PlanUpgrade422ApplicationProblemPlusJSONResponse Problem
+type PlanUpgrade422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response PlanUpgrade422ApplicationProblemPlusJSONResponse) VisitPlanUpgradeResponse(w http.ResponseWriter) error {
 
@@ -12858,7 +13204,7 @@ func (response ListDevices200JSONResponse) VisitListDevicesResponse(w http.Respo
 }
 
 type ListDevices400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListDevices400ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
@@ -12873,7 +13219,9 @@ func (response ListDevices400ApplicationProblemPlusJSONResponse) VisitListDevice
 	return err
 }
 
-type ListDevices401ApplicationProblemPlusJSONResponse Problem
+type ListDevices401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListDevices401ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
 
@@ -12887,7 +13235,9 @@ func (response ListDevices401ApplicationProblemPlusJSONResponse) VisitListDevice
 	return err
 }
 
-type ListDevices403ApplicationProblemPlusJSONResponse Problem
+type ListDevices403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListDevices403ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
 
@@ -12901,7 +13251,9 @@ func (response ListDevices403ApplicationProblemPlusJSONResponse) VisitListDevice
 	return err
 }
 
-type ListDevices422ApplicationProblemPlusJSONResponse Problem
+type ListDevices422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response ListDevices422ApplicationProblemPlusJSONResponse) VisitListDevicesResponse(w http.ResponseWriter) error {
 
@@ -13032,7 +13384,7 @@ func (response ListEvents200TexteventStreamResponse) VisitListEventsResponse(w h
 }
 
 type ListEvents400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListEvents400ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
@@ -13047,7 +13399,9 @@ func (response ListEvents400ApplicationProblemPlusJSONResponse) VisitListEventsR
 	return err
 }
 
-type ListEvents401ApplicationProblemPlusJSONResponse Problem
+type ListEvents401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListEvents401ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
 
@@ -13061,7 +13415,9 @@ func (response ListEvents401ApplicationProblemPlusJSONResponse) VisitListEventsR
 	return err
 }
 
-type ListEvents403ApplicationProblemPlusJSONResponse Problem
+type ListEvents403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListEvents403ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
 
@@ -13075,7 +13431,9 @@ func (response ListEvents403ApplicationProblemPlusJSONResponse) VisitListEventsR
 	return err
 }
 
-type ListEvents406ApplicationProblemPlusJSONResponse Problem
+type ListEvents406ApplicationProblemPlusJSONResponse struct {
+	NotAcceptableApplicationProblemPlusJSONResponse
+}
 
 func (response ListEvents406ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
 
@@ -13103,7 +13461,9 @@ func (response ListEvents409ApplicationProblemPlusJSONResponse) VisitListEventsR
 	return err
 }
 
-type ListEvents410ApplicationProblemPlusJSONResponse Problem
+type ListEvents410ApplicationProblemPlusJSONResponse struct {
+	GoneApplicationProblemPlusJSONResponse
+}
 
 func (response ListEvents410ApplicationProblemPlusJSONResponse) VisitListEventsResponse(w http.ResponseWriter) error {
 
@@ -13190,7 +13550,7 @@ func (response CreateStreamTicket201JSONResponse) VisitCreateStreamTicketRespons
 }
 
 type CreateStreamTicket400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateStreamTicket400ApplicationProblemPlusJSONResponse) VisitCreateStreamTicketResponse(w http.ResponseWriter) error {
@@ -13205,7 +13565,9 @@ func (response CreateStreamTicket400ApplicationProblemPlusJSONResponse) VisitCre
 	return err
 }
 
-type CreateStreamTicket401ApplicationProblemPlusJSONResponse Problem
+type CreateStreamTicket401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response CreateStreamTicket401ApplicationProblemPlusJSONResponse) VisitCreateStreamTicketResponse(w http.ResponseWriter) error {
 
@@ -13219,7 +13581,9 @@ func (response CreateStreamTicket401ApplicationProblemPlusJSONResponse) VisitCre
 	return err
 }
 
-type CreateStreamTicket403ApplicationProblemPlusJSONResponse Problem
+type CreateStreamTicket403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response CreateStreamTicket403ApplicationProblemPlusJSONResponse) VisitCreateStreamTicketResponse(w http.ResponseWriter) error {
 
@@ -13307,7 +13671,7 @@ func (response ListOperations200JSONResponse) VisitListOperationsResponse(w http
 }
 
 type ListOperations400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListOperations400ApplicationProblemPlusJSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
@@ -13322,7 +13686,9 @@ func (response ListOperations400ApplicationProblemPlusJSONResponse) VisitListOpe
 	return err
 }
 
-type ListOperations401ApplicationProblemPlusJSONResponse Problem
+type ListOperations401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListOperations401ApplicationProblemPlusJSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
 
@@ -13336,7 +13702,9 @@ func (response ListOperations401ApplicationProblemPlusJSONResponse) VisitListOpe
 	return err
 }
 
-type ListOperations403ApplicationProblemPlusJSONResponse Problem
+type ListOperations403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListOperations403ApplicationProblemPlusJSONResponse) VisitListOperationsResponse(w http.ResponseWriter) error {
 
@@ -13424,7 +13792,7 @@ func (response GetOperation200JSONResponse) VisitGetOperationResponse(w http.Res
 }
 
 type GetOperation401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response GetOperation401ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
@@ -13439,7 +13807,9 @@ func (response GetOperation401ApplicationProblemPlusJSONResponse) VisitGetOperat
 	return err
 }
 
-type GetOperation403ApplicationProblemPlusJSONResponse Problem
+type GetOperation403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetOperation403ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
 
@@ -13453,7 +13823,9 @@ func (response GetOperation403ApplicationProblemPlusJSONResponse) VisitGetOperat
 	return err
 }
 
-type GetOperation404ApplicationProblemPlusJSONResponse Problem
+type GetOperation404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetOperation404ApplicationProblemPlusJSONResponse) VisitGetOperationResponse(w http.ResponseWriter) error {
 
@@ -13542,7 +13914,7 @@ func (response CancelOperation200JSONResponse) VisitCancelOperationResponse(w ht
 }
 
 type CancelOperation401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response CancelOperation401ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
@@ -13557,7 +13929,9 @@ func (response CancelOperation401ApplicationProblemPlusJSONResponse) VisitCancel
 	return err
 }
 
-type CancelOperation403ApplicationProblemPlusJSONResponse Problem
+type CancelOperation403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response CancelOperation403ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
 
@@ -13571,7 +13945,9 @@ func (response CancelOperation403ApplicationProblemPlusJSONResponse) VisitCancel
 	return err
 }
 
-type CancelOperation404ApplicationProblemPlusJSONResponse Problem
+type CancelOperation404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response CancelOperation404ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
 
@@ -13585,7 +13961,9 @@ func (response CancelOperation404ApplicationProblemPlusJSONResponse) VisitCancel
 	return err
 }
 
-type CancelOperation409ApplicationProblemPlusJSONResponse Problem
+type CancelOperation409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response CancelOperation409ApplicationProblemPlusJSONResponse) VisitCancelOperationResponse(w http.ResponseWriter) error {
 
@@ -13673,7 +14051,7 @@ func (response ListRollouts200JSONResponse) VisitListRolloutsResponse(w http.Res
 }
 
 type ListRollouts400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListRollouts400ApplicationProblemPlusJSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
@@ -13688,7 +14066,9 @@ func (response ListRollouts400ApplicationProblemPlusJSONResponse) VisitListRollo
 	return err
 }
 
-type ListRollouts401ApplicationProblemPlusJSONResponse Problem
+type ListRollouts401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListRollouts401ApplicationProblemPlusJSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
 
@@ -13702,7 +14082,9 @@ func (response ListRollouts401ApplicationProblemPlusJSONResponse) VisitListRollo
 	return err
 }
 
-type ListRollouts403ApplicationProblemPlusJSONResponse Problem
+type ListRollouts403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListRollouts403ApplicationProblemPlusJSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
 
@@ -13716,7 +14098,9 @@ func (response ListRollouts403ApplicationProblemPlusJSONResponse) VisitListRollo
 	return err
 }
 
-type ListRollouts422ApplicationProblemPlusJSONResponse Problem
+type ListRollouts422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response ListRollouts422ApplicationProblemPlusJSONResponse) VisitListRolloutsResponse(w http.ResponseWriter) error {
 
@@ -13815,7 +14199,7 @@ func (response CreateRollout201JSONResponse) VisitCreateRolloutResponse(w http.R
 }
 
 type CreateRollout400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateRollout400ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
@@ -13830,7 +14214,9 @@ func (response CreateRollout400ApplicationProblemPlusJSONResponse) VisitCreateRo
 	return err
 }
 
-type CreateRollout401ApplicationProblemPlusJSONResponse Problem
+type CreateRollout401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response CreateRollout401ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
 
@@ -13844,7 +14230,9 @@ func (response CreateRollout401ApplicationProblemPlusJSONResponse) VisitCreateRo
 	return err
 }
 
-type CreateRollout403ApplicationProblemPlusJSONResponse Problem
+type CreateRollout403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response CreateRollout403ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
 
@@ -13858,7 +14246,9 @@ func (response CreateRollout403ApplicationProblemPlusJSONResponse) VisitCreateRo
 	return err
 }
 
-type CreateRollout404ApplicationProblemPlusJSONResponse Problem
+type CreateRollout404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response CreateRollout404ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
 
@@ -13872,7 +14262,9 @@ func (response CreateRollout404ApplicationProblemPlusJSONResponse) VisitCreateRo
 	return err
 }
 
-type CreateRollout409ApplicationProblemPlusJSONResponse Problem
+type CreateRollout409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response CreateRollout409ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
 
@@ -13886,7 +14278,9 @@ func (response CreateRollout409ApplicationProblemPlusJSONResponse) VisitCreateRo
 	return err
 }
 
-type CreateRollout422ApplicationProblemPlusJSONResponse Problem
+type CreateRollout422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response CreateRollout422ApplicationProblemPlusJSONResponse) VisitCreateRolloutResponse(w http.ResponseWriter) error {
 
@@ -13974,7 +14368,7 @@ func (response PlanRollout200JSONResponse) VisitPlanRolloutResponse(w http.Respo
 }
 
 type PlanRollout400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response PlanRollout400ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
@@ -13989,7 +14383,9 @@ func (response PlanRollout400ApplicationProblemPlusJSONResponse) VisitPlanRollou
 	return err
 }
 
-type PlanRollout401ApplicationProblemPlusJSONResponse Problem
+type PlanRollout401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response PlanRollout401ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
 
@@ -14003,7 +14399,9 @@ func (response PlanRollout401ApplicationProblemPlusJSONResponse) VisitPlanRollou
 	return err
 }
 
-type PlanRollout403ApplicationProblemPlusJSONResponse Problem
+type PlanRollout403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response PlanRollout403ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
 
@@ -14017,7 +14415,9 @@ func (response PlanRollout403ApplicationProblemPlusJSONResponse) VisitPlanRollou
 	return err
 }
 
-type PlanRollout404ApplicationProblemPlusJSONResponse Problem
+type PlanRollout404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response PlanRollout404ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
 
@@ -14031,7 +14431,9 @@ func (response PlanRollout404ApplicationProblemPlusJSONResponse) VisitPlanRollou
 	return err
 }
 
-type PlanRollout422ApplicationProblemPlusJSONResponse Problem
+type PlanRollout422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response PlanRollout422ApplicationProblemPlusJSONResponse) VisitPlanRolloutResponse(w http.ResponseWriter) error {
 
@@ -14127,7 +14529,7 @@ func (response GetRollout200JSONResponse) VisitGetRolloutResponse(w http.Respons
 }
 
 type GetRollout401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response GetRollout401ApplicationProblemPlusJSONResponse) VisitGetRolloutResponse(w http.ResponseWriter) error {
@@ -14142,7 +14544,9 @@ func (response GetRollout401ApplicationProblemPlusJSONResponse) VisitGetRolloutR
 	return err
 }
 
-type GetRollout403ApplicationProblemPlusJSONResponse Problem
+type GetRollout403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetRollout403ApplicationProblemPlusJSONResponse) VisitGetRolloutResponse(w http.ResponseWriter) error {
 
@@ -14156,7 +14560,9 @@ func (response GetRollout403ApplicationProblemPlusJSONResponse) VisitGetRolloutR
 	return err
 }
 
-type GetRollout404ApplicationProblemPlusJSONResponse Problem
+type GetRollout404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetRollout404ApplicationProblemPlusJSONResponse) VisitGetRolloutResponse(w http.ResponseWriter) error {
 
@@ -14254,7 +14660,7 @@ func (response AbortRollout200JSONResponse) VisitAbortRolloutResponse(w http.Res
 }
 
 type AbortRollout400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response AbortRollout400ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
@@ -14269,7 +14675,9 @@ func (response AbortRollout400ApplicationProblemPlusJSONResponse) VisitAbortRoll
 	return err
 }
 
-type AbortRollout401ApplicationProblemPlusJSONResponse Problem
+type AbortRollout401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response AbortRollout401ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
 
@@ -14283,7 +14691,9 @@ func (response AbortRollout401ApplicationProblemPlusJSONResponse) VisitAbortRoll
 	return err
 }
 
-type AbortRollout403ApplicationProblemPlusJSONResponse Problem
+type AbortRollout403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response AbortRollout403ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
 
@@ -14297,7 +14707,9 @@ func (response AbortRollout403ApplicationProblemPlusJSONResponse) VisitAbortRoll
 	return err
 }
 
-type AbortRollout404ApplicationProblemPlusJSONResponse Problem
+type AbortRollout404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response AbortRollout404ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
 
@@ -14311,7 +14723,9 @@ func (response AbortRollout404ApplicationProblemPlusJSONResponse) VisitAbortRoll
 	return err
 }
 
-type AbortRollout409ApplicationProblemPlusJSONResponse Problem
+type AbortRollout409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response AbortRollout409ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
 
@@ -14325,7 +14739,9 @@ func (response AbortRollout409ApplicationProblemPlusJSONResponse) VisitAbortRoll
 	return err
 }
 
-type AbortRollout412ApplicationProblemPlusJSONResponse Problem
+type AbortRollout412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response AbortRollout412ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
 
@@ -14339,7 +14755,9 @@ func (response AbortRollout412ApplicationProblemPlusJSONResponse) VisitAbortRoll
 	return err
 }
 
-type AbortRollout422ApplicationProblemPlusJSONResponse Problem
+type AbortRollout422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response AbortRollout422ApplicationProblemPlusJSONResponse) VisitAbortRolloutResponse(w http.ResponseWriter) error {
 
@@ -14436,7 +14854,7 @@ func (response ApproveRollout200JSONResponse) VisitApproveRolloutResponse(w http
 }
 
 type ApproveRollout401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response ApproveRollout401ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
@@ -14451,7 +14869,9 @@ func (response ApproveRollout401ApplicationProblemPlusJSONResponse) VisitApprove
 	return err
 }
 
-type ApproveRollout403ApplicationProblemPlusJSONResponse Problem
+type ApproveRollout403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ApproveRollout403ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
 
@@ -14465,7 +14885,9 @@ func (response ApproveRollout403ApplicationProblemPlusJSONResponse) VisitApprove
 	return err
 }
 
-type ApproveRollout404ApplicationProblemPlusJSONResponse Problem
+type ApproveRollout404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ApproveRollout404ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
 
@@ -14479,7 +14901,9 @@ func (response ApproveRollout404ApplicationProblemPlusJSONResponse) VisitApprove
 	return err
 }
 
-type ApproveRollout409ApplicationProblemPlusJSONResponse Problem
+type ApproveRollout409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response ApproveRollout409ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
 
@@ -14493,7 +14917,9 @@ func (response ApproveRollout409ApplicationProblemPlusJSONResponse) VisitApprove
 	return err
 }
 
-type ApproveRollout412ApplicationProblemPlusJSONResponse Problem
+type ApproveRollout412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response ApproveRollout412ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
 
@@ -14507,7 +14933,9 @@ func (response ApproveRollout412ApplicationProblemPlusJSONResponse) VisitApprove
 	return err
 }
 
-type ApproveRollout422ApplicationProblemPlusJSONResponse Problem
+type ApproveRollout422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response ApproveRollout422ApplicationProblemPlusJSONResponse) VisitApproveRolloutResponse(w http.ResponseWriter) error {
 
@@ -14604,7 +15032,7 @@ func (response CancelRollout200JSONResponse) VisitCancelRolloutResponse(w http.R
 }
 
 type CancelRollout401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response CancelRollout401ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
@@ -14619,7 +15047,9 @@ func (response CancelRollout401ApplicationProblemPlusJSONResponse) VisitCancelRo
 	return err
 }
 
-type CancelRollout403ApplicationProblemPlusJSONResponse Problem
+type CancelRollout403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response CancelRollout403ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
 
@@ -14633,7 +15063,9 @@ func (response CancelRollout403ApplicationProblemPlusJSONResponse) VisitCancelRo
 	return err
 }
 
-type CancelRollout404ApplicationProblemPlusJSONResponse Problem
+type CancelRollout404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response CancelRollout404ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
 
@@ -14647,7 +15079,9 @@ func (response CancelRollout404ApplicationProblemPlusJSONResponse) VisitCancelRo
 	return err
 }
 
-type CancelRollout409ApplicationProblemPlusJSONResponse Problem
+type CancelRollout409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response CancelRollout409ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
 
@@ -14661,7 +15095,9 @@ func (response CancelRollout409ApplicationProblemPlusJSONResponse) VisitCancelRo
 	return err
 }
 
-type CancelRollout412ApplicationProblemPlusJSONResponse Problem
+type CancelRollout412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response CancelRollout412ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
 
@@ -14675,7 +15111,9 @@ func (response CancelRollout412ApplicationProblemPlusJSONResponse) VisitCancelRo
 	return err
 }
 
-type CancelRollout422ApplicationProblemPlusJSONResponse Problem
+type CancelRollout422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response CancelRollout422ApplicationProblemPlusJSONResponse) VisitCancelRolloutResponse(w http.ResponseWriter) error {
 
@@ -14773,7 +15211,7 @@ func (response ExcludeRolloutMember200JSONResponse) VisitExcludeRolloutMemberRes
 }
 
 type ExcludeRolloutMember400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ExcludeRolloutMember400ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
@@ -14788,7 +15226,9 @@ func (response ExcludeRolloutMember400ApplicationProblemPlusJSONResponse) VisitE
 	return err
 }
 
-type ExcludeRolloutMember401ApplicationProblemPlusJSONResponse Problem
+type ExcludeRolloutMember401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ExcludeRolloutMember401ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
 
@@ -14802,7 +15242,9 @@ func (response ExcludeRolloutMember401ApplicationProblemPlusJSONResponse) VisitE
 	return err
 }
 
-type ExcludeRolloutMember403ApplicationProblemPlusJSONResponse Problem
+type ExcludeRolloutMember403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ExcludeRolloutMember403ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
 
@@ -14816,7 +15258,9 @@ func (response ExcludeRolloutMember403ApplicationProblemPlusJSONResponse) VisitE
 	return err
 }
 
-type ExcludeRolloutMember404ApplicationProblemPlusJSONResponse Problem
+type ExcludeRolloutMember404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ExcludeRolloutMember404ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
 
@@ -14830,7 +15274,9 @@ func (response ExcludeRolloutMember404ApplicationProblemPlusJSONResponse) VisitE
 	return err
 }
 
-type ExcludeRolloutMember409ApplicationProblemPlusJSONResponse Problem
+type ExcludeRolloutMember409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response ExcludeRolloutMember409ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
 
@@ -14844,7 +15290,9 @@ func (response ExcludeRolloutMember409ApplicationProblemPlusJSONResponse) VisitE
 	return err
 }
 
-type ExcludeRolloutMember412ApplicationProblemPlusJSONResponse Problem
+type ExcludeRolloutMember412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response ExcludeRolloutMember412ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
 
@@ -14858,7 +15306,9 @@ func (response ExcludeRolloutMember412ApplicationProblemPlusJSONResponse) VisitE
 	return err
 }
 
-type ExcludeRolloutMember422ApplicationProblemPlusJSONResponse Problem
+type ExcludeRolloutMember422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response ExcludeRolloutMember422ApplicationProblemPlusJSONResponse) VisitExcludeRolloutMemberResponse(w http.ResponseWriter) error {
 
@@ -14947,7 +15397,7 @@ func (response ListRolloutMembers200JSONResponse) VisitListRolloutMembersRespons
 }
 
 type ListRolloutMembers400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListRolloutMembers400ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
@@ -14962,7 +15412,9 @@ func (response ListRolloutMembers400ApplicationProblemPlusJSONResponse) VisitLis
 	return err
 }
 
-type ListRolloutMembers401ApplicationProblemPlusJSONResponse Problem
+type ListRolloutMembers401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListRolloutMembers401ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
 
@@ -14976,7 +15428,9 @@ func (response ListRolloutMembers401ApplicationProblemPlusJSONResponse) VisitLis
 	return err
 }
 
-type ListRolloutMembers403ApplicationProblemPlusJSONResponse Problem
+type ListRolloutMembers403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListRolloutMembers403ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
 
@@ -14990,7 +15444,9 @@ func (response ListRolloutMembers403ApplicationProblemPlusJSONResponse) VisitLis
 	return err
 }
 
-type ListRolloutMembers404ApplicationProblemPlusJSONResponse Problem
+type ListRolloutMembers404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ListRolloutMembers404ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
 
@@ -15004,7 +15460,9 @@ func (response ListRolloutMembers404ApplicationProblemPlusJSONResponse) VisitLis
 	return err
 }
 
-type ListRolloutMembers422ApplicationProblemPlusJSONResponse Problem
+type ListRolloutMembers422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response ListRolloutMembers422ApplicationProblemPlusJSONResponse) VisitListRolloutMembersResponse(w http.ResponseWriter) error {
 
@@ -15101,7 +15559,7 @@ func (response PauseRollout200JSONResponse) VisitPauseRolloutResponse(w http.Res
 }
 
 type PauseRollout401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response PauseRollout401ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
@@ -15116,7 +15574,9 @@ func (response PauseRollout401ApplicationProblemPlusJSONResponse) VisitPauseRoll
 	return err
 }
 
-type PauseRollout403ApplicationProblemPlusJSONResponse Problem
+type PauseRollout403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response PauseRollout403ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
 
@@ -15130,7 +15590,9 @@ func (response PauseRollout403ApplicationProblemPlusJSONResponse) VisitPauseRoll
 	return err
 }
 
-type PauseRollout404ApplicationProblemPlusJSONResponse Problem
+type PauseRollout404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response PauseRollout404ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
 
@@ -15144,7 +15606,9 @@ func (response PauseRollout404ApplicationProblemPlusJSONResponse) VisitPauseRoll
 	return err
 }
 
-type PauseRollout409ApplicationProblemPlusJSONResponse Problem
+type PauseRollout409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response PauseRollout409ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
 
@@ -15158,7 +15622,9 @@ func (response PauseRollout409ApplicationProblemPlusJSONResponse) VisitPauseRoll
 	return err
 }
 
-type PauseRollout412ApplicationProblemPlusJSONResponse Problem
+type PauseRollout412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response PauseRollout412ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
 
@@ -15172,7 +15638,9 @@ func (response PauseRollout412ApplicationProblemPlusJSONResponse) VisitPauseRoll
 	return err
 }
 
-type PauseRollout422ApplicationProblemPlusJSONResponse Problem
+type PauseRollout422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response PauseRollout422ApplicationProblemPlusJSONResponse) VisitPauseRolloutResponse(w http.ResponseWriter) error {
 
@@ -15269,7 +15737,7 @@ func (response ResumeRollout200JSONResponse) VisitResumeRolloutResponse(w http.R
 }
 
 type ResumeRollout401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response ResumeRollout401ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
@@ -15284,7 +15752,9 @@ func (response ResumeRollout401ApplicationProblemPlusJSONResponse) VisitResumeRo
 	return err
 }
 
-type ResumeRollout403ApplicationProblemPlusJSONResponse Problem
+type ResumeRollout403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ResumeRollout403ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
 
@@ -15298,7 +15768,9 @@ func (response ResumeRollout403ApplicationProblemPlusJSONResponse) VisitResumeRo
 	return err
 }
 
-type ResumeRollout404ApplicationProblemPlusJSONResponse Problem
+type ResumeRollout404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ResumeRollout404ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
 
@@ -15312,7 +15784,9 @@ func (response ResumeRollout404ApplicationProblemPlusJSONResponse) VisitResumeRo
 	return err
 }
 
-type ResumeRollout409ApplicationProblemPlusJSONResponse Problem
+type ResumeRollout409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response ResumeRollout409ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
 
@@ -15326,7 +15800,9 @@ func (response ResumeRollout409ApplicationProblemPlusJSONResponse) VisitResumeRo
 	return err
 }
 
-type ResumeRollout412ApplicationProblemPlusJSONResponse Problem
+type ResumeRollout412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response ResumeRollout412ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
 
@@ -15340,7 +15816,9 @@ func (response ResumeRollout412ApplicationProblemPlusJSONResponse) VisitResumeRo
 	return err
 }
 
-type ResumeRollout422ApplicationProblemPlusJSONResponse Problem
+type ResumeRollout422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response ResumeRollout422ApplicationProblemPlusJSONResponse) VisitResumeRolloutResponse(w http.ResponseWriter) error {
 
@@ -15428,7 +15906,7 @@ func (response ListTokens200JSONResponse) VisitListTokensResponse(w http.Respons
 }
 
 type ListTokens400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListTokens400ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
@@ -15443,7 +15921,9 @@ func (response ListTokens400ApplicationProblemPlusJSONResponse) VisitListTokensR
 	return err
 }
 
-type ListTokens401ApplicationProblemPlusJSONResponse Problem
+type ListTokens401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListTokens401ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
 
@@ -15457,7 +15937,9 @@ func (response ListTokens401ApplicationProblemPlusJSONResponse) VisitListTokensR
 	return err
 }
 
-type ListTokens403ApplicationProblemPlusJSONResponse Problem
+type ListTokens403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListTokens403ApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
 
@@ -15553,7 +16035,7 @@ func (response CreateToken201JSONResponse) VisitCreateTokenResponse(w http.Respo
 }
 
 type CreateToken400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateToken400ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
@@ -15568,7 +16050,9 @@ func (response CreateToken400ApplicationProblemPlusJSONResponse) VisitCreateToke
 	return err
 }
 
-type CreateToken401ApplicationProblemPlusJSONResponse Problem
+type CreateToken401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response CreateToken401ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
 
@@ -15582,7 +16066,9 @@ func (response CreateToken401ApplicationProblemPlusJSONResponse) VisitCreateToke
 	return err
 }
 
-type CreateToken403ApplicationProblemPlusJSONResponse Problem
+type CreateToken403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response CreateToken403ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
 
@@ -15596,7 +16082,9 @@ func (response CreateToken403ApplicationProblemPlusJSONResponse) VisitCreateToke
 	return err
 }
 
-type CreateToken422ApplicationProblemPlusJSONResponse Problem
+type CreateToken422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response CreateToken422ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
 
@@ -15684,7 +16172,7 @@ func (response RevokeToken200JSONResponse) VisitRevokeTokenResponse(w http.Respo
 }
 
 type RevokeToken401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response RevokeToken401ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
@@ -15699,7 +16187,9 @@ func (response RevokeToken401ApplicationProblemPlusJSONResponse) VisitRevokeToke
 	return err
 }
 
-type RevokeToken403ApplicationProblemPlusJSONResponse Problem
+type RevokeToken403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response RevokeToken403ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
 
@@ -15713,7 +16203,9 @@ func (response RevokeToken403ApplicationProblemPlusJSONResponse) VisitRevokeToke
 	return err
 }
 
-type RevokeToken404ApplicationProblemPlusJSONResponse Problem
+type RevokeToken404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response RevokeToken404ApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
 
@@ -15801,7 +16293,7 @@ func (response GetToken200JSONResponse) VisitGetTokenResponse(w http.ResponseWri
 }
 
 type GetToken401ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	UnauthorizedApplicationProblemPlusJSONResponse
 }
 
 func (response GetToken401ApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
@@ -15816,7 +16308,9 @@ func (response GetToken401ApplicationProblemPlusJSONResponse) VisitGetTokenRespo
 	return err
 }
 
-type GetToken403ApplicationProblemPlusJSONResponse Problem
+type GetToken403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetToken403ApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
 
@@ -15830,7 +16324,9 @@ func (response GetToken403ApplicationProblemPlusJSONResponse) VisitGetTokenRespo
 	return err
 }
 
-type GetToken404ApplicationProblemPlusJSONResponse Problem
+type GetToken404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetToken404ApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
 
@@ -15918,7 +16414,7 @@ func (response ListWebhooks200JSONResponse) VisitListWebhooksResponse(w http.Res
 }
 
 type ListWebhooks400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListWebhooks400ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
@@ -15933,7 +16429,9 @@ func (response ListWebhooks400ApplicationProblemPlusJSONResponse) VisitListWebho
 	return err
 }
 
-type ListWebhooks401ApplicationProblemPlusJSONResponse Problem
+type ListWebhooks401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListWebhooks401ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
 
@@ -15947,7 +16445,9 @@ func (response ListWebhooks401ApplicationProblemPlusJSONResponse) VisitListWebho
 	return err
 }
 
-type ListWebhooks403ApplicationProblemPlusJSONResponse Problem
+type ListWebhooks403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListWebhooks403ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
 
@@ -16045,7 +16545,7 @@ func (response CreateWebhook201JSONResponse) VisitCreateWebhookResponse(w http.R
 }
 
 type CreateWebhook400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response CreateWebhook400ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
@@ -16060,7 +16560,9 @@ func (response CreateWebhook400ApplicationProblemPlusJSONResponse) VisitCreateWe
 	return err
 }
 
-type CreateWebhook401ApplicationProblemPlusJSONResponse Problem
+type CreateWebhook401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response CreateWebhook401ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16074,7 +16576,9 @@ func (response CreateWebhook401ApplicationProblemPlusJSONResponse) VisitCreateWe
 	return err
 }
 
-type CreateWebhook403ApplicationProblemPlusJSONResponse Problem
+type CreateWebhook403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response CreateWebhook403ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16088,7 +16592,9 @@ func (response CreateWebhook403ApplicationProblemPlusJSONResponse) VisitCreateWe
 	return err
 }
 
-type CreateWebhook413ApplicationProblemPlusJSONResponse Problem
+type CreateWebhook413ApplicationProblemPlusJSONResponse struct {
+	ContentTooLargeApplicationProblemPlusJSONResponse
+}
 
 func (response CreateWebhook413ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16102,7 +16608,9 @@ func (response CreateWebhook413ApplicationProblemPlusJSONResponse) VisitCreateWe
 	return err
 }
 
-type CreateWebhook415ApplicationProblemPlusJSONResponse Problem
+type CreateWebhook415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
 
 func (response CreateWebhook415ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16116,7 +16624,9 @@ func (response CreateWebhook415ApplicationProblemPlusJSONResponse) VisitCreateWe
 	return err
 }
 
-type CreateWebhook422ApplicationProblemPlusJSONResponse Problem
+type CreateWebhook422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response CreateWebhook422ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16199,7 +16709,7 @@ func (response DeleteWebhook204Response) VisitDeleteWebhookResponse(w http.Respo
 }
 
 type DeleteWebhook400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteWebhook400ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
@@ -16214,7 +16724,9 @@ func (response DeleteWebhook400ApplicationProblemPlusJSONResponse) VisitDeleteWe
 	return err
 }
 
-type DeleteWebhook401ApplicationProblemPlusJSONResponse Problem
+type DeleteWebhook401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteWebhook401ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
 
@@ -16228,7 +16740,9 @@ func (response DeleteWebhook401ApplicationProblemPlusJSONResponse) VisitDeleteWe
 	return err
 }
 
-type DeleteWebhook403ApplicationProblemPlusJSONResponse Problem
+type DeleteWebhook403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteWebhook403ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
 
@@ -16242,7 +16756,9 @@ func (response DeleteWebhook403ApplicationProblemPlusJSONResponse) VisitDeleteWe
 	return err
 }
 
-type DeleteWebhook404ApplicationProblemPlusJSONResponse Problem
+type DeleteWebhook404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteWebhook404ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
 
@@ -16256,7 +16772,9 @@ func (response DeleteWebhook404ApplicationProblemPlusJSONResponse) VisitDeleteWe
 	return err
 }
 
-type DeleteWebhook412ApplicationProblemPlusJSONResponse Problem
+type DeleteWebhook412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteWebhook412ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
 
@@ -16352,7 +16870,7 @@ func (response GetWebhook200JSONResponse) VisitGetWebhookResponse(w http.Respons
 }
 
 type GetWebhook400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response GetWebhook400ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
@@ -16367,7 +16885,9 @@ func (response GetWebhook400ApplicationProblemPlusJSONResponse) VisitGetWebhookR
 	return err
 }
 
-type GetWebhook401ApplicationProblemPlusJSONResponse Problem
+type GetWebhook401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response GetWebhook401ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
 
@@ -16381,7 +16901,9 @@ func (response GetWebhook401ApplicationProblemPlusJSONResponse) VisitGetWebhookR
 	return err
 }
 
-type GetWebhook403ApplicationProblemPlusJSONResponse Problem
+type GetWebhook403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response GetWebhook403ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
 
@@ -16395,7 +16917,9 @@ func (response GetWebhook403ApplicationProblemPlusJSONResponse) VisitGetWebhookR
 	return err
 }
 
-type GetWebhook404ApplicationProblemPlusJSONResponse Problem
+type GetWebhook404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetWebhook404ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
 
@@ -16493,7 +17017,7 @@ func (response UpdateWebhook200JSONResponse) VisitUpdateWebhookResponse(w http.R
 }
 
 type UpdateWebhook400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response UpdateWebhook400ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
@@ -16508,7 +17032,9 @@ func (response UpdateWebhook400ApplicationProblemPlusJSONResponse) VisitUpdateWe
 	return err
 }
 
-type UpdateWebhook401ApplicationProblemPlusJSONResponse Problem
+type UpdateWebhook401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response UpdateWebhook401ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16522,7 +17048,9 @@ func (response UpdateWebhook401ApplicationProblemPlusJSONResponse) VisitUpdateWe
 	return err
 }
 
-type UpdateWebhook403ApplicationProblemPlusJSONResponse Problem
+type UpdateWebhook403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response UpdateWebhook403ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16536,7 +17064,9 @@ func (response UpdateWebhook403ApplicationProblemPlusJSONResponse) VisitUpdateWe
 	return err
 }
 
-type UpdateWebhook404ApplicationProblemPlusJSONResponse Problem
+type UpdateWebhook404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response UpdateWebhook404ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16550,7 +17080,9 @@ func (response UpdateWebhook404ApplicationProblemPlusJSONResponse) VisitUpdateWe
 	return err
 }
 
-type UpdateWebhook412ApplicationProblemPlusJSONResponse Problem
+type UpdateWebhook412ApplicationProblemPlusJSONResponse struct {
+	PreconditionFailedApplicationProblemPlusJSONResponse
+}
 
 func (response UpdateWebhook412ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16564,7 +17096,9 @@ func (response UpdateWebhook412ApplicationProblemPlusJSONResponse) VisitUpdateWe
 	return err
 }
 
-type UpdateWebhook413ApplicationProblemPlusJSONResponse Problem
+type UpdateWebhook413ApplicationProblemPlusJSONResponse struct {
+	ContentTooLargeApplicationProblemPlusJSONResponse
+}
 
 func (response UpdateWebhook413ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16578,7 +17112,9 @@ func (response UpdateWebhook413ApplicationProblemPlusJSONResponse) VisitUpdateWe
 	return err
 }
 
-type UpdateWebhook415ApplicationProblemPlusJSONResponse Problem
+type UpdateWebhook415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
 
 func (response UpdateWebhook415ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16592,7 +17128,9 @@ func (response UpdateWebhook415ApplicationProblemPlusJSONResponse) VisitUpdateWe
 	return err
 }
 
-type UpdateWebhook422ApplicationProblemPlusJSONResponse Problem
+type UpdateWebhook422ApplicationProblemPlusJSONResponse struct {
+	UnprocessableContentApplicationProblemPlusJSONResponse
+}
 
 func (response UpdateWebhook422ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
 
@@ -16681,7 +17219,7 @@ func (response ListWebhookDeliveries200JSONResponse) VisitListWebhookDeliveriesR
 }
 
 type ListWebhookDeliveries400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response ListWebhookDeliveries400ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
@@ -16696,7 +17234,9 @@ func (response ListWebhookDeliveries400ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type ListWebhookDeliveries401ApplicationProblemPlusJSONResponse Problem
+type ListWebhookDeliveries401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response ListWebhookDeliveries401ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
 
@@ -16710,7 +17250,9 @@ func (response ListWebhookDeliveries401ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type ListWebhookDeliveries403ApplicationProblemPlusJSONResponse Problem
+type ListWebhookDeliveries403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response ListWebhookDeliveries403ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
 
@@ -16724,7 +17266,9 @@ func (response ListWebhookDeliveries403ApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
-type ListWebhookDeliveries404ApplicationProblemPlusJSONResponse Problem
+type ListWebhookDeliveries404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response ListWebhookDeliveries404ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
 
@@ -16807,7 +17351,7 @@ func (response RedeliverWebhook202Response) VisitRedeliverWebhookResponse(w http
 }
 
 type RedeliverWebhook400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response RedeliverWebhook400ApplicationProblemPlusJSONResponse) VisitRedeliverWebhookResponse(w http.ResponseWriter) error {
@@ -16822,7 +17366,9 @@ func (response RedeliverWebhook400ApplicationProblemPlusJSONResponse) VisitRedel
 	return err
 }
 
-type RedeliverWebhook401ApplicationProblemPlusJSONResponse Problem
+type RedeliverWebhook401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response RedeliverWebhook401ApplicationProblemPlusJSONResponse) VisitRedeliverWebhookResponse(w http.ResponseWriter) error {
 
@@ -16836,7 +17382,9 @@ func (response RedeliverWebhook401ApplicationProblemPlusJSONResponse) VisitRedel
 	return err
 }
 
-type RedeliverWebhook403ApplicationProblemPlusJSONResponse Problem
+type RedeliverWebhook403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response RedeliverWebhook403ApplicationProblemPlusJSONResponse) VisitRedeliverWebhookResponse(w http.ResponseWriter) error {
 
@@ -16850,7 +17398,9 @@ func (response RedeliverWebhook403ApplicationProblemPlusJSONResponse) VisitRedel
 	return err
 }
 
-type RedeliverWebhook404ApplicationProblemPlusJSONResponse Problem
+type RedeliverWebhook404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response RedeliverWebhook404ApplicationProblemPlusJSONResponse) VisitRedeliverWebhookResponse(w http.ResponseWriter) error {
 
@@ -16864,7 +17414,9 @@ func (response RedeliverWebhook404ApplicationProblemPlusJSONResponse) VisitRedel
 	return err
 }
 
-type RedeliverWebhook409ApplicationProblemPlusJSONResponse Problem
+type RedeliverWebhook409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
 
 func (response RedeliverWebhook409ApplicationProblemPlusJSONResponse) VisitRedeliverWebhookResponse(w http.ResponseWriter) error {
 
@@ -16878,7 +17430,9 @@ func (response RedeliverWebhook409ApplicationProblemPlusJSONResponse) VisitRedel
 	return err
 }
 
-type RedeliverWebhook410ApplicationProblemPlusJSONResponse Problem
+type RedeliverWebhook410ApplicationProblemPlusJSONResponse struct {
+	GoneApplicationProblemPlusJSONResponse
+}
 
 func (response RedeliverWebhook410ApplicationProblemPlusJSONResponse) VisitRedeliverWebhookResponse(w http.ResponseWriter) error {
 
@@ -16974,7 +17528,7 @@ func (response RotateWebhookSecret200JSONResponse) VisitRotateWebhookSecretRespo
 }
 
 type RotateWebhookSecret400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response RotateWebhookSecret400ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
@@ -16989,7 +17543,9 @@ func (response RotateWebhookSecret400ApplicationProblemPlusJSONResponse) VisitRo
 	return err
 }
 
-type RotateWebhookSecret401ApplicationProblemPlusJSONResponse Problem
+type RotateWebhookSecret401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
 
 func (response RotateWebhookSecret401ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
 
@@ -17003,7 +17559,9 @@ func (response RotateWebhookSecret401ApplicationProblemPlusJSONResponse) VisitRo
 	return err
 }
 
-type RotateWebhookSecret403ApplicationProblemPlusJSONResponse Problem
+type RotateWebhookSecret403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
 
 func (response RotateWebhookSecret403ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
 
@@ -17017,7 +17575,9 @@ func (response RotateWebhookSecret403ApplicationProblemPlusJSONResponse) VisitRo
 	return err
 }
 
-type RotateWebhookSecret404ApplicationProblemPlusJSONResponse Problem
+type RotateWebhookSecret404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response RotateWebhookSecret404ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
 
@@ -17104,7 +17664,7 @@ func (response GetReady200JSONResponse) VisitGetReadyResponse(w http.ResponseWri
 }
 
 type GetReady503ApplicationProblemPlusJSONResponse struct {
-	ServiceUnavailableApplicationProblemPlusJSONResponse
+	NotReadyApplicationProblemPlusJSONResponse
 }
 
 func (response GetReady503ApplicationProblemPlusJSONResponse) VisitGetReadyResponse(w http.ResponseWriter) error {
@@ -17187,7 +17747,7 @@ func (response GetSchema304Response) VisitGetSchemaResponse(w http.ResponseWrite
 }
 
 type GetSchema400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	BadRequestApplicationProblemPlusJSONResponse
 }
 
 func (response GetSchema400ApplicationProblemPlusJSONResponse) VisitGetSchemaResponse(w http.ResponseWriter) error {
@@ -17202,7 +17762,9 @@ func (response GetSchema400ApplicationProblemPlusJSONResponse) VisitGetSchemaRes
 	return err
 }
 
-type GetSchema404ApplicationProblemPlusJSONResponse Problem
+type GetSchema404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
 
 func (response GetSchema404ApplicationProblemPlusJSONResponse) VisitGetSchemaResponse(w http.ResponseWriter) error {
 
@@ -17216,7 +17778,9 @@ func (response GetSchema404ApplicationProblemPlusJSONResponse) VisitGetSchemaRes
 	return err
 }
 
-type GetSchema406ApplicationProblemPlusJSONResponse Problem
+type GetSchema406ApplicationProblemPlusJSONResponse struct {
+	NotAcceptableApplicationProblemPlusJSONResponse
+}
 
 func (response GetSchema406ApplicationProblemPlusJSONResponse) VisitGetSchemaResponse(w http.ResponseWriter) error {
 

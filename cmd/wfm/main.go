@@ -578,6 +578,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer hub.Stop()
 
+	// The device listener is bound before the handler is built: the answer
+	// the management listener gives to a device API path names its address
+	// (with -device-listen :0, the port chosen).
+	dln, err := net.Listen("tcp", c.deviceListen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.deviceListen, err)
+	}
+	defer dln.Close() // on an early return; closing it again after Shutdown is harmless
+	dscheme := "https://"
+	if deviceTLS == nil {
+		dscheme = "http://"
+	}
+	deviceURL := dscheme + displayAddr(dln.Addr())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		telemetry.NewPoolCollector(pool), domain)
@@ -595,6 +608,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		TrustedProxies:  c.trustedProxies,
 		ForwardedHeader: c.forwardedHeader,
 		CORSOrigins:     c.corsOrigins,
+		DeviceURL:       deviceURL,
 		Refusals:        refusals,
 		LogSampler:      refusalLog,
 		OutageLog:       outageLog,
@@ -672,11 +686,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.listen, err)
 	}
-	dln, err := net.Listen("tcp", c.deviceListen)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("listen on %s: %w", c.deviceListen, err)
-	}
 	errorLog := telemetry.NewServerErrorLog(log, handshakeLog.Allow)
 	dsrv := newHTTPServer(ctx, deviceHandler, errorLog)
 	dsrv.TLSConfig = deviceTLS
@@ -694,12 +703,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logPosture(log, c, mscheme+ln.Addr().String(), isLoopback(ln.Addr()), mgmtTLS != nil)
 	base := mscheme + displayAddr(ln.Addr())
-	dscheme := "https://"
-	if deviceTLS == nil {
-		dscheme = "http://"
-	}
 	fmt.Fprintf(stdout, "wfm listening on %s (Swagger UI %s/docs/, contract %s/openapi.yaml)\n", base, base, base)
-	fmt.Fprintf(stdout, "wfm device API (Margo) on %s%s/api/v1/\n", dscheme, displayAddr(dln.Addr()))
+	fmt.Fprintf(stdout, "wfm device API (Margo) on %s/api/v1/\n", deviceURL)
 	log.Info("listening", "management", ln.Addr().String(), "device", dln.Addr().String(), "device_tls", deviceTLS != nil)
 
 	if c.debugListen != "" {

@@ -124,9 +124,13 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 	if o.idem != nil {
 		idem = o.idem(postgres.NewAccessStore(pool))
 	}
+	// The device listener is bound first, as the server binds it: the
+	// management listener's answer to a device API path names its URL.
+	dev := httptest.NewUnstartedServer(nil)
 	h, err := httpapi.NewHandler(httpapi.Config{Logger: log, Ready: o.ready,
 		Registry: prometheus.NewRegistry(), Catalog: cat, Fleet: fl, Access: acc, DeviceIdentity: ids.ClientIDFromRequest,
-		DeviceLimiter: limiterOrNil(o.limiter), Idempotency: idem, OutageLog: o.outageLog, Events: events})
+		DeviceLimiter: limiterOrNil(o.limiter), Idempotency: idem, OutageLog: o.outageLog, Events: events,
+		DeviceURL: "https://" + dev.Listener.Addr().String()})
 	require.NoError(t, err)
 	mgmtH, deviceH := httpapi.Split(h)
 	if o.wrap != nil {
@@ -137,7 +141,7 @@ func newEnv(t *testing.T, o envOptions) *fleetEnv {
 	require.NoError(t, err)
 	serverCert, err := ca.IssueServer([]string{"localhost"}, nil)
 	require.NoError(t, err)
-	dev := httptest.NewUnstartedServer(deviceH)
+	dev.Config.Handler = deviceH
 	dev.TLS = identity.ServerTLSConfig(serverCert, []*x509.Certificate{ca.Certificate()}, identity.RequireClientCert())
 	dev.StartTLS()
 	t.Cleanup(dev.Close)

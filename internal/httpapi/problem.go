@@ -193,6 +193,7 @@ var titles = map[string]string{
 	"invalid-bundle":              "Invalid bundle",
 	"invalid-configuration":       "Invalid configuration",
 	"not-found":                   "Not found",
+	"wrong-listener":              "Served on the device listener",
 	"method-not-allowed":          "Method not allowed",
 	"invalid-request":             "Invalid request",
 	"invalid-text":                "Text that cannot be stored",

@@ -20,6 +20,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/swaggest/swgui"
 	"github.com/swaggest/swgui/v5emb"
 
 	"github.com/wfm-dev/wfm"
@@ -95,6 +96,11 @@ type Config struct {
 	// Counters, when not nil, receives the domain counters the adapter
 	// sees: rate-limited requests by route, status reports ingested.
 	Counters DomainCounters
+	// DeviceURL is the device listener's base URL as its callers reach it
+	// (https://127.0.0.1:8443): the problem the management listener
+	// answers for a device API path names it. Empty: the problem names the
+	// -device-listen setting instead.
+	DeviceURL string
 	// CORSOrigins are the browser origins (scheme://host[:port], see
 	// CheckCORSOrigin) allowed to call the management API across origins;
 	// none: no CORS headers at all, and a preflight is answered 405 like any
@@ -148,6 +154,7 @@ type Server struct {
 	unreleased unreleasedKeys                      // idempotency keys whose release failed
 	events     EventsConfig
 	counters   DomainCounters // nil: none
+	deviceURL  string         // Config.DeviceURL
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -194,14 +201,14 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, webhooks: cfg.Webhooks, clientID: cfg.DeviceIdentity, ops: ops, openOps: openQueries(spec), limiter: cfg.DeviceLimiter,
 		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: cfg.OutageLog,
-		events: cfg.Events, counters: cfg.Counters}
+		events: cfg.Events, counters: cfg.Counters, deviceURL: cfg.DeviceURL}
 
 	if s.contract, err = gorillamux.NewRouter(spec); err != nil {
 		return nil, fmt.Errorf("httpapi: contract router: %w", err)
 	}
 	r := chi.NewRouter()
 	s.router = r
-	r.Use(s.requestContext(metrics), s.recoverer, limitHeaders, s.knownMethod, s.headAsGet, faceGuard)
+	r.Use(s.requestContext(metrics), s.recoverer, limitHeaders, s.knownMethod, s.headAsGet, s.faceGuard)
 	if corsMiddleware != nil {
 		// Before authentication: a preflight carries no credentials.
 		r.Use(corsMiddleware)
@@ -218,7 +225,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		w.Header().Set("Cache-Control", "no-cache")
 		_, _ = w.Write(wfm.OpenAPIYAML)
 	})
-	docs := v5emb.New("wfm API", "/openapi.yaml", "/docs/")
+	docs := v5emb.NewWithConfig(swgui.Config{SettingsUI: map[string]string{"plugins": swaggerUIPlugins}})("wfm API", "/openapi.yaml", "/docs/")
 	r.Get("/docs", http.RedirectHandler("/docs/", http.StatusMovedPermanently).ServeHTTP)
 	r.Mount("/docs/", docs)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
@@ -248,6 +255,25 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	})
 	return r, nil
 }
+
+// swaggerUIPlugins are Swagger UI's plugins (a JavaScript array): its
+// default one, and one that turns "Try it out" off for the device API,
+// which the listener serving the page does not serve and a browser could
+// not call (it cannot present the client certificate). Swagger UI's own
+// setting, supportedSubmitMethods, is for every operation at once; the
+// spec selector allowTryItOutFor(path, method) is its per-operation hook.
+const swaggerUIPlugins = `[
+	SwaggerUIBundle.plugins.DownloadUrl,
+	function () {
+		return {statePlugins: {spec: {wrapSelectors: {
+			allowTryItOutFor: function (original) {
+				return function (state, path, method) {
+					return path.indexOf("/api/v1/") !== 0 && original(state, path, method);
+				};
+			}
+		}}}};
+	}
+]`
 
 // allowedMethods lists the methods the router serves for u's path, for the
 // Allow header of a 405 answer: those both the router and the contract take
@@ -381,12 +407,18 @@ func wrongFace(face int, path string) bool {
 }
 
 // faceGuard enforces Split: a request Split marked with its face is for
-// the other listener's paths and gets 404.
-func faceGuard(next http.Handler) http.Handler {
+// the other listener's paths and gets 404. On the management listener the
+// answer names the device listener (wrongListenerProblem): Swagger UI and
+// a curl pointed at the wrong port land there.
+func (s *Server) faceGuard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		face, _ := r.Context().Value(faceKey{}).(int)
 		if wrongFace(face, r.URL.Path) {
-			writeProblem(w, r, notFoundProblem(r))
+			p := notFoundProblem(r)
+			if face == faceMgmt {
+				p = wrongListenerProblem(r, s.deviceURL)
+			}
+			writeProblem(w, r, p)
 			return
 		}
 		next.ServeHTTP(w, r)

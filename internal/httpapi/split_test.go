@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wfm-dev/wfm/internal/fleet"
+	"github.com/wfm-dev/wfm/internal/httpapi"
 )
 
 // TestSplitListeners: each listener of Split answers the other's paths with
@@ -53,7 +54,8 @@ func TestSplitListeners(t *testing.T) {
 	}
 
 	// The management listener: no device API path, even with no identity
-	// to check.
+	// to check; the answer names the device listener (where Swagger UI's
+	// "Try it out" or a curl at the wrong port should have gone).
 	for _, p := range []string{"/api/v1/deployments", "/api/v1/capabilities/edge-01"} {
 		req, err := http.NewRequest(http.MethodGet, e.mgmtURL+p, nil)
 		require.NoError(t, err)
@@ -64,10 +66,30 @@ func TestSplitListeners(t *testing.T) {
 		n, _ := res.Body.Read(buf[:])
 		_ = res.Body.Close()
 		require.Equal(t, http.StatusNotFound, res.StatusCode, "%s on the management listener: %s", p, buf[:n])
-		assert.Equal(t, float64(404), problemOf(res, buf[:n])["status"])
+		pr := problemOf(res, buf[:n])
+		assert.Equal(t, float64(404), pr["status"])
+		assert.Equal(t, httpapi.ProblemBase+"wrong-listener", pr["type"])
+		assert.Contains(t, pr["detail"], e.deviceURL+p, "the detail names the device listener")
+		assert.Equal(t, e.deviceURL+p, pr["deviceApi"])
 	}
 	res2, err := http.Get(e.mgmtURL + "/healthz")
 	require.NoError(t, err)
 	_ = res2.Body.Close()
 	assert.Equal(t, http.StatusOK, res2.StatusCode)
+}
+
+// TestSwaggerUIOffersNoTryItOutForTheDeviceAPI: the page Swagger UI serves
+// wraps its per-operation hook (allowTryItOutFor) so that the device API's
+// operations, which the page's listener does not serve, have no "Try it
+// out" (checked in headless Chromium when it was written: the button is
+// gone there and present on the management operations).
+func TestSwaggerUIOffersNoTryItOutForTheDeviceAPI(t *testing.T) {
+	mgmt, _ := corsHandlers(t)
+	res := serve(mgmt, http.MethodGet, "/docs/", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	page := string(body)
+	assert.Contains(t, page, "SwaggerUIBundle.plugins.DownloadUrl", "the default plugin stays")
+	assert.Regexp(t, `allowTryItOutFor: function \(original\) \{\s*return function \(state, path, method\) \{\s*return path.indexOf\("/api/v1/"\) !== 0 && original\(state, path, method\);`, page)
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -253,6 +254,22 @@ func pointerOf(segs []string) string {
 func notFoundProblem(r *http.Request) problem {
 	return problem{Type: ProblemBase + "not-found", Title: titles["not-found"], Status: http.StatusNotFound,
 		Detail: fmt.Sprintf("No resource matches %s %s.", r.Method, r.URL.Path)}
+}
+
+// wrongListenerProblem answers a device API path on the management
+// listener: the device API is served on the device listener only, over
+// mutual TLS. deviceURL is that listener's base URL; "" names the setting.
+func wrongListenerProblem(r *http.Request, deviceURL string) problem {
+	where := "the device listener (-device-listen)"
+	p := problem{Type: ProblemBase + "wrong-listener", Title: titles["wrong-listener"], Status: http.StatusNotFound}
+	if deviceURL != "" {
+		where = "the device listener, " + deviceURL
+		p.Extra = map[string]any{"deviceApi": deviceURL + r.URL.Path}
+	}
+	p.Detail = fmt.Sprintf("The device API is served on %s, over mutual TLS with a WFM client certificate, not on this management listener: "+
+		"call %s there with the certificate (for example curl --cacert ca.pem --cert client.pem --key client-key.pem %s).",
+		where, r.URL.Path, cmp.Or(deviceURL, "https://<device-listen>")+r.URL.Path)
+	return p
 }
 
 func methodNotAllowedProblem(r *http.Request) problem {

@@ -195,6 +195,16 @@ export interface paths {
          * Report or update device capabilities
          * @description Margo rc.3. The first report registers the device under the calling client (201); later reports
          *     replace its capabilities (200). `properties.id` must equal the path's `deviceId` (422).
+         *
+         *     **Served on the device listener, not from this page.** A browser cannot present the client
+         *     certificate, so "Try it out" is off; this listener answers 404 `wrong-listener`. Call it with curl
+         *     and a certificate from `wfm issue-client-cert -client-id plant-alfa`, at the device listener's
+         *     address (`-device-listen`; `https://127.0.0.1:8443` with `make run`):
+         *
+         *     ```sh
+         *     curl --cacert .data/pki/ca.pem --cert .data/pki/clients/plant-alfa.pem --key .data/pki/clients/plant-alfa-key.pem -X PUT -H 'Content-Type: application/json' --data-binary @capabilities.json \
+         *       https://127.0.0.1:8443/api/v1/capabilities/plant-alfa-01
+         *     ```
          */
         put: operations["putDeviceCapabilities"];
         post?: never;
@@ -203,6 +213,16 @@ export interface paths {
          * @description Margo rc.3. Unregisters the device: its deployments leave the client's state manifest (a new
          *     `manifestVersion`), each is marked `removed` with the cause `device-unregistered` in its history,
          *     and the device no longer counts for placement. A later capabilities report registers it again.
+         *
+         *     **Served on the device listener, not from this page.** A browser cannot present the client
+         *     certificate, so "Try it out" is off; this listener answers 404 `wrong-listener`. Call it with curl
+         *     and a certificate from `wfm issue-client-cert -client-id plant-alfa`, at the device listener's
+         *     address (`-device-listen`; `https://127.0.0.1:8443` with `make run`):
+         *
+         *     ```sh
+         *     curl --cacert .data/pki/ca.pem --cert .data/pki/clients/plant-alfa.pem --key .data/pki/clients/plant-alfa-key.pem -X DELETE \
+         *       https://127.0.0.1:8443/api/v1/capabilities/plant-alfa-01
+         *     ```
          */
         delete: operations["deleteDeviceCapabilities"];
         options?: never;
@@ -217,7 +237,18 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Retrieve a deployment bundle by its content digest */
+        /**
+         * Retrieve a deployment bundle by its content digest
+         * @description **Served on the device listener, not from this page.** A browser cannot present the client
+         *     certificate, so "Try it out" is off; this listener answers 404 `wrong-listener`. Call it with curl
+         *     and a certificate from `wfm issue-client-cert -client-id plant-alfa`, at the device listener's
+         *     address (`-device-listen`; `https://127.0.0.1:8443` with `make run`):
+         *
+         *     ```sh
+         *     curl --cacert .data/pki/ca.pem --cert .data/pki/clients/plant-alfa.pem --key .data/pki/clients/plant-alfa-key.pem -o bundle.tar.gz \
+         *       https://127.0.0.1:8443/api/v1/bundles/<digest>
+         *     ```
+         */
         get: operations["getBundle"];
         put?: never;
         post?: never;
@@ -240,6 +271,16 @@ export interface paths {
          *     gets 304 without touching the database. While the database is unreachable, a cached manifest
          *     is still answered (200 or 304) for `-manifest-stale-bound` (default 5 minutes) after the
          *     server last knew it current; then 503 `unavailable`.
+         *
+         *     **Served on the device listener, not from this page.** A browser cannot present the client
+         *     certificate, so "Try it out" is off; this listener answers 404 `wrong-listener`. Call it with curl
+         *     and a certificate from `wfm issue-client-cert -client-id plant-alfa`, at the device listener's
+         *     address (`-device-listen`; `https://127.0.0.1:8443` with `make run`):
+         *
+         *     ```sh
+         *     curl --cacert .data/pki/ca.pem --cert .data/pki/clients/plant-alfa.pem --key .data/pki/clients/plant-alfa-key.pem \
+         *       https://127.0.0.1:8443/api/v1/deployments
+         *     ```
          */
         get: operations["getStateManifest"];
         put?: never;
@@ -261,6 +302,16 @@ export interface paths {
          * Retrieve an individual ApplicationDeployment YAML file
          * @description Margo rc.3. Content-addressed and immutable: any revision of one of the caller's deployments,
          *     current or superseded, by its digest.
+         *
+         *     **Served on the device listener, not from this page.** A browser cannot present the client
+         *     certificate, so "Try it out" is off; this listener answers 404 `wrong-listener`. Call it with curl
+         *     and a certificate from `wfm issue-client-cert -client-id plant-alfa`, at the device listener's
+         *     address (`-device-listen`; `https://127.0.0.1:8443` with `make run`):
+         *
+         *     ```sh
+         *     curl --cacert .data/pki/ca.pem --cert .data/pki/clients/plant-alfa.pem --key .data/pki/clients/plant-alfa-key.pem \
+         *       https://127.0.0.1:8443/api/v1/deployments/<deployment-id>/<digest>
+         *     ```
          */
         get: operations["getDeploymentYAML"];
         put?: never;
@@ -285,6 +336,16 @@ export interface paths {
          * @description Margo rc.3. The first report for a deployment answers 201, later ones 200. A report whose
          *     `adoptedManifestVersion` is older than one already seen is stored but changes nothing.
          *     Drain-aware agents may add the object `x-wfm-extensions` ({phase, inFlight, healthy, message}).
+         *
+         *     **Served on the device listener, not from this page.** A browser cannot present the client
+         *     certificate, so "Try it out" is off; this listener answers 404 `wrong-listener`. Call it with curl
+         *     and a certificate from `wfm issue-client-cert -client-id plant-alfa`, at the device listener's
+         *     address (`-device-listen`; `https://127.0.0.1:8443` with `make run`):
+         *
+         *     ```sh
+         *     curl --cacert .data/pki/ca.pem --cert .data/pki/clients/plant-alfa.pem --key .data/pki/clients/plant-alfa-key.pem --json @status.json \
+         *       https://127.0.0.1:8443/api/v1/deployments/<deployment-id>/status
+         *     ```
          */
         post: operations["postDeploymentStatus"];
         delete?: never;
@@ -3221,15 +3282,408 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#unavailable",
+                 *       "title": "Service unavailable",
+                 *       "status": 503,
+                 *       "detail": "The server cannot reach its database; nothing was changed. Retry later.",
+                 *       "instance": "/mgmt/v1/deployments",
+                 *       "requestId": "9d5e3f7a1b0c4089e6f9c1b3d5e7f8a3",
+                 *       "retryable": true,
+                 *       "retryAfterSeconds": 5,
+                 *       "backoffStrategy": "exponential"
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description An RFC 9457 problem. */
+        /** @description An RFC 9457 problem, for any status the operation does not list (an unexpected failure is 500). */
         Problem: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#internal",
+                 *       "title": "Internal Server Error",
+                 *       "status": 500,
+                 *       "detail": "The server failed to answer this request. The request id identifies the details in the server log.",
+                 *       "instance": "/mgmt/v1/deployments",
+                 *       "requestId": "6a2b0c4d8e7f4d56b3c6f8e0a2b4c570"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description The request does not match the contract (a parameter, a header, a body that cannot be decoded),
+         *     or it carries text PostgreSQL cannot store; nothing was changed. `errors` names each place.
+         */
+        BadRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#invalid-request",
+                 *       "title": "Invalid request",
+                 *       "status": 400,
+                 *       "detail": "A parameter does not match the API contract.",
+                 *       "instance": "/mgmt/v1/deployments",
+                 *       "requestId": "4f2a9c1e8b7d46a0b3e15c9d2f6a7e80",
+                 *       "errors": [
+                 *         {
+                 *           "field": "query/limit",
+                 *           "message": "not a valid value of the declared type"
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description No token, a malformed `Authorization` header, or a token that is unknown, expired or revoked.
+         *     `WWW-Authenticate: Bearer realm="wfm"`.
+         */
+        Unauthorized: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#unauthorized",
+                 *       "title": "Unauthorized",
+                 *       "status": 401,
+                 *       "detail": "This operation needs an API token: send Authorization: Bearer <token>.",
+                 *       "instance": "/mgmt/v1/deployments",
+                 *       "requestId": "9d3b7e21c4a84f5e8f0a6b2c1d7e9a34"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The token's role is below the one the operation needs (`x-wfm-role`); nothing was changed. */
+        Forbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#forbidden",
+                 *       "title": "Forbidden",
+                 *       "status": 403,
+                 *       "detail": "This operation needs the operator role; the token 0b8e0a52-3f1c-4d6e-9a7b-2c5d8e1f4a60 has the viewer role.",
+                 *       "instance": "/mgmt/v1/deployments",
+                 *       "requestId": "1c7e5a9f3b2d4e60a8f1c3b5d7e9f021",
+                 *       "requiredRole": "operator",
+                 *       "tokenRole": "viewer"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description No such resource. */
+        NotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#not-found",
+                 *       "title": "Not found",
+                 *       "status": 404,
+                 *       "detail": "There is no deployment 6affc112-5d1e-4e4b-9b53-5f0c6b1c2a10.",
+                 *       "instance": "/mgmt/v1/deployments/6affc112-5d1e-4e4b-9b53-5f0c6b1c2a10",
+                 *       "requestId": "2e8f6a0b4c3d4f71b9a2d4c6e8f0a132"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The `Accept` header accepts no representation the resource has. */
+        NotAcceptable: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#not-acceptable",
+                 *       "title": "Not acceptable",
+                 *       "status": 406,
+                 *       "detail": "A version is available as application/json or application/yaml.",
+                 *       "instance": "/mgmt/v1/applications/acme-counter/versions/1.0.0",
+                 *       "requestId": "3f9a7b1c5d4e4082a0b3e5d7f9a1b243"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The request conflicts with the resource's current state; nothing was changed. The type says which conflict. */
+        Conflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#operation-in-progress",
+                 *       "title": "Operation in progress",
+                 *       "status": 409,
+                 *       "detail": "Deployment 6affc112-5d1e-4e4b-9b53-5f0c6b1c2a10 already has an operation in progress: 7d1c9e35-2b4a-4f68-8e0d-5a3b6c9f1e72 (GET /mgmt/v1/operations/7d1c9e35-2b4a-4f68-8e0d-5a3b6c9f1e72; cancel it or wait for it to end).",
+                 *       "instance": "/mgmt/v1/deployments/6affc112-5d1e-4e4b-9b53-5f0c6b1c2a10/upgrade",
+                 *       "requestId": "4a0b8c2d6e5f4193b1c4f6e8a0b2c354",
+                 *       "deploymentId": "6affc112-5d1e-4e4b-9b53-5f0c6b1c2a10",
+                 *       "activeOperation": "7d1c9e35-2b4a-4f68-8e0d-5a3b6c9f1e72"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description What was asked for is no longer kept (the event log's retention deleted it). */
+        Gone: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#events-gone",
+                 *       "title": "Gone",
+                 *       "status": 410,
+                 *       "detail": "events after 1200 are no longer kept; the log resumes after 5310",
+                 *       "instance": "/mgmt/v1/events",
+                 *       "requestId": "5b1c9d3e7f6a42a4c2d5a7f9b1c3d465",
+                 *       "resumeAfter": 5310
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description `If-Match` does not match the resource's current `ETag`: it changed since it was read; nothing was changed. Read it again. */
+        PreconditionFailed: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#precondition-failed",
+                 *       "title": "Precondition failed",
+                 *       "status": 412,
+                 *       "detail": "The deployment changed since it was read (If-Match does not match its ETag); read it again.",
+                 *       "instance": "/mgmt/v1/deployments/6affc112-5d1e-4e4b-9b53-5f0c6b1c2a10/upgrade",
+                 *       "requestId": "6c2d0e4f8a7b43b5d3e6b8a0c2d4e576"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The request body exceeds its bound; nothing was changed. */
+        ContentTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#too-large",
+                 *       "title": "Request too large",
+                 *       "status": 413,
+                 *       "detail": "The request body exceeds 65536 bytes.",
+                 *       "instance": "/mgmt/v1/deployments",
+                 *       "requestId": "7d3e1f5a9b8c44c6e4f7c9b1d3e5f687"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description A `Content-Type` the operation does not take; nothing was changed. */
+        UnsupportedMediaType: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#unsupported-media-type",
+                 *       "title": "Unsupported media type",
+                 *       "status": 415,
+                 *       "detail": "The request does not match the API contract (1 problem(s), listed in errors).",
+                 *       "instance": "/mgmt/v1/applications",
+                 *       "requestId": "8e4f2a6b0c9d45d7f5a8d0c2e4f6a798",
+                 *       "errors": [
+                 *         {
+                 *           "field": "header/Content-Type",
+                 *           "message": "this operation does not take \"text/plain\""
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The request is well formed but breaks a rule; nothing was changed. `errors` names each problem by its JSON pointer. */
+        UnprocessableContent: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#invalid-request",
+                 *       "title": "Invalid request",
+                 *       "status": 422,
+                 *       "detail": "The request does not match the API contract (1 problem(s), listed in errors).",
+                 *       "instance": "/mgmt/v1/deployments",
+                 *       "requestId": "9f5a3b7c1d0e46e8a6b9e1d3f5a7b809",
+                 *       "errors": [
+                 *         {
+                 *           "field": "/deviceId",
+                 *           "message": "property \"deviceId\" is missing"
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The server cannot serve yet (its database is unreachable or not fully migrated). `Retry-After` says when to ask again. */
+        NotReady: {
+            headers: {
+                "Retry-After": number;
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#not-ready",
+                 *       "title": "Not ready",
+                 *       "status": 503,
+                 *       "detail": "The server cannot serve yet: its database is unreachable or not fully migrated.",
+                 *       "instance": "/readyz",
+                 *       "requestId": "0a6b4c8d2e1f47f9b7c0f2e4a6b8c91a",
+                 *       "retryable": true,
+                 *       "retryAfterSeconds": 5
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The request does not match the contract (a missing or undecodable body); nothing was changed. */
+        DeviceBadRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://docs.margo.org/specification/problem-types#invalid-request",
+                 *       "title": "Invalid request",
+                 *       "status": 400,
+                 *       "detail": "The request does not match the API contract (1 problem(s), listed in errors).",
+                 *       "instance": "/api/v1/deployments/6affc112-5d1e-4e4b-9b53-5f0c6b1c2a10/status",
+                 *       "requestId": "1b7c5d9e3f2a4801c8d1a3f5b7c9d02b",
+                 *       "errors": [
+                 *         {
+                 *           "field": "",
+                 *           "message": "a request body is required"
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description The caller's verified client certificate names no client of this WFM, the client is retired, or
+         *     the listed-clients policy has not accepted it. (Without a valid certificate the TLS handshake fails.)
+         */
+        DeviceForbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://docs.margo.org/specification/problem-types#not-authorized",
+                 *       "title": "Not authorized",
+                 *       "status": 403,
+                 *       "detail": "Client plant-alfa is retired: this WFM no longer serves it.",
+                 *       "instance": "/api/v1/deployments",
+                 *       "requestId": "2c8d6e0f4a3b4912d9e2b4a6c8d0e13c"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The calling client has no such resource (another client's looks the same as none). */
+        DeviceNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#not-found",
+                 *       "title": "Not found",
+                 *       "status": 404,
+                 *       "detail": "Client plant-alfa has no device plant-alfa-07.",
+                 *       "instance": "/api/v1/capabilities/plant-alfa-07",
+                 *       "requestId": "3d9e7f1a5b4c4a23e0f3c5b7d9e1f24d"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The `Accept` header accepts no representation the resource has. */
+        DeviceNotAcceptable: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#not-acceptable",
+                 *       "title": "Not acceptable",
+                 *       "status": 406,
+                 *       "detail": "The state manifest is available as application/vnd.margo.manifest.v1+json.",
+                 *       "instance": "/api/v1/deployments",
+                 *       "requestId": "4e0f8a2b6c5d4b34f1a4d6c8e0f2a35e"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The document is well formed but breaks a rule; nothing was changed. `errors` names each problem by its JSON pointer. */
+        DeviceUnprocessableContent: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#device-id-mismatch",
+                 *       "title": "Device id mismatch",
+                 *       "status": 422,
+                 *       "detail": "properties.id \"plant-alfa-02\" is not the device id \"plant-alfa-01\" of the request path",
+                 *       "instance": "/api/v1/capabilities/plant-alfa-01",
+                 *       "requestId": "5f1a9b3c7d6e4c45a2b5e7d9f1a3b46f",
+                 *       "errors": [
+                 *         {
+                 *           "field": "/properties/id",
+                 *           "message": "not the device id of the request path"
+                 *         }
+                 *       ]
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -3306,9 +3760,9 @@ export interface operations {
                     "application/json": components["schemas"]["ApplicationList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3376,13 +3830,13 @@ export interface operations {
                     "application/json": components["schemas"]["ApplicationVersion"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            413: components["responses"]["Problem"];
-            415: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["ContentTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3413,9 +3867,9 @@ export interface operations {
                     "application/json": components["schemas"]["Application"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3450,10 +3904,10 @@ export interface operations {
                     "application/json": components["schemas"]["ApplicationVersionList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3500,11 +3954,11 @@ export interface operations {
                 };
                 content?: never;
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            406: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            406: components["responses"]["NotAcceptable"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3537,11 +3991,11 @@ export interface operations {
                 };
                 content?: never;
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3589,10 +4043,10 @@ export interface operations {
                     "application/json": components["schemas"]["ApplicationVersion"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3636,10 +4090,10 @@ export interface operations {
                     "application/json": components["schemas"]["ApplicationVersion"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3674,10 +4128,10 @@ export interface operations {
                 };
                 content?: never;
             };
-            400: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["DeviceBadRequest"];
+            403: components["responses"]["DeviceForbidden"];
+            404: components["responses"]["DeviceNotFound"];
+            422: components["responses"]["DeviceUnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3701,8 +4155,8 @@ export interface operations {
                 };
                 content?: never;
             };
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            403: components["responses"]["DeviceForbidden"];
+            404: components["responses"]["DeviceNotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3746,8 +4200,8 @@ export interface operations {
                 };
                 content?: never;
             };
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            403: components["responses"]["DeviceForbidden"];
+            404: components["responses"]["DeviceNotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3788,8 +4242,8 @@ export interface operations {
                 };
                 content?: never;
             };
-            403: components["responses"]["Problem"];
-            406: components["responses"]["Problem"];
+            403: components["responses"]["DeviceForbidden"];
+            406: components["responses"]["DeviceNotAcceptable"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3819,8 +4273,8 @@ export interface operations {
                     "application/yaml": string;
                 };
             };
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            403: components["responses"]["DeviceForbidden"];
+            404: components["responses"]["DeviceNotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3855,9 +4309,9 @@ export interface operations {
                 };
                 content?: never;
             };
-            400: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["DeviceBadRequest"];
+            403: components["responses"]["DeviceForbidden"];
+            422: components["responses"]["DeviceUnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3886,9 +4340,9 @@ export interface operations {
                     "application/json": components["schemas"]["WFMClientList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3935,10 +4389,10 @@ export interface operations {
                     "application/json": components["schemas"]["WFMClient"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -3964,9 +4418,9 @@ export interface operations {
                     "application/json": components["schemas"]["WFMClient"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4001,9 +4455,9 @@ export interface operations {
                     "application/json": components["schemas"]["WFMClient"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4039,10 +4493,10 @@ export interface operations {
                     "application/json": components["schemas"]["DeviceList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4069,9 +4523,9 @@ export interface operations {
                     "application/json": components["schemas"]["Device"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4102,11 +4556,11 @@ export interface operations {
                     "application/json": components["schemas"]["Device"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4146,10 +4600,10 @@ export interface operations {
                     "application/json": components["schemas"]["DeploymentList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4188,12 +4642,12 @@ export interface operations {
                     "application/json": components["schemas"]["Deployment"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4220,9 +4674,9 @@ export interface operations {
                     "application/json": components["schemas"]["Deployment"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4253,10 +4707,10 @@ export interface operations {
                     "application/json": components["schemas"]["Deployment"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4287,10 +4741,10 @@ export interface operations {
                     "application/json": components["schemas"]["RevisionList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4317,9 +4771,9 @@ export interface operations {
                     "application/json": components["schemas"]["Revision"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4350,10 +4804,10 @@ export interface operations {
                     "application/json": components["schemas"]["HistoryList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4379,9 +4833,9 @@ export interface operations {
                     "application/json": components["schemas"]["StatusReport"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4410,9 +4864,9 @@ export interface operations {
                     "application/json": components["schemas"]["TokenList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4441,10 +4895,10 @@ export interface operations {
                     "application/json": components["schemas"]["NewToken"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4470,9 +4924,9 @@ export interface operations {
                     "application/json": components["schemas"]["Token"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4498,9 +4952,9 @@ export interface operations {
                     "application/json": components["schemas"]["Token"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4548,9 +5002,9 @@ export interface operations {
                     "application/json": components["schemas"]["AuditList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4594,13 +5048,13 @@ export interface operations {
                 };
             };
             202: components["responses"]["OperationAccepted"];
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4630,11 +5084,11 @@ export interface operations {
                     "application/json": components["schemas"]["Plan"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4678,13 +5132,13 @@ export interface operations {
                 };
             };
             202: components["responses"]["OperationAccepted"];
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4714,11 +5168,11 @@ export interface operations {
                     "application/json": components["schemas"]["Plan"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4762,13 +5216,13 @@ export interface operations {
                 };
             };
             202: components["responses"]["OperationAccepted"];
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4798,11 +5252,11 @@ export interface operations {
                     "application/json": components["schemas"]["Plan"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4833,9 +5287,9 @@ export interface operations {
                     "application/json": components["schemas"]["OperationList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4861,9 +5315,9 @@ export interface operations {
                     "application/json": components["schemas"]["Operation"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4898,10 +5352,10 @@ export interface operations {
                     "application/json": components["schemas"]["Operation"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4934,11 +5388,11 @@ export interface operations {
                     "application/json": components["schemas"]["UpgradePath"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4969,10 +5423,10 @@ export interface operations {
                     "application/json": components["schemas"]["RolloutList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5011,12 +5465,12 @@ export interface operations {
                     "application/json": components["schemas"]["Rollout"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5044,11 +5498,11 @@ export interface operations {
                     "application/json": components["schemas"]["RolloutPlan"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5075,9 +5529,9 @@ export interface operations {
                     "application/json": components["schemas"]["Rollout"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5112,11 +5566,11 @@ export interface operations {
                     "application/json": components["schemas"]["RolloutMemberList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5153,12 +5607,12 @@ export interface operations {
                     "application/json": components["schemas"]["Rollout"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5195,12 +5649,12 @@ export interface operations {
                     "application/json": components["schemas"]["Rollout"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5237,12 +5691,12 @@ export interface operations {
                     "application/json": components["schemas"]["Rollout"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5279,12 +5733,12 @@ export interface operations {
                     "application/json": components["schemas"]["Rollout"];
                 };
             };
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5325,13 +5779,13 @@ export interface operations {
                     "application/json": components["schemas"]["Rollout"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5372,13 +5826,13 @@ export interface operations {
                     "application/json": components["schemas"]["Rollout"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5407,9 +5861,9 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5452,12 +5906,12 @@ export interface operations {
                     "application/json": components["schemas"]["NewWebhook"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            413: components["responses"]["Problem"];
-            415: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["ContentTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5484,10 +5938,10 @@ export interface operations {
                     "application/json": components["schemas"]["Webhook"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5513,11 +5967,11 @@ export interface operations {
                 };
                 content?: never;
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5555,14 +6009,14 @@ export interface operations {
                     "application/json": components["schemas"]["Webhook"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            412: components["responses"]["Problem"];
-            413: components["responses"]["Problem"];
-            415: components["responses"]["Problem"];
-            422: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["ContentTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5589,10 +6043,10 @@ export interface operations {
                     "application/json": components["schemas"]["NewWebhook"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5623,10 +6077,10 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookDeliveryList"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5652,12 +6106,12 @@ export interface operations {
                 };
                 content?: never;
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            409: components["responses"]["Problem"];
-            410: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            410: components["responses"]["Gone"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5768,20 +6222,32 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
-            406: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            406: components["responses"]["NotAcceptable"];
             /** @description This token holds its maximum number of streams (`too-many-streams`; an eighth of `-event-streams`). */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#too-many-streams",
+                     *       "title": "Conflict",
+                     *       "status": 409,
+                     *       "detail": "This token has its maximum number of event streams open on this server (an eighth of -event-streams); close one, or page with Accept: application/json.",
+                     *       "instance": "/mgmt/v1/events",
+                     *       "requestId": "0e6f4a8b2c1d4190f7a0d2c4e6f8a9b4",
+                     *       "retryable": true,
+                     *       "retryAfterSeconds": 5
+                     *     }
+                     */
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            410: components["responses"]["Problem"];
+            410: components["responses"]["Gone"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5811,9 +6277,9 @@ export interface operations {
                     "application/json": components["schemas"]["StreamTicket"];
                 };
             };
-            400: components["responses"]["Problem"];
-            401: components["responses"]["Problem"];
-            403: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -5857,9 +6323,9 @@ export interface operations {
                 };
                 content?: never;
             };
-            400: components["responses"]["Problem"];
-            404: components["responses"]["Problem"];
-            406: components["responses"]["Problem"];
+            400: components["responses"]["BadRequest"];
+            404: components["responses"]["NotFound"];
+            406: components["responses"]["NotAcceptable"];
             default: components["responses"]["Problem"];
         };
     };
@@ -5907,7 +6373,7 @@ export interface operations {
                     "application/json": components["schemas"]["Readiness"];
                 };
             };
-            503: components["responses"]["ServiceUnavailable"];
+            503: components["responses"]["NotReady"];
             default: components["responses"]["Problem"];
         };
     };
