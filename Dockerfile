@@ -5,7 +5,10 @@
 # `wfm print-admin-token` or `docker compose cp` (README, "Containers").
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
+# sdk/ is a module of its own that go.mod replaces with the tree's copy:
+# its go.mod is needed to resolve the graph.
 COPY go.mod go.sum ./
+COPY sdk/go.mod sdk/go.sum ./sdk/
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/wfm ./cmd/wfm \

@@ -25,8 +25,9 @@ build: ## Build bin/wfm and bin/wfm-devicesim
 	$(GO) build -o bin/wfm-devicesim ./cmd/wfm-devicesim
 
 .PHONY: test
-test: ## Run all tests (with the race detector) against a real PostgreSQL
+test: ## Run all tests (with the race detector) against a real PostgreSQL, the Go SDK's (sdk/, a module of its own) included
 	$(GO) test -race -count=1 -timeout 10m ./...
+	cd sdk && $(GO) test -race -count=1 ./...
 
 .PHONY: demo
 demo: build ## Run every command of README.md and docs/operator-guide.md against new servers and simulators; fails on any answer they do not show
@@ -61,10 +62,12 @@ generate-ts: ## Regenerate the TypeScript SDK's types (sdk/ts/src/schema.gen.ts)
 	cd sdk/ts && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run -s generate
 
 .PHONY: lint
-lint: ## gofmt, go vet and staticcheck
+lint: ## gofmt, go vet and staticcheck (the root module and sdk/)
 	@out=$$(gofmt -l . | grep -v '^.data/' || true); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+	@# sdk/ is a module of its own: its packages are not in the root's ./...; its go.mod stays tidy.
+	cd sdk && $(GO) vet ./... && $$($(GO) -C .. tool -n staticcheck) ./... && $(GO) mod tidy -diff
 
 .PHONY: bench
 bench: ## Benchmark harness (about 9 min): every figure next to its baseline, written to docs/benchmarks.md

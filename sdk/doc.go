@@ -8,9 +8,13 @@
 //	}
 //
 // helpers.go is written by hand, because the generator makes neither: the
-// bearer-token option (built on oapi-codegen's own securityprovider, with
-// the token trimmed and an empty one refused) and the reading of an RFC 9457
-// problem from any error response, whatever its generated type (no Go
-// module reads problem details on the client side; the generated Problem
-// type does the parsing).
+// bearer-token option (the token trimmed, an empty one refused; written
+// here rather than taken from oapi-codegen's securityprovider, whose module
+// is the whole generator, a heavy dependency for a client) and the reading
+// of an RFC 9457 problem from any error response, whatever its generated
+// type (no Go module reads problem details on the client side; the
+// generated Problem type does the parsing).
+//
+// The package is a module of its own (sdk/go.mod) that imports nothing of
+// the server; sdk/README.md has a complete program.
 package sdk

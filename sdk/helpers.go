@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,8 +9,6 @@ import (
 	"mime"
 	"net/http"
 	"strings"
-
-	"github.com/oapi-codegen/oapi-codegen/v2/pkg/securityprovider"
 )
 
 // WithBearerToken returns a ClientOption that authenticates every request of
@@ -38,11 +37,11 @@ func BearerToken(token string) (RequestEditorFn, error) {
 	if token == "" {
 		return nil, errors.New("sdk: empty bearer token")
 	}
-	p, err := securityprovider.NewSecurityProviderBearerToken(token)
-	if err != nil {
-		return nil, fmt.Errorf("sdk: bearer token: %w", err)
-	}
-	return p.Intercept, nil
+	header := "Bearer " + token
+	return func(_ context.Context, req *http.Request) error {
+		req.Header.Set("Authorization", header)
+		return nil
+	}, nil
 }
 
 // maxProblemBody bounds what ReadProblem reads of a response body; wfm's
