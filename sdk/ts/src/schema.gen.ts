@@ -3577,7 +3577,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request does not match the contract (a missing or undecodable body); nothing was changed. */
+        /** @description The request does not match the contract (a missing body, for example), or its body cannot be decoded; nothing was changed. */
         DeviceBadRequest: {
             headers: {
                 [name: string]: unknown;
@@ -3589,7 +3589,7 @@ export interface components {
                  *       "title": "Invalid request",
                  *       "status": 400,
                  *       "detail": "The request does not match the API contract (1 problem(s), listed in errors).",
-                 *       "instance": "/api/v1/deployments/6affc112-5d1e-4e4b-9b53-5f0c6b1c2a10/status",
+                 *       "instance": "/api/v1/capabilities/plant-alfa-01",
                  *       "requestId": "1b7c5d9e3f2a4801c8d1a3f5b7c9d02b",
                  *       "errors": [
                  *         {
@@ -3635,7 +3635,7 @@ export interface components {
                  *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#not-found",
                  *       "title": "Not found",
                  *       "status": 404,
-                 *       "detail": "Client plant-alfa has no device plant-alfa-07.",
+                 *       "detail": "Client plant-alfa has no registered device plant-alfa-07.",
                  *       "instance": "/api/v1/capabilities/plant-alfa-07",
                  *       "requestId": "3d9e7f1a5b4c4a23e0f3c5b7d9e1f24d"
                  *     }
@@ -3679,7 +3679,7 @@ export interface components {
                  *       "errors": [
                  *         {
                  *           "field": "/properties/id",
-                 *           "message": "not the device id of the request path"
+                 *           "message": "must equal the device id of the request path, \"plant-alfa-01\"; got \"plant-alfa-02\""
                  *         }
                  *       ]
                  *     }
