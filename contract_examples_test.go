@@ -38,8 +38,8 @@ func problemExamples(r *openapi3.Response) map[string]any {
 
 // TestContractShowsEachStatusItsOwnProblem: every error response of every
 // operation has a problem example, the example under status S says status
-// S (and the one under default a status the operation does not list), and
-// its type is documented: a wfm type has its anchor in docs/problems.md, a
+// S (and the one under default a status the operation does not list), its
+// instance is a path of the operation's API, and its type is documented: a wfm type has its anchor in docs/problems.md, a
 // device API type is Margo's (invalid-request, not-authorized) or wfm's.
 func TestContractShowsEachStatusItsOwnProblem(t *testing.T) {
 	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
@@ -78,6 +78,14 @@ func TestContractShowsEachStatusItsOwnProblem(t *testing.T) {
 						problems = append(problems, fmt.Sprintf("%s example %q: status %v is listed by the operation (or no error)", where, name, m["status"]))
 					case code != "default" && int(status) != s:
 						problems = append(problems, fmt.Sprintf("%s example %q: shows status %v", where, name, m["status"]))
+					}
+					// The example is of the operation's API (the device API's own
+					// problems under /api/, the management API's under /mgmt/).
+					instance, _ := m["instance"].(string)
+					for _, api := range []string{"/api/v1/", "/mgmt/v1/"} {
+						if code != "default" && strings.HasPrefix(path, api) && !strings.HasPrefix(instance, api) {
+							problems = append(problems, fmt.Sprintf("%s example %q: instance %q is not of the %s API", where, name, instance, api))
+						}
 					}
 					typ, _ := m["type"].(string)
 					switch {

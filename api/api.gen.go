@@ -2828,6 +2828,16 @@ type DeviceNotAcceptable = Problem
 // problem types; clients must ignore members they do not know.
 type DeviceNotFound = Problem
 
+// DeviceServiceUnavailable RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type DeviceServiceUnavailable = Problem
+
+// DeviceTooManyRequests RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type DeviceTooManyRequests = Problem
+
 // DeviceUnprocessableContent RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
 // problem types; clients must ignore members they do not know.
@@ -7847,6 +7857,24 @@ type DeviceNotAcceptableApplicationProblemPlusJSONResponse Problem
 
 type DeviceNotFoundApplicationProblemPlusJSONResponse Problem
 
+type DeviceServiceUnavailableResponseHeaders struct {
+	RetryAfter int
+}
+type DeviceServiceUnavailableApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers DeviceServiceUnavailableResponseHeaders
+}
+
+type DeviceTooManyRequestsResponseHeaders struct {
+	RetryAfter int
+}
+type DeviceTooManyRequestsApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers DeviceTooManyRequestsResponseHeaders
+}
+
 type DeviceUnprocessableContentApplicationProblemPlusJSONResponse Problem
 
 type ForbiddenApplicationProblemPlusJSONResponse Problem
@@ -7989,7 +8017,7 @@ func (response GetBundle404ApplicationProblemPlusJSONResponse) VisitGetBundleRes
 }
 
 type GetBundle429ApplicationProblemPlusJSONResponse struct {
-	TooManyRequestsApplicationProblemPlusJSONResponse
+	DeviceTooManyRequestsApplicationProblemPlusJSONResponse
 }
 
 func (response GetBundle429ApplicationProblemPlusJSONResponse) VisitGetBundleResponse(w http.ResponseWriter) error {
@@ -8006,7 +8034,7 @@ func (response GetBundle429ApplicationProblemPlusJSONResponse) VisitGetBundleRes
 }
 
 type GetBundle503ApplicationProblemPlusJSONResponse struct {
-	ServiceUnavailableApplicationProblemPlusJSONResponse
+	DeviceServiceUnavailableApplicationProblemPlusJSONResponse
 }
 
 func (response GetBundle503ApplicationProblemPlusJSONResponse) VisitGetBundleResponse(w http.ResponseWriter) error {
@@ -8088,7 +8116,7 @@ func (response DeleteDeviceCapabilities404ApplicationProblemPlusJSONResponse) Vi
 }
 
 type DeleteDeviceCapabilities429ApplicationProblemPlusJSONResponse struct {
-	TooManyRequestsApplicationProblemPlusJSONResponse
+	DeviceTooManyRequestsApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteDeviceCapabilities429ApplicationProblemPlusJSONResponse) VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error {
@@ -8105,7 +8133,7 @@ func (response DeleteDeviceCapabilities429ApplicationProblemPlusJSONResponse) Vi
 }
 
 type DeleteDeviceCapabilities503ApplicationProblemPlusJSONResponse struct {
-	ServiceUnavailableApplicationProblemPlusJSONResponse
+	DeviceServiceUnavailableApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteDeviceCapabilities503ApplicationProblemPlusJSONResponse) VisitDeleteDeviceCapabilitiesResponse(w http.ResponseWriter) error {
@@ -8228,7 +8256,7 @@ func (response PutDeviceCapabilities422ApplicationProblemPlusJSONResponse) Visit
 }
 
 type PutDeviceCapabilities429ApplicationProblemPlusJSONResponse struct {
-	TooManyRequestsApplicationProblemPlusJSONResponse
+	DeviceTooManyRequestsApplicationProblemPlusJSONResponse
 }
 
 func (response PutDeviceCapabilities429ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
@@ -8245,7 +8273,7 @@ func (response PutDeviceCapabilities429ApplicationProblemPlusJSONResponse) Visit
 }
 
 type PutDeviceCapabilities503ApplicationProblemPlusJSONResponse struct {
-	ServiceUnavailableApplicationProblemPlusJSONResponse
+	DeviceServiceUnavailableApplicationProblemPlusJSONResponse
 }
 
 func (response PutDeviceCapabilities503ApplicationProblemPlusJSONResponse) VisitPutDeviceCapabilitiesResponse(w http.ResponseWriter) error {
@@ -8359,7 +8387,7 @@ func (response GetStateManifest406ApplicationProblemPlusJSONResponse) VisitGetSt
 }
 
 type GetStateManifest429ApplicationProblemPlusJSONResponse struct {
-	TooManyRequestsApplicationProblemPlusJSONResponse
+	DeviceTooManyRequestsApplicationProblemPlusJSONResponse
 }
 
 func (response GetStateManifest429ApplicationProblemPlusJSONResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
@@ -8376,7 +8404,7 @@ func (response GetStateManifest429ApplicationProblemPlusJSONResponse) VisitGetSt
 }
 
 type GetStateManifest503ApplicationProblemPlusJSONResponse struct {
-	ServiceUnavailableApplicationProblemPlusJSONResponse
+	DeviceServiceUnavailableApplicationProblemPlusJSONResponse
 }
 
 func (response GetStateManifest503ApplicationProblemPlusJSONResponse) VisitGetStateManifestResponse(w http.ResponseWriter) error {
@@ -8483,7 +8511,7 @@ func (response PostDeploymentStatus422ApplicationProblemPlusJSONResponse) VisitP
 }
 
 type PostDeploymentStatus429ApplicationProblemPlusJSONResponse struct {
-	TooManyRequestsApplicationProblemPlusJSONResponse
+	DeviceTooManyRequestsApplicationProblemPlusJSONResponse
 }
 
 func (response PostDeploymentStatus429ApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
@@ -8500,7 +8528,7 @@ func (response PostDeploymentStatus429ApplicationProblemPlusJSONResponse) VisitP
 }
 
 type PostDeploymentStatus503ApplicationProblemPlusJSONResponse struct {
-	ServiceUnavailableApplicationProblemPlusJSONResponse
+	DeviceServiceUnavailableApplicationProblemPlusJSONResponse
 }
 
 func (response PostDeploymentStatus503ApplicationProblemPlusJSONResponse) VisitPostDeploymentStatusResponse(w http.ResponseWriter) error {
@@ -8603,7 +8631,7 @@ func (response GetDeploymentYAML404ApplicationProblemPlusJSONResponse) VisitGetD
 }
 
 type GetDeploymentYAML429ApplicationProblemPlusJSONResponse struct {
-	TooManyRequestsApplicationProblemPlusJSONResponse
+	DeviceTooManyRequestsApplicationProblemPlusJSONResponse
 }
 
 func (response GetDeploymentYAML429ApplicationProblemPlusJSONResponse) VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error {
@@ -8620,7 +8648,7 @@ func (response GetDeploymentYAML429ApplicationProblemPlusJSONResponse) VisitGetD
 }
 
 type GetDeploymentYAML503ApplicationProblemPlusJSONResponse struct {
-	ServiceUnavailableApplicationProblemPlusJSONResponse
+	DeviceServiceUnavailableApplicationProblemPlusJSONResponse
 }
 
 func (response GetDeploymentYAML503ApplicationProblemPlusJSONResponse) VisitGetDeploymentYAMLResponse(w http.ResponseWriter) error {

@@ -2829,6 +2829,16 @@ type DeviceNotAcceptable = Problem
 // problem types; clients must ignore members they do not know.
 type DeviceNotFound = Problem
 
+// DeviceServiceUnavailable RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type DeviceServiceUnavailable = Problem
+
+// DeviceTooManyRequests RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
+// `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
+// problem types; clients must ignore members they do not know.
+type DeviceTooManyRequests = Problem
+
 // DeviceUnprocessableContent RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
 // `backoffStrategy`, `errors`) and wfm's (`requestId`). More members may appear for specific
 // problem types; clients must ignore members they do not know.
@@ -12076,9 +12086,9 @@ type GetBundleResponse struct {
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *DeviceNotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *TooManyRequests
+	ApplicationproblemJSON429 *DeviceTooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *ServiceUnavailable
+	ApplicationproblemJSON503 *DeviceServiceUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -12102,12 +12112,12 @@ func (r GetBundleResponse) GetApplicationproblemJSON404() *DeviceNotFound {
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r GetBundleResponse) GetApplicationproblemJSON429() *TooManyRequests {
+func (r GetBundleResponse) GetApplicationproblemJSON429() *DeviceTooManyRequests {
 	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r GetBundleResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+func (r GetBundleResponse) GetApplicationproblemJSON503() *DeviceServiceUnavailable {
 	return r.ApplicationproblemJSON503
 }
 
@@ -12163,9 +12173,9 @@ type DeleteDeviceCapabilitiesResponse struct {
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *DeviceNotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *TooManyRequests
+	ApplicationproblemJSON429 *DeviceTooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *ServiceUnavailable
+	ApplicationproblemJSON503 *DeviceServiceUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -12185,12 +12195,12 @@ func (r DeleteDeviceCapabilitiesResponse) GetApplicationproblemJSON404() *Device
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r DeleteDeviceCapabilitiesResponse) GetApplicationproblemJSON429() *TooManyRequests {
+func (r DeleteDeviceCapabilitiesResponse) GetApplicationproblemJSON429() *DeviceTooManyRequests {
 	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r DeleteDeviceCapabilitiesResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+func (r DeleteDeviceCapabilitiesResponse) GetApplicationproblemJSON503() *DeviceServiceUnavailable {
 	return r.ApplicationproblemJSON503
 }
 
@@ -12250,9 +12260,9 @@ type PutDeviceCapabilitiesResponse struct {
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *DeviceUnprocessableContent
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *TooManyRequests
+	ApplicationproblemJSON429 *DeviceTooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *ServiceUnavailable
+	ApplicationproblemJSON503 *DeviceServiceUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -12282,12 +12292,12 @@ func (r PutDeviceCapabilitiesResponse) GetApplicationproblemJSON422() *DeviceUnp
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r PutDeviceCapabilitiesResponse) GetApplicationproblemJSON429() *TooManyRequests {
+func (r PutDeviceCapabilitiesResponse) GetApplicationproblemJSON429() *DeviceTooManyRequests {
 	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r PutDeviceCapabilitiesResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+func (r PutDeviceCapabilitiesResponse) GetApplicationproblemJSON503() *DeviceServiceUnavailable {
 	return r.ApplicationproblemJSON503
 }
 
@@ -12357,9 +12367,9 @@ type GetStateManifestResponse struct {
 	// ApplicationproblemJSON406 the response for an HTTP 406 `application/problem+json` response
 	ApplicationproblemJSON406 *DeviceNotAcceptable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *TooManyRequests
+	ApplicationproblemJSON429 *DeviceTooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *ServiceUnavailable
+	ApplicationproblemJSON503 *DeviceServiceUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -12388,12 +12398,12 @@ func (r GetStateManifestResponse) GetApplicationproblemJSON406() *DeviceNotAccep
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r GetStateManifestResponse) GetApplicationproblemJSON429() *TooManyRequests {
+func (r GetStateManifestResponse) GetApplicationproblemJSON429() *DeviceTooManyRequests {
 	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r GetStateManifestResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+func (r GetStateManifestResponse) GetApplicationproblemJSON503() *DeviceServiceUnavailable {
 	return r.ApplicationproblemJSON503
 }
 
@@ -12451,9 +12461,9 @@ type PostDeploymentStatusResponse struct {
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *DeviceUnprocessableContent
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *TooManyRequests
+	ApplicationproblemJSON429 *DeviceTooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *ServiceUnavailable
+	ApplicationproblemJSON503 *DeviceServiceUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -12478,12 +12488,12 @@ func (r PostDeploymentStatusResponse) GetApplicationproblemJSON422() *DeviceUnpr
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r PostDeploymentStatusResponse) GetApplicationproblemJSON429() *TooManyRequests {
+func (r PostDeploymentStatusResponse) GetApplicationproblemJSON429() *DeviceTooManyRequests {
 	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r PostDeploymentStatusResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+func (r PostDeploymentStatusResponse) GetApplicationproblemJSON503() *DeviceServiceUnavailable {
 	return r.ApplicationproblemJSON503
 }
 
@@ -12547,9 +12557,9 @@ type GetDeploymentYAMLResponse struct {
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *DeviceNotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *TooManyRequests
+	ApplicationproblemJSON429 *DeviceTooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *ServiceUnavailable
+	ApplicationproblemJSON503 *DeviceServiceUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -12576,12 +12586,12 @@ func (r GetDeploymentYAMLResponse) GetApplicationproblemJSON404() *DeviceNotFoun
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r GetDeploymentYAMLResponse) GetApplicationproblemJSON429() *TooManyRequests {
+func (r GetDeploymentYAMLResponse) GetApplicationproblemJSON429() *DeviceTooManyRequests {
 	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r GetDeploymentYAMLResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+func (r GetDeploymentYAMLResponse) GetApplicationproblemJSON503() *DeviceServiceUnavailable {
 	return r.ApplicationproblemJSON503
 }
 
@@ -21166,14 +21176,14 @@ func ParseGetBundleResponse(rsp *http.Response) (*GetBundleResponse, error) {
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest DeviceTooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ServiceUnavailable
+		var dest DeviceServiceUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -21280,14 +21290,14 @@ func ParseDeleteDeviceCapabilitiesResponse(rsp *http.Response) (*DeleteDeviceCap
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest DeviceTooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ServiceUnavailable
+		var dest DeviceServiceUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -21377,14 +21387,14 @@ func ParsePutDeviceCapabilitiesResponse(rsp *http.Response) (*PutDeviceCapabilit
 		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest DeviceTooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ServiceUnavailable
+		var dest DeviceServiceUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -21464,14 +21474,14 @@ func ParseGetStateManifestResponse(rsp *http.Response) (*GetStateManifestRespons
 		response.ApplicationproblemJSON406 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest DeviceTooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ServiceUnavailable
+		var dest DeviceServiceUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -21588,14 +21598,14 @@ func ParsePostDeploymentStatusResponse(rsp *http.Response) (*PostDeploymentStatu
 		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest DeviceTooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ServiceUnavailable
+		var dest DeviceServiceUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -21672,14 +21682,14 @@ func ParseGetDeploymentYAMLResponse(rsp *http.Response) (*GetDeploymentYAMLRespo
 		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest DeviceTooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ServiceUnavailable
+		var dest DeviceServiceUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

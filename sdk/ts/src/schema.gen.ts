@@ -3259,8 +3259,9 @@ export interface components {
             };
         };
         /**
-         * @description The client exceeded its request rate. `Retry-After` says when to try again; the problem carries
-         *     Margo's retry members (`retryable`, `retryAfterSeconds`, `backoffStrategy`).
+         * @description The caller (its token; without a valid one, its network) exceeded its management API request rate
+         *     (`-mgmt-rate`). `Retry-After` says when to try again; the problem carries `retryable` and
+         *     `retryAfterSeconds`.
          */
         TooManyRequests: {
             headers: {
@@ -3268,6 +3269,18 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#too-many-requests",
+                 *       "title": "Too many requests",
+                 *       "status": 429,
+                 *       "detail": "This caller exceeds its management API request rate; retry after 1 s.",
+                 *       "instance": "/mgmt/v1/deployments",
+                 *       "requestId": "7b3c1d5e9f8a4e67c4d7a9f1b3c5d681",
+                 *       "retryable": true,
+                 *       "retryAfterSeconds": 1
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -3682,6 +3695,60 @@ export interface components {
                  *           "message": "must equal the device id of the request path, \"plant-alfa-01\"; got \"plant-alfa-02\""
                  *         }
                  *       ]
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description The WFM client exceeded its device API request rate (`-device-rate`). `Retry-After` says when to
+         *     try again; the problem carries Margo's retry members (`retryable`, `retryAfterSeconds`,
+         *     `backoffStrategy`).
+         */
+        DeviceTooManyRequests: {
+            headers: {
+                "Retry-After": number;
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#too-many-requests",
+                 *       "title": "Too many requests",
+                 *       "status": 429,
+                 *       "detail": "This client exceeds its request rate; retry after 1 s.",
+                 *       "instance": "/api/v1/deployments",
+                 *       "requestId": "8c4d2e6f0a9b4f78d5e8b0a2c4d6e792",
+                 *       "retryable": true,
+                 *       "retryAfterSeconds": 1,
+                 *       "backoffStrategy": "exponential"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description The server cannot serve the request now (its database is unreachable, or a change collided with a
+         *     concurrent one); nothing was changed. `Retry-After` says when to try again; the problem carries
+         *     `retryable: true` and Margo's retry members (`retryAfterSeconds`, `backoffStrategy`).
+         */
+        DeviceServiceUnavailable: {
+            headers: {
+                "Retry-After": number;
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "https://github.com/wfm-dev/wfm/blob/main/docs/problems.md#unavailable",
+                 *       "title": "Service unavailable",
+                 *       "status": 503,
+                 *       "detail": "The server cannot reach its database; nothing was changed. Retry later.",
+                 *       "instance": "/api/v1/deployments/6affc112-5d1e-4e4b-9b53-5f0c6b1c2a10/status",
+                 *       "requestId": "1f7a5b9c3d2e4f60a8b1c3d5e7f9a0b2",
+                 *       "retryable": true,
+                 *       "retryAfterSeconds": 5,
+                 *       "backoffStrategy": "exponential"
                  *     }
                  */
                 "application/problem+json": components["schemas"]["Problem"];
@@ -4132,8 +4199,8 @@ export interface operations {
             403: components["responses"]["DeviceForbidden"];
             404: components["responses"]["DeviceNotFound"];
             422: components["responses"]["DeviceUnprocessableContent"];
-            429: components["responses"]["TooManyRequests"];
-            503: components["responses"]["ServiceUnavailable"];
+            429: components["responses"]["DeviceTooManyRequests"];
+            503: components["responses"]["DeviceServiceUnavailable"];
             default: components["responses"]["Problem"];
         };
     };
@@ -4157,8 +4224,8 @@ export interface operations {
             };
             403: components["responses"]["DeviceForbidden"];
             404: components["responses"]["DeviceNotFound"];
-            429: components["responses"]["TooManyRequests"];
-            503: components["responses"]["ServiceUnavailable"];
+            429: components["responses"]["DeviceTooManyRequests"];
+            503: components["responses"]["DeviceServiceUnavailable"];
             default: components["responses"]["Problem"];
         };
     };
@@ -4202,8 +4269,8 @@ export interface operations {
             };
             403: components["responses"]["DeviceForbidden"];
             404: components["responses"]["DeviceNotFound"];
-            429: components["responses"]["TooManyRequests"];
-            503: components["responses"]["ServiceUnavailable"];
+            429: components["responses"]["DeviceTooManyRequests"];
+            503: components["responses"]["DeviceServiceUnavailable"];
             default: components["responses"]["Problem"];
         };
     };
@@ -4244,8 +4311,8 @@ export interface operations {
             };
             403: components["responses"]["DeviceForbidden"];
             406: components["responses"]["DeviceNotAcceptable"];
-            429: components["responses"]["TooManyRequests"];
-            503: components["responses"]["ServiceUnavailable"];
+            429: components["responses"]["DeviceTooManyRequests"];
+            503: components["responses"]["DeviceServiceUnavailable"];
             default: components["responses"]["Problem"];
         };
     };
@@ -4275,8 +4342,8 @@ export interface operations {
             };
             403: components["responses"]["DeviceForbidden"];
             404: components["responses"]["DeviceNotFound"];
-            429: components["responses"]["TooManyRequests"];
-            503: components["responses"]["ServiceUnavailable"];
+            429: components["responses"]["DeviceTooManyRequests"];
+            503: components["responses"]["DeviceServiceUnavailable"];
             default: components["responses"]["Problem"];
         };
     };
@@ -4312,8 +4379,8 @@ export interface operations {
             400: components["responses"]["DeviceBadRequest"];
             403: components["responses"]["DeviceForbidden"];
             422: components["responses"]["DeviceUnprocessableContent"];
-            429: components["responses"]["TooManyRequests"];
-            503: components["responses"]["ServiceUnavailable"];
+            429: components["responses"]["DeviceTooManyRequests"];
+            503: components["responses"]["DeviceServiceUnavailable"];
             default: components["responses"]["Problem"];
         };
     };
