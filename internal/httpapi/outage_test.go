@@ -294,7 +294,7 @@ func TestCachedPollsDuringOutage(t *testing.T) {
 
 // TestEveryOperationDeclaresRetryAnswers: every management operation may
 // answer 429 (rate limit) and 503 (database unavailable), every device
-// operation 503, each with the shared response that requires Retry-After.
+// operation both too, each with its API's shared response that requires Retry-After.
 func TestEveryOperationDeclaresRetryAnswers(t *testing.T) {
 	doc, err := openapi3.NewLoader().LoadFromData(wfm.OpenAPIYAML)
 	require.NoError(t, err)
@@ -303,9 +303,14 @@ func TestEveryOperationDeclaresRetryAnswers(t *testing.T) {
 		mgmt, device := strings.HasPrefix(path, "/mgmt/"), strings.HasPrefix(path, "/api/v1/")
 		for method, op := range item.Operations() {
 			want := map[string]string{}
-			if mgmt || device {
+			switch {
+			case mgmt:
 				want["503"] = "#/components/responses/ServiceUnavailable"
 				want["429"] = "#/components/responses/TooManyRequests"
+				n++
+			case device:
+				want["503"] = "#/components/responses/DeviceServiceUnavailable"
+				want["429"] = "#/components/responses/DeviceTooManyRequests"
 				n++
 			}
 			for status, ref := range want {
