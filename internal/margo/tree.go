@@ -49,8 +49,7 @@ func (l *limits) addText(n int) error {
 func (l *limits) node() error {
 	l.nodes++
 	if l.nodes > MaxNodes {
-		return &lifecycle.Error{Code: lifecycle.ETOOLARGE, Type: ProblemTooLarge,
-			Message: fmt.Sprintf("the document has more than %d nodes (counting each use of a YAML alias as a copy of what it names)", MaxNodes)}
+		return tooManyNodes(ProblemTooLarge)
 	}
 	return nil
 }
@@ -68,6 +67,12 @@ func tooDeep(where string) *lifecycle.Error {
 // readYAML parses raw as exactly one YAML document whose top level is a
 // mapping and returns its tree.
 func readYAML(raw []byte) (*object, error) {
+	// The parser builds a node tree of the whole document before the
+	// reader below counts its nodes: checkYAML stops a document too large
+	// or too deep before that.
+	if err := checkYAML(raw); err != nil {
+		return nil, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
