@@ -3850,6 +3850,8 @@ type ClientInterface interface {
 	// version of the application named by its `id`, creating the application on its first version.
 	// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
 	//
+	// * Over 1 MiB (1,048,576 bytes), YAML or JSON, the description is refused: 413 `description-too-large`,
+	//   as is one over 100,000 nodes (before it is decoded).
 	// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
 	// * Posting the same content again is idempotent: 200 with the stored version.
 	// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
@@ -3865,6 +3867,8 @@ type ClientInterface interface {
 	// version of the application named by its `id`, creating the application on its first version.
 	// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
 	//
+	// * Over 1 MiB (1,048,576 bytes), YAML or JSON, the description is refused: 413 `description-too-large`,
+	//   as is one over 100,000 nodes (before it is decoded).
 	// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
 	// * Posting the same content again is idempotent: 200 with the stored version.
 	// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
@@ -5088,9 +5092,11 @@ func (c *Client) ListApplications(ctx context.Context, params *ListApplicationsP
 // version of the application named by its `id`, creating the application on its first version.
 // The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
 //
-// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
-// * Posting the same content again is idempotent: 200 with the stored version.
-// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+//   - Over 1 MiB (1,048,576 bytes), YAML or JSON, the description is refused: 413 `description-too-large`,
+//     as is one over 100,000 nodes (before it is decoded).
+//   - Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+//   - Posting the same content again is idempotent: 200 with the stored version.
+//   - Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
 //
 // Takes any type of body and a specified content type.
 //
@@ -5113,9 +5119,11 @@ func (c *Client) CreateApplicationVersionWithBody(ctx context.Context, params *C
 // version of the application named by its `id`, creating the application on its first version.
 // The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
 //
-// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
-// * Posting the same content again is idempotent: 200 with the stored version.
-// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+//   - Over 1 MiB (1,048,576 bytes), YAML or JSON, the description is refused: 413 `description-too-large`,
+//     as is one over 100,000 nodes (before it is decoded).
+//   - Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+//   - Posting the same content again is idempotent: 200 with the stored version.
+//   - Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -11022,6 +11030,8 @@ type ClientWithResponsesInterface interface {
 	// version of the application named by its `id`, creating the application on its first version.
 	// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
 	//
+	// * Over 1 MiB (1,048,576 bytes), YAML or JSON, the description is refused: 413 `description-too-large`,
+	//   as is one over 100,000 nodes (before it is decoded).
 	// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
 	// * Posting the same content again is idempotent: 200 with the stored version.
 	// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
@@ -11037,6 +11047,8 @@ type ClientWithResponsesInterface interface {
 	// version of the application named by its `id`, creating the application on its first version.
 	// The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
 	//
+	// * Over 1 MiB (1,048,576 bytes), YAML or JSON, the description is refused: 413 `description-too-large`,
+	//   as is one over 100,000 nodes (before it is decoded).
 	// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
 	// * Posting the same content again is idempotent: 200 with the stored version.
 	// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
@@ -19643,9 +19655,11 @@ func (c *ClientWithResponses) ListApplicationsWithResponse(ctx context.Context, 
 // version of the application named by its `id`, creating the application on its first version.
 // The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
 //
-// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
-// * Posting the same content again is idempotent: 200 with the stored version.
-// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+//   - Over 1 MiB (1,048,576 bytes), YAML or JSON, the description is refused: 413 `description-too-large`,
+//     as is one over 100,000 nodes (before it is decoded).
+//   - Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+//   - Posting the same content again is idempotent: 200 with the stored version.
+//   - Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -19664,9 +19678,11 @@ func (c *ClientWithResponses) CreateApplicationVersionWithBodyWithResponse(ctx c
 // version of the application named by its `id`, creating the application on its first version.
 // The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
 //
-// * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
-// * Posting the same content again is idempotent: 200 with the stored version.
-// * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
+//   - Over 1 MiB (1,048,576 bytes), YAML or JSON, the description is refused: 413 `description-too-large`,
+//     as is one over 100,000 nodes (before it is decoded).
+//   - Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
+//   - Posting the same content again is idempotent: 200 with the stored version.
+//   - Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -91,26 +90,7 @@ func (s *Server) deviceIdentity(next http.Handler) http.Handler {
 
 type rawBodyKey struct{}
 
-// wholeBody keeps the exact bytes of a device API request body for its
-// handler: the generated binding reads only the first JSON value of a body,
-// while the Margo parsers must see all of it (they refuse anything but
-// exactly one JSON object, trailing bytes included).
-func (s *Server) wholeBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasPrefix(r.URL.Path, "/api/v1/") || (r.Method != http.MethodPost && r.Method != http.MethodPut) || r.Body == nil {
-			next.ServeHTTP(w, r)
-			return
-		}
-		body, ok := s.readBody(w, r)
-		if !ok {
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), rawBodyKey{}, body)))
-	})
-}
-
-// wholeDeviceBody is the whole request body kept by wholeBody, or else the
+// wholeDeviceBody is the whole request body kept by boundBodies, or else the
 // bound one.
 func wholeDeviceBody[T ~[]byte](ctx context.Context, bound *T) ([]byte, error) {
 	if b, ok := ctx.Value(rawBodyKey{}).([]byte); ok {

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/go-chi/chi/v5"
 
+	"github.com/wfm-dev/wfm/internal/lifecycle"
+	"github.com/wfm-dev/wfm/internal/margo"
 	"github.com/wfm-dev/wfm/internal/telemetry"
 )
 
@@ -285,21 +288,23 @@ func joinListHeaders(h http.Header) {
 	}
 }
 
-// Body bounds per route: an application description (1 MiB of YAML, more
-// once escaped in JSON), a capabilities document, a status report, and
-// everything else (small JSON requests).
+// Body bounds per route: an application description (margo's 1 MiB, YAML
+// or JSON alike, plus a little, so that a description just over 1 MiB is
+// told its exact size by the parser), a capabilities document, a status
+// report, and everything else (small JSON requests).
 const (
-	maxDescriptionBody  = 2 << 20
+	maxDescriptionBody  = margo.MaxDescriptionSize + descriptionSlack
 	maxCapabilitiesBody = 256 << 10
 	maxStatusBody       = 64 << 10
 	maxOtherBody        = 64 << 10
+	descriptionSlack    = 4 << 10
 )
 
 // bodyLimit returns the body bound of a request, never above ceiling.
 func bodyLimit(r *http.Request, ceiling int64) int64 {
 	n := int64(maxOtherBody)
 	switch p := r.URL.Path; {
-	case r.Method == http.MethodPost && p == "/mgmt/v1/applications":
+	case isDescriptionUpload(r):
 		n = maxDescriptionBody
 	case r.Method == http.MethodPut && strings.HasPrefix(p, "/api/v1/capabilities/"):
 		n = maxCapabilitiesBody
@@ -307,6 +312,24 @@ func bodyLimit(r *http.Request, ceiling int64) int64 {
 		n = maxStatusBody
 	}
 	return min(n, ceiling)
+}
+
+// isDescriptionUpload reports whether r adds an application version: its
+// body is an application description.
+func isDescriptionUpload(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.URL.Path == "/mgmt/v1/applications"
+}
+
+// routeBodyError is bodyReadError for r's route: a body over the bound of
+// an application description is the description-too-large problem that
+// margo.ParseDescription answers from 1 MiB on.
+func routeBodyError(r *http.Request, err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) && isDescriptionUpload(r) {
+		return &lifecycle.Error{Code: lifecycle.ETOOLARGE, Type: margo.ProblemTooLarge,
+			Message: fmt.Sprintf("the application description exceeds %d bytes; at most %d are accepted", mbe.Limit, margo.MaxDescriptionSize)}
+	}
+	return bodyReadError(err)
 }
 
 // limitBody bounds every request body by its route's bound; reading past it
@@ -317,7 +340,7 @@ func limitBody(ceiling int64) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := bodyLimit(r, ceiling)
 			if r.ContentLength > n {
-				writeProblem(w, r, problemFromError(nil, r, bodyReadError(&http.MaxBytesError{Limit: n})))
+				writeProblem(w, r, problemFromError(nil, r, routeBodyError(r, &http.MaxBytesError{Limit: n})))
 				return
 			}
 			if r.Body != http.NoBody { // nothing to bound (net/http's body of a request without one)

@@ -188,6 +188,7 @@ var titles = map[string]string{
 	"state-conflict":              "Conflicting deployment state",
 	"status-too-large":            "Status report too large",
 	"too-many-requests":           "Too many requests",
+	"server-busy":                 "Server busy",
 	"invalid-manifest":            "Invalid state manifest",
 	"empty-bundle":                "Empty bundle",
 	"invalid-bundle":              "Invalid bundle",

@@ -88,6 +88,12 @@ type Config struct {
 	DeviceIdentity func(r *http.Request) (string, error)
 	// MaxBodyBytes bounds every request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// DecodeBytesPerCaller bounds the bytes of one caller's request bodies
+	// being read and decoded at once (beyond it: 429), DecodeBytes the
+	// whole server's (beyond it: 503); 0 means DefaultDecodeBytesPerCaller
+	// and DefaultDecodeBytes(). A caller, and the server, with nothing in
+	// flight always admit one body.
+	DecodeBytesPerCaller, DecodeBytes int64
 	// Webhooks manages webhook subscriptions; nil: /mgmt/v1/webhooks
 	// answers 503.
 	Webhooks *webhook.Service
@@ -120,8 +126,8 @@ type MgmtLimiter interface {
 }
 
 // DefaultMaxBodyBytes bounds request bodies when Config.MaxBodyBytes is 0:
-// one application description of up to 1 MiB plus room for JSON escaping.
-const DefaultMaxBodyBytes = 2 << 20
+// one application description (see maxDescriptionBody).
+const DefaultMaxBodyBytes = maxDescriptionBody
 
 // Server implements the generated strict server interface.
 type Server struct {
@@ -155,6 +161,8 @@ type Server struct {
 	events     EventsConfig
 	counters   DomainCounters // nil: none
 	deviceURL  string         // Config.DeviceURL
+	maxBody    int64          // Config.MaxBodyBytes
+	decoding   *decodeBudget  // request bodies being read and decoded
 }
 
 var _ api.StrictServerInterface = (*Server)(nil)
@@ -176,6 +184,12 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.DecodeBytesPerCaller == 0 {
+		cfg.DecodeBytesPerCaller = DefaultDecodeBytesPerCaller
+	}
+	if cfg.DecodeBytes == 0 {
+		cfg.DecodeBytes = DefaultDecodeBytes()
 	}
 	corsMiddleware, err := newCORS(cfg.CORSOrigins)
 	if err != nil {
@@ -201,7 +215,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	s := &Server{log: cfg.Logger, ready: cfg.Ready, catalog: cfg.Catalog, fleet: cfg.Fleet, access: cfg.Access, webhooks: cfg.Webhooks, clientID: cfg.DeviceIdentity, ops: ops, openOps: openQueries(spec), limiter: cfg.DeviceLimiter,
 		mgmtLimiter: cfg.MgmtLimiter, trustedProxies: cfg.TrustedProxies, forwarded: cfg.ForwardedHeader, refusals: cfg.Refusals, logSampler: cfg.LogSampler, idem: cfg.Idempotency, outageLog: cfg.OutageLog,
-		events: cfg.Events, counters: cfg.Counters, deviceURL: cfg.DeviceURL}
+		events: cfg.Events, counters: cfg.Counters, deviceURL: cfg.DeviceURL, maxBody: cfg.MaxBodyBytes, decoding: newDecodeBudget(cfg.DecodeBytesPerCaller, cfg.DecodeBytes)}
 
 	if s.contract, err = gorillamux.NewRouter(spec); err != nil {
 		return nil, fmt.Errorf("httpapi: contract router: %w", err)
@@ -213,7 +227,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		// Before authentication: a preflight carries no credentials.
 		r.Use(corsMiddleware)
 	}
-	r.Use(limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.wholeBody, s.authenticate)
+	r.Use(limitBody(cfg.MaxBodyBytes), s.deviceIdentity, s.authenticate)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { writeProblem(w, req, notFoundProblem(req)) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		s.setAllow(w, req.URL)
@@ -246,9 +260,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	api.HandlerWithOptions(strict, api.ChiServerOptions{
 		BaseRouter: r,
 		// The last middleware runs first: authorization (which audits the
-		// outcome), then unstorable input, then validation, then integers
-		// written with an exponent or a fraction made plain for decoding.
-		Middlewares: []api.MiddlewareFunc{s.integerBodies, s.requestValidator(spec), s.idempotency, s.checkInput(headerParams(spec)), s.authorize},
+		// outcome), then the bounds on reading and decoding bodies, then
+		// unstorable input, then validation, then integers written with an
+		// exponent or a fraction made plain for decoding.
+		Middlewares: []api.MiddlewareFunc{s.integerBodies, s.requestValidator(spec), s.idempotency, s.checkInput(headerParams(spec)), s.boundBodies, s.authorize},
 		ErrorHandlerFunc: func(w http.ResponseWriter, req *http.Request, err error) {
 			writeProblem(w, req, paramProblem(req, err))
 		},
