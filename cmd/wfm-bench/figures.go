@@ -85,6 +85,7 @@ func allGroups() []group {
 		{"webhooks", webhookFigures, true},
 		{"sse", sseFigures, true},
 		{"rollout", rolloutFigures, true},
+		{"hostile-bodies", hostileFigures, true},
 		{"fleet", fleetFigures, true},
 	}
 }
