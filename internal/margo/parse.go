@@ -36,7 +36,10 @@ const (
 // Reading is bounded: at most MaxDescriptionSize bytes, MaxDepth levels of
 // nesting, MaxNodes nodes and MaxExpandedText bytes of text, where every use
 // of a YAML alias counts as a copy of what it names, so alias bombs fail
-// fast and the JSON form stays small. Merge keys (<<), custom
+// fast and the JSON form stays small. The node and depth bounds stop a
+// document while it is read: YAML is counted by a pass over its bytes
+// before the parser builds it (see CheckDescriptionBounds), JSON token by
+// token. Merge keys (<<), custom
 // tags, !!binary, NaN and infinities are refused: they have no JSON
 // equivalent.
 //
