@@ -78,9 +78,8 @@ func recordedProblem(t *testing.T, rec *httptest.ResponseRecorder) problemBody {
 // TestDescriptionsOverOneMiBAreTooLarge: over 1 MiB, a description is 413
 // description-too-large, YAML and JSON alike, whether the parser's bound
 // or the route's body bound (1 MiB and a little) meets it first, and
-// whether Content-Length declares it or not. A YAML description between
-// 1 and 2 MiB was a 422 invalid-request ("maximum string length is
-// 1048576") from the contract check.
+// whether Content-Length declares it or not; the contract's maxLength on
+// the YAML string is never what answers.
 func TestDescriptionsOverOneMiBAreTooLarge(t *testing.T) {
 	h := newBodiesHandler(t, 0, 0)
 	yamlOf := func(n int) string {
@@ -140,8 +139,9 @@ func allocatedBy(f func()) uint64 {
 // TestHostileBodiesAreRefusedWithBoundedAllocation sends each hostile
 // shape, at the largest size its route accepts, through the real handler
 // on both APIs, and checks that it is refused at its limit having cost at
-// most a few times its size. A 1 MiB YAML list of 500,000 items cost about
-// 280 MiB; a JSON one was decoded whole by the contract check.
+// most a few times its size: decoded whole (a yaml.Node per item, a Go
+// value per JSON value) a 1 MiB list of 500,000 items costs hundreds of
+// MiB.
 func TestHostileBodiesAreRefusedWithBoundedAllocation(t *testing.T) {
 	h := newBodiesHandler(t, 0, 0)
 	fill := func(size int, prefix, item, sep, suffix string) string {
