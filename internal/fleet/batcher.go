@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -38,7 +39,9 @@ import (
 // a lock wait past the batch timeout, one item's constraint) is stored
 // again one item at a time, each in its own transaction with its own
 // timeout, so that each caller gets its own outcome rather than the error
-// of unrelated items. A panic in a store call is recovered, logged with
+// of unrelated items; a batch whose commit may have happened
+// (lifecycle.ErrOutcomeUnknown) is not, as that could make its changes
+// twice. A panic in a store call is recovered, logged with
 // its stack and counts as that call's failure (an internal error): the lane
 // lives on and no queued item is lost.
 //
@@ -200,7 +203,9 @@ func (b *batcher[I, O]) store1(cs []*pending[I, O]) {
 		b.hold(nds)
 	}
 	rs, err := b.attempt(nds)
-	if err != nil && len(cs) > 1 {
+	// A batch whose commit may have happened is not stored again: each of
+	// its items gets that error, which tells its caller how to find out.
+	if err != nil && len(cs) > 1 && !errors.Is(err, lifecycle.ErrOutcomeUnknown) {
 		b.log.Warn(b.what+" batch failed; storing its items one by one", b.what+"s", len(cs), "err", err)
 		for i, c := range cs {
 			r, err := b.attempt(nds[i : i+1])

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -61,7 +62,9 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 // idempotency-key-in-use while the first is still running; the same key with
 // another body is 422 idempotency-key-reused. Responses of 5xx are not
 // remembered, so a failed attempt can be retried with the same key, also
-// when the database was away as it ended (see unreleasedKeys). An answer
+// when the database was away as it ended (see unreleasedKeys), except a
+// 503 outcome-unknown, whose change may have been made: its key stays
+// reserved, as for an answer that cannot be remembered. An answer
 // below 500 that cannot be remembered keeps the key reserved: the request
 // took effect, and a retry must not repeat it.
 func (s *Server) idempotency(next http.Handler) http.Handler {
@@ -139,6 +142,12 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			}
 		}()
 		next.ServeHTTP(cw, r)
+		if st := stateOf(r.Context()); st != nil && errors.Is(st.unavailable.err, lifecycle.ErrOutcomeUnknown) {
+			// The change may have been made: the key stays reserved, so
+			// that a retry with it is not run a second time.
+			done = true
+			return
+		}
 		if cw.status > 0 && cw.status < 500 {
 			rec := access.IdempotentResponse{RequestHash: hash, Status: cw.status, Location: cw.Header().Get("Location"),
 				ETag: cw.Header().Get("ETag"), Body: cw.body.Bytes()}

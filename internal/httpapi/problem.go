@@ -185,6 +185,7 @@ var titles = map[string]string{
 	"malformed-capabilities":      "Malformed device capabilities",
 	"malformed-status":            "Malformed status report",
 	"retry":                       "Retry",
+	"outcome-unknown":             "Outcome unknown",
 	"state-conflict":              "Conflicting deployment state",
 	"status-too-large":            "Status report too large",
 	"too-many-requests":           "Too many requests",

@@ -73,6 +73,40 @@ func Retryable(typ string, retryAfterSeconds int, message string) *Error {
 		Extra: map[string]any{"retryable": true, "retryAfterSeconds": retryAfterSeconds}}
 }
 
+// ErrOutcomeUnknown matches, with errors.Is, every *Error of problem type
+// "outcome-unknown" (see OutcomeUnknown): a change whose commit was under
+// way when the connection to the database broke, so that it may or may not
+// have been made. Unlike every other EUNAVAILABLE error it does not say
+// that nothing was changed: code that would otherwise try the change again
+// by itself (a batch stored again item by item) must not.
+var ErrOutcomeUnknown error = outcomeUnknownKind{}
+
+// outcomeUnknownKind is the target type of ErrOutcomeUnknown.
+type outcomeUnknownKind struct{}
+
+func (outcomeUnknownKind) Error() string { return "outcome-unknown" }
+
+// Is reports whether target is ErrOutcomeUnknown and e is of its type.
+func (e *Error) Is(target error) bool {
+	_, kind := target.(outcomeUnknownKind)
+	return kind && e.Type == outcomeUnknown
+}
+
+// outcomeUnknown is the problem type of OutcomeUnknown.
+const outcomeUnknown = "outcome-unknown"
+
+// OutcomeUnknown returns the EUNAVAILABLE error of problem type
+// "outcome-unknown" (it matches ErrOutcomeUnknown) whose problem body
+// advises a retry after retryAfterSeconds and whose message says which
+// requests can be sent again as they are.
+func OutcomeUnknown(retryAfterSeconds int) *Error {
+	return &Error{Code: EUNAVAILABLE, Type: outcomeUnknown, Message: "The connection to the database broke while the change was " +
+		"being committed: it may or may not have been made. Sending the request again is safe for a status report, a capabilities " +
+		"PUT and a DELETE (a 404 then means it was done), and for a request with an Idempotency-Key sent again with the same key " +
+		"(it is not run twice). Any other request: read the resource first to see whether the change was made.",
+		Extra: map[string]any{"retryable": true, "retryAfterSeconds": retryAfterSeconds}}
+}
+
 // ErrorCode returns the code of the first *Error in err's chain, EINTERNAL for
 // any other non-nil error and "" for nil.
 func ErrorCode(err error) Code {

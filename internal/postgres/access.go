@@ -67,7 +67,7 @@ func (s *AccessStore) InsertToken(ctx context.Context, t access.Token, hash stri
 
 // PutBootstrap implements access.Store.
 func (s *AccessStore) PutBootstrap(ctx context.Context, prevHash, hash string, now time.Time, e access.AuditEntry) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return beginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var tag pgconn.CommandTag
 		var err error
 		if prevHash == "" {

@@ -1227,7 +1227,7 @@ func recordGuarded(ctx context.Context, db batchSender, ws []reportWrite) (map[s
 	})
 	b.Queue("COMMIT")
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
+		return nil, atCommit(err) // the COMMIT travels with the statement
 	}
 	applied := make(map[string]bool, len(ids))
 	for _, id := range ids {

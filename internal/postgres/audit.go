@@ -25,7 +25,7 @@ import (
 //	grep -n "inTx(" internal/postgres/*.go
 
 // inTx runs fn in one transaction of db (a pool, or a connection taken
-// from it), as pgx.BeginFunc does, for a
+// from it), as beginFunc does, for a
 // store method that makes the change of a management call. The call's
 // audit entry, if fn appended it (auditChange), counts as written once the
 // transaction committed. calls are the entries of further calls whose
@@ -35,7 +35,7 @@ func inTx(ctx context.Context, db beginner, fn func(pgx.Tx) error, calls ...*acc
 	for _, p := range ps {
 		p.BeginTx()
 	}
-	err := pgx.BeginFunc(ctx, db, fn)
+	err := beginFunc(ctx, db, fn)
 	for _, p := range ps {
 		p.EndTx(err == nil)
 	}

@@ -98,7 +98,7 @@ func (c *BundleCollector) runOnce(ctx context.Context) (Collected, error) {
 	ctx, cancel := context.WithTimeout(ctx, bundleGCTimeout)
 	defer cancel()
 	var n Collected
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err := beginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var cutoff time.Time
 		if err := tx.QueryRow(ctx, sqlCutoff, (c.ahead - c.retention).Microseconds()).Scan(&cutoff); err != nil {
 			return err

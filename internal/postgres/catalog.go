@@ -267,9 +267,10 @@ func versionNotFound(appID string, v lifecycle.Version) error {
 
 func applicationNotFound(appID string) error { return notFound("There is no application %s.", appID) }
 
-// translate keeps domain errors as they are, turns an unreachable database
-// into EUNAVAILABLE (see unreachable) and a collision into EUNAVAILABLE
-// "retry", and wraps everything else as an internal error (the HTTP adapter
+// translate keeps domain errors as they are, turns a commit of unknown
+// outcome (atCommit) into EUNAVAILABLE "outcome-unknown", an unreachable
+// database into EUNAVAILABLE (see unreachable) and a collision into
+// EUNAVAILABLE "retry", and wraps everything else as an internal error (the HTTP adapter
 // logs it and shows no internals). Every store method's error passes here.
 func translate(err error) error {
 	if err == nil {
@@ -278,6 +279,9 @@ func translate(err error) error {
 	var de *lifecycle.Error
 	if errors.As(err, &de) {
 		return de
+	}
+	if maybeCommitted(err) {
+		return fmt.Errorf("%w (%w)", lifecycle.OutcomeUnknown(UnavailableRetryAfter), err)
 	}
 	if unreachable(err) {
 		// The cause stays in the chain (and in the log); the answer shows none.

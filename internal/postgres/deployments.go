@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/fleet"
@@ -484,7 +483,7 @@ func (s *FleetStore) RecordReport(ctx context.Context, clientID string, r *margo
 	// guessing: lock the row, decide and write.
 	var first bool
 	var w fleet.Deployment
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := beginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		written, applied, f, err := s.recordOnce(ctx, tx, true, false, clientID, r, decide, now)
 		if err == nil && !applied {
 			err = fmt.Errorf("deployment %s changed under its lock", r.DeploymentID)
@@ -621,15 +620,10 @@ func (s *FleetStore) RecordReports(ctx context.Context, items []fleet.ReportItem
 // batch's transaction failed.
 const reportFallbackTimeout = 30 * time.Second
 
-// uncommitted reports whether err, the failure of a statement or of a
-// transaction, says that nothing was committed: the server answered with an
-// error (the statement or the transaction was rolled back), or the request
-// never reached it. A connection lost while a commit was under way is
-// neither: the commit may have happened.
-func uncommitted(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) || pgconn.SafeToRetry(err)
-}
+// uncommitted reports whether err, the failure of recordGuarded or of a
+// transaction, says that nothing was committed: it is not a commit of
+// unknown outcome (atCommit).
+func uncommitted(err error) bool { return !maybeCommitted(err) }
 
 // decideReport decides one report of a batch on d (the deployment as read
 // or remembered) and returns its write. Returns decide's refusal, or the
@@ -671,7 +665,7 @@ func (s *FleetStore) recordLocked(ctx context.Context, items []fleet.ReportItem,
 	}
 	slices.Sort(ids)
 	var ws []reportWrite
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := beginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		ws = ws[:0]
 		ds, err := lockReported(ctx, tx, ids)
 		if err != nil {
@@ -800,6 +794,9 @@ JOIN clients c ON c.id = d.client_id WHERE d.id = $1 AND d.client_id = $2`, r.De
 	}
 	var n, inserted int
 	if err := q.QueryRow(ctx, query, args...).Scan(&n, &inserted); err != nil {
+		if !locked { // the statement commits by itself
+			err = atCommit(err)
+		}
 		return d, false, false, translate(err)
 	}
 	if n != 1 {

@@ -249,7 +249,7 @@ func effectiveLabels(reported map[string]any, operator map[string]string) map[st
 // PutDevice implements fleet.Store.
 func (s *FleetStore) PutDevice(ctx context.Context, clientID, deviceID string, capabilities []byte, reported map[string]any, now time.Time) (bool, error) {
 	created := false
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := beginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if reported == nil {
 			reported = map[string]any{}
 		}
@@ -298,7 +298,7 @@ RETURNING (xmax = 0)`,
 
 // UnregisterDevice implements fleet.Store.
 func (s *FleetStore) UnregisterDevice(ctx context.Context, clientID, deviceID string, now time.Time) error {
-	return translate(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return translate(beginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE devices SET registered = false, updated_at = $3 WHERE client_id = $1 AND id = $2 AND registered`, clientID, deviceID, now)
 		if err != nil {
 			return err

@@ -773,7 +773,7 @@ func (s *FleetStore) decideVisit(ctx context.Context, id string, decide func(fle
 // applyVisit applies one decided visit in a transaction of its own.
 func (s *FleetStore) applyVisit(ctx context.Context, p pendingVisit, now time.Time) fleet.VisitResult {
 	var r lockedVisit
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := beginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var b batch
 		var err error
 		if r, b, err = lockVisit(ctx, tx, p, now); err != nil {
@@ -945,7 +945,7 @@ func (s *FleetStore) applyChunk(ctx context.Context, chunk []pendingVisit, now t
 // applied and res untouched.
 func (s *FleetStore) applyVisits(ctx context.Context, chunk []pendingVisit, now time.Time, res []fleet.VisitResult) error {
 	out := make([]lockedVisit, len(chunk))
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := beginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var all batch
 		var ids []string
 		var gens []int64

@@ -864,7 +864,7 @@ func (s *FleetStore) RenewRolloutLease(ctx context.Context, id, owner string, no
 func (s *FleetStore) SyncRolloutMembers(ctx context.Context, id string, now time.Time) (int, []fleet.RolloutMember, error) {
 	moved := 0
 	var unpublished []fleet.RolloutMember
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := beginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Deleted deployments and unregistered devices: removed (a member
 		// under revert is settled by its revert operation instead). Only
 		// deployments removed since the rollout started can be members
@@ -952,7 +952,7 @@ func (s *FleetStore) SetMemberResults(ctx context.Context, id string, results []
 	if len(results) == 0 {
 		return nil
 	}
-	return translate(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return setMembers(ctx, tx, id, results, now) }))
+	return translate(beginFunc(ctx, s.pool, func(tx pgx.Tx) error { return setMembers(ctx, tx, id, results, now) }))
 }
 
 func setMembers(ctx context.Context, tx pgx.Tx, id string, results []fleet.MemberResult, now time.Time) error {

@@ -316,7 +316,7 @@ func (s *WebhookStore) RecordAttempt(ctx context.Context, d webhook.Delivery,
 			d.Latency.Milliseconds(), nil)
 		return o, translate(err)
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = beginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		w, err := scanWebhook(tx.QueryRow(ctx, `SELECT `+sqlWebhookColumns+` FROM webhooks WHERE id::text = $1 FOR UPDATE`, d.WebhookID))
 		if err != nil {
 			return err
@@ -365,7 +365,7 @@ const dispatchLockID int64 = 0x77666d2d77686470
 // dispatchers out), so an idle poll writes nothing.
 func (s *WebhookStore) Dispatch(ctx context.Context, limit int, match func([]lifecycle.Event, []webhook.History) []webhook.Job) (int, error) {
 	n := 0
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := beginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var locked bool
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, dispatchLockID).Scan(&locked); err != nil || !locked {
 			return err

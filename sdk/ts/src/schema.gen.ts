@@ -3285,9 +3285,13 @@ export interface components {
             };
         };
         /**
-         * @description The server cannot serve the request now (its database is unreachable, or a change collided with a
-         *     concurrent one); nothing was changed. `Retry-After` says when to try again; the problem carries
-         *     `retryable: true` and Margo's retry members (`retryAfterSeconds`, `backoffStrategy`).
+         * @description The server cannot serve the request now: its database is unreachable, or a change collided with a
+         *     concurrent one, and nothing was changed; or (type `outcome-unknown`) the connection to the database
+         *     broke while the change was being committed, so it may or may not have been made: a status report, a
+         *     capabilities PUT, a DELETE (a 404 then means it was done) and a request sent again with the same
+         *     `Idempotency-Key` can be sent again as they are; for any other request, read the resource first.
+         *     `Retry-After` says when to try again; the problem carries `retryable: true` and Margo's retry
+         *     members (`retryAfterSeconds`, `backoffStrategy`).
          */
         ServiceUnavailable: {
             headers: {
