@@ -451,6 +451,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var pg *pglaunch.Supervisor // the private PostgreSQL, nil with DATABASE_URL
 	var pgFailed <-chan struct{}
 	if dbURL == "" {
+		// One process per data folder runs its private PostgreSQL; replicas
+		// sharing a folder with DATABASE_URL take no lock.
+		var lock *pglaunch.FolderLock
+		if lock, err = pglaunch.LockFolder(c.dataDir); err != nil {
+			return err
+		}
+		defer func() { _ = lock.Release() }()
 		pg, err = startPrivatePostgres(ctx, c, getenv, log)
 		if err != nil {
 			return err
