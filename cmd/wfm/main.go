@@ -437,6 +437,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "print-admin-token" {
 		return printAdminToken(args[1:], getenv, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "remove-data" {
+		return removeData(args[1:], getenv, stdout, stderr)
+	}
 	c, err := parseConfig(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -455,7 +458,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// sharing a folder with DATABASE_URL take no lock.
 		var lock *pglaunch.FolderLock
 		if lock, err = pglaunch.LockFolder(c.dataDir); err != nil {
-			return err
+			return inUse(err, "stop that process, or give this one another -data-dir")
 		}
 		defer func() { _ = lock.Release() }()
 		pg, err = startPrivatePostgres(ctx, c, getenv, log)
@@ -1149,7 +1152,8 @@ func startPrivatePostgres(ctx context.Context, c config, getenv func(string) str
 	}
 	if real := pg.Server().DataDir(); real != dir {
 		log.Warn("the private PostgreSQL's data lives in "+real+", which "+dir+" links to (wfm puts the cluster there when "+
-			"the OS user postgres cannot enter a folder above "+dir+"); to delete the data, remove both", "data", real)
+			"the OS user postgres cannot enter a folder above "+dir+"); to delete the data, stop wfm and run: wfm remove-data -data-dir "+c.dataDir+
+			" (deleting the folder alone leaves the cluster behind)", "data", real)
 	}
 	if err := ensureDatabase(ctx, pg.URL("postgres"), "wfm"); err != nil {
 		_ = pg.Stop()

@@ -381,4 +381,11 @@ func TestRootWithDataDirInAPrivateFolder(t *testing.T) {
 	fi, err := os.Stat(parent)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "the private folder was left as it was")
+
+	// wfm remove-data deletes the cluster in /var/lib/wfm with the folder.
+	var out strings.Builder
+	require.NoError(t, run(t.Context(), []string{"remove-data", "-data-dir", dataDir}, envWithout("DATABASE_URL"), &out, io.Discard))
+	assert.Contains(t, out.String(), "removed "+cluster+"\n")
+	assert.NoDirExists(t, cluster)
+	assert.NoDirExists(t, dataDir)
 }

@@ -33,8 +33,7 @@ func (e *HeldError) Error() string {
 	if e.PID > 0 {
 		holder = "another process (PID " + strconv.Itoa(e.PID) + ")"
 	}
-	return fmt.Sprintf("data folder %s is in use by %s, which runs its private PostgreSQL (lock file %s): "+
-		"stop that process, or give this one another -data-dir", e.Dir, holder, e.File)
+	return fmt.Sprintf("data folder %s is in use by %s, which runs its private PostgreSQL (lock file %s)", e.Dir, holder, e.File)
 }
 
 // LockFolder takes the exclusive lock of data folder dir (created with its
