@@ -2931,7 +2931,10 @@ type CreateApplicationVersionParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2961,7 +2964,10 @@ type UnyankApplicationVersionParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2971,7 +2977,10 @@ type YankApplicationVersionParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3018,7 +3027,10 @@ type AcceptClientParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3028,7 +3040,10 @@ type RetireClientParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3057,7 +3072,10 @@ type CreateDeploymentParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3084,7 +3102,10 @@ type ReconfigureDeploymentParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3105,7 +3126,10 @@ type RollbackDeploymentParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3117,7 +3141,10 @@ type UpgradeDeploymentParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3191,7 +3218,10 @@ type CancelOperationParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3213,7 +3243,10 @@ type CreateRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3225,7 +3258,10 @@ type AbortRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3237,7 +3273,10 @@ type ApproveRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3249,7 +3288,10 @@ type CancelRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3261,7 +3303,10 @@ type ExcludeRolloutMemberParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3287,7 +3332,10 @@ type PauseRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3299,7 +3347,10 @@ type ResumeRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -9901,6 +9952,22 @@ func (response UnyankApplicationVersion404ApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
+type UnyankApplicationVersion409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response UnyankApplicationVersion409ApplicationProblemPlusJSONResponse) VisitUnyankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UnyankApplicationVersion422ApplicationProblemPlusJSONResponse struct {
 	UnprocessableContentApplicationProblemPlusJSONResponse
 }
@@ -10037,6 +10104,22 @@ func (response YankApplicationVersion404ApplicationProblemPlusJSONResponse) Visi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type YankApplicationVersion409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response YankApplicationVersion409ApplicationProblemPlusJSONResponse) VisitYankApplicationVersionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -10439,6 +10522,22 @@ func (response AcceptClient403ApplicationProblemPlusJSONResponse) VisitAcceptCli
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcceptClient409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response AcceptClient409ApplicationProblemPlusJSONResponse) VisitAcceptClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -10975,6 +11074,22 @@ func (response RetireClient404ApplicationProblemPlusJSONResponse) VisitRetireCli
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetireClient409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response RetireClient409ApplicationProblemPlusJSONResponse) VisitRetireClientResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }

@@ -2932,7 +2932,10 @@ type CreateApplicationVersionParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2962,7 +2965,10 @@ type UnyankApplicationVersionParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -2972,7 +2978,10 @@ type YankApplicationVersionParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3019,7 +3028,10 @@ type AcceptClientParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3029,7 +3041,10 @@ type RetireClientParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3058,7 +3073,10 @@ type CreateDeploymentParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3085,7 +3103,10 @@ type ReconfigureDeploymentParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3106,7 +3127,10 @@ type RollbackDeploymentParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3118,7 +3142,10 @@ type UpgradeDeploymentParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3192,7 +3219,10 @@ type CancelOperationParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3214,7 +3244,10 @@ type CreateRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3226,7 +3259,10 @@ type AbortRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3238,7 +3274,10 @@ type ApproveRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3250,7 +3289,10 @@ type CancelRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3262,7 +3304,10 @@ type ExcludeRolloutMemberParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3288,7 +3333,10 @@ type PauseRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3300,7 +3348,10 @@ type ResumeRolloutParams struct {
 	// `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
 	// different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
 	// is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+	// `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+	// request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+	// answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+	// `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -13510,6 +13561,8 @@ type UnyankApplicationVersionResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *UnprocessableContent
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -13542,6 +13595,11 @@ func (r UnyankApplicationVersionResponse) GetApplicationproblemJSON403() *Forbid
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r UnyankApplicationVersionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r UnyankApplicationVersionResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -13614,6 +13672,8 @@ type YankApplicationVersionResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *UnprocessableContent
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -13646,6 +13706,11 @@ func (r YankApplicationVersionResponse) GetApplicationproblemJSON403() *Forbidde
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r YankApplicationVersionResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r YankApplicationVersionResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -13919,6 +13984,8 @@ type AcceptClientResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *UnprocessableContent
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -13958,6 +14025,11 @@ func (r AcceptClientResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r AcceptClientResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AcceptClientResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -14335,6 +14407,8 @@ type RetireClientResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -14365,6 +14439,11 @@ func (r RetireClientResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RetireClientResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RetireClientResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -22629,6 +22708,13 @@ func ParseUnyankApplicationVersionResponse(rsp *http.Response) (*UnyankApplicati
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest UnprocessableContent
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -22726,6 +22812,13 @@ func ParseYankApplicationVersionResponse(rsp *http.Response) (*YankApplicationVe
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest UnprocessableContent
@@ -23013,6 +23106,13 @@ func ParseAcceptClientResponse(rsp *http.Response) (*AcceptClientResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest UnprocessableContent
@@ -23408,6 +23508,13 @@ func ParseRetireClientResponse(rsp *http.Response) (*RetireClientResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests

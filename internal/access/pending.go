@@ -26,6 +26,32 @@ type Pending struct {
 	taken   bool
 	written bool
 	status  int
+	claim   *IdempotencyClaim
+}
+
+// ClaimIdempotency tells p that the call holds the reservation c of an
+// Idempotency-Key: the transaction that writes the call's audit entry
+// marks it made (IdempotentMade) as well.
+func (p *Pending) ClaimIdempotency(c IdempotencyClaim) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.claim = &c
+}
+
+// Claim returns the reservation ClaimIdempotency gave p, if any.
+func (p *Pending) Claim() (IdempotencyClaim, bool) {
+	if p == nil {
+		return IdempotencyClaim{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.claim == nil {
+		return IdempotencyClaim{}, false
+	}
+	return *p.claim, true
 }
 
 // NewPending returns the pending audit entry e (its At, Status and Outcome

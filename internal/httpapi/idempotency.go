@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -60,13 +59,17 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 // key is reserved before the request runs; the same key and body replay the
 // first response (Idempotent-Replayed: true), or get 409
 // idempotency-key-in-use while the first is still running; the same key with
-// another body is 422 idempotency-key-reused. Responses of 5xx are not
-// remembered, so a failed attempt can be retried with the same key, also
-// when the database was away as it ended (see unreleasedKeys), except a
-// 503 outcome-unknown, whose change may have been made: its key stays
-// reserved, as for an answer that cannot be remembered. An answer
-// below 500 that cannot be remembered keeps the key reserved: the request
-// took effect, and a retry must not repeat it.
+// another body is 422 idempotency-key-reused. The transaction that makes
+// the request's change marks the reservation made (access.Pending's
+// claim), so whether the change happened is known to the key even when the
+// answer was lost. Responses of 5xx are not remembered, and a reservation
+// not made is released, so a failed attempt can be retried with the same
+// key, also when the database was away as it ended (see unreleasedKeys)
+// and after a 503 outcome-unknown whose change did not commit. A made
+// reservation is never released: a retry gets 409 idempotency-key-in-use
+// while the first request may still run, then 409
+// idempotency-answer-lost. An answer below 500 that cannot be remembered
+// leaves it so as well.
 func (s *Server) idempotency(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
@@ -106,7 +109,13 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 					Message: "This Idempotency-Key was used with a different request; use a new key for a new request."}))
 				return
 			}
-			if prev.Status == 0 {
+			if prev.Status == access.IdempotentMade && prev.Abandoned {
+				writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "idempotency-answer-lost",
+					Message: "The first request with this Idempotency-Key made its change, but its answer was lost (the connection to the " +
+						"database broke as it ended): read the resource to see the result. This key keeps the request from being made twice."}))
+				return
+			}
+			if prev.Status == 0 || prev.Status == access.IdempotentMade {
 				writeProblem(w, r, problemFromError(s.log, r, &lifecycle.Error{Code: lifecycle.ECONFLICT, Type: "idempotency-key-in-use",
 					Message: "The first request with this Idempotency-Key is still running; repeat this one later to get its answer."}))
 				return
@@ -129,6 +138,7 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			_, _ = w.Write(prev.Body)
 			return
 		}
+		access.PendingOf(r.Context()).ClaimIdempotency(access.IdempotencyClaim{Actor: actor, Key: key, ReservedAt: now})
 		cw := &captureWriter{ResponseWriter: w}
 		ctx := context.WithoutCancel(r.Context())
 		done := false
@@ -142,12 +152,6 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			}
 		}()
 		next.ServeHTTP(cw, r)
-		if st := stateOf(r.Context()); st != nil && errors.Is(st.unavailable.err, lifecycle.ErrOutcomeUnknown) {
-			// The change may have been made: the key stays reserved, so
-			// that a retry with it is not run a second time.
-			done = true
-			return
-		}
 		if cw.status > 0 && cw.status < 500 {
 			rec := access.IdempotentResponse{RequestHash: hash, Status: cw.status, Location: cw.Header().Get("Location"),
 				ETag: cw.Header().Get("ETag"), Body: cw.body.Bytes()}

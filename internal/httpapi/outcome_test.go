@@ -2,7 +2,9 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,9 +15,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wfm-dev/wfm/internal/access"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
 	"github.com/wfm-dev/wfm/internal/pgtest"
+	"github.com/wfm-dev/wfm/internal/postgres"
 )
 
 // gateKey is the advisory lock a gate holds while the request it catches
@@ -181,7 +185,63 @@ func TestCommitOfUnknownOutcome(t *testing.T) {
 	}
 	res, body = during(gate(t, pool, "deployments", true), post)
 	unknown("creation", res, body)
+	// It did not commit (the backend was terminated before its commit
+	// record), so its key was released: the retry makes it, once.
 	res, body = post()
-	require.Equal(t, http.StatusConflict, res.StatusCode, "a retry with the key is not run a second time: %s", body)
-	assert.Equal(t, httpapi.ProblemBase+"idempotency-key-in-use", problemMap(t, body)["type"])
+	require.Equal(t, http.StatusCreated, res.StatusCode, "%s", body)
+	var n int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM deployments WHERE device_id = 'edge-2'`).Scan(&n))
+	assert.Equal(t, 1, n)
+}
+
+// lostAnswers is an idempotency store whose answers are never remembered,
+// as when the database goes away right after a change committed.
+type lostAnswers struct{ *postgres.AccessStore }
+
+func (lostAnswers) CompleteIdempotent(context.Context, string, string, time.Time, access.IdempotentResponse) error {
+	return errors.New("the database went away")
+}
+
+// TestIdempotencyKeyOfAMadeChange: the transaction of a change made for a
+// request with an Idempotency-Key marks its key made, so that when its
+// answer is lost a retry with the key is never run again: 409
+// idempotency-key-in-use while the first request may still run, then 409
+// idempotency-answer-lost, which says to read the resource.
+func TestIdempotencyKeyOfAMadeChange(t *testing.T) {
+	pool := pgtest.New(t)
+	e := newEnv(t, envOptions{policy: fleet.Policy{AcceptAll: true}, pool: pool,
+		idem: func(s *postgres.AccessStore) httpapi.IdempotencyStore { return lostAnswers{s} }})
+	ops := &opsEnv{fleetEnv: e, url: e.mgmtURL, pool: pool}
+	ops.publish(t, "1.0.0", "")
+	dev := e.client(t, "plant")
+	res, body := dev.do("PUT", "/api/v1/capabilities/edge", capabilities("edge", "compose"))
+	require.Equal(t, http.StatusCreated, res.StatusCode, string(body))
+	create := `{"applicationId":"svc","version":"1.0.0","clientId":"plant","deviceId":"edge"}`
+	post := func() (*http.Response, map[string]any) {
+		res := rawCall(t, "POST", e.mgmtURL+"/mgmt/v1/deployments", "application/json", create, "Idempotency-Key", "k-1")
+		defer res.Body.Close()
+		raw, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(raw, &m), string(raw))
+		return res, m
+	}
+	res, _ = post()
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	var status int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT status FROM idempotency_keys WHERE key = 'k-1'`).Scan(&status))
+	assert.Equal(t, access.IdempotentMade, status, "marked made with the change")
+
+	res, p := post()
+	assert.Equal(t, http.StatusConflict, res.StatusCode)
+	assert.Equal(t, httpapi.ProblemBase+"idempotency-key-in-use", p["type"], "the first request may still run")
+	_, err := pool.Exec(t.Context(), `UPDATE idempotency_keys SET created_at = created_at - interval '6 minutes'`)
+	require.NoError(t, err)
+	res, p = post()
+	assert.Equal(t, http.StatusConflict, res.StatusCode)
+	assert.Equal(t, httpapi.ProblemBase+"idempotency-answer-lost", p["type"], "its request is over")
+	assert.Contains(t, p["detail"], "read the resource")
+	var n int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM deployments`).Scan(&n))
+	assert.Equal(t, 1, n, "made once")
 }

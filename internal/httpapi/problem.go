@@ -145,6 +145,7 @@ func problemFromError(logger *slog.Logger, r *http.Request, err error) problem {
 // entry fall back to the HTTP status text.
 var titles = map[string]string{
 	"idempotency-key-in-use":      "Idempotency key in use",
+	"idempotency-answer-lost":     "Answer lost",
 	"invalid-webhook":             "Invalid webhook",
 	"webhook-disabled":            "Webhook disabled",
 	"invalid-rollout":             "Invalid rollout",

@@ -260,22 +260,25 @@ RETURNING true`, actor, key, hash, now, IdempotencyTTL.Seconds(), idempotencyAba
 		return access.IdempotentResponse{}, false, translate(err)
 	}
 	var r access.IdempotentResponse
-	err = s.pool.QueryRow(ctx, `SELECT request_hash, status, location, etag, body FROM idempotency_keys WHERE actor = $1 AND key = $2`, actor, key).
-		Scan(&r.RequestHash, &r.Status, &r.Location, &r.ETag, &r.Body)
+	err = s.pool.QueryRow(ctx, `SELECT request_hash, status, location, etag, body, created_at <= $3::timestamptz - make_interval(secs => $4::float8)
+FROM idempotency_keys WHERE actor = $1 AND key = $2`, actor, key, now, idempotencyAbandoned.Seconds()).
+		Scan(&r.RequestHash, &r.Status, &r.Location, &r.ETag, &r.Body, &r.Abandoned)
 	return r, false, translate(err)
 }
 
 // CompleteIdempotent remembers the response to the key reserved at
-// reservedAt (a reservation another request took over is left alone).
+// reservedAt, running or made (a reservation another request took over is
+// left alone).
 func (s *AccessStore) CompleteIdempotent(ctx context.Context, actor, key string, reservedAt time.Time, r access.IdempotentResponse) error {
 	_, err := s.pool.Exec(ctx, `UPDATE idempotency_keys SET status = $3, location = $4, body = $5, etag = $8
-WHERE actor = $1 AND key = $2 AND request_hash = $6 AND status = 0 AND created_at = $7`,
+WHERE actor = $1 AND key = $2 AND request_hash = $6 AND status IN (0, 1) AND created_at = $7`,
 		actor, key, r.Status, r.Location, r.Body, r.RequestHash, reservedAt.Truncate(time.Microsecond), r.ETag)
 	return translate(err)
 }
 
 // ReleaseIdempotent frees the key reserved at reservedAt when its request
-// failed unexpectedly, so that it can be retried with the same key.
+// failed unexpectedly, so that it can be retried with the same key; a
+// reservation whose change was made (access.IdempotentMade) stays.
 func (s *AccessStore) ReleaseIdempotent(ctx context.Context, actor, key string, reservedAt time.Time) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE actor = $1 AND key = $2 AND status = 0 AND created_at = $3`,
 		actor, key, reservedAt.Truncate(time.Microsecond))

@@ -81,11 +81,41 @@ func (b batchBegin) Begin(ctx context.Context) (pgx.Tx, error) {
 // already appended. Call it once the change is written, just before the
 // transaction commits.
 func auditChange(ctx context.Context, tx pgx.Tx, at time.Time, created bool) error {
-	e, ok := access.PendingOf(ctx).TakeForTx(at, created)
+	p := access.PendingOf(ctx)
+	e, ok := p.TakeForTx(at, created)
 	if !ok {
 		return nil
 	}
+	if err := markMade(ctx, tx, p); err != nil {
+		return err
+	}
 	return appendAudit(ctx, tx, e)
+}
+
+// sqlMarkMade marks reservations of Idempotency-Keys made
+// (access.IdempotentMade), in the transaction of their requests' change.
+const sqlMarkMade = `UPDATE idempotency_keys k SET status = 1
+FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS v(actor, key, at)
+WHERE k.actor = v.actor AND k.key = v.key AND k.created_at = v.at AND k.status = 0`
+
+// markMade marks, in db (the change's transaction), the reservations of
+// the calls ps hold (access.Pending.Claim) made: the mark commits exactly
+// when their change does, so that a retry with the key after a commit of
+// unknown outcome is not run a second time when the change was made, and
+// runs when it was not.
+func markMade(ctx context.Context, db execer, ps ...*access.Pending) error {
+	var actors, keys []string
+	var ats []time.Time
+	for _, p := range ps {
+		if c, ok := p.Claim(); ok {
+			actors, keys, ats = append(actors, c.Actor), append(keys, c.Key), append(ats, c.ReservedAt.Truncate(time.Microsecond))
+		}
+	}
+	if len(actors) == 0 {
+		return nil
+	}
+	_, err := db.Exec(ctx, sqlMarkMade, actors, keys, ats)
+	return err
 }
 
 // auditBatch is auditChange for the changes apply writes, into db (the
@@ -102,17 +132,25 @@ func auditBatch(ctx context.Context, db execer, b batch) error {
 		for _, c := range b.changes {
 			created = created || c.Create
 		}
-		e, ok := access.PendingOf(ctx).TakeForTx(at, created)
+		p := access.PendingOf(ctx)
+		e, ok := p.TakeForTx(at, created)
 		if !ok {
 			return nil
+		}
+		if err := markMade(ctx, db, p); err != nil {
+			return err
 		}
 		return appendAudit(ctx, db, e)
 	}
 	var es []access.AuditEntry
+	var ps []*access.Pending
 	for _, a := range b.audits {
 		if e, ok := a.pending.TakeForTx(at, a.created); ok {
-			es = append(es, e)
+			es, ps = append(es, e), append(ps, a.pending)
 		}
+	}
+	if err := markMade(ctx, db, ps...); err != nil {
+		return err
 	}
 	return appendAudits(ctx, db, es)
 }

@@ -20,6 +20,8 @@ export interface paths {
          *     version of the application named by its `id`, creating the application on its first version.
          *     The version is `metadata.version`, read as SemVer (`1.0` is `1.0.0`).
          *
+         *     * Over 1 MiB (1,048,576 bytes), YAML or JSON, the description is refused: 413 `description-too-large`,
+         *       as is one over 100,000 nodes (before it is decoded).
          *     * Every problem is reported at once (422, type `invalid-description`), each with a JSON pointer.
          *     * Posting the same content again is idempotent: 200 with the stored version.
          *     * Different content for an existing version is refused: 409 `version-exists` (versions are immutable).
@@ -3260,8 +3262,9 @@ export interface components {
         };
         /**
          * @description The caller (its token; without a valid one, its network) exceeded its management API request rate
-         *     (`-mgmt-rate`). `Retry-After` says when to try again; the problem carries `retryable` and
-         *     `retryAfterSeconds`.
+         *     (`-mgmt-rate`), or has as many request bodies being read and decoded at once as one caller may (one
+         *     application description's worth, 1 MiB and 4 KiB). `Retry-After` says when to try again; the problem
+         *     carries `retryable` and `retryAfterSeconds`.
          */
         TooManyRequests: {
             headers: {
@@ -3285,8 +3288,9 @@ export interface components {
             };
         };
         /**
-         * @description The server cannot serve the request now: its database is unreachable, or a change collided with a
-         *     concurrent one, and nothing was changed; or (type `outcome-unknown`) the connection to the database
+         * @description The server cannot serve the request now: its database is unreachable, a change collided with a
+         *     concurrent one, or it is reading and decoding as many request bodies as it may at once (type
+         *     `server-busy`), and nothing was changed; or (type `outcome-unknown`) the connection to the database
          *     broke while the change was being committed, so it may or may not have been made: a status report, a
          *     capabilities PUT, a DELETE (a 404 then means it was done) and a request sent again with the same
          *     `Idempotency-Key` can be sent again as they are; for any other request, read the resource first.
@@ -3705,7 +3709,8 @@ export interface components {
             };
         };
         /**
-         * @description The WFM client exceeded its device API request rate (`-device-rate`). `Retry-After` says when to
+         * @description The WFM client exceeded its device API request rate (`-device-rate`), or has as many request bodies
+         *     being read and decoded at once as one caller may (1 MiB and 4 KiB). `Retry-After` says when to
          *     try again; the problem carries Margo's retry members (`retryable`, `retryAfterSeconds`,
          *     `backoffStrategy`).
          */
@@ -3732,8 +3737,9 @@ export interface components {
             };
         };
         /**
-         * @description The server cannot serve the request now (its database is unreachable, or a change collided with a
-         *     concurrent one); nothing was changed. `Retry-After` says when to try again; the problem carries
+         * @description The server cannot serve the request now (its database is unreachable, a change collided with a
+         *     concurrent one, or it is reading and decoding as many request bodies as it may at once, type
+         *     `server-busy`); nothing was changed. `Retry-After` says when to try again; the problem carries
          *     `retryable: true` and Margo's retry members (`retryAfterSeconds`, `backoffStrategy`).
          */
         DeviceServiceUnavailable: {
@@ -3777,7 +3783,10 @@ export interface components {
          *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
          *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
          *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-         *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+         *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+         *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+         *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+         *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
          */
         IdempotencyKey: string;
         IfMatch: string;
@@ -3848,7 +3857,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4081,7 +4093,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4117,6 +4132,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
@@ -4132,7 +4148,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4164,6 +4183,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
@@ -4428,7 +4448,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4463,6 +4486,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
             422: components["responses"]["UnprocessableContent"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
@@ -4506,7 +4530,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -4529,6 +4556,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
             default: components["responses"]["Problem"];
@@ -4689,7 +4717,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5091,7 +5122,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5175,7 +5209,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5259,7 +5296,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5403,7 +5443,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5512,7 +5555,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5657,7 +5703,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5699,7 +5748,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5741,7 +5793,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5783,7 +5838,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5825,7 +5883,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -5872,7 +5933,10 @@ export interface operations {
                  *     `Location`, `ETag`, refusals below 500 included) with `Idempotent-Replayed: true`; the same key with a
                  *     different body is 422 `idempotency-key-reused`. Keys are kept for 24 hours, per token. A replayed body
                  *     is the original one: a replayed problem's `requestId` is the first request's, while the answer's
-                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt.
+                 *     `X-Request-Id` header is the replay's own. Use a new key for a new attempt. While the first
+                 *     request runs, a repeat is 409 `idempotency-key-in-use`; when the first request made its change but its
+                 *     answer was lost (for example a 503 `outcome-unknown`), a repeat is never run again: 409
+                 *     `idempotency-key-in-use` for 5 minutes, then 409 `idempotency-answer-lost` (read the resource).
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
