@@ -11,7 +11,11 @@ COPY go.mod go.sum ./
 COPY sdk/go.mod sdk/go.sum ./sdk/
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/wfm ./cmd/wfm \
+# The build context has no .git: the version and revision `wfm version`, /healthz and wfm_build_info
+# show are given as build arguments (docker build --build-arg WFM_VERSION=1.4.0 --build-arg
+# WFM_REVISION=$(git rev-parse HEAD) .); empty: unknown.
+ARG WFM_VERSION= WFM_REVISION=
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/wfm-dev/wfm/internal/buildinfo.version=${WFM_VERSION} -X github.com/wfm-dev/wfm/internal/buildinfo.revision=${WFM_REVISION}" -o /out/wfm ./cmd/wfm \
  && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/wfm-devicesim ./cmd/wfm-devicesim \
  && mkdir -p /out/data /out/devicesim-pki
 

@@ -19,9 +19,16 @@ help: ## List the targets
 run: build ## Run the server on http://localhost:8080 (own PostgreSQL unless DATABASE_URL is set)
 	exec ./$(BIN) $(ARGS)
 
+# What `wfm version`, /healthz and wfm_build_info say (internal/buildinfo): the checkout's Git description
+# and commit, "-modified" when it has uncommitted changes; `make build VERSION=1.4.0` chooses the version.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -modified)
+BUILDINFO := github.com/wfm-dev/wfm/internal/buildinfo
+LDFLAGS  := $(if $(VERSION),-X $(BUILDINFO).version=$(VERSION)) $(if $(REVISION:-modified=),-X $(BUILDINFO).revision=$(REVISION))
+
 .PHONY: build
 build: ## Build bin/wfm and bin/wfm-devicesim
-	$(GO) build -o $(BIN) ./cmd/wfm
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/wfm
 	$(GO) build -o bin/wfm-devicesim ./cmd/wfm-devicesim
 
 .PHONY: test

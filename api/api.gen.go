@@ -1513,6 +1513,15 @@ type FieldProblem struct {
 type Health struct {
 	// Status Example: ok
 	Status string `json:"status"`
+
+	// Version The version of this build of wfm, as `wfm version` prints it and the `wfm_build_info` metric
+	// labels it: the release set at build time, else the Go module version of the build (a
+	// pseudo-version for a build from a Git checkout), else `unknown`. During a rolling upgrade it
+	// tells which replicas already run the new release.
+	//
+	//
+	// Example: 1.4.0
+	Version string `json:"version"`
 }
 
 // HistoryList defines model for HistoryList.
@@ -1857,6 +1866,15 @@ type Readiness struct {
 	// Status `ready`: the server is whole. `degraded`: it serves, but its database is unreachable
 	// (device polls are answered from memory) or change notifications do not arrive.
 	Status ReadinessStatus `json:"status"`
+
+	// Version The version of this build of wfm, as `wfm version` prints it and the `wfm_build_info` metric
+	// labels it: the release set at build time, else the Go module version of the build (a
+	// pseudo-version for a build from a Git checkout), else `unknown`. During a rolling upgrade it
+	// tells which replicas already run the new release.
+	//
+	//
+	// Example: 1.4.0
+	Version string `json:"version"`
 }
 
 // ReadinessStatus `ready`: the server is whole. `degraded`: it serves, but its database is unreachable

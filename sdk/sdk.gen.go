@@ -1514,6 +1514,15 @@ type FieldProblem struct {
 type Health struct {
 	// Status Example: ok
 	Status string `json:"status"`
+
+	// Version The version of this build of wfm, as `wfm version` prints it and the `wfm_build_info` metric
+	// labels it: the release set at build time, else the Go module version of the build (a
+	// pseudo-version for a build from a Git checkout), else `unknown`. During a rolling upgrade it
+	// tells which replicas already run the new release.
+	//
+	//
+	// Example: 1.4.0
+	Version string `json:"version"`
 }
 
 // HistoryList defines model for HistoryList.
@@ -1858,6 +1867,15 @@ type Readiness struct {
 	// Status `ready`: the server is whole. `degraded`: it serves, but its database is unreachable
 	// (device polls are answered from memory) or change notifications do not arrive.
 	Status ReadinessStatus `json:"status"`
+
+	// Version The version of this build of wfm, as `wfm version` prints it and the `wfm_build_info` metric
+	// labels it: the release set at build time, else the Go module version of the build (a
+	// pseudo-version for a build from a Git checkout), else `unknown`. During a rolling upgrade it
+	// tells which replicas already run the new release.
+	//
+	//
+	// Example: 1.4.0
+	Version string `json:"version"`
 }
 
 // ReadinessStatus `ready`: the server is whole. `degraded`: it serves, but its database is unreachable
@@ -3885,7 +3903,7 @@ type ClientInterface interface {
 
 	// GetHealth Liveness — the process is up
 	//
-	// Answers 200 as long as the process serves HTTP. It does not touch the database.
+	// Answers 200 as long as the process serves HTTP, with the version of the build. It does not touch the database.
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4827,7 +4845,7 @@ type ClientInterface interface {
 
 	// GetReady Readiness — the database is reachable and migrated, or devices are answered from memory
 	//
-	// Answers 200 `ready` when the database answers and every migration embedded in this binary
+	// Answers 200 `ready` (with the version of the build as `/healthz` says it) when the database answers and every migration embedded in this binary
 	// is applied, and change notifications arrive. Answers 200 `degraded`, with a `detail` that
 	// says why and until when, while this server still answers device polls from its manifest
 	// cache although the database is unreachable (for `-manifest-stale-bound`, default 5
@@ -5107,7 +5125,7 @@ func (c *Client) GetDeploymentYAML(ctx context.Context, deploymentId DeploymentI
 
 // GetHealth Liveness — the process is up
 //
-// Answers 200 as long as the process serves HTTP. It does not touch the database.
+// Answers 200 as long as the process serves HTTP, with the version of the build. It does not touch the database.
 //
 // Corresponds with GET /healthz (the `GetHealth` operationId).
 func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6829,7 +6847,7 @@ func (c *Client) RotateWebhookSecret(ctx context.Context, webhookId openapi_type
 
 // GetReady Readiness — the database is reachable and migrated, or devices are answered from memory
 //
-// Answers 200 `ready` when the database answers and every migration embedded in this binary
+// Answers 200 `ready` (with the version of the build as `/healthz` says it) when the database answers and every migration embedded in this binary
 // is applied, and change notifications arrive. Answers 200 `degraded`, with a `detail` that
 // says why and until when, while this server still answers device polls from its manifest
 // cache although the database is unreachable (for `-manifest-stale-bound`, default 5
@@ -11061,7 +11079,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetHealthWithResponse Liveness — the process is up
 	//
-	// Answers 200 as long as the process serves HTTP. It does not touch the database.
+	// Answers 200 as long as the process serves HTTP, with the version of the build. It does not touch the database.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -12087,7 +12105,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadyWithResponse Readiness — the database is reachable and migrated, or devices are answered from memory
 	//
-	// Answers 200 `ready` when the database answers and every migration embedded in this binary
+	// Answers 200 `ready` (with the version of the build as `/healthz` says it) when the database answers and every migration embedded in this binary
 	// is applied, and change notifications arrive. Answers 200 `degraded`, with a `detail` that
 	// says why and until when, while this server still answers device polls from its manifest
 	// cache although the database is unreachable (for `-manifest-stale-bound`, default 5
@@ -19702,7 +19720,7 @@ func (c *ClientWithResponses) GetDeploymentYAMLWithResponse(ctx context.Context,
 
 // GetHealthWithResponse Liveness — the process is up
 //
-// Answers 200 as long as the process serves HTTP. It does not touch the database.
+// Answers 200 as long as the process serves HTTP, with the version of the build. It does not touch the database.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -21196,7 +21214,7 @@ func (c *ClientWithResponses) RotateWebhookSecretWithResponse(ctx context.Contex
 
 // GetReadyWithResponse Readiness — the database is reachable and migrated, or devices are answered from memory
 //
-// Answers 200 `ready` when the database answers and every migration embedded in this binary
+// Answers 200 `ready` (with the version of the build as `/healthz` says it) when the database answers and every migration embedded in this binary
 // is applied, and change notifications arrive. Answers 200 `degraded`, with a `detail` that
 // says why and until when, while this server still answers device polls from its manifest
 // cache although the database is unreachable (for `-manifest-stale-bound`, default 5

@@ -116,7 +116,7 @@ func readDockerfile(t *testing.T) map[string]*dockerStage {
 			cur.copies = append(cur.copies, args)
 		case "ENTRYPOINT":
 			require.NoError(t, json.Unmarshal([]byte(rest), &cur.entrypoint), "ENTRYPOINT in exec form: %s", line)
-		case "WORKDIR", "RUN", "USER":
+		case "WORKDIR", "RUN", "USER", "ARG":
 		default:
 			t.Fatalf("Dockerfile: instruction %s is not checked by this test; teach it", instr)
 		}

@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/wfm-dev/wfm/internal/access"
+	"github.com/wfm-dev/wfm/internal/buildinfo"
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/devpki"
 	"github.com/wfm-dev/wfm/internal/feed"
@@ -144,6 +145,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	fs := flag.NewFlagSet("wfm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { usage(fs) }
 	var c config
 	var level, mgmtRate, mgmtBurst, trustedProxies, eventRetention, eventStreams string
 	var bundleRetention, deviceCertHosts, corsOrigins, staleBound string
@@ -431,11 +433,12 @@ func newLogger(c config, w io.Writer) *slog.Logger {
 // run is the whole server: it returns when ctx is cancelled (after a graceful
 // shutdown) or when something it depends on fails.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "issue-client-cert" {
-		return issueClientCert(args[1:], getenv, stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "print-admin-token" {
-		return printAdminToken(args[1:], getenv, stdout, stderr)
+	if len(args) > 0 {
+		for _, cmd := range commands() {
+			if args[0] == cmd.name || slices.Contains(cmd.flags, args[0]) {
+				return cmd.run(args[1:], getenv, stdout, stderr)
+			}
+		}
 	}
 	if len(args) > 0 && args[0] == "remove-data" {
 		return removeData(args[1:], getenv, stdout, stderr)
@@ -603,7 +606,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	deviceURL := dscheme + displayAddr(dln.Addr())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		telemetry.NewPoolCollector(pool), domain)
+		telemetry.NewPoolCollector(pool), domain, telemetry.NewBuildInfo(buildinfo.Read()))
 	handler, err := httpapi.NewHandler(httpapi.Config{
 		Logger:          log,
 		Ready:           readiness(pg, pool),
@@ -715,7 +718,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	base := mscheme + displayAddr(ln.Addr())
 	fmt.Fprintf(stdout, "wfm listening on %s (Swagger UI %s/docs/, contract %s/openapi.yaml)\n", base, base, base)
 	fmt.Fprintf(stdout, "wfm device API (Margo) on %s/api/v1/\n", deviceURL)
-	log.Info("listening", "management", ln.Addr().String(), "device", dln.Addr().String(), "device_tls", deviceTLS != nil)
+	b := buildinfo.Read()
+	log.Info("listening", "management", ln.Addr().String(), "device", dln.Addr().String(), "device_tls", deviceTLS != nil,
+		"version", b.Version, "revision", b.Revision)
 
 	if c.debugListen != "" {
 		dbg, err := net.Listen("tcp", c.debugListen)

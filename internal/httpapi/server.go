@@ -26,6 +26,7 @@ import (
 	"github.com/wfm-dev/wfm"
 	"github.com/wfm-dev/wfm/api"
 	"github.com/wfm-dev/wfm/internal/access"
+	"github.com/wfm-dev/wfm/internal/buildinfo"
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/lifecycle"
@@ -360,9 +361,10 @@ func (s *Server) headAsGet(next http.Handler) http.Handler {
 	})
 }
 
-// GetHealth answers liveness: the process serves HTTP.
+// GetHealth answers liveness: the process serves HTTP, and which build
+// it is (a load balancer's health page then shows the replicas' versions).
 func (s *Server) GetHealth(ctx context.Context, _ api.GetHealthRequestObject) (api.GetHealthResponseObject, error) {
-	return api.GetHealth200JSONResponse{Status: "ok"}, nil
+	return api.GetHealth200JSONResponse{Status: "ok", Version: buildinfo.Read().Version}, nil
 }
 
 // GetReady answers readiness: the database is reachable and migrated, or
@@ -377,9 +379,9 @@ func (s *Server) GetReady(ctx context.Context, _ api.GetReadyRequestObject) (api
 			Extra:   map[string]any{"retryable": true, "retryAfterSeconds": defaultRetryAfter}}, err)
 	}
 	if degraded != "" {
-		return api.GetReady200JSONResponse{Status: api.Degraded, Detail: &degraded}, nil
+		return api.GetReady200JSONResponse{Status: api.Degraded, Detail: &degraded, Version: buildinfo.Read().Version}, nil
 	}
-	return api.GetReady200JSONResponse{Status: api.Ready}, nil
+	return api.GetReady200JSONResponse{Status: api.Ready, Version: buildinfo.Read().Version}, nil
 }
 
 type faceKey struct{}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/wfm-dev/wfm"
 	"github.com/wfm-dev/wfm/internal/access"
+	"github.com/wfm-dev/wfm/internal/buildinfo"
 	"github.com/wfm-dev/wfm/internal/catalog"
 	"github.com/wfm-dev/wfm/internal/fleet"
 	"github.com/wfm-dev/wfm/internal/httpapi"
@@ -126,6 +127,7 @@ func TestHealthAndReadyWithGeneratedClient(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, h.StatusCode())
 	assert.Equal(t, "ok", h.JSON200.Status)
+	assert.Equal(t, buildinfo.Read().Version, h.JSON200.Version, "the build's version")
 
 	r, err := c.GetReadyWithResponse(t.Context())
 	require.NoError(t, err)

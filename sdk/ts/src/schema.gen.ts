@@ -1503,7 +1503,7 @@ export interface paths {
         };
         /**
          * Liveness — the process is up
-         * @description Answers 200 as long as the process serves HTTP. It does not touch the database.
+         * @description Answers 200 as long as the process serves HTTP, with the version of the build. It does not touch the database.
          */
         get: operations["getHealth"];
         put?: never;
@@ -1523,7 +1523,7 @@ export interface paths {
         };
         /**
          * Readiness — the database is reachable and migrated, or devices are answered from memory
-         * @description Answers 200 `ready` when the database answers and every migration embedded in this binary
+         * @description Answers 200 `ready` (with the version of the build as `/healthz` says it) when the database answers and every migration embedded in this binary
          *     is applied, and change notifications arrive. Answers 200 `degraded`, with a `detail` that
          *     says why and until when, while this server still answers device polls from its manifest
          *     cache although the database is unreachable (for `-manifest-stale-bound`, default 5
@@ -2275,6 +2275,14 @@ export interface components {
         Health: {
             /** @example ok */
             status: string;
+            /**
+             * @description The version of this build of wfm, as `wfm version` prints it and the `wfm_build_info` metric
+             *     labels it: the release set at build time, else the Go module version of the build (a
+             *     pseudo-version for a build from a Git checkout), else `unknown`. During a rolling upgrade it
+             *     tells which replicas already run the new release.
+             * @example 1.4.0
+             */
+            version: string;
         };
         Readiness: {
             /**
@@ -2285,6 +2293,14 @@ export interface components {
             status: "ready" | "degraded";
             /** @description Why the server is degraded, and until when it answers devices from memory. */
             detail?: string;
+            /**
+             * @description The version of this build of wfm, as `wfm version` prints it and the `wfm_build_info` metric
+             *     labels it: the release set at build time, else the Go module version of the build (a
+             *     pseudo-version for a build from a Git checkout), else `unknown`. During a rolling upgrade it
+             *     tells which replicas already run the new release.
+             * @example 1.4.0
+             */
+            version: string;
         };
         /**
          * @description RFC 9457 problem details, with Margo's extension members (`retryable`, `retryAfterSeconds`,
@@ -6481,7 +6497,8 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "status": "ok"
+                     *       "status": "ok",
+                     *       "version": "1.4.0"
                      *     }
                      */
                     "application/json": components["schemas"]["Health"];
