@@ -68,3 +68,46 @@ func checkDashboard(t *testing.T, fams map[string]*dto.MetricFamily) {
 		}
 	}
 }
+
+// TestDashboardSelectsJobAndInstance: the dashboard has a job and an
+// instance variable, and every metric every query reads is selected by
+// both, so that one dashboard serves several wfm installations (jobs) and
+// can show one replica.
+func TestDashboardSelectsJobAndInstance(t *testing.T) {
+	b, err := os.ReadFile("../../docs/grafana/wfm-dashboard.json")
+	require.NoError(t, err)
+	var doc struct {
+		Templating struct {
+			List []struct {
+				Name, Type string
+				Definition string
+				IncludeAll bool `json:"includeAll"`
+			}
+		}
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	require.NoError(t, json.Unmarshal(b, &doc))
+	vars := map[string]string{}
+	for _, v := range doc.Templating.List {
+		vars[v.Name] = v.Type + " " + v.Definition
+	}
+	require.Contains(t, vars, "job")
+	require.Contains(t, vars, "instance")
+	require.Contains(t, vars["instance"], `job=~"$job"`, "the instances are those of the chosen job")
+	selector := regexp.MustCompile(`\b((?:wfm|go|process)_[A-Za-z0-9_:]*)(\{[^}]*\})?`)
+	queries := 0
+	for _, p := range doc.Panels {
+		for _, tg := range p.Targets {
+			queries++
+			for _, m := range selector.FindAllStringSubmatch(tg.Expr, -1) {
+				if !strings.Contains(m[2], `job=~"$job"`) || !strings.Contains(m[2], `instance=~"$instance"`) {
+					t.Errorf("panel %q: %s is not selected by job and instance in %q", p.Title, m[1], tg.Expr)
+				}
+			}
+		}
+	}
+	require.Greater(t, queries, 20, "the panels' queries were read")
+}

@@ -150,6 +150,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	var level, mgmtRate, mgmtBurst, trustedProxies, eventRetention, eventStreams string
 	var bundleRetention, deviceCertHosts, corsOrigins, staleBound string
 	var whAllowCIDR, whTimeout, whDisableAfter, whRetention, whWorkers string
+	var deviceRate, deviceBurst, reportRetention, shutdownTimeout string
 	fs.StringVar(&c.listen, "listen", env("WFM_LISTEN", "127.0.0.1:8080"), "address of the HTTP listener (env WFM_LISTEN)")
 	fs.StringVar(&c.deviceListen, "device-listen", env("WFM_DEVICE_LISTEN", "127.0.0.1:8443"), "address of the device API listener (mTLS) (env WFM_DEVICE_LISTEN)")
 	fs.StringVar(&c.trustDomain, "trust-domain", env("WFM_TRUST_DOMAIN", "wfm.local"), "SPIFFE trust domain of WFM clients (env WFM_TRUST_DOMAIN)")
@@ -164,15 +165,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.devHeaderID, "dev-header-identity", getenv("WFM_DEV_HEADER_IDENTITY") == "true", "INSECURE, development only: serve the device API over plain HTTP and take the client id from the X-WFM-Client-ID header (env WFM_DEV_HEADER_IDENTITY=true)")
 	fs.StringVar(&c.debugListen, "debug-listen", getenv("WFM_DEBUG_LISTEN"), "address of a profiling listener (/debug/pprof/); empty: none. Keep it on loopback (env WFM_DEBUG_LISTEN)")
 	fs.BoolVar(&c.allowOverrides, "allow-rollback-override", getenv("WFM_ALLOW_ROLLBACK_OVERRIDE") != "false", "let admins override a supplier's rollback policy with force (audited); false disables break-glass overrides (env WFM_ALLOW_ROLLBACK_OVERRIDE=false)")
-	fs.Float64Var(&c.deviceRate, "device-rate", ratelimit.DefaultDeviceRate, "device API requests per second allowed per client, on average (per server process)")
-	fs.IntVar(&c.deviceBurst, "device-burst", ratelimit.DefaultDeviceBurst, "device API requests a client may make at once above its rate")
+	fs.StringVar(&deviceRate, "device-rate", env("WFM_DEVICE_RATE", strconv.FormatFloat(ratelimit.DefaultDeviceRate, 'g', -1, 64)), "device API requests per second allowed per client, on average (per server process) (env WFM_DEVICE_RATE)")
+	fs.StringVar(&deviceBurst, "device-burst", env("WFM_DEVICE_BURST", strconv.Itoa(ratelimit.DefaultDeviceBurst)), "device API requests a client may make at once above its rate (env WFM_DEVICE_BURST)")
 	fs.StringVar(&mgmtRate, "mgmt-rate", env("WFM_MGMT_RATE", "50"), "management API requests per second allowed per token (per client address without a valid token), on average (per server process); 0: unlimited (env WFM_MGMT_RATE)")
 	fs.StringVar(&mgmtBurst, "mgmt-burst", env("WFM_MGMT_BURST", "100"), "management API requests a caller may make at once above its rate (env WFM_MGMT_BURST)")
 	fs.StringVar(&trustedProxies, "trusted-proxies", getenv("WFM_TRUSTED_PROXIES"), "comma-separated addresses or CIDRs of proxies whose forwarding header (-forwarded-header) names the caller; empty: none; 0.0.0.0/0 and ::/0 are refused (env WFM_TRUSTED_PROXIES)")
 	fs.StringVar(&c.forwardedHeader, "forwarded-header", env("WFM_FORWARDED_HEADER", httpapi.HeaderXForwardedFor), "the one header read from trusted proxies: x-forwarded-for or forwarded (RFC 7239); the other is ignored. Choose the one your proxy appends to (env WFM_FORWARDED_HEADER)")
 	fs.StringVar(&corsOrigins, "cors-origins", getenv("WFM_CORS_ORIGINS"), "comma-separated browser origins (scheme://host[:port]) of web consoles allowed to call the management API across origins (CORS); empty: none (env WFM_CORS_ORIGINS)")
 	fs.BoolVar(&c.deviceTLS12, "device-tls12", getenv("WFM_DEVICE_TLS12") == "true", "also accept TLS 1.2 on the device listener (Margo allows it only as a non-default fallback) (env WFM_DEVICE_TLS12=true)")
-	fs.IntVar(&c.reportRetention, "report-retention", 100, "status reports kept per deployment")
+	fs.StringVar(&reportRetention, "report-retention", env("WFM_REPORT_RETENTION", "100"), "status reports kept per deployment, at least 1 (env WFM_REPORT_RETENTION)")
 	fs.StringVar(&eventRetention, "event-retention", env("WFM_EVENT_RETENTION", postgres.DefaultEventRetention.String()), "how long the event log keeps an event, a duration from 1h to 87600h (10 years); pruned hourly (env WFM_EVENT_RETENTION)")
 	fs.StringVar(&eventStreams, "event-streams", env("WFM_EVENT_STREAMS", strconv.Itoa(feed.DefaultMaxStreams)), "event streams (GET /mgmt/v1/events as Server-Sent Events) this process serves at once, 1 to 100000; beyond, 503 too-many-streams; one token holds at most an eighth of them. Each queues up to 1024 events (env WFM_EVENT_STREAMS)")
 	fs.StringVar(&bundleRetention, "bundle-retention", env("WFM_BUNDLE_RETENTION", postgres.DefaultBundleRetention.String()), "how long a superseded manifest version's bundle stays fetchable, a duration from 1h to 8760h (1 year); collected hourly (env WFM_BUNDLE_RETENTION)")
@@ -192,7 +193,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.dataDir, "data-dir", env("WFM_DATA_DIR", ".data"), "folder for the private PostgreSQL's data and other local state (env WFM_DATA_DIR)")
 	fs.StringVar(&level, "log-level", env("WFM_LOG_LEVEL", "info"), "debug, info, warn or error (env WFM_LOG_LEVEL)")
 	fs.StringVar(&c.logFormat, "log-format", env("WFM_LOG_FORMAT", "text"), "text or json (env WFM_LOG_FORMAT)")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to let requests finish on shutdown")
+	fs.StringVar(&shutdownTimeout, "shutdown-timeout", env("WFM_SHUTDOWN_TIMEOUT", "20s"), "how long to let requests finish on shutdown (SIGINT, SIGTERM) before their connections are closed (env WFM_SHUTDOWN_TIMEOUT)")
 	err := fs.Parse(args)
 	if err != nil {
 		return c, err
@@ -224,14 +225,20 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.mgmtTLSDev && c.mgmtTLSCert != "" {
 		return c, errors.New("-mgmt-tls-dev and -mgmt-tls-cert exclude each other: the development certificate or yours")
 	}
-	if c.deviceRate <= 0 || c.deviceBurst < 1 {
-		return c, errors.New("-device-rate must be > 0 and -device-burst >= 1")
+	if c.deviceRate, err = strconv.ParseFloat(deviceRate, 64); err != nil || !(c.deviceRate > 0) || math.IsInf(c.deviceRate, 0) {
+		return c, fmt.Errorf("-device-rate %q: want a number > 0", deviceRate)
+	}
+	if c.deviceBurst, err = strconv.Atoi(deviceBurst); err != nil || c.deviceBurst < 1 {
+		return c, fmt.Errorf("-device-burst %q: want an integer >= 1", deviceBurst)
 	}
 	if err := parseMgmtLimit(&c, mgmtRate, mgmtBurst, trustedProxies); err != nil {
 		return c, err
 	}
-	if c.reportRetention < 1 {
-		return c, errors.New("-report-retention must be at least 1")
+	if c.reportRetention, err = strconv.Atoi(reportRetention); err != nil || c.reportRetention < 1 {
+		return c, fmt.Errorf("-report-retention %q: want an integer >= 1", reportRetention)
+	}
+	if c.shutdownTimeout, err = time.ParseDuration(shutdownTimeout); err != nil || c.shutdownTimeout < 0 {
+		return c, fmt.Errorf("-shutdown-timeout %q: want a duration >= 0 (0: close connections at once)", shutdownTimeout)
 	}
 	if c.eventRetention, err = time.ParseDuration(eventRetention); err != nil || c.eventRetention < minEventRetention || c.eventRetention > maxEventRetention {
 		return c, fmt.Errorf("-event-retention %q: want a duration from %s to %s", eventRetention, minEventRetention, maxEventRetention)

@@ -172,6 +172,7 @@ func TestDomainMetrics(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status, body)
 	rolloutID, _ := body["id"].(string)
 	require.NotEmpty(t, rolloutID)
+	rolloutWave := body["currentWave"]
 
 	// Callers without a valid token use up their network's budget: 429.
 	var limited bool
@@ -214,7 +215,9 @@ func TestDomainMetrics(t *testing.T) {
 	check("wfm_rollouts", map[string]string{"state": "succeeded"}, zero)
 	r := map[string]string{"rollout": rolloutID, "application": "com-northstartida-hello-world"}
 	check("wfm_rollout_progress_ratio", r, func(v float64) bool { return v >= 0 && v < 1 })
-	check("wfm_rollout_current_wave", r, zero)
+	apiWave, _ := rolloutWave.(float64)
+	require.Equal(t, 1.0, apiWave, "the API counts waves from 1")
+	check("wfm_rollout_current_wave", r, func(v float64) bool { return v == apiWave })
 	check("wfm_rollout_waves", r, func(v float64) bool { return v >= 1 })
 	check("wfm_rollout_members", map[string]string{"rollout": rolloutID, "status": "excluded"}, func(v float64) bool { return v == 1 })
 	var eligible float64

@@ -124,15 +124,35 @@ type DomainCounters interface {
 const statusRoute = "/api/v1/deployments/{deploymentId}/status"
 
 // routeOf is the route pattern that served r, or, for a request answered
-// before routing (refused by authentication or a rate limit), the pattern
-// that would have served it; "unmatched" when no route matches.
+// before routing (refused by authentication or a rate limit, a CORS
+// preflight), the pattern that would have served it: a HEAD's is its GET's
+// (headAsGet), an OPTIONS's the one of the method a preflight asks for, or
+// else of any method the path takes. "unmatched" is left to paths no route
+// serves.
 func (s *Server) routeOf(r *http.Request) string {
 	if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
 		return rc.RoutePattern()
 	}
-	if s.router != nil {
+	if s.router == nil {
+		return "unmatched"
+	}
+	methods := []string{r.Method}
+	switch r.Method {
+	case http.MethodHead:
+		methods = append(methods, http.MethodGet)
+	case http.MethodOptions:
+		if m := r.Header.Get("Access-Control-Request-Method"); slices.Contains(servedMethods, m) {
+			methods = append(methods, m)
+		}
+		methods = append(methods, servedMethods...)
+	}
+	path := r.URL.Path
+	if r.URL.RawPath != "" {
+		path = r.URL.RawPath // as chi matches it (see routes)
+	}
+	for _, m := range methods {
 		rctx := chi.NewRouteContext()
-		if s.router.Match(rctx, r.Method, r.URL.Path) && rctx.RoutePattern() != "" {
+		if s.router.Match(rctx, m, path) && rctx.RoutePattern() != "" {
 			return rctx.RoutePattern()
 		}
 	}

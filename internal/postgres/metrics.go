@@ -103,7 +103,8 @@ func MetricsSnapshot(ctx context.Context, pool *pgxpool.Pool, now time.Time) (te
 			s.Rollouts[a] = int(n)
 		case "active":
 			app, state := splitLast(b, '|')
-			active[a] = &telemetry.RolloutProgress{ID: a, Application: app, State: state, Wave: int(n), Waves: int(secs)}
+			// rollouts.current_wave counts from 0, the API and the metric from 1.
+			active[a] = &telemetry.RolloutProgress{ID: a, Application: app, State: state, Wave: int(n) + 1, Waves: int(secs)}
 			order = append(order, a)
 		case "member":
 			if members[a] == nil {

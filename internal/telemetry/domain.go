@@ -46,7 +46,8 @@ const (
 // RolloutProgress is where one active rollout stands.
 type RolloutProgress struct {
 	ID, Application, State string
-	// Wave is the current wave (from 0) of Waves.
+	// Wave is the current wave of Waves, from 1 as the API counts
+	// (Rollout.currentWave); 0: none.
 	Wave, Waves int
 	// Members counts the rollout's members by status.
 	Members map[string]int
@@ -152,7 +153,7 @@ func NewDomainCollector(cfg DomainConfig) *DomainCollector {
 		rollouts:        d("rollouts", "Rollouts by state.", "state"),
 		rolloutMembers:  d("rollout_members", "Members of each active rollout by status.", "rollout", "application", "status"),
 		rolloutProgress: d("rollout_progress_ratio", "Share of an active rollout's eligible members whose status is final (0 to 1).", "rollout", "application", "state"),
-		rolloutWave:     d("rollout_current_wave", "The wave an active rollout is at, from 0.", "rollout", "application"),
+		rolloutWave:     d("rollout_current_wave", "The wave an active rollout is at, counted from 1 as the API's currentWave (0: none started).", "rollout", "application"),
 		rolloutWaves:    d("rollout_waves", "The number of waves of an active rollout.", "rollout", "application"),
 		dueItems:        d("scheduler_due", "Scheduler work that is due now, by kind (operation, rollout).", "kind"),
 		schedulerLag:    d("scheduler_lag_seconds", "How long the oldest due scheduler work has been due, by kind (operation, rollout); 0 when none.", "kind"),
