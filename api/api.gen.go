@@ -1389,7 +1389,7 @@ type DurationNotice struct {
 // that made it happen. The event types, their subjects, their `data` and who may read them are listed
 // in docs/events.md.
 type Event struct {
-	// Actor Who caused the change (a token's actor, a client id for a device's report, `wfm` for the scheduler).
+	// Actor Who caused the change (a token's id, as in the audit log, such as `bootstrap` for the bootstrap admin; a client id for a device's report; `rollout:<id>` for a rollout driving its members; `wfm` for the server itself).
 	//
 	// Example: alice
 	Actor string `json:"actor"`
@@ -1662,7 +1662,11 @@ type Operation struct {
 	OnFailure OnFailure `json:"onFailure"`
 
 	// Reason Why it failed or was cancelled (e.g. drain-timeout, timeout, device-failed, deployment-removed).
-	Reason      *string         `json:"reason,omitempty"`
+	Reason *string `json:"reason,omitempty"`
+
+	// RequestedBy Who asked for it, as the audit log and the events name the actor: a token's id (such as
+	// `bootstrap`), `rollout:<id>` for a rollout's member, `scheduler (onFailure: rollback of <id>)`
+	// for an automatic rollback.
 	RequestedBy string          `json:"requestedBy"`
 	State       OperationState  `json:"state"`
 	Steps       []OperationStep `json:"steps"`

@@ -531,9 +531,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// few per caller a minute, then one line with the count of the rest.
 	// Each kind has its own sampler, so that a handshake flood from many
 	// addresses cannot use up the keys the refusal lines need.
+	// Both kinds are logged at INFO (a 403 refusal at WARN), and so are
+	// their counts.
 	newLogSampler := func() *sampling.Sampler[string] {
 		l := sampling.New(sampling.Config[string]{First: 5, Interval: time.Minute, MaxKeys: 10_000, Now: time.Now,
-			Overflow: func(string) string { return "other callers" }, Flush: telemetry.LogSuppressed(log)})
+			Overflow: func(string) string { return "other callers" }, Flush: telemetry.LogSuppressedAt(log, slog.LevelInfo)})
 		l.Start(context.WithoutCancel(ctx))
 		return l
 	}

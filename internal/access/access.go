@@ -280,8 +280,10 @@ func (s *Service) token(ctx context.Context, id string, fresh bool) (t Token, ha
 const maxCachedTokens = 256
 
 // SystemActor is the audit actor of what the server does by itself (not on
-// a request), such as installing the bootstrap token from configuration.
-const SystemActor = "system"
+// a request), such as installing the bootstrap token from configuration:
+// the actor its events name too (lifecycle.ActorScheduler), one spelling
+// of the server wherever an actor is recorded.
+const SystemActor = lifecycle.ActorScheduler
 
 // BootstrapOutcome is what Bootstrap did.
 type BootstrapOutcome int

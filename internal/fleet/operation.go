@@ -136,7 +136,8 @@ type Visit struct {
 type actorKey struct{}
 
 // WithActor returns ctx carrying the name of who causes the changes made
-// with it (a token's actor name); events record it.
+// with it (a token's id, as the audit log names it); events and
+// operations' requestedBy record it.
 func WithActor(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, actorKey{}, name)
 }

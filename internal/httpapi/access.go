@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"net/http"
@@ -302,7 +303,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.refuse(w, r, p, addr, s.actionOf(r), tooManyRequests(wait), true)
 			return
 		}
-		ctx := fleet.WithActor(context.WithValue(r.Context(), principalKey{}, p), p.Name)
+		// The token id, as the audit log and the request log name the
+		// caller: one spelling per actor (the name is a label, and not
+		// unique).
+		ctx := fleet.WithActor(context.WithValue(r.Context(), principalKey{}, p), p.TokenID)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, addrKey{}, addr)))
 	})
 }
@@ -410,7 +414,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, p access.Princip
 		logKey += " from " + access.CallerNetwork(addr)
 	}
 	if s.logSampler == nil || s.logSampler.Allow(logKey) {
-		s.log.WarnContext(r.Context(), "management call refused", "actor", p.TokenID, "address", addr, "method", r.Method,
+		s.log.Log(r.Context(), refusalLevel(prob.Status), "management call refused", "actor", p.TokenID, "address", addr, "method", r.Method,
 			"path", r.URL.Path, "status", prob.Status, "type", slug)
 	}
 	if audited {
@@ -427,6 +431,18 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, p access.Princip
 		s.auditFailed(ctx, err, action, p)
 	}
 	writeProblem(w, r, prob)
+}
+
+// refusalLevel is the level of a refused call's log line: WARN for a 403,
+// a known token asking for more than its role allows (a person or a job to
+// talk to); INFO for a 401 or a 429, which anyone on the network can cause
+// at will (scanners, a brute force: noise the audit log and the sampler
+// already count) and which would bury the warnings that need a person.
+func refusalLevel(status int) slog.Level {
+	if status == http.StatusForbidden {
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
 }
 
 // authorize checks the caller's role against the operation's x-wfm-role

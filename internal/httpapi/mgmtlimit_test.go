@@ -501,3 +501,42 @@ func (e *limitedEnv) adminCall(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 }
+
+// TestRefusalLogLevels: a 401 or a 429, which anyone on the network can
+// cause, is logged at INFO; a 403, a known token asking for more than its
+// role, at WARN.
+func TestRefusalLogLevels(t *testing.T) {
+	e := newLimitedEnv(t, 1, 3)
+	_, viewer := e.token(t, "viewer")
+	refused := func(status int) string {
+		t.Helper()
+		for _, l := range strings.Split(e.logs.String(), "\n") {
+			if strings.Contains(l, `msg="management call refused"`) && strings.Contains(l, "status="+strconv.Itoa(status)+" ") {
+				return l
+			}
+		}
+		t.Fatalf("no refusal line of status %d in:\n%s", status, e.logs.String())
+		return ""
+	}
+	status, _ := e.call(t, map[string]string{"Authorization": "Bearer wfm_not-a-token-at-all"})
+	require.Equal(t, http.StatusUnauthorized, status)
+	assert.Contains(t, refused(http.StatusUnauthorized), "level=INFO ")
+	status, _ = e.call(t, map[string]string{"Authorization": "Bearer " + viewer})
+	require.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, refused(http.StatusForbidden), "level=WARN ")
+	// Another viewer's reads (allowed: no refusal line) up to its burst.
+	_, reader := e.token(t, "viewer")
+	for range 5 {
+		req, err := http.NewRequest(http.MethodGet, e.url+"/mgmt/v1/applications", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+reader)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		if status = res.StatusCode; status == http.StatusTooManyRequests {
+			break
+		}
+	}
+	require.Equal(t, http.StatusTooManyRequests, status, "past the burst")
+	assert.Contains(t, refused(http.StatusTooManyRequests), "level=INFO ")
+}

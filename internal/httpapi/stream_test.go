@@ -847,14 +847,14 @@ func TestImportantEventsAreLoggedFromTheLog(t *testing.T) {
 			lines = append(lines, l)
 		}
 	}
-	require.Len(t, lines, 4, "one line per important event, none for a move to installing:\n%s", out.String())
-	for i, want := range []struct{ msg, id, detail string }{
-		{`msg="deployment failed"`, strconv.FormatInt(evs[1].ID, 10), "data.reason=InstallFailed"},
-		{`msg="operation failed"`, strconv.FormatInt(evs[2].ID, 10), "data.reason=StepFailed"},
-		{`msg="rollout paused"`, strconv.FormatInt(evs[3].ID, 10), "data.cause=threshold"},
-		{`msg="token revoked"`, strconv.FormatInt(evs[4].ID, 10), "subject=token:t1"},
+	require.Len(t, lines, 4, "at INFO, one line per important event, none for a move to installing (DEBUG):\n%s", out.String())
+	for i, want := range []struct{ level, msg, id, detail string }{
+		{"WARN", `msg="deployment failed"`, strconv.FormatInt(evs[1].ID, 10), "data.reason=InstallFailed"},
+		{"WARN", `msg="operation failed"`, strconv.FormatInt(evs[2].ID, 10), "data.reason=StepFailed"},
+		{"WARN", `msg="rollout paused"`, strconv.FormatInt(evs[3].ID, 10), "data.cause=threshold"},
+		{"INFO", `msg="token revoked"`, strconv.FormatInt(evs[4].ID, 10), "subject=token:t1"},
 	} {
-		assert.Contains(t, lines[i], "level=INFO "+want.msg)
+		assert.Contains(t, lines[i], "level="+want.level+" "+want.msg)
 		assert.Contains(t, lines[i], "event_id="+want.id)
 		assert.Contains(t, lines[i], want.detail)
 	}

@@ -22,7 +22,7 @@ func TestTLSHandshakeErrorsAreSampled(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	s := sampling.New(sampling.Config[string]{First: 3, Interval: time.Minute, MaxKeys: 100, Now: func() time.Time { return now },
-		Flush: telemetry.LogSuppressed(log)})
+		Flush: telemetry.LogSuppressedAt(log, slog.LevelInfo)})
 	errLog := telemetry.NewServerErrorLog(log, s.Allow)
 
 	for i := range 1000 {
@@ -32,9 +32,13 @@ func TestTLSHandshakeErrorsAreSampled(t *testing.T) {
 	errLog.Printf("http: Accept error: too many open files; retrying in 5ms")
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 3+1+1, "3 lines of the flood, the other address, the other error")
+	for _, l := range lines[:4] {
+		assert.Contains(t, l, "level=INFO ", "a failed handshake is noise anyone can make: INFO")
+	}
 	assert.Contains(t, lines[4], "Accept error")
+	assert.Contains(t, lines[4], "level=WARN ", "the server's own errors stay warnings")
 
 	now = now.Add(time.Minute)
 	require.NoError(t, s.Flush(t.Context(), false))
-	assert.Contains(t, buf.String(), `log lines suppressed (repeated)" kind="TLS handshake errors from 192.0.2.1" count=997`)
+	assert.Contains(t, buf.String(), `level=INFO msg="log lines suppressed (repeated)" kind="TLS handshake errors from 192.0.2.1" count=997`)
 }

@@ -1658,6 +1658,11 @@ export interface components {
             onFailure: components["schemas"]["OnFailure"];
             forced?: boolean;
             forceReason?: string;
+            /**
+             * @description Who asked for it, as the audit log and the events name the actor: a token's id (such as
+             *     `bootstrap`), `rollout:<id>` for a rollout's member, `scheduler (onFailure: rollback of <id>)`
+             *     for an automatic rollback.
+             */
             requestedBy: string;
             /**
              * Format: date-time
@@ -3236,7 +3241,7 @@ export interface components {
             /** @description Other things the event concerns (a deployment's application, client and device). */
             related: components["schemas"]["EventRef"][];
             /**
-             * @description Who caused the change (a token's actor, a client id for a device's report, `wfm` for the scheduler).
+             * @description Who caused the change (a token's id, as in the audit log, such as `bootstrap` for the bootstrap admin; a client id for a device's report; `rollout:<id>` for a rollout driving its members; `wfm` for the server itself).
              * @example alice
              */
             actor: string;
