@@ -584,8 +584,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Now:        time.Now,
 	})
 	// Live event streams: one shared reader of the event log per process
-	// fans events out to this process's streams, and writes the info line
-	// of each important domain event. Streams end before HTTP drains; the
+	// fans events out to this process's streams, and writes the log line
+	// of each domain event (at its type's level). Streams end before HTTP drains; the
 	// reader stops after it.
 	eventLog := postgres.NewEventLog(pool)
 	// A token revoked by another process is forgotten here once its event

@@ -11,8 +11,8 @@
 // A stream that starts behind the shared reader (it resumes from an older
 // id) catches up with queries of its own, then joins the fan-out; see
 // Stream.Next for why no event is skipped or repeated at the seam. The
-// shared reader also writes the info log line of each important domain
-// event (see logLine): the log says what the stream and webhooks say,
+// shared reader also writes the log line of each domain event, at its
+// type's level (see logRules): the log says what the stream and webhooks say,
 // because it is read from the same log. Every replica logs every event
 // once.
 package feed
