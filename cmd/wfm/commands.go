@@ -29,6 +29,8 @@ func commands() []command {
 			run: issueClientCert},
 		{name: "print-admin-token", summary: "print the bootstrap admin token the server uses (where there is no shell: docker compose exec wfm wfm print-admin-token)",
 			run: printAdminToken},
+		{name: "remove-data", summary: "delete a stopped server's data folder (-data-dir) and the private PostgreSQL cluster it holds or links to",
+			run: removeData},
 		{name: "version", flags: []string{"-version", "--version"}, summary: "print the version, the source revision and the Go release of this build (also: wfm -version)",
 			run: printVersion},
 	}

@@ -447,9 +447,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 		}
 	}
-	if len(args) > 0 && args[0] == "remove-data" {
-		return removeData(args[1:], getenv, stdout, stderr)
-	}
 	c, err := parseConfig(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
