@@ -54,7 +54,7 @@ func startWebhooks(ctx context.Context, c config, pool *pgxpool.Pool, log *slog.
 	}
 	guard := webhook.Guard{AllowHTTP: c.webhooks.allowHTTP, Allowed: c.webhooks.allowCIDRs}
 	worker := webhook.NewWorker(store, keys, webhook.WorkerConfig{Timeout: c.webhooks.timeout, DisableAfter: c.webhooks.disableAfter,
-		Guard: guard, Now: time.Now, Logger: log})
+		Guard: guard, Now: time.Now})
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, worker); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)

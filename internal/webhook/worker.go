@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -71,8 +70,6 @@ type WorkerConfig struct {
 	Guard Guard
 	// Now is the clock (signatures, attempts, the rotation overlap).
 	Now func() time.Time
-	// Logger receives a line per disabled subscription.
-	Logger *slog.Logger
 	// Backoff is the wait after the attempt-th failed attempt of job id
 	// (nil: Backoff; tests shorten it).
 	Backoff func(id int64, attempt int) time.Duration
@@ -218,10 +215,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	case out.Succeeded:
 		return nil
 	case out.Disable:
-		if w.cfg.Logger != nil {
-			w.cfg.Logger.WarnContext(ctx, "webhook disabled", "webhook", a.WebhookID, "reason", out.Reason,
-				"consecutive_failures", out.ConsecutiveFailures, "last_error", attempt.Err)
-		}
+		// No line of its own: the webhook.disabled event committed with the
+		// change is logged at WARN from the event log, with its reason.
 		return river.JobCancel(errors.New(attempt.Err))
 	case windowOver:
 		return river.JobCancel(fmt.Errorf("%s; retried for %s, giving up", attempt.Err, RetryWindow))
