@@ -51,12 +51,17 @@ func TestCutOffReplicaKeepsItsCacheAndChecksIt(t *testing.T) {
 	b := fleet.NewService(postgres.NewFleetStore(poolB, 0), cat, fleet.Policy{AcceptAll: true}, time.Now, log)
 
 	lost := make(chan time.Time, 1)
-	ready := make(chan struct{}, 1)
+	ready, marked := make(chan struct{}, 1), make(chan struct{}, 1)
 	retry := make(chan time.Time) // the test says when a may reconnect
 	var resyncQueries atomic.Int64
 	l := &postgres.Listener{Pool: poolA, Channel: postgres.NotifyChannel, Log: log, Ready: ready,
-		Notify: a.Invalidate,
-		Lost:   func(since time.Time) { a.ManifestCacheLost(since); lost <- since },
+		Notify: func(payload string) {
+			a.Invalidate(payload)
+			if payload == "test-marker" {
+				marked <- struct{}{}
+			}
+		},
+		Lost: func(since time.Time) { a.ManifestCacheLost(since); lost <- since },
 		Listening: func(ctx context.Context) error {
 			before := queries.n.Load()
 			_, _, err := a.ResyncManifestCache(ctx)
@@ -81,10 +86,16 @@ func TestCutOffReplicaKeepsItsCacheAndChecksIt(t *testing.T) {
 		_, err := b.PutCapabilities(ctx, c, "d", caps("d"))
 		require.NoError(t, err)
 	}
+	// Notifications arrive in order: once the marker sent after the
+	// registrations is handled, so are theirs, which would otherwise drop
+	// the entries cached below if they came late.
+	_, err = poolB.Exec(ctx, "SELECT pg_notify($1, 'test-marker')", postgres.NotifyChannel)
+	require.NoError(t, err)
+	wait(marked, "the marker notification did not arrive")
 	lookups := func() (hits, misses uint64) { return a.ManifestCacheStats() }
 	cached := map[string]fleet.Manifest{}
 	for _, c := range []string{"still", "moved", "gone"} {
-		m, err := a.Manifest(ctx, c) // now cached in a (created by b: a was notified)
+		m, err := a.Manifest(ctx, c) // now cached in a
 		require.NoError(t, err)
 		cached[c] = m
 	}

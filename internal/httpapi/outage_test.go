@@ -226,8 +226,14 @@ func TestCachedPollsDuringOutage(t *testing.T) {
 	clock := &fakeClock{t: time.Now()}
 	e := newEnv(t, envOptions{policy: fleet.Policy{AcceptAll: true}, pool: pool, now: clock.now,
 		ready: func(ctx context.Context) error { return postgres.Check(ctx, pool) }})
-	lost, ready := make(chan struct{}, 1), make(chan struct{}, 1)
-	l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Notify: e.fleet.Invalidate, Ready: ready, Now: clock.now,
+	lost, ready, marked := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
+	notify := func(payload string) {
+		e.fleet.Invalidate(payload)
+		if payload == "test-marker" {
+			marked <- struct{}{}
+		}
+	}
+	l := &postgres.Listener{Pool: pool, Channel: postgres.NotifyChannel, Notify: notify, Ready: ready, Now: clock.now,
 		Lost:      func(since time.Time) { e.fleet.ManifestCacheLost(since); lost <- struct{}{} },
 		Listening: func(ctx context.Context) error { _, _, err := e.fleet.ResyncManifestCache(ctx); return err },
 		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -252,6 +258,12 @@ func TestCachedPollsDuringOutage(t *testing.T) {
 	res, body := dev.do("PUT", "/api/v1/capabilities/edge", capabilities("edge", "compose"))
 	require.Equal(t, http.StatusCreated, res.StatusCode, string(body))
 	e.deploy(t, "plant", "edge", "svc", "1.0.0")
+	// Notifications arrive in order: once the marker sent after the
+	// deployment is handled, so is the deployment's own, which would
+	// otherwise drop the entry cached below if it came late.
+	_, err = pool.Exec(ctx, "SELECT pg_notify($1, 'test-marker')", postgres.NotifyChannel)
+	require.NoError(t, err)
+	wait(marked, "the marker notification did not arrive")
 	_, etag := dev.manifest()
 	check := contractValidator(t)
 
