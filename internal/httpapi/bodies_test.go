@@ -1,11 +1,13 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -297,3 +299,39 @@ func TestDecodingIsBoundedPerCallerAndOverall(t *testing.T) {
 	h.ServeHTTP(rec, bodyRequest(http.MethodPost, "/mgmt/v1/applications", "application/yaml", strings.NewReader("a: b\n")))
 	assert.Equal(t, http.StatusUnprocessableEntity, rec.Code, rec.Body.String())
 }
+
+// TestDeclaredLengthOverTheBoundIsAnsweredAtOnce: a request whose
+// Content-Length is over its route's bound gets its 413 before any of the
+// body is sent, whatever the declared length. net/http reads what is left
+// of a small unread body (up to 256 KiB) before it writes an answer, so
+// without closing the connection a client that declares 70,000 bytes and
+// waits for the answer before sending them would wait for the read
+// timeout.
+func TestDeclaredLengthOverTheBoundIsAnsweredAtOnce(t *testing.T) {
+	srv := httptest.NewServer(newBodiesHandler(t, 0, 0))
+	t.Cleanup(srv.Close)
+	for _, tt := range []struct{ path, contentType string }{
+		{"/mgmt/v1/deployments", "application/json"},
+		{"/mgmt/v1/applications", "application/yaml"},
+	} {
+		declared := 70_000
+		if tt.path == "/mgmt/v1/applications" {
+			declared = margo.MaxDescriptionSize + descriptionSlackForTest + 1
+		}
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close() }) // before srv.Close, which waits for it
+		_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
+			tt.path, adminToken, tt.contentType, declared)
+		require.NoError(t, err)
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(5*time.Second)))
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err, "%s: no answer before the body was sent", tt.path)
+		assert.Equal(t, http.StatusRequestEntityTooLarge, res.StatusCode, tt.path)
+		res.Body.Close()
+	}
+}
+
+// descriptionSlackForTest is the bytes a description upload may carry
+// beyond margo.MaxDescriptionSize (the route's bound is their sum).
+const descriptionSlackForTest = 4 << 10

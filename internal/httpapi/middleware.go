@@ -354,12 +354,19 @@ func routeBodyError(r *http.Request, err error) error {
 
 // limitBody bounds every request body by its route's bound; reading past it
 // fails with *http.MaxBytesError, which the error paths answer with 413. A
-// declared Content-Length over the bound is refused before reading.
+// declared Content-Length over the bound is refused before reading, on an
+// HTTP/1 connection closed after the answer: net/http reads what is left of an
+// unread body of up to 256 KiB before it writes an answer that keeps the
+// connection, and a client that waits for the answer before sending the
+// body would wait for the read timeout.
 func limitBody(ceiling int64) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := bodyLimit(r, ceiling)
 			if r.ContentLength > n {
+				if r.ProtoMajor == 1 { // HTTP/2 would end the connection's other streams
+					w.Header().Set("Connection", "close")
+				}
 				writeProblem(w, r, problemFromError(nil, r, routeBodyError(r, &http.MaxBytesError{Limit: n})))
 				return
 			}
