@@ -65,8 +65,10 @@ func TestSecondServerOnADataFolderRefuses(t *testing.T) {
 	require.NoError(t, stop())
 }
 
-// TestReplicasWithDatabaseURLShareADataFolder: with DATABASE_URL there is
-// no private PostgreSQL and no lock: two servers run on one data folder.
+// TestReplicasWithDatabaseURLShareADataFolder: servers with DATABASE_URL
+// take a shared lock: two of them run on one data folder, while wfm
+// remove-data and a server running its private PostgreSQL there refuse
+// and leave the folder alone.
 func TestReplicasWithDatabaseURLShareADataFolder(t *testing.T) {
 	dataDir := reachableTempDir(t)
 	env := envWith(map[string]string{"DATABASE_URL": pgtest.URL(t)})
@@ -76,8 +78,27 @@ func TestReplicasWithDatabaseURLShareADataFolder(t *testing.T) {
 		status, _, _ := getStatus(t, base+"/readyz")
 		assert.Equal(t, http.StatusOK, status, base)
 	}
+
+	err := run(t.Context(), []string{"remove-data", "-data-dir", dataDir}, env, io.Discard, io.Discard)
+	var held *pglaunch.HeldError
+	require.ErrorAs(t, err, &held, "remove-data refuses while servers use the folder")
+	assert.Zero(t, held.PID, "a shared holder writes no PID")
+	assert.FileExists(t, filepath.Join(dataDir, pglaunch.LockFileName), "remove-data removed nothing")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err = run(ctx, []string{"-listen", "127.0.0.1:0", "-device-listen", "127.0.0.1:0", "-data-dir", dataDir},
+		envWithout("DATABASE_URL"), io.Discard, io.Discard)
+	require.ErrorAs(t, err, &held, "a private-PostgreSQL server refuses a shared folder")
+
+	for _, base := range []string{first, second} {
+		status, _, _ := getStatus(t, base+"/readyz")
+		assert.Equal(t, http.StatusOK, status, base)
+	}
 	require.NoError(t, stopSecond())
 	require.NoError(t, stopFirst())
-	_, err := os.Stat(filepath.Join(dataDir, pglaunch.LockFileName))
-	assert.True(t, errors.Is(err, os.ErrNotExist), "no lock file: %v", err)
+	require.NoError(t, run(t.Context(), []string{"remove-data", "-data-dir", dataDir}, env, io.Discard, io.Discard),
+		"once the servers stopped, remove-data deletes the folder")
+	_, err = os.Stat(dataDir)
+	assert.True(t, errors.Is(err, os.ErrNotExist), "folder removed: %v", err)
 }

@@ -460,14 +460,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	dbURL := c.databaseURL
 	var pg *pglaunch.Supervisor // the private PostgreSQL, nil with DATABASE_URL
 	var pgFailed <-chan struct{}
+	// One process per data folder runs its private PostgreSQL (exclusive
+	// lock); replicas with DATABASE_URL share a folder (shared lock), so
+	// wfm remove-data, which takes the exclusive lock, refuses while any
+	// server uses it.
+	lockFolder := pglaunch.ShareFolder
 	if dbURL == "" {
-		// One process per data folder runs its private PostgreSQL; replicas
-		// sharing a folder with DATABASE_URL take no lock.
-		var lock *pglaunch.FolderLock
-		if lock, err = pglaunch.LockFolder(c.dataDir); err != nil {
-			return inUse(err, "stop that process, or give this one another -data-dir")
-		}
-		defer func() { _ = lock.Release() }()
+		lockFolder = pglaunch.LockFolder
+	}
+	lock, err := lockFolder(c.dataDir)
+	if err != nil {
+		return inUse(err, "stop that process, or give this one another -data-dir")
+	}
+	defer func() { _ = lock.Release() }()
+	if dbURL == "" {
 		pg, err = startPrivatePostgres(ctx, c, getenv, log)
 		if err != nil {
 			return err

@@ -22,8 +22,9 @@ var dataEntries = []string{"admin-token", "pki", "webhook-key"}
 // when wfm ran as root in a folder the OS user postgres cannot enter, and
 // the link), the rest of what wfm keeps there (admin token, development
 // CA, webhook key, lock file), and the folder itself once empty, and prints
-// each path it removed. It holds the folder's lock meanwhile, so it refuses
-// while a server runs its private PostgreSQL there. Files wfm did not make
+// each path it removed. It holds the folder's exclusive lock meanwhile, so it
+// refuses while any server uses the folder (a private-PostgreSQL server's
+// exclusive lock, or the shared lock of servers with DATABASE_URL). Files wfm did not make
 // are left, and named.
 func removeData(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("wfm remove-data", flag.ContinueOnError)

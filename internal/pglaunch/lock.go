@@ -14,7 +14,7 @@ import (
 // LockFileName is the file in a data folder that LockFolder locks.
 const LockFileName = "wfm.lock"
 
-// FolderLock is a process's exclusive hold of a data folder (LockFolder).
+// FolderLock is a process's hold of a data folder (LockFolder, ShareFolder).
 type FolderLock struct {
 	f *os.File
 }
@@ -29,11 +29,11 @@ type HeldError struct {
 }
 
 func (e *HeldError) Error() string {
-	holder := "another process"
+	holder := "a wfm server (one with DATABASE_URL, or one starting)"
 	if e.PID > 0 {
-		holder = "another process (PID " + strconv.Itoa(e.PID) + ")"
+		holder = "a wfm server (PID " + strconv.Itoa(e.PID) + ") that runs its private PostgreSQL"
 	}
-	return fmt.Sprintf("data folder %s is in use by %s, which runs its private PostgreSQL (lock file %s)", e.Dir, holder, e.File)
+	return fmt.Sprintf("data folder %s is in use by %s (lock file %s)", e.Dir, holder, e.File)
 }
 
 // LockFolder takes the exclusive lock of data folder dir (created with its
@@ -49,6 +49,22 @@ func (e *HeldError) Error() string {
 // Returns a *HeldError when another process holds the lock, at once
 // (without waiting).
 func LockFolder(dir string) (*FolderLock, error) {
+	return lockFolder(dir, syscall.LOCK_EX)
+}
+
+// ShareFolder takes a shared lock of data folder dir, as a server with
+// DATABASE_URL does: replicas sharing the folder coexist, while LockFolder
+// (a private-PostgreSQL server, wfm remove-data) refuses as long as one of
+// them runs, and ShareFolder refuses while LockFolder's holder runs. A
+// shared holder empties the lock file rather than writing its id (the
+// file cannot name every holder), so a HeldError names no PID for it.
+//
+// Returns a *HeldError when a process holds the exclusive lock, at once.
+func ShareFolder(dir string) (*FolderLock, error) {
+	return lockFolder(dir, syscall.LOCK_SH)
+}
+
+func lockFolder(dir string, how int) (*FolderLock, error) {
 	if err := mkdirSearchable(dir); err != nil {
 		return nil, err
 	}
@@ -57,7 +73,7 @@ func LockFolder(dir string) (*FolderLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB); err != nil {
 		defer f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, &HeldError{Dir: dir, PID: readPID(f), File: file}
@@ -67,6 +83,9 @@ func LockFolder(dir string) (*FolderLock, error) {
 	if err := f.Truncate(0); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("write lock file: %w", err)
+	}
+	if how == syscall.LOCK_SH {
+		return &FolderLock{f: f}, nil
 	}
 	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
 		f.Close()
