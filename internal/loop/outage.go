@@ -45,13 +45,19 @@ func (o *Outage) Failed(ctx context.Context, msg string, err error) {
 }
 
 // Succeeded records a pass that worked: it ends an outage with one INFO
-// line saying how many lines were folded meanwhile.
+// line saying how many lines were folded meanwhile. Without a failed pass
+// (no WARN written) it writes nothing, since "working again" would answer
+// no reported outage; lines a wrapped logger folded meanwhile count into
+// the next outage's line.
 func (o *Outage) Succeeded(ctx context.Context) {
 	o.mu.Lock()
 	was, folded := o.confirmed, o.folded
-	o.down, o.confirmed, o.folded = false, false, 0
+	o.down, o.confirmed = false, false
+	if was {
+		o.folded = 0
+	}
 	o.mu.Unlock()
-	if was || folded > 0 {
+	if was {
 		o.logger.InfoContext(ctx, o.what+": working again", "lines_folded", folded)
 	}
 }

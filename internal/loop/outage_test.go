@@ -45,3 +45,26 @@ func TestOutageLogsOnce(t *testing.T) {
 		t.Fatalf("%d INFO lines of the library, want 100", n)
 	}
 }
+
+// TestOutageRecoveryOnlyAfterWarn: a pass that works while only a wrapped
+// logger has reported errors logs no "working again" (no outage was
+// reported); the lines folded meanwhile count into the next outage's.
+func TestOutageRecoveryOnlyAfterWarn(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	o := NewOutage(logger, "webhooks")
+	lib := slog.New(o.Handler(logger.Handler()))
+	ctx := context.Background()
+
+	lib.Error("first")
+	lib.Error("second") // folded
+	o.Succeeded(ctx)    // no WARN was written: nothing
+	o.Failed(ctx, "webhooks: dispatching failed", errors.New("connection refused"))
+	o.Succeeded(ctx)
+
+	got := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(got) != 3 || !strings.Contains(got[0], "first") || !strings.Contains(got[1], "level=WARN") ||
+		!strings.Contains(got[2], "level=INFO msg=\"webhooks: working again\" lines_folded=1") {
+		t.Fatalf("log = %q, want first, one WARN, one INFO with 1 line folded", got)
+	}
+}
