@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/wfm-dev/wfm/internal/loop"
 )
 
 // What "seen" means (Margo): the device API is spoken by a WFM client, the
@@ -185,6 +187,7 @@ func (l *LastSeen) Start(ctx context.Context) {
 		defer close(done)
 		t := time.NewTimer(l.interval)
 		defer t.Stop()
+		outage := loop.NewOutage(l.log, "devices: last seen instants")
 		for {
 			select {
 			case <-ctx.Done():
@@ -192,8 +195,10 @@ func (l *LastSeen) Start(ctx context.Context) {
 			case <-t.C:
 			}
 			wctx, cancel := context.WithTimeout(ctx, lastSeenTimeout)
-			if _, err := l.Flush(wctx); err != nil && ctx.Err() == nil {
-				l.log.WarnContext(ctx, "devices: writing last seen instants failed; retrying at the next run", "error", err)
+			if _, err := l.Flush(wctx); err == nil {
+				outage.Succeeded(ctx)
+			} else if ctx.Err() == nil {
+				outage.Failed(ctx, "devices: writing last seen instants failed", err)
 			}
 			cancel()
 			// The next run is a whole interval after this one ended, so
