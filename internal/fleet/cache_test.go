@@ -209,3 +209,32 @@ func TestStaleCachePastItsBound(t *testing.T) {
 	_, err = s.Readiness(dbDown)
 	require.ErrorIs(t, err, dbDown, "a bound of 0: never ready without the database")
 }
+
+// TestSchedulerKeepsManifestsItDoesNotChange: the scheduler's visit after
+// a status report (the install going on, or succeeding) leaves the
+// client's cached manifest alone, so a device that reports between its
+// polls keeps being answered from memory, through a database outage too.
+// (A visit that publishes drops it: the multi-hop tests read each hop's
+// manifest through the same cache.)
+func TestSchedulerKeepsManifestsItDoesNotChange(t *testing.T) {
+	ctx := t.Context()
+	s, d := setup(t)
+	sc := fleet.NewScheduler(s, time.Hour)
+	for _, state := range []string{"installing", "installing", "installed"} {
+		_, err := s.Manifest(ctx, "c") // cached before the report
+		require.NoError(t, err)
+		_, err = s.ReportStatus(ctx, "c", d.ID, report(d.ID, d.DesiredSince, state))
+		require.NoError(t, err)
+		_, err = sc.RunOnce(ctx)
+		require.NoError(t, err)
+		h0, m0 := s.ManifestCacheStats()
+		_, err = s.Manifest(ctx, "c")
+		require.NoError(t, err)
+		h1, m1 := s.ManifestCacheStats()
+		require.Equal(t, [2]uint64{h0 + 1, m0}, [2]uint64{h1, m1}, "after a report %q and the visit it caused: still cached", state)
+	}
+	ops, _, err := s.Operations(ctx, fleet.OperationFilter{DeploymentID: d.ID}, 10, "")
+	require.NoError(t, err)
+	require.Len(t, ops, 1)
+	require.Equal(t, lifecycle.OperationSucceeded, ops[0].State, "the visits ran: the install succeeded")
+}

@@ -113,6 +113,11 @@ type Advance struct {
 	Recheck time.Time
 }
 
+// ChangesManifest reports whether applying a changes the client's
+// manifest: it publishes a revision (a step, or the revert of a drain
+// timeout). Ending an operation or failing a deployment does not.
+func (a Advance) ChangesManifest() bool { return a.Publish != nil || a.RevertTo > 0 }
+
 // Nothing reports whether a does nothing but wait (its Recheck aside).
 func (a Advance) Nothing() bool {
 	a.Recheck = time.Time{}

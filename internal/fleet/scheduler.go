@@ -205,13 +205,18 @@ func (sc *Scheduler) runOperations(ctx context.Context) (int, error) {
 	var mu sync.Mutex
 	clients := map[string]bool{}
 	results := sc.svc.store.AdvanceOperations(ctx, ids, func(v Visit) (Advance, error) {
-		mu.Lock()
-		clients[v.Deployment.ClientID] = true
-		mu.Unlock()
-		return decide(v)
+		a, err := decide(v)
+		if err == nil && a.ChangesManifest() {
+			mu.Lock()
+			clients[v.Deployment.ClientID] = true
+			mu.Unlock()
+		}
+		return a, err
 	}, sc.svc.now().UTC(), AdvanceOptions{Concurrency: visitConcurrency, Timeout: visitTimeout})
-	// A visit may have published: this process's cached manifests go now;
-	// other processes hear the store's notification.
+	// A visit that publishes changes its client's manifest: this process's
+	// cached one goes now; other processes hear the store's notification.
+	// Other visits (most follow a status report) leave it cached, so a
+	// device that reports keeps its answers from memory in an outage.
 	for c := range clients {
 		sc.svc.cache.invalidate(c)
 	}
