@@ -19,7 +19,6 @@ import (
 // here it did happen) is not stored again item by item, which would store
 // each report twice: every report of the batch gets that error.
 func TestBatchOfUnknownOutcomeIsNotStoredAgain(t *testing.T) {
-	ctx := t.Context()
 	s, pool := newServiceAndPool(t)
 	ds := deployFor(t, s, "d0", "d1", "d2", "d3")
 	v := ds[len(ds)-1].DesiredSince
@@ -37,25 +36,7 @@ func TestBatchOfUnknownOutcomeIsNotStoredAgain(t *testing.T) {
 			return rs, err
 		}
 	})
-	inFlight, release, _, queued := reportBatches(s)
-	errs := make([]error, len(ds))
-	var wg sync.WaitGroup
-	call := func(i int) {
-		defer wg.Done()
-		_, errs[i] = s.ReportStatus(ctx, "c", ds[i].ID, report(ds[i].ID, v, "installed"))
-	}
-	wg.Add(1)
-	go call(0)
-	within(t, "the first batch in flight", inFlight)
-	for i := 1; i < len(ds); i++ {
-		wg.Add(1)
-		go call(i)
-	}
-	waitQueued(t, queued, len(ds)-1)
-	close(release)
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	within(t, "every call answered", done)
+	errs := reportAloneThenTogether(t, s, ds, v)
 
 	assert.Equal(t, []int{1, 3}, sizes, "the batch of three is stored once")
 	assert.NoError(t, errs[0])
@@ -135,25 +116,7 @@ func TestReportBatchKilledAtCommit(t *testing.T) {
 		}
 	})
 	stop := killAtCommit(t, pool)
-	inFlight, release, _, queued := reportBatches(s)
-	errs := make([]error, len(ds))
-	var wg sync.WaitGroup
-	call := func(i int) {
-		defer wg.Done()
-		_, errs[i] = s.ReportStatus(ctx, "c", ds[i].ID, report(ds[i].ID, v, "installed"))
-	}
-	wg.Add(1)
-	go call(0)
-	within(t, "the first batch in flight", inFlight)
-	for i := 1; i < len(ds); i++ {
-		wg.Add(1)
-		go call(i)
-	}
-	waitQueued(t, queued, len(ds)-1)
-	close(release)
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	within(t, "every call answered", done)
+	errs := reportAloneThenTogether(t, s, ds, v)
 	stop()
 
 	assert.Equal(t, []int{1, 3}, sizes, "the batch of three is not stored again one by one")

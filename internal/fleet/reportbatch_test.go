@@ -199,7 +199,6 @@ func TestConcurrentReportsCoalesce(t *testing.T) {
 // outcome: the reports stored alone succeed, only the one the store fails
 // alone fails.
 func TestReportBatchFailureFallsBackOneByOne(t *testing.T) {
-	ctx := t.Context()
 	s, pool := newServiceAndPool(t)
 	ds := deployFor(t, s, "d0", "d1", "d2", "d3")
 	v := ds[len(ds)-1].DesiredSince
@@ -219,25 +218,7 @@ func TestReportBatchFailureFallsBackOneByOne(t *testing.T) {
 			return next(ctx, items, now)
 		}
 	})
-	inFlight, release, _, queued := reportBatches(s)
-	errs := make([]error, len(ds))
-	var wg sync.WaitGroup
-	call := func(i int) {
-		defer wg.Done()
-		_, errs[i] = s.ReportStatus(ctx, "c", ds[i].ID, report(ds[i].ID, v, "installed"))
-	}
-	wg.Add(1)
-	go call(0)
-	within(t, "the first batch in flight", inFlight)
-	for i := 1; i < len(ds); i++ {
-		wg.Add(1)
-		go call(i)
-	}
-	waitQueued(t, queued, len(ds)-1)
-	close(release)
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	within(t, "every call answered", done)
+	errs := reportAloneThenTogether(t, s, ds, v)
 
 	assert.Equal(t, []int{1, 3, 1, 1, 1}, sizes, "the batch of three failed, then its reports one by one")
 	for i := range ds {
@@ -411,4 +392,33 @@ func TestGuardedReportsUseTheGenericPlan(t *testing.T) {
 WHERE statement LIKE '%INSERT INTO status_reports%' AND statement LIKE '%d.generation = v.generation%'`).Scan(&generic, &custom))
 	assert.Equal(t, int64(0), custom, "custom plans of the guarded statement")
 	assert.Equal(t, int64(batches-1), generic, "generic plans of the guarded statement (every batch but the first)")
+}
+
+// reportAloneThenTogether reports "installed" (adopted manifest version v)
+// for every deployment of ds at once: the first report goes alone and
+// holds its batch in flight while the others queue, so they are stored as
+// one batch. It returns each report's error.
+func reportAloneThenTogether(t *testing.T, s *fleet.Service, ds []fleet.Deployment, v uint64) []error {
+	t.Helper()
+	ctx := t.Context()
+	inFlight, release, _, queued := reportBatches(s)
+	errs := make([]error, len(ds))
+	var wg sync.WaitGroup
+	call := func(i int) {
+		defer wg.Done()
+		_, errs[i] = s.ReportStatus(ctx, "c", ds[i].ID, report(ds[i].ID, v, "installed"))
+	}
+	wg.Add(1)
+	go call(0)
+	within(t, "the first batch in flight", inFlight)
+	for i := 1; i < len(ds); i++ {
+		wg.Add(1)
+		go call(i)
+	}
+	waitQueued(t, queued, len(ds)-1)
+	close(release)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	within(t, "every call answered", done)
+	return errs
 }
